@@ -1,0 +1,166 @@
+//! A C allocator loaded from a shared library with dlopen:
+//! `dylib:/path/lib.so` (symbols `malloc`, `free`, ...) or
+//! `dylib:/path/lib.so:mi_` (symbols `mi_malloc`, `mi_free`, ...).
+
+use std::ffi::c_void;
+use std::ptr;
+
+use libloading::Library;
+
+use super::{malloc_serves, Allocator, ReallocToZero};
+
+type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
+type Free = unsafe extern "C" fn(*mut c_void);
+type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+type Usable = unsafe extern "C" fn(*mut c_void) -> usize;
+type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32;
+type AlignSize = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+
+/// How the library allocates with alignment, best first.
+enum Aligned {
+    PosixMemalign(PosixMemalign),
+    /// `aligned_alloc` / `memalign`: (align, size).
+    AlignFirst(AlignSize),
+    /// mimalloc's `mi_malloc_aligned`: (size, align).
+    SizeFirst(AlignSize),
+    None,
+}
+
+pub struct Dylib {
+    name: String,
+    malloc: Malloc,
+    free: Free,
+    calloc: Option<Calloc>,
+    realloc: Option<Realloc>,
+    usable: Option<Usable>,
+    aligned: Aligned,
+    _lib: Library,
+}
+
+/// What a library without an aligned API can still serve.
+const MALLOC_ALIGN: usize = 8;
+
+impl Dylib {
+    /// Opens `path[:prefix]` and resolves the malloc family.
+    pub fn open(spec: &str) -> Result<Dylib, String> {
+        let slash = spec.rfind('/').unwrap_or(0);
+        let (path, prefix) = match spec[slash..].rfind(':') {
+            Some(i) => (&spec[..slash + i], &spec[slash + i + 1..]),
+            None => (spec, ""),
+        };
+        let lib = unsafe { Library::new(path) }.map_err(|e| {
+            format!("cannot load allocator library `{path}`: {e}; give an absolute path to a .so")
+        })?;
+        unsafe fn sym<T: Copy>(lib: &Library, prefix: &str, name: &str) -> Option<T> {
+            lib.get::<T>(format!("{prefix}{name}\0").as_bytes())
+                .ok()
+                .map(|s| *s)
+        }
+        let need = |name: &str| {
+            format!(
+                "`{path}` has no `{prefix}{name}`; pass the symbol prefix as dylib:{path}:<prefix>"
+            )
+        };
+        unsafe {
+            let aligned = if let Some(f) = sym(&lib, prefix, "posix_memalign") {
+                Aligned::PosixMemalign(f)
+            } else if let Some(f) =
+                sym(&lib, prefix, "aligned_alloc").or_else(|| sym(&lib, prefix, "memalign"))
+            {
+                Aligned::AlignFirst(f)
+            } else if let Some(f) = sym(&lib, prefix, "malloc_aligned") {
+                Aligned::SizeFirst(f)
+            } else {
+                Aligned::None
+            };
+            Ok(Dylib {
+                name: format!("dylib:{spec}"),
+                malloc: sym(&lib, prefix, "malloc").ok_or_else(|| need("malloc"))?,
+                free: sym(&lib, prefix, "free").ok_or_else(|| need("free"))?,
+                calloc: sym(&lib, prefix, "calloc"),
+                realloc: sym(&lib, prefix, "realloc"),
+                usable: sym(&lib, prefix, "malloc_usable_size")
+                    .or_else(|| sym(&lib, prefix, "usable_size")),
+                aligned,
+                _lib: lib,
+            })
+        }
+    }
+
+    unsafe fn aligned(&self, size: usize, align: usize) -> *mut u8 {
+        match self.aligned {
+            Aligned::PosixMemalign(f) => {
+                let mut p = ptr::null_mut();
+                match f(&mut p, align.max(std::mem::size_of::<usize>()), size) {
+                    0 => p.cast(),
+                    _ => ptr::null_mut(),
+                }
+            }
+            Aligned::AlignFirst(f) => f(align, size).cast(),
+            Aligned::SizeFirst(f) => f(size, align).cast(),
+            Aligned::None => ptr::null_mut(),
+        }
+    }
+}
+
+impl Allocator for Dylib {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let p = if malloc_serves(size, align) {
+            (self.malloc)(size).cast()
+        } else {
+            self.aligned(size, align)
+        };
+        if zeroed && !p.is_null() {
+            ptr::write_bytes(p, 0, size);
+        }
+        p
+    }
+
+    unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
+        match self.calloc {
+            Some(f) => f(count, size).cast(),
+            None => count
+                .checked_mul(size)
+                .map_or(ptr::null_mut(), |n| self.alloc(n, 1, true)),
+        }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+        if let (Some(f), true) = (self.realloc, malloc_serves(new_size, align)) {
+            return f(p.cast(), new_size).cast();
+        }
+        let q = self.alloc(new_size, align, false);
+        if !q.is_null() {
+            ptr::copy_nonoverlapping(p, q, old.min(new_size));
+            (self.free)(p.cast());
+        }
+        q
+    }
+
+    fn realloc_to_zero(&self) -> ReallocToZero {
+        match self.realloc {
+            Some(_) => ReallocToZero::Frees,
+            None => ReallocToZero::Undefined,
+        }
+    }
+
+    unsafe fn free(&self, p: *mut u8, _size: usize, _align: usize) {
+        (self.free)(p.cast())
+    }
+
+    unsafe fn usable_size(&self, p: *mut u8, size: usize, _align: usize) -> usize {
+        self.usable.map_or(size, |f| f(p.cast()))
+    }
+
+    fn max_align(&self) -> usize {
+        match self.aligned {
+            Aligned::None => MALLOC_ALIGN,
+            _ => crate::edges::MAX_ALIGN,
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! Any Rust `GlobalAlloc` as an allocator under test.
+
+use std::alloc::{GlobalAlloc, Layout};
+
+use super::Allocator;
+
+/// Wraps a `GlobalAlloc`. Zero-size requests become one byte (a zero-size
+/// `Layout` is undefined for `GlobalAlloc`); requests `Layout` rejects fail
+/// cleanly without reaching the allocator.
+pub struct GlobalAllocAdapter<A> {
+    name: &'static str,
+    inner: A,
+    size_classes: Option<&'static str>,
+}
+
+impl<A: GlobalAlloc + Send + Sync> GlobalAllocAdapter<A> {
+    pub fn new(name: &'static str, inner: A) -> Self {
+        GlobalAllocAdapter {
+            name,
+            inner,
+            size_classes: None,
+        }
+    }
+
+    /// Declares the allocator a port of another one's size classes
+    /// (`"mimalloc"`): `diff_mimalloc` then requires equal usable sizes.
+    pub fn with_size_classes(mut self, of: &'static str) -> Self {
+        self.size_classes = Some(of);
+        self
+    }
+}
+
+fn layout(size: usize, align: usize) -> Option<Layout> {
+    Layout::from_size_align(size.max(1), align).ok()
+}
+
+impl<A: GlobalAlloc + Send + Sync> Allocator for GlobalAllocAdapter<A> {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        match (layout(size, align), zeroed) {
+            (None, _) => std::ptr::null_mut(),
+            (Some(l), false) => self.inner.alloc(l),
+            (Some(l), true) => self.inner.alloc_zeroed(l),
+        }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+        match (layout(old, align), layout(new_size, align)) {
+            (Some(l), Some(_)) => self.inner.realloc(p, l, new_size.max(1)),
+            _ => std::ptr::null_mut(),
+        }
+    }
+
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        if let Some(l) = layout(size, align) {
+            self.inner.dealloc(p, l)
+        }
+    }
+
+    fn size_classes(&self) -> Option<&'static str> {
+        self.size_classes
+    }
+}

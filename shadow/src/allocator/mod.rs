@@ -1,0 +1,262 @@
+//! The allocator under test: one trait, adapters behind it, chosen by name.
+//!
+//! Names: `system`, `mimalloc` (and `mimalloc-secure` / `mimalloc-debug` in
+//! builds with those features), `jemalloc`, `dlmalloc`, `rlsf`,
+//! `dylib:/path/lib.so[:prefix]` and `zoo:<bug>`.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+mod dylib;
+mod global;
+mod heaps;
+#[cfg(feature = "jemalloc")]
+mod jemalloc;
+#[cfg(feature = "mimalloc")]
+mod mimalloc;
+mod system;
+pub mod zoo;
+
+pub use global::GlobalAllocAdapter;
+pub use heaps::EmulatedHeaps;
+
+/// Whether plain `malloc(size)` already meets `align`. C promises the
+/// alignment of any object that fits the size, capped at 16 on x86-64: a
+/// block of 8 bytes or less may be only 8-aligned (mimalloc's are), so those
+/// requests go through the aligned API.
+pub fn malloc_serves(size: usize, align: usize) -> bool {
+    align <= 8 || (align <= 16 && size > 8)
+}
+
+/// A heap handle, as the allocator defines it.
+pub type HeapId = usize;
+
+/// What realloc to size 0 does in an allocator's API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReallocToZero {
+    /// The block is freed; the result is null (or a fresh block).
+    Frees,
+    /// The result is a valid minimal block.
+    Allocates,
+    /// The API leaves it undefined; programs skip it.
+    Undefined,
+}
+
+/// A live block as validators see it.
+#[derive(Clone, Copy, Debug)]
+pub struct LiveBlock {
+    pub ptr: usize,
+    pub size: usize,
+    pub align: usize,
+    /// The heap the block was allocated in, if any.
+    pub heap: Option<HeapId>,
+}
+
+/// An allocator under test.
+///
+/// Null from `alloc`, `calloc` or `realloc` means the request failed cleanly;
+/// after a failed `realloc` the old block is untouched. Callers pass back the
+/// size and alignment they allocated with, so sized APIs can use them.
+pub trait Allocator: Send + Sync {
+    /// The name `by_name` knows this allocator by.
+    fn name(&self) -> &str;
+
+    /// # Safety
+    /// `align` is a power of two no larger than `max_align()`.
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8;
+
+    /// C `calloc`. The default fails on overflow and otherwise allocates zeroed.
+    ///
+    /// # Safety
+    /// As for `alloc`.
+    unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
+        match count.checked_mul(size) {
+            Some(n) => self.alloc(n, 1, true),
+            None => std::ptr::null_mut(),
+        }
+    }
+
+    /// # Safety
+    /// `ptr` is a live block of this allocator allocated with `old_size`, `align`.
+    unsafe fn realloc(
+        &self,
+        ptr: *mut u8,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> *mut u8;
+
+    /// What `realloc(p, 0)` means here. Default: undefined (never called).
+    fn realloc_to_zero(&self) -> ReallocToZero {
+        ReallocToZero::Undefined
+    }
+
+    /// # Safety
+    /// `ptr` is a live block of this allocator allocated with `size`, `align`.
+    unsafe fn free(&self, ptr: *mut u8, size: usize, align: usize);
+
+    /// Bytes the caller may use. Default: the requested size.
+    ///
+    /// # Safety
+    /// `ptr` is a live block allocated with `size`, `align`.
+    unsafe fn usable_size(&self, _ptr: *mut u8, size: usize, _align: usize) -> usize {
+        size
+    }
+
+    /// The usable size the allocator would give this request, if it can say
+    /// without allocating (`nallocx`, `mi_good_size`).
+    fn good_size(&self, _size: usize, _align: usize) -> Option<usize> {
+        None
+    }
+
+    /// `Some("mimalloc")` when the allocator promises mimalloc's size classes
+    /// (a mimalloc port): `diff_mimalloc` then requires equal usable sizes.
+    fn size_classes(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Largest alignment the API supports; programs skip larger requests.
+    fn max_align(&self) -> usize {
+        crate::edges::MAX_ALIGN
+    }
+
+    /// The allocator's own heap API, if it has one. Without one, programs
+    /// run heap ops on an emulation that only tracks block membership.
+    fn heaps(&self) -> Option<&dyn Heaps> {
+        None
+    }
+
+    /// Runs the allocator's consistency checks against the live blocks.
+    /// `Err` carries the violation detail.
+    fn validate(&self, _live: &[LiveBlock]) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Takes an error the allocator reported through a callback since the
+    /// last call (mimalloc's `mi_register_error`), if any.
+    fn take_error(&self) -> Option<String> {
+        None
+    }
+
+    /// Called when a program has freed everything: drop per-program state so
+    /// the next program starts as a fresh process would (zoo caches).
+    fn reset(&self) {}
+}
+
+/// A heap API: blocks allocated in a heap can be freed all at once.
+pub trait Heaps: Send + Sync {
+    /// A new heap, or `None` when the allocator cannot make one.
+    fn new_heap(&self) -> Option<HeapId>;
+    /// # Safety
+    /// As for [`Allocator::alloc`]; `heap` is live.
+    unsafe fn alloc_in(&self, heap: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8;
+    /// # Safety
+    /// As for [`Allocator::realloc`]; the block belongs to `heap`.
+    unsafe fn realloc_in(
+        &self,
+        heap: HeapId,
+        ptr: *mut u8,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> *mut u8;
+    /// # Safety
+    /// As for [`Allocator::free`]; the block belongs to `heap`.
+    unsafe fn free_in(&self, heap: HeapId, ptr: *mut u8, size: usize, align: usize);
+    /// Ends the heap; its live blocks stay valid and move to the default heap.
+    ///
+    /// # Safety
+    /// `heap` is live and not used again.
+    unsafe fn delete(&self, heap: HeapId);
+    /// Ends the heap and frees every block in it.
+    ///
+    /// # Safety
+    /// `heap` is live; none of its blocks is used again.
+    unsafe fn destroy(&self, heap: HeapId);
+    fn collect(&self, heap: HeapId, force: bool);
+    /// The blocks the allocator holds live in `heap` as (start, size), or
+    /// `None` if it cannot enumerate them. A start may precede the pointer
+    /// the caller got (an over-aligned block inside a larger one).
+    fn visit(&self, heap: HeapId) -> Option<Vec<(usize, usize)>>;
+    /// Whether `heap` holds `ptr`, or `None` if the allocator cannot say.
+    fn contains(&self, heap: HeapId, ptr: usize) -> Option<bool>;
+}
+
+/// A constructor for a bundled allocator.
+type Make = fn() -> Box<dyn Allocator>;
+
+/// The bundled allocators by name. To plug in a Rust `GlobalAlloc`, add one
+/// line here (see the README).
+fn bundled() -> Vec<(&'static str, Make)> {
+    let mut list: Vec<(&'static str, Make)> = vec![
+        ("system", || Box::new(system::System)),
+        ("dlmalloc", || {
+            Box::new(GlobalAllocAdapter::new(
+                "dlmalloc",
+                dlmalloc::GlobalDlmalloc,
+            ))
+        }),
+        ("rlsf", || {
+            Box::new(GlobalAllocAdapter::new(
+                "rlsf",
+                rlsf::GlobalTlsf::<()>::new(),
+            ))
+        }),
+    ];
+    #[cfg(feature = "mimalloc")]
+    list.push((mimalloc::NAME, || Box::new(mimalloc::Mimalloc::new())));
+    #[cfg(feature = "jemalloc")]
+    list.push(("jemalloc", || Box::new(jemalloc::Jemalloc)));
+    list
+}
+
+/// Names of the bundled allocators in this build (not counting `dylib:` and `zoo:`).
+pub fn bundled_names() -> Vec<&'static str> {
+    bundled().into_iter().map(|(n, _)| n).collect()
+}
+
+/// Looks an allocator up by name, creating it on first use. The same name
+/// always returns the same instance.
+pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
+    static CACHE: OnceLock<Mutex<HashMap<String, &'static dyn Allocator>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(a) = cache.get(name) {
+        return Ok(*a);
+    }
+    let made: Box<dyn Allocator> = if let Some(spec) = name.strip_prefix("dylib:") {
+        Box::new(dylib::Dylib::open(spec)?)
+    } else if let Some(bug) = name.strip_prefix("zoo:") {
+        Box::new(zoo::Zoo::new(bug, system())?)
+    } else if let Some((_, make)) = bundled().into_iter().find(|(n, _)| *n == name) {
+        make()
+    } else {
+        return Err(unknown(name));
+    };
+    let leaked: &'static dyn Allocator = Box::leak(made);
+    cache.insert(name.to_string(), leaked);
+    Ok(leaked)
+}
+
+fn system() -> &'static dyn Allocator {
+    static SYSTEM: system::System = system::System;
+    &SYSTEM
+}
+
+fn unknown(name: &str) -> String {
+    let flavor = ["mimalloc-secure", "mimalloc-debug", "mimalloc", "jemalloc"]
+        .into_iter()
+        .find(|f| *f == name);
+    match flavor {
+        Some(f) => format!(
+            "allocator `{f}` is not in this build; build with `--features {f}` (the just recipes pick the build for you)"
+        ),
+        None => format!(
+            "unknown allocator `{name}`; expected one of {}, dylib:/path/lib.so[:prefix] or zoo:<bug> ({})",
+            bundled_names().join(", "),
+            zoo::Bug::ALL.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}

@@ -1,0 +1,92 @@
+//! glibc's malloc family (or whatever `malloc` the process links: ASan's in
+//! fuzz builds).
+
+use std::ptr;
+
+use super::{malloc_serves, Allocator, LiveBlock, ReallocToZero};
+
+pub struct System;
+
+unsafe fn aligned(size: usize, align: usize) -> *mut u8 {
+    if size % align == 0 && size > 0 {
+        return libc::aligned_alloc(align, size).cast();
+    }
+    let mut p = ptr::null_mut();
+    match libc::posix_memalign(&mut p, align.max(std::mem::size_of::<usize>()), size) {
+        0 => p.cast(),
+        _ => ptr::null_mut(),
+    }
+}
+
+impl Allocator for System {
+    fn name(&self) -> &str {
+        "system"
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        match (malloc_serves(size, align), zeroed) {
+            (true, false) => libc::malloc(size).cast(),
+            (true, true) => libc::calloc(1, size).cast(),
+            (false, zeroed) => {
+                let p = aligned(size, align);
+                if zeroed && !p.is_null() {
+                    ptr::write_bytes(p, 0, size);
+                }
+                p
+            }
+        }
+    }
+
+    unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
+        libc::calloc(count, size).cast()
+    }
+
+    unsafe fn realloc(
+        &self,
+        p: *mut u8,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> *mut u8 {
+        if malloc_serves(new_size, align) {
+            return libc::realloc(p.cast(), new_size).cast();
+        }
+        // C has no aligned realloc: move by hand, as Rust's System does.
+        let q = aligned(new_size, align);
+        if !q.is_null() {
+            ptr::copy_nonoverlapping(p, q, old_size.min(new_size));
+            libc::free(p.cast());
+        }
+        q
+    }
+
+    fn realloc_to_zero(&self) -> ReallocToZero {
+        ReallocToZero::Frees
+    }
+
+    unsafe fn free(&self, p: *mut u8, _size: usize, _align: usize) {
+        libc::free(p.cast())
+    }
+
+    unsafe fn usable_size(&self, p: *mut u8, _size: usize, _align: usize) -> usize {
+        libc::malloc_usable_size(p.cast())
+    }
+
+    /// mallinfo2 must account for at least the bytes the program holds.
+    /// Under ASan, malloc is ASan's and glibc's arenas are idle: skipped.
+    fn validate(&self, live: &[LiveBlock]) -> Result<(), String> {
+        if crate::under_asan() {
+            return Ok(());
+        }
+        let info = unsafe { libc::mallinfo2() };
+        let in_use = info.uordblks + info.hblkhd;
+        let held: usize = live.iter().map(|b| b.size).sum();
+        if in_use >= held {
+            return Ok(());
+        }
+        Err(format!(
+            "mallinfo2 reports {in_use} bytes in use, but {} live blocks hold {held}",
+            live.len()
+        ))
+    }
+}

@@ -1,0 +1,467 @@
+//! The planted-bug zoo: a correct allocator (`system`) with known bugs
+//! injected, each behind a condition the fuzzer has to find (a size class,
+//! an alignment, an order of ops). `zoo:<bug>` selects one bug,
+//! `zoo:<bug>+<bug>` several. If the service misses one of these, the
+//! service is broken.
+
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+use std::str::FromStr;
+use std::sync::{Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+use super::{Allocator, EmulatedHeaps, HeapId, Heaps, ReallocToZero};
+
+/// A planted bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bug {
+    /// size <= 8 with align 16 comes back 8-aligned.
+    SmallUnderalign,
+    /// size == align == 4096 comes back 2048-aligned.
+    SizeEqAlign,
+    /// 33..=48-byte blocks: a freed block is handed out again while live.
+    DoubleIssue,
+    /// 97..=128-byte blocks report 8 bytes more usable than they have.
+    UsableOversize,
+    /// Growing a block of >= 256 bytes copies 8 bytes too few.
+    ShortReallocCopy,
+    /// Zeroed 200..=256-byte requests after a free in that class are dirty.
+    DirtyZeroed,
+    /// calloc's count * size wraps to a small block.
+    CallocWrap,
+    /// Requests within 64 KiB of isize::MAX succeed.
+    HugeSuccess,
+    /// 65..=96-byte free list: a stale link written into a live block.
+    StaleLink,
+    /// A cross-thread free of a 129..=256-byte block frees the freeing
+    /// thread's newest block instead.
+    XthreadWrongFree,
+    /// Deleting a heap with 3 or more blocks frees its largest block.
+    HeapDeleteDrops,
+    /// Shrinking a >= 1 KiB block below half leaks the old block.
+    LeakOnShrink,
+}
+
+impl Bug {
+    pub const ALL: [Bug; 12] = [
+        Bug::SmallUnderalign,
+        Bug::SizeEqAlign,
+        Bug::DoubleIssue,
+        Bug::UsableOversize,
+        Bug::ShortReallocCopy,
+        Bug::DirtyZeroed,
+        Bug::CallocWrap,
+        Bug::HugeSuccess,
+        Bug::StaleLink,
+        Bug::XthreadWrongFree,
+        Bug::HeapDeleteDrops,
+        Bug::LeakOnShrink,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Bug::SmallUnderalign => "small-underalign",
+            Bug::SizeEqAlign => "size-eq-align",
+            Bug::DoubleIssue => "double-issue",
+            Bug::UsableOversize => "usable-oversize",
+            Bug::ShortReallocCopy => "short-realloc-copy",
+            Bug::DirtyZeroed => "dirty-zeroed",
+            Bug::CallocWrap => "calloc-wrap",
+            Bug::HugeSuccess => "huge-success",
+            Bug::StaleLink => "stale-link",
+            Bug::XthreadWrongFree => "xthread-wrong-free",
+            Bug::HeapDeleteDrops => "heap-delete-drops",
+            Bug::LeakOnShrink => "leak-on-shrink",
+        }
+    }
+
+    /// The target whose ops reach the bug.
+    pub fn target(self) -> crate::Target {
+        match self {
+            Bug::XthreadWrongFree => crate::Target::MtOps,
+            Bug::HeapDeleteDrops => crate::Target::HeapApi,
+            _ => crate::Target::AllocOps,
+        }
+    }
+
+    /// The finding kind the bug shows up as: a violation kind, or the
+    /// sanitizer's error type where ASan sees it first.
+    pub fn expected_kind(self) -> &'static str {
+        match self {
+            Bug::SmallUnderalign | Bug::SizeEqAlign => "alignment",
+            Bug::DoubleIssue => "overlap",
+            Bug::UsableOversize => "heap-buffer-overflow",
+            Bug::ShortReallocCopy => "realloc-prefix",
+            Bug::DirtyZeroed => "zeroed",
+            Bug::CallocWrap => "calloc-overflow",
+            Bug::HugeSuccess => "impossible-success",
+            Bug::StaleLink => "contents",
+            Bug::XthreadWrongFree | Bug::HeapDeleteDrops => "heap-use-after-free",
+            Bug::LeakOnShrink => "leak",
+        }
+    }
+
+    /// Whether the bug must make the process fail (a leak need not).
+    pub fn must_crash(self) -> bool {
+        self != Bug::LeakOnShrink
+    }
+}
+
+impl FromStr for Bug {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Bug, String> {
+        Bug::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
+            let all: Vec<_> = Bug::ALL.iter().map(|b| b.name()).collect();
+            format!("unknown zoo bug `{s}`; expected one of {}", all.join(", "))
+        })
+    }
+}
+
+const DOUBLE_ISSUE: RangeInclusive<usize> = 33..=48;
+const STALE_LINK: RangeInclusive<usize> = 65..=96;
+const USABLE_OVERSIZE: RangeInclusive<usize> = 97..=128;
+const XTHREAD: RangeInclusive<usize> = 129..=256;
+const DIRTY_ZEROED: RangeInclusive<usize> = 200..=256;
+const HUGE_SUCCESS: RangeInclusive<usize> = isize::MAX as usize - 65535..=isize::MAX as usize;
+
+#[derive(Default)]
+struct State {
+    /// Blocks handed out at an offset from the base block: returned -> base.
+    shifted: HashMap<usize, usize>,
+    /// DoubleIssue: the one-entry cache that is never emptied on reuse.
+    cached_48: Option<usize>,
+    /// StaleLink: head of the in-block free list and the last block pushed.
+    list_head: usize,
+    last_pushed: usize,
+    /// DirtyZeroed: a block of the class has been freed (memory recycled).
+    freed_256: bool,
+    /// XthreadWrongFree: live blocks -> (owner thread, size, align), and each
+    /// thread's newest live block.
+    owners: HashMap<usize, (ThreadId, usize, usize)>,
+    newest: HashMap<ThreadId, usize>,
+}
+
+/// A correct allocator with planted bugs.
+pub struct Zoo {
+    name: String,
+    bugs: Vec<Bug>,
+    base: &'static dyn Allocator,
+    heaps: ZooHeaps,
+    state: Mutex<State>,
+}
+
+/// Parses `bug` or `bug+bug+...`.
+pub fn parse_bugs(spec: &str) -> Result<Vec<Bug>, String> {
+    spec.split('+').map(str::parse).collect()
+}
+
+impl Zoo {
+    pub fn new(spec: &str, base: &'static dyn Allocator) -> Result<Zoo, String> {
+        let bugs = parse_bugs(spec)?;
+        let drops = bugs.contains(&Bug::HeapDeleteDrops);
+        Ok(Zoo {
+            name: format!("zoo:{spec}"),
+            bugs,
+            base,
+            heaps: ZooHeaps {
+                inner: EmulatedHeaps::new(base),
+                base,
+                drops,
+            },
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    fn has(&self, bug: Bug) -> bool {
+        self.bugs.contains(&bug)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands out `base + offset` of a block allocated with `size + offset`.
+    unsafe fn shifted(&self, size: usize, align: usize, offset: usize) -> *mut u8 {
+        let base = self.base.alloc(size + offset, align, false);
+        if base.is_null() {
+            return base;
+        }
+        let p = base.add(offset);
+        self.state().shifted.insert(p as usize, base as usize);
+        p
+    }
+
+    /// The block the zoo manages itself (shifted or cached), if `p` is one.
+    fn is_own(&self, p: *mut u8, size: usize, align: usize) -> bool {
+        (align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size))
+            || (align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size))
+            || self.state().shifted.contains_key(&(p as usize))
+    }
+
+    unsafe fn pop_stale_list(&self) -> Option<*mut u8> {
+        let mut st = self.state();
+        let b = st.list_head;
+        if b == 0 {
+            return None;
+        }
+        st.list_head = *(b as *const usize);
+        // The bug: `last_pushed` still names `b`, now live again.
+        Some(b as *mut u8)
+    }
+
+    unsafe fn push_stale_list(&self, b: *mut u8) {
+        let mut st = self.state();
+        *(b as *mut usize) = st.list_head;
+        if st.last_pushed != 0 {
+            // Back-link into the previous push: a stale pointer if that block
+            // has been handed out since.
+            *((st.last_pushed + 8) as *mut usize) = b as usize;
+        }
+        st.list_head = b as usize;
+        st.last_pushed = b as usize;
+    }
+
+    fn track_owner(&self, p: *mut u8, size: usize, align: usize) {
+        if self.has(Bug::XthreadWrongFree) && !p.is_null() {
+            let me = std::thread::current().id();
+            let mut st = self.state();
+            st.owners.insert(p as usize, (me, size, align));
+            st.newest.insert(me, p as usize);
+        }
+    }
+
+    /// Returns true when the bug took over this free.
+    unsafe fn wrong_free(&self, p: *mut u8, size: usize) -> bool {
+        if !self.has(Bug::XthreadWrongFree) {
+            return false;
+        }
+        let me = std::thread::current().id();
+        let mut st = self.state();
+        let Some((owner, _, _)) = st.owners.remove(&(p as usize)) else {
+            return false;
+        };
+        if owner == me || !XTHREAD.contains(&size) {
+            return false;
+        }
+        // `p` is lost; the freeing thread's newest live block is freed instead.
+        let victim = st.newest.get(&me).copied().filter(|w| *w != p as usize);
+        if let Some((w, (_, wsize, walign))) =
+            victim.and_then(|w| st.owners.remove(&w).map(|o| (w, o)))
+        {
+            drop(st);
+            self.base.free(w as *mut u8, wsize, walign);
+        }
+        true
+    }
+}
+
+impl Allocator for Zoo {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let p = self.alloc_inner(size, align, zeroed);
+        self.track_owner(p, size, align);
+        p
+    }
+
+    unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
+        match count.checked_mul(size) {
+            Some(n) => self.alloc(n, 1, true),
+            None if self.has(Bug::CallocWrap) && count.wrapping_mul(size) <= 1 << 20 => {
+                self.base.alloc(count.wrapping_mul(size), 1, true)
+            }
+            None => std::ptr::null_mut(),
+        }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+        let grows_large = self.has(Bug::ShortReallocCopy) && old >= 256 && new_size > old;
+        let shrinks_large = self.has(Bug::LeakOnShrink) && old >= 1024 && new_size < old / 2;
+        if !(grows_large
+            || shrinks_large
+            || self.is_own(p, old, align)
+            || self.is_own(p, new_size, align))
+        {
+            if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&new_size) {
+                return self.base.alloc(64, align, false);
+            }
+            let q = self.base.realloc(p, old, align, new_size);
+            if !q.is_null() && self.has(Bug::XthreadWrongFree) {
+                self.state().owners.remove(&(p as usize));
+                self.track_owner(q, new_size, align);
+            }
+            return q;
+        }
+        let q = self.alloc(new_size, align, false);
+        if q.is_null() {
+            return q;
+        }
+        let copy = if grows_large {
+            old - 8
+        } else {
+            old.min(new_size)
+        };
+        std::ptr::copy_nonoverlapping(p, q, copy);
+        if !shrinks_large {
+            self.free(p, old, align);
+        }
+        q
+    }
+
+    fn realloc_to_zero(&self) -> ReallocToZero {
+        self.base.realloc_to_zero()
+    }
+
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        if self.wrong_free(p, size) {
+            return;
+        }
+        if self.has(Bug::DirtyZeroed) && DIRTY_ZEROED.contains(&size) {
+            self.state().freed_256 = true;
+        }
+        if let Some(base) = self.state().shifted.remove(&(p as usize)) {
+            return self.base.free(base as *mut u8, size, align);
+        }
+        if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
+            let old = self.state().cached_48.replace(p as usize);
+            if let Some(old) = old.filter(|o| *o != p as usize) {
+                self.base.free(old as *mut u8, *DOUBLE_ISSUE.end(), 16);
+            }
+            return;
+        }
+        if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
+            return self.push_stale_list(p);
+        }
+        self.base.free(p, size, align)
+    }
+
+    unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
+        if self.is_own(p, size, align) {
+            return size;
+        }
+        let real = self.base.usable_size(p, size, align);
+        if self.has(Bug::UsableOversize) && USABLE_OVERSIZE.contains(&size) {
+            return real + 8;
+        }
+        real
+    }
+
+    fn heaps(&self) -> Option<&dyn Heaps> {
+        Some(&self.heaps)
+    }
+
+    fn reset(&self) {
+        let mut st = self.state();
+        let cached = st.cached_48.take();
+        let mut link = std::mem::take(&mut st.list_head);
+        *st = State::default();
+        drop(st);
+        unsafe {
+            if let Some(p) = cached {
+                self.base.free(p as *mut u8, *DOUBLE_ISSUE.end(), 16);
+            }
+            while link != 0 {
+                let next = *(link as *const usize);
+                self.base.free(link as *mut u8, *STALE_LINK.end(), 16);
+                link = next;
+            }
+        }
+    }
+}
+
+impl Zoo {
+    unsafe fn alloc_inner(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&size) {
+            return self.base.alloc(64, align, false);
+        }
+        if self.has(Bug::SmallUnderalign) && size <= 8 && align == 16 {
+            return self.shifted(size, 16, 8);
+        }
+        if self.has(Bug::SizeEqAlign) && size == 4096 && align == 4096 {
+            return self.shifted(size, 4096, 2048);
+        }
+        if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
+            // The bug: the cached block is handed out but stays cached.
+            let cached = self.state().cached_48;
+            let p = match cached {
+                Some(p) => p as *mut u8,
+                None => self.base.alloc(*DOUBLE_ISSUE.end(), 16, false),
+            };
+            if zeroed && !p.is_null() {
+                std::ptr::write_bytes(p, 0, size);
+            }
+            return p;
+        }
+        if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
+            let p = match self.pop_stale_list() {
+                Some(p) => p,
+                None => self.base.alloc(*STALE_LINK.end(), 16, false),
+            };
+            if zeroed && !p.is_null() {
+                std::ptr::write_bytes(p, 0, size);
+            }
+            return p;
+        }
+        if zeroed
+            && align <= 16
+            && self.has(Bug::DirtyZeroed)
+            && DIRTY_ZEROED.contains(&size)
+            && self.state().freed_256
+        {
+            return self.base.alloc(size, align, false);
+        }
+        self.base.alloc(size, align, zeroed)
+    }
+}
+
+/// Heap emulation, with `HeapDeleteDrops` planted in delete.
+struct ZooHeaps {
+    inner: EmulatedHeaps,
+    base: &'static dyn Allocator,
+    drops: bool,
+}
+
+impl Heaps for ZooHeaps {
+    fn new_heap(&self) -> Option<HeapId> {
+        self.inner.new_heap()
+    }
+    unsafe fn alloc_in(&self, heap: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        self.inner.alloc_in(heap, size, align, zeroed)
+    }
+    unsafe fn realloc_in(
+        &self,
+        heap: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> *mut u8 {
+        self.inner.realloc_in(heap, p, old, align, new_size)
+    }
+    unsafe fn free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
+        self.inner.free_in(heap, p, size, align)
+    }
+    unsafe fn delete(&self, heap: HeapId) {
+        let blocks = self.inner.blocks(heap);
+        if self.drops && blocks.len() >= 3 {
+            if let Some(&(p, size, align)) = blocks.iter().max_by_key(|(p, size, _)| (*size, *p)) {
+                self.base.free(p as *mut u8, size, align);
+            }
+        }
+        self.inner.delete(heap)
+    }
+    unsafe fn destroy(&self, heap: HeapId) {
+        self.inner.destroy(heap)
+    }
+    fn collect(&self, heap: HeapId, force: bool) {
+        self.inner.collect(heap, force)
+    }
+    fn visit(&self, heap: HeapId) -> Option<Vec<(usize, usize)>> {
+        self.inner.visit(heap)
+    }
+    fn contains(&self, heap: HeapId, p: usize) -> Option<bool> {
+        self.inner.contains(heap, p)
+    }
+}

@@ -1,0 +1,108 @@
+//! `diff_mimalloc`: one program in lockstep on the allocator under test and
+//! on C mimalloc, comparing what must agree.
+
+use crate::allocator::Allocator;
+use crate::executor::{Executor, Mode, Outcome};
+use crate::op::{Op, Program};
+use crate::pattern;
+use crate::violation::{Report, Violation};
+
+/// Largest size whose usable size is a pure function of the request in
+/// mimalloc (its small and medium bins).
+const BINNED_MAX: usize = 512 << 10;
+
+/// Runs `program` on `under_test` and `reference` side by side. Each side
+/// runs the full shadow model; on top, both must agree on success or
+/// failure of every request, on contents, and on usable sizes when the
+/// allocator under test declares mimalloc's size classes.
+pub fn run(
+    program: &Program,
+    under_test: &'static dyn Allocator,
+    reference: &'static dyn Allocator,
+    mode: Mode,
+) {
+    let mut a = Executor::new(under_test, mode);
+    let mut b = Executor::new(reference, mode);
+    let same_classes = under_test.size_classes() == Some("mimalloc");
+    let zero_differs = under_test.realloc_to_zero() != reference.realloc_to_zero();
+    for (i, op) in program.ops.iter().enumerate() {
+        // realloc to 0 is API-defined (C frees, mimalloc returns a block):
+        // where the two APIs differ, neither side runs it.
+        if zero_differs && reallocs_to_zero(&a, op) {
+            continue;
+        }
+        let (oa, ob) = (a.step(i, op), b.step(i, op));
+        if mode == Mode::Bare {
+            continue;
+        }
+        let fail = |detail: String| -> ! {
+            let report = Report {
+                op_index: i,
+                op: op.to_string(),
+                violation: Violation::Diff { detail },
+            };
+            panic!(
+                "{report} [allocator {} vs {}]",
+                under_test.name(),
+                reference.name()
+            );
+        };
+        match (oa, ob) {
+            (Outcome::Live(x), Outcome::Live(y)) => {
+                let (ba, bb) = (a.shadow().blocks()[x], b.shadow().blocks()[y]);
+                if ba.size != bb.size {
+                    fail(format!("block sizes differ: {} vs {}", ba.size, bb.size));
+                }
+                // Only a fresh, binned block with natural alignment has a
+                // usable size that follows from the request alone
+                // (`mi_good_size`): a realloc may stay in place, an aligned
+                // block may start anywhere in its slot, a huge one is rounded
+                // to whatever the OS mapping gives.
+                let fresh = matches!(
+                    op,
+                    Op::Alloc { .. }
+                        | Op::Calloc { .. }
+                        | Op::HeapAlloc { .. }
+                        | Op::WorkerAlloc { .. }
+                );
+                let comparable = same_classes && fresh && ba.size <= BINNED_MAX;
+                if let Some(class) = reference
+                    .good_size(ba.size, ba.align)
+                    .filter(|_| comparable)
+                {
+                    if ba.usable != class {
+                        fail(format!(
+                            "usable size {} but mimalloc's class for size {} is {class}",
+                            ba.usable, ba.size
+                        ));
+                    }
+                }
+                // Both sides filled the layout of the requested size (equal, checked above).
+                if let Some(m) =
+                    unsafe { pattern::compare(bb.ptr as *const u8, ba.ptr as *const u8, ba.size) }
+                {
+                    fail(format!(
+                        "contents differ at offset {}: mimalloc {:#04x}, under test {:#04x}",
+                        m.offset, m.expected, m.found
+                    ));
+                }
+            }
+            (x, y) if std::mem::discriminant(&x) != std::mem::discriminant(&y) => {
+                fail(format!("under test {x:?}, mimalloc {y:?}"))
+            }
+            _ => {}
+        }
+    }
+    a.finish(program.ops.len());
+    b.finish(program.ops.len());
+}
+
+fn reallocs_to_zero(ex: &Executor, op: &Op) -> bool {
+    match *op {
+        Op::Realloc { slot, to } => ex
+            .shadow()
+            .slot(slot)
+            .is_some_and(|i| to.resolve(ex.shadow().blocks()[i].size) == 0),
+        _ => false,
+    }
+}

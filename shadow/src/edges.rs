@@ -1,0 +1,154 @@
+//! Allocator edges: the sizes, alignments and counts programs are built from.
+//!
+//! Each decoder picks a family (power of two, quarter-octave bin, threshold,
+//! impossible, ...) and a few bits within it, so the fuzzer reaches a size
+//! class boundary with two or three bytes instead of searching 2^64 values.
+
+use arbitrary::Arbitrary;
+
+/// Largest alignment a program asks for (4 MiB).
+pub const MAX_ALIGN: usize = 4 << 20;
+
+/// Every size at or above this can never be served on a 64-bit machine, so a
+/// request for it must fail cleanly. (Anything this close to `isize::MAX`
+/// exceeds every address space; Rust's `Layout` rejects the top of the band.)
+pub const IMPOSSIBLE_FROM: usize = isize::MAX as usize - (1 << 32);
+
+/// Thresholds where allocators switch strategy: page, small/large, 512 KiB
+/// (mimalloc large), 4 MiB (segment / huge), 32 MiB.
+const THRESHOLDS: [usize; 5] = [4 << 10, 64 << 10, 512 << 10, 4 << 20, 32 << 20];
+
+const IMPOSSIBLE: [usize; 10] = [
+    isize::MAX as usize,
+    isize::MAX as usize - 1,
+    isize::MAX as usize - 15,
+    isize::MAX as usize - 4095,
+    isize::MAX as usize - 65535,
+    isize::MAX as usize + 1,
+    usize::MAX,
+    usize::MAX - 15,
+    usize::MAX - 4095,
+    1 << 63 | 1 << 62,
+];
+
+#[derive(Arbitrary, Clone, Copy, Debug)]
+pub enum Delta {
+    Zero,
+    Minus,
+    Plus,
+}
+
+impl Delta {
+    fn apply(self, n: usize) -> usize {
+        match self {
+            Delta::Zero => n,
+            Delta::Minus => n.saturating_sub(1),
+            Delta::Plus => n + 1,
+        }
+    }
+}
+
+/// A requested size, by family.
+#[derive(Arbitrary, Clone, Copy, Debug)]
+pub enum ArbSize {
+    /// 0..=255 exactly: the tiny classes and size-0 requests.
+    Small(u8),
+    /// 16 * k ± 1 up to 4 KiB: 8- and 16-byte boundaries.
+    Word(u8, Delta),
+    /// 2^e ± 1, 1 B to 64 MiB.
+    Pow2(u8, Delta),
+    /// Quarter-octave bin edges 2^e + q·2^(e-2), ± 1.
+    Quarter(u8, u8, Delta),
+    /// 4 KiB, 64 KiB, 512 KiB, 4 MiB, 32 MiB, ± 1.
+    Threshold(u8, Delta),
+    /// Near `isize::MAX` or `usize::MAX`: must fail.
+    Impossible(u8),
+}
+
+impl ArbSize {
+    pub fn resolve(self) -> usize {
+        match self {
+            ArbSize::Small(n) => n.into(),
+            ArbSize::Word(k, d) => d.apply(16 * usize::from(k)),
+            ArbSize::Pow2(e, d) => d.apply(1 << (e % 27)),
+            ArbSize::Quarter(e, q, d) => {
+                let e = 3 + u32::from(e) % 23;
+                d.apply((1 << e) + usize::from(1 + q % 3) * (1 << (e - 2)))
+            }
+            ArbSize::Threshold(i, d) => d.apply(THRESHOLDS[usize::from(i) % THRESHOLDS.len()]),
+            ArbSize::Impossible(i) => IMPOSSIBLE[usize::from(i) % IMPOSSIBLE.len()],
+        }
+    }
+}
+
+/// A requested alignment.
+#[derive(Arbitrary, Clone, Copy, Debug)]
+pub enum ArbAlign {
+    /// No alignment beyond what the allocator gives anyway (1).
+    Natural,
+    /// 2^k for k in 0..=22: 1 B to 4 MiB.
+    Pow2(u8),
+    /// size == align == 2^k (overrides the size).
+    SizeEqAlign(u8),
+}
+
+/// Resolves a size and alignment pair; `SizeEqAlign` ties them together.
+pub fn size_align(size: ArbSize, align: ArbAlign) -> (usize, usize) {
+    match align {
+        ArbAlign::Natural => (size.resolve(), 1),
+        ArbAlign::Pow2(k) => (size.resolve(), 1 << (k % 23)),
+        ArbAlign::SizeEqAlign(k) => (1 << (k % 23), 1 << (k % 23)),
+    }
+}
+
+/// A calloc element count, chosen to make `count * size` overflow often.
+#[derive(Arbitrary, Clone, Copy, Debug)]
+pub enum ArbCount {
+    Small(u8),
+    /// The smallest count that overflows, plus k.
+    JustOverflows(u8),
+    /// The largest count that does not overflow.
+    JustFits,
+    Max,
+    Pow32,
+}
+
+impl ArbCount {
+    pub fn resolve(self, size: usize) -> usize {
+        let max_fit = usize::MAX.checked_div(size).unwrap_or(usize::MAX);
+        match self {
+            ArbCount::Small(n) => n.into(),
+            ArbCount::JustOverflows(k) => max_fit.saturating_add(1 + usize::from(k)),
+            ArbCount::JustFits => max_fit,
+            ArbCount::Max => usize::MAX,
+            ArbCount::Pow32 => 1 << 32,
+        }
+    }
+}
+
+/// A realloc target size.
+#[derive(Arbitrary, Clone, Copy, Debug)]
+pub enum ArbNewSize {
+    Exact(ArbSize),
+    Same,
+    PlusOne,
+    MinusOne,
+    Double,
+    Half,
+    Zero,
+}
+
+impl ArbNewSize {
+    pub fn resolve(self) -> crate::op::NewSize {
+        use crate::op::NewSize;
+        match self {
+            ArbNewSize::Exact(s) => NewSize::Exact(s.resolve()),
+            ArbNewSize::Same => NewSize::Same,
+            ArbNewSize::PlusOne => NewSize::PlusOne,
+            ArbNewSize::MinusOne => NewSize::MinusOne,
+            ArbNewSize::Double => NewSize::Double,
+            ArbNewSize::Half => NewSize::Half,
+            ArbNewSize::Zero => NewSize::Zero,
+        }
+    }
+}

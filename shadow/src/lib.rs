@@ -1,0 +1,48 @@
+//! allocsoak's oracle: op programs decoded from fuzz input, run against an
+//! allocator under test while a shadow heap checks every invariant.
+//!
+//! - [`Program`] ([`op`]): the op language; decodes from bytes, prints as
+//!   text, parses back, emits a Rust `#[test]`.
+//! - [`allocator::Allocator`]: the allocator under test, by name
+//!   ([`allocator::by_name`]): `system`, `mimalloc`, `jemalloc`, `dlmalloc`,
+//!   `rlsf`, `dylib:…`, `zoo:<bug>`.
+//! - [`Executor`] with [`model::ShadowHeap`]: runs a program, panics with an
+//!   `allocsoak violation: <kind>: …` line ([`Violation`]) at the first
+//!   broken invariant.
+//! - [`harness`]: what the fuzz targets call.
+//!
+//! ```
+//! let program: shadow::Program = "target alloc_ops\nalloc size=24 align=8\nrealloc slot=0 to=double\n"
+//!     .parse()
+//!     .unwrap();
+//! shadow::run(&program, shadow::allocator::by_name("system").unwrap());
+//! ```
+
+pub mod allocator;
+pub mod diff;
+pub mod edges;
+pub mod executor;
+pub mod harness;
+pub mod model;
+pub mod op;
+pub mod pattern;
+pub mod violation;
+mod workers;
+
+pub use executor::{Executor, Mode, Stats};
+pub use op::{Op, Program, Target};
+pub use violation::{Report, Violation};
+
+/// Runs `program` against `alloc` with every check on; panics with an
+/// `allocsoak violation:` line at the first broken invariant.
+pub fn run(program: &Program, alloc: &'static dyn allocator::Allocator) -> Stats {
+    harness::run_program(program, alloc, Mode::Checked)
+}
+
+/// Whether this process runs under AddressSanitizer.
+pub fn under_asan() -> bool {
+    static ASAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ASAN.get_or_init(|| unsafe {
+        !libc::dlsym(libc::RTLD_DEFAULT, c"__asan_init".as_ptr()).is_null()
+    })
+}

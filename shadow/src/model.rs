@@ -1,0 +1,171 @@
+//! The shadow heap: what the harness knows about every live block.
+
+use std::collections::BTreeMap;
+
+use crate::allocator::{HeapId, LiveBlock};
+
+/// Most live blocks a program holds; allocations beyond are skipped.
+pub const MAX_LIVE_BLOCKS: usize = 256;
+/// Most live bytes a program holds, so a correct allocator stays far below
+/// libFuzzer's RSS limit (ASan's quarantine adds up to 256 MiB on top).
+pub const MAX_LIVE_BYTES: usize = 96 << 20;
+/// Largest possible request a program makes; larger possible ones are skipped.
+pub const MAX_BLOCK: usize = 64 << 20;
+
+/// One live block.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    pub ptr: usize,
+    pub size: usize,
+    pub align: usize,
+    /// What the allocator said at allocation time.
+    pub usable: usize,
+    /// Bytes that carry the pattern: `size`, or `usable` after a probe.
+    pub extent: usize,
+    pub seed: u64,
+    /// The heap the block lives in; `None` for the default heap.
+    pub heap: Option<HeapId>,
+}
+
+impl Block {
+    /// The bytes the block owns, for overlap checks.
+    fn end(&self) -> usize {
+        self.ptr + self.size.max(self.usable).max(1)
+    }
+}
+
+/// Live blocks in program order (slots index into it) and an interval map
+/// of the bytes they own.
+#[derive(Default)]
+pub struct ShadowHeap {
+    blocks: Vec<Block>,
+    /// start -> end of every live block; disjoint while the allocator is correct.
+    intervals: BTreeMap<usize, usize>,
+    live_bytes: usize,
+}
+
+impl ShadowHeap {
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    pub fn blocks_mut(&mut self) -> &mut [Block] {
+        &mut self.blocks
+    }
+
+    /// Whether one more block of `size` bytes stays within the caps.
+    pub fn fits(&self, size: usize) -> bool {
+        self.blocks.len() < MAX_LIVE_BLOCKS
+            && size <= MAX_BLOCK
+            && self.live_bytes + size <= MAX_LIVE_BYTES
+    }
+
+    /// Whether resizing block `i` to `size` stays within the caps.
+    pub fn fits_resize(&self, i: usize, size: usize) -> bool {
+        size <= MAX_BLOCK && self.live_bytes - self.blocks[i].size + size <= MAX_LIVE_BYTES
+    }
+
+    /// The block index a raw slot number selects.
+    pub fn slot(&self, raw: usize) -> Option<usize> {
+        (!self.blocks.is_empty()).then(|| raw % self.blocks.len())
+    }
+
+    /// The live block overlapping `[start, end)`, if any.
+    pub fn overlapping(&self, start: usize, end: usize) -> Option<Block> {
+        let (&s, &e) = self.intervals.range(..end).next_back()?;
+        (e > start).then(|| {
+            *self
+                .blocks
+                .iter()
+                .find(|b| b.ptr == s)
+                .expect("interval without block")
+        })
+    }
+
+    /// Adds a block to the live set. `Err` carries the live block it overlaps.
+    pub fn insert(&mut self, block: Block, check_overlap: bool) -> Result<usize, Block> {
+        if check_overlap {
+            if let Some(other) = self.overlapping(block.ptr, block.end()) {
+                return Err(other);
+            }
+            self.intervals.insert(block.ptr, block.end());
+        }
+        self.live_bytes += block.size;
+        self.blocks.push(block);
+        Ok(self.blocks.len() - 1)
+    }
+
+    /// Removes block `i` (the last block takes its slot).
+    pub fn remove(&mut self, i: usize) -> Block {
+        let b = self.blocks.swap_remove(i);
+        self.intervals.remove(&b.ptr);
+        self.live_bytes -= b.size;
+        b
+    }
+
+    /// The live blocks as validators see them.
+    pub fn live(&self) -> Vec<LiveBlock> {
+        self.blocks
+            .iter()
+            .map(|b| LiveBlock {
+                ptr: b.ptr,
+                size: b.size,
+                align: b.align,
+                heap: b.heap,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(ptr: usize, size: usize) -> Block {
+        Block {
+            ptr,
+            size,
+            align: 1,
+            usable: size,
+            extent: size,
+            seed: 0,
+            heap: None,
+        }
+    }
+
+    #[test]
+    fn overlap_is_found_on_either_side_and_inside() {
+        let mut s = ShadowHeap::default();
+        s.insert(block(1000, 100), true).unwrap();
+        s.insert(block(2000, 100), true).unwrap();
+        assert_eq!(s.insert(block(1099, 1), true).unwrap_err().ptr, 1000);
+        assert_eq!(s.insert(block(990, 11), true).unwrap_err().ptr, 1000);
+        assert_eq!(s.insert(block(1050, 10), true).unwrap_err().ptr, 1000);
+        assert_eq!(s.insert(block(1500, 600), true).unwrap_err().ptr, 2000);
+        assert!(
+            s.insert(block(1100, 900), true).is_ok(),
+            "touching is not overlapping"
+        );
+        // A zero-size block still owns its address.
+        s.insert(block(5000, 0), true).unwrap();
+        assert_eq!(s.insert(block(5000, 0), true).unwrap_err().ptr, 5000);
+    }
+
+    #[test]
+    fn remove_frees_the_interval_and_the_bytes() {
+        let mut s = ShadowHeap::default();
+        let i = s.insert(block(1000, MAX_LIVE_BYTES - 100), true).unwrap();
+        assert!(s.fits(100) && !s.fits(101));
+        s.remove(i);
+        assert!(s.fits(MAX_BLOCK) && !s.fits(MAX_BLOCK + 1));
+        assert!(s.insert(block(1000, 100), true).is_ok());
+    }
+}

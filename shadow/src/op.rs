@@ -1,0 +1,533 @@
+//! The op language: what a fuzz input decodes into, and how a program prints.
+//!
+//! Decoding is total: any byte string decodes to a program (possibly empty),
+//! and the same bytes always decode to the same program for the same target.
+//! Sizes, alignments and counts are drawn from allocator edges (see
+//! [`crate::edges`]) rather than uniformly, so a few bytes reach a size-class
+//! boundary or an impossible request.
+
+use std::fmt;
+use std::str::FromStr;
+
+use arbitrary::{Arbitrary, Unstructured};
+
+use crate::edges::{ArbAlign, ArbCount, ArbNewSize, ArbSize};
+
+/// Most ops one program runs; longer inputs are cut here.
+pub const MAX_OPS: usize = 384;
+
+/// A fuzz target: which op families its programs use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// Single-threaded alloc / free / realloc / calloc / usable-size.
+    AllocOps,
+    /// `AllocOps` plus heap new / delete / destroy / alloc-in / collect / visit.
+    HeapApi,
+    /// `AllocOps` plus worker threads that allocate, free, realloc and exit.
+    MtOps,
+    /// `AllocOps` run in lockstep on the allocator under test and on C mimalloc.
+    DiffMimalloc,
+}
+
+impl Target {
+    /// Every target, in a stable order.
+    pub const ALL: [Target; 4] = [
+        Target::AllocOps,
+        Target::HeapApi,
+        Target::MtOps,
+        Target::DiffMimalloc,
+    ];
+
+    /// The target's name, as used for fuzz binaries and corpus folders.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::AllocOps => "alloc_ops",
+            Target::HeapApi => "heap_api",
+            Target::MtOps => "mt_ops",
+            Target::DiffMimalloc => "diff_mimalloc",
+        }
+    }
+}
+
+impl FromStr for Target {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Target::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown target `{s}`; expected one of alloc_ops, heap_api, mt_ops, diff_mimalloc"))
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The new size of a realloc, relative to the block's current requested size
+/// where that is the interesting edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewSize {
+    Exact(usize),
+    Same,
+    PlusOne,
+    MinusOne,
+    Double,
+    Half,
+    /// Realloc to 0: frees or returns a minimal block, depending on the API.
+    Zero,
+}
+
+impl NewSize {
+    /// The concrete size for a block whose requested size is `old`.
+    pub fn resolve(self, old: usize) -> usize {
+        match self {
+            NewSize::Exact(n) => n,
+            NewSize::Same => old,
+            NewSize::PlusOne => old.saturating_add(1),
+            NewSize::MinusOne => old.saturating_sub(1),
+            NewSize::Double => old.saturating_mul(2).max(1),
+            NewSize::Half => old / 2,
+            NewSize::Zero => 0,
+        }
+    }
+}
+
+/// One step of a program. Slots, heaps and workers are raw indices that the
+/// executor reduces modulo what is live, so every op means something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Alloc {
+        size: usize,
+        align: usize,
+        zeroed: bool,
+    },
+    Free {
+        slot: usize,
+    },
+    Realloc {
+        slot: usize,
+        to: NewSize,
+    },
+    /// Query the usable size and write all of it.
+    UsableSize {
+        slot: usize,
+    },
+    Calloc {
+        count: usize,
+        size: usize,
+    },
+    HeapNew,
+    HeapDelete {
+        heap: usize,
+    },
+    HeapDestroy {
+        heap: usize,
+    },
+    HeapAlloc {
+        heap: usize,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+    },
+    HeapCollect {
+        heap: usize,
+        force: bool,
+    },
+    HeapVisit {
+        heap: usize,
+    },
+    /// A worker thread allocates a block (the block is then owned by it).
+    WorkerAlloc {
+        worker: usize,
+        size: usize,
+        align: usize,
+    },
+    /// Hand a live block to a worker, which frees it.
+    WorkerFree {
+        worker: usize,
+        slot: usize,
+    },
+    /// Hand a live block to a worker, which reallocs it.
+    WorkerRealloc {
+        worker: usize,
+        slot: usize,
+        to: NewSize,
+    },
+    /// Hand a live block to a worker, which checks its contents and keeps it.
+    WorkerCheck {
+        worker: usize,
+        slot: usize,
+    },
+    /// End a worker thread while it still owns blocks; optionally start a new one.
+    ThreadExit {
+        worker: usize,
+        restart: bool,
+    },
+}
+
+#[derive(Arbitrary)]
+enum ArbBasicOp {
+    Alloc(ArbSize, ArbAlign),
+    AllocZeroed(ArbSize, ArbAlign),
+    Free(u8),
+    Realloc(u8, ArbNewSize),
+    UsableSize(u8),
+    Calloc(ArbCount, ArbSize),
+}
+
+#[derive(Arbitrary)]
+enum ArbHeapOp {
+    Basic(ArbBasicOp),
+    New,
+    Delete(u8),
+    Destroy(u8),
+    Alloc(u8, ArbSize, ArbAlign, bool),
+    Collect(u8, bool),
+    Visit(u8),
+}
+
+#[derive(Arbitrary)]
+enum ArbThreadOp {
+    Basic(ArbBasicOp),
+    WorkerAlloc(u8, ArbSize, ArbAlign),
+    WorkerFree(u8, u8),
+    WorkerRealloc(u8, u8, ArbNewSize),
+    WorkerCheck(u8, u8),
+    ThreadExit(u8, bool),
+}
+
+impl From<ArbBasicOp> for Op {
+    fn from(op: ArbBasicOp) -> Op {
+        match op {
+            ArbBasicOp::Alloc(size, align) | ArbBasicOp::AllocZeroed(size, align) => {
+                let zeroed = matches!(op, ArbBasicOp::AllocZeroed(..));
+                let (size, align) = crate::edges::size_align(size, align);
+                Op::Alloc {
+                    size,
+                    align,
+                    zeroed,
+                }
+            }
+            ArbBasicOp::Free(slot) => Op::Free { slot: slot.into() },
+            ArbBasicOp::Realloc(slot, to) => Op::Realloc {
+                slot: slot.into(),
+                to: to.resolve(),
+            },
+            ArbBasicOp::UsableSize(slot) => Op::UsableSize { slot: slot.into() },
+            ArbBasicOp::Calloc(count, size) => {
+                let size = size.resolve();
+                Op::Calloc {
+                    count: count.resolve(size),
+                    size,
+                }
+            }
+        }
+    }
+}
+
+impl From<ArbHeapOp> for Op {
+    fn from(op: ArbHeapOp) -> Op {
+        match op {
+            ArbHeapOp::Basic(op) => op.into(),
+            ArbHeapOp::New => Op::HeapNew,
+            ArbHeapOp::Delete(h) => Op::HeapDelete { heap: h.into() },
+            ArbHeapOp::Destroy(h) => Op::HeapDestroy { heap: h.into() },
+            ArbHeapOp::Alloc(h, size, align, zeroed) => {
+                let (size, align) = crate::edges::size_align(size, align);
+                Op::HeapAlloc {
+                    heap: h.into(),
+                    size,
+                    align,
+                    zeroed,
+                }
+            }
+            ArbHeapOp::Collect(h, force) => Op::HeapCollect {
+                heap: h.into(),
+                force,
+            },
+            ArbHeapOp::Visit(h) => Op::HeapVisit { heap: h.into() },
+        }
+    }
+}
+
+impl From<ArbThreadOp> for Op {
+    fn from(op: ArbThreadOp) -> Op {
+        match op {
+            ArbThreadOp::Basic(op) => op.into(),
+            ArbThreadOp::WorkerAlloc(w, size, align) => {
+                let (size, align) = crate::edges::size_align(size, align);
+                Op::WorkerAlloc {
+                    worker: w.into(),
+                    size,
+                    align,
+                }
+            }
+            ArbThreadOp::WorkerFree(w, s) => Op::WorkerFree {
+                worker: w.into(),
+                slot: s.into(),
+            },
+            ArbThreadOp::WorkerRealloc(w, s, to) => Op::WorkerRealloc {
+                worker: w.into(),
+                slot: s.into(),
+                to: to.resolve(),
+            },
+            ArbThreadOp::WorkerCheck(w, s) => Op::WorkerCheck {
+                worker: w.into(),
+                slot: s.into(),
+            },
+            ArbThreadOp::ThreadExit(w, restart) => Op::ThreadExit {
+                worker: w.into(),
+                restart,
+            },
+        }
+    }
+}
+
+/// A decoded program: the target it was decoded for and its ops, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Program {
+    pub target: Target,
+    pub ops: Vec<Op>,
+}
+
+impl Program {
+    /// Decodes fuzz input for `target`. Never fails: decoding stops at the
+    /// first op the remaining bytes cannot complete, or at [`MAX_OPS`].
+    pub fn decode(target: Target, data: &[u8]) -> Program {
+        let mut u = Unstructured::new(data);
+        let mut ops = Vec::new();
+        while !u.is_empty() && ops.len() < MAX_OPS {
+            let op = match target {
+                Target::AllocOps | Target::DiffMimalloc => {
+                    u.arbitrary::<ArbBasicOp>().map(Op::from)
+                }
+                Target::HeapApi => u.arbitrary::<ArbHeapOp>().map(Op::from),
+                Target::MtOps => u.arbitrary::<ArbThreadOp>().map(Op::from),
+            };
+            match op {
+                Ok(op) => ops.push(op),
+                Err(_) => break,
+            }
+        }
+        Program { target, ops }
+    }
+
+    /// The program as a standalone Rust test that replays it with no fuzz
+    /// engine, against `allocator` (a name `allocator::by_name` accepts).
+    pub fn to_rust_test(&self, test_name: &str, allocator: &str) -> String {
+        let text = self.to_string();
+        format!(
+            "// Emitted by allocsoak. Needs the `shadow` crate as a dev-dependency.\n\
+             #[test]\n\
+             fn {test_name}() {{\n\
+             \x20   let program: shadow::Program = r#\"\n{text}\"#\n\
+             \x20       .parse()\n\
+             \x20       .expect(\"program text\");\n\
+             \x20   let allocator = shadow::allocator::by_name({allocator:?}).expect(\"allocator\");\n\
+             \x20   shadow::run(&program, allocator);\n\
+             }}\n"
+        )
+    }
+}
+
+fn fmt_new_size(to: &NewSize) -> String {
+    match to {
+        NewSize::Exact(n) => n.to_string(),
+        NewSize::Same => "same".into(),
+        NewSize::PlusOne => "+1".into(),
+        NewSize::MinusOne => "-1".into(),
+        NewSize::Double => "double".into(),
+        NewSize::Half => "half".into(),
+        NewSize::Zero => "zero".into(),
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Alloc {
+                size,
+                align,
+                zeroed,
+            } => {
+                write!(
+                    f,
+                    "alloc size={size} align={align}{}",
+                    if *zeroed { " zeroed" } else { "" }
+                )
+            }
+            Op::Free { slot } => write!(f, "free slot={slot}"),
+            Op::Realloc { slot, to } => write!(f, "realloc slot={slot} to={}", fmt_new_size(to)),
+            Op::UsableSize { slot } => write!(f, "usable-size slot={slot}"),
+            Op::Calloc { count, size } => write!(f, "calloc count={count} size={size}"),
+            Op::HeapNew => write!(f, "heap-new"),
+            Op::HeapDelete { heap } => write!(f, "heap-delete heap={heap}"),
+            Op::HeapDestroy { heap } => write!(f, "heap-destroy heap={heap}"),
+            Op::HeapAlloc {
+                heap,
+                size,
+                align,
+                zeroed,
+            } => write!(
+                f,
+                "heap-alloc heap={heap} size={size} align={align}{}",
+                if *zeroed { " zeroed" } else { "" }
+            ),
+            Op::HeapCollect { heap, force } => {
+                write!(
+                    f,
+                    "heap-collect heap={heap}{}",
+                    if *force { " force" } else { "" }
+                )
+            }
+            Op::HeapVisit { heap } => write!(f, "heap-visit heap={heap}"),
+            Op::WorkerAlloc {
+                worker,
+                size,
+                align,
+            } => {
+                write!(f, "worker-alloc worker={worker} size={size} align={align}")
+            }
+            Op::WorkerFree { worker, slot } => write!(f, "worker-free worker={worker} slot={slot}"),
+            Op::WorkerRealloc { worker, slot, to } => {
+                write!(
+                    f,
+                    "worker-realloc worker={worker} slot={slot} to={}",
+                    fmt_new_size(to)
+                )
+            }
+            Op::WorkerCheck { worker, slot } => {
+                write!(f, "worker-check worker={worker} slot={slot}")
+            }
+            Op::ThreadExit { worker, restart } => {
+                write!(
+                    f,
+                    "thread-exit worker={worker}{}",
+                    if *restart { " restart" } else { "" }
+                )
+            }
+        }
+    }
+}
+
+/// One op per line, after a `target <name>` header line.
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "target {}", self.target)?;
+        for op in &self.ops {
+            writeln!(f, "{op}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses the text form written by `Display` (blank lines and `#` comments
+/// are allowed), so printed programs and emitted tests replay exactly.
+impl FromStr for Program {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Program, String> {
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.split('#').next().unwrap_or("").trim()))
+            .filter(|(_, l)| !l.is_empty());
+        let target = match lines.next() {
+            Some((_, l)) if l.starts_with("target ") => l["target ".len()..].trim().parse()?,
+            _ => return Err("program text must start with a `target <name>` line".into()),
+        };
+        let ops = lines
+            .map(|(n, l)| parse_op(l).map_err(|e| format!("line {n}: {e}: `{l}`")))
+            .collect::<Result<_, _>>()?;
+        Ok(Program { target, ops })
+    }
+}
+
+fn parse_op(line: &str) -> Result<Op, String> {
+    let mut words = line.split_whitespace();
+    let name = words.next().ok_or("empty op")?;
+    let mut fields = std::collections::HashMap::new();
+    let mut flags = Vec::new();
+    for w in words {
+        match w.split_once('=') {
+            Some((k, v)) => {
+                fields.insert(k, v);
+            }
+            None => flags.push(w),
+        }
+    }
+    let num = |k: &str| -> Result<usize, String> {
+        fields
+            .get(k)
+            .ok_or_else(|| format!("missing `{k}=`"))?
+            .parse()
+            .map_err(|_| format!("`{k}` is not a number"))
+    };
+    let to = || -> Result<NewSize, String> {
+        Ok(match *fields.get("to").ok_or("missing `to=`")? {
+            "same" => NewSize::Same,
+            "+1" => NewSize::PlusOne,
+            "-1" => NewSize::MinusOne,
+            "double" => NewSize::Double,
+            "half" => NewSize::Half,
+            "zero" => NewSize::Zero,
+            n => NewSize::Exact(n.parse().map_err(|_| "bad `to=`")?),
+        })
+    };
+    let flag = |f: &str| flags.contains(&f);
+    Ok(match name {
+        "alloc" => Op::Alloc {
+            size: num("size")?,
+            align: num("align")?,
+            zeroed: flag("zeroed"),
+        },
+        "free" => Op::Free { slot: num("slot")? },
+        "realloc" => Op::Realloc {
+            slot: num("slot")?,
+            to: to()?,
+        },
+        "usable-size" => Op::UsableSize { slot: num("slot")? },
+        "calloc" => Op::Calloc {
+            count: num("count")?,
+            size: num("size")?,
+        },
+        "heap-new" => Op::HeapNew,
+        "heap-delete" => Op::HeapDelete { heap: num("heap")? },
+        "heap-destroy" => Op::HeapDestroy { heap: num("heap")? },
+        "heap-alloc" => Op::HeapAlloc {
+            heap: num("heap")?,
+            size: num("size")?,
+            align: num("align")?,
+            zeroed: flag("zeroed"),
+        },
+        "heap-collect" => Op::HeapCollect {
+            heap: num("heap")?,
+            force: flag("force"),
+        },
+        "heap-visit" => Op::HeapVisit { heap: num("heap")? },
+        "worker-alloc" => Op::WorkerAlloc {
+            worker: num("worker")?,
+            size: num("size")?,
+            align: num("align")?,
+        },
+        "worker-free" => Op::WorkerFree {
+            worker: num("worker")?,
+            slot: num("slot")?,
+        },
+        "worker-realloc" => Op::WorkerRealloc {
+            worker: num("worker")?,
+            slot: num("slot")?,
+            to: to()?,
+        },
+        "worker-check" => Op::WorkerCheck {
+            worker: num("worker")?,
+            slot: num("slot")?,
+        },
+        "thread-exit" => Op::ThreadExit {
+            worker: num("worker")?,
+            restart: flag("restart"),
+        },
+        other => return Err(format!("unknown op `{other}`")),
+    })
+}

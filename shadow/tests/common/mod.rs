@@ -1,0 +1,80 @@
+#![allow(dead_code)]
+//! Helpers shared by the integration tests.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use shadow::{Program, Target};
+
+/// Deterministic pseudo-random fuzz inputs (xorshift), so failures replay.
+pub fn inputs(seed: u64, count: usize, max_len: usize) -> Vec<Vec<u8>> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..count)
+        .map(|_| {
+            let len = (next() as usize) % max_len;
+            (0..len).map(|_| next() as u8).collect()
+        })
+        .collect()
+}
+
+/// Runs `program` and returns the violation line it panicked with, if any.
+pub fn violation(program: &Program, allocator: &str) -> Option<String> {
+    let alloc = shadow::allocator::by_name(allocator).expect("allocator");
+    quiet_panics();
+    catch_unwind(AssertUnwindSafe(|| shadow::run(program, alloc)))
+        .err()
+        .map(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        })
+}
+
+/// The kind of the violation `program` hits, if any.
+pub fn kind(program: &Program, allocator: &str) -> Option<String> {
+    violation(program, allocator).map(|line| {
+        shadow::violation::kind_of(&line)
+            .unwrap_or_else(|| panic!("not a violation line: {line}"))
+            .to_string()
+    })
+}
+
+pub fn program(text: &str) -> Program {
+    text.parse()
+        .unwrap_or_else(|e| panic!("bad program text: {e}"))
+}
+
+/// Runs `count` random programs of `target` on `allocator`; panics with the
+/// first violation and the program that caused it.
+pub fn assert_clean(target: Target, allocator: &str, seed: u64, count: usize) {
+    for data in inputs(seed, count, 2048) {
+        let p = Program::decode(target, &data);
+        if let Some(v) = violation(&p, allocator) {
+            panic!("false alarm on {allocator}: {v}\nprogram:\n{p}");
+        }
+    }
+}
+
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            // Expected violations are caught and asserted on; print the rest.
+            let msg = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .unwrap_or("");
+            if !msg.starts_with("allocsoak violation") {
+                default(info)
+            }
+        }))
+    });
+}
