@@ -63,11 +63,34 @@ pub enum ArbSize {
     Threshold(u8, Delta),
     /// Near `isize::MAX` or `usize::MAX`: must fail.
     Impossible(u8),
+    /// A size the program asked for before: a second block of the same
+    /// class, where free-list and reuse bugs live.
+    Recent(u8),
+}
+
+/// The last few sizes a program decoded, for [`ArbSize::Recent`].
+#[derive(Default)]
+pub struct History {
+    sizes: [usize; 8],
+    len: usize,
+}
+
+impl History {
+    fn push(&mut self, size: usize) {
+        self.sizes[self.len % self.sizes.len()] = size;
+        self.len += 1;
+    }
+
+    /// The `k`-th most recent size (wrapping), if any.
+    fn recent(&self, k: u8) -> Option<usize> {
+        let n = self.len.min(self.sizes.len());
+        (n > 0).then(|| self.sizes[(self.len - 1 - usize::from(k) % n) % self.sizes.len()])
+    }
 }
 
 impl ArbSize {
-    pub fn resolve(self) -> usize {
-        match self {
+    pub fn resolve(self, history: &mut History) -> usize {
+        let size = match self {
             ArbSize::Small(n) => n.into(),
             ArbSize::Word(k, d) => d.apply(16 * usize::from(k)),
             ArbSize::Pow2(e, d) => d.apply(1 << (e % 27)),
@@ -77,7 +100,10 @@ impl ArbSize {
             }
             ArbSize::Threshold(i, d) => d.apply(THRESHOLDS[usize::from(i) % THRESHOLDS.len()]),
             ArbSize::Impossible(i) => IMPOSSIBLE[usize::from(i) % IMPOSSIBLE.len()],
-        }
+            ArbSize::Recent(k) => history.recent(k).unwrap_or(usize::from(k)),
+        };
+        history.push(size);
+        size
     }
 }
 
@@ -93,10 +119,10 @@ pub enum ArbAlign {
 }
 
 /// Resolves a size and alignment pair; `SizeEqAlign` ties them together.
-pub fn size_align(size: ArbSize, align: ArbAlign) -> (usize, usize) {
+pub fn size_align(size: ArbSize, align: ArbAlign, history: &mut History) -> (usize, usize) {
     match align {
-        ArbAlign::Natural => (size.resolve(), 1),
-        ArbAlign::Pow2(k) => (size.resolve(), 1 << (k % 23)),
+        ArbAlign::Natural => (size.resolve(history), 1),
+        ArbAlign::Pow2(k) => (size.resolve(history), 1 << (k % 23)),
         ArbAlign::SizeEqAlign(k) => (1 << (k % 23), 1 << (k % 23)),
     }
 }
@@ -139,10 +165,10 @@ pub enum ArbNewSize {
 }
 
 impl ArbNewSize {
-    pub fn resolve(self) -> crate::op::NewSize {
+    pub fn resolve(self, history: &mut History) -> crate::op::NewSize {
         use crate::op::NewSize;
         match self {
-            ArbNewSize::Exact(s) => NewSize::Exact(s.resolve()),
+            ArbNewSize::Exact(s) => NewSize::Exact(s.resolve(history)),
             ArbNewSize::Same => NewSize::Same,
             ArbNewSize::PlusOne => NewSize::PlusOne,
             ArbNewSize::MinusOne => NewSize::MinusOne,

@@ -38,11 +38,3 @@ pub use violation::{Report, Violation};
 pub fn run(program: &Program, alloc: &'static dyn allocator::Allocator) -> Stats {
     harness::run_program(program, alloc, Mode::Checked)
 }
-
-/// Whether this process runs under AddressSanitizer.
-pub fn under_asan() -> bool {
-    static ASAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ASAN.get_or_init(|| unsafe {
-        !libc::dlsym(libc::RTLD_DEFAULT, c"__asan_init".as_ptr()).is_null()
-    })
-}

@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use arbitrary::{Arbitrary, Unstructured};
 
-use crate::edges::{ArbAlign, ArbCount, ArbNewSize, ArbSize};
+use crate::edges::{size_align, ArbAlign, ArbCount, ArbNewSize, ArbSize, History};
 
 /// Most ops one program runs; longer inputs are cut here.
 pub const MAX_OPS: usize = 384;
@@ -198,12 +198,12 @@ enum ArbThreadOp {
     ThreadExit(u8, bool),
 }
 
-impl From<ArbBasicOp> for Op {
-    fn from(op: ArbBasicOp) -> Op {
-        match op {
+impl ArbBasicOp {
+    fn lower(self, h: &mut History) -> Op {
+        match self {
             ArbBasicOp::Alloc(size, align) | ArbBasicOp::AllocZeroed(size, align) => {
-                let zeroed = matches!(op, ArbBasicOp::AllocZeroed(..));
-                let (size, align) = crate::edges::size_align(size, align);
+                let zeroed = matches!(self, ArbBasicOp::AllocZeroed(..));
+                let (size, align) = size_align(size, align, h);
                 Op::Alloc {
                     size,
                     align,
@@ -213,11 +213,11 @@ impl From<ArbBasicOp> for Op {
             ArbBasicOp::Free(slot) => Op::Free { slot: slot.into() },
             ArbBasicOp::Realloc(slot, to) => Op::Realloc {
                 slot: slot.into(),
-                to: to.resolve(),
+                to: to.resolve(h),
             },
             ArbBasicOp::UsableSize(slot) => Op::UsableSize { slot: slot.into() },
             ArbBasicOp::Calloc(count, size) => {
-                let size = size.resolve();
+                let size = size.resolve(h);
                 Op::Calloc {
                     count: count.resolve(size),
                     size,
@@ -227,15 +227,15 @@ impl From<ArbBasicOp> for Op {
     }
 }
 
-impl From<ArbHeapOp> for Op {
-    fn from(op: ArbHeapOp) -> Op {
-        match op {
-            ArbHeapOp::Basic(op) => op.into(),
+impl ArbHeapOp {
+    fn lower(self, history: &mut History) -> Op {
+        match self {
+            ArbHeapOp::Basic(op) => op.lower(history),
             ArbHeapOp::New => Op::HeapNew,
             ArbHeapOp::Delete(h) => Op::HeapDelete { heap: h.into() },
             ArbHeapOp::Destroy(h) => Op::HeapDestroy { heap: h.into() },
             ArbHeapOp::Alloc(h, size, align, zeroed) => {
-                let (size, align) = crate::edges::size_align(size, align);
+                let (size, align) = size_align(size, align, history);
                 Op::HeapAlloc {
                     heap: h.into(),
                     size,
@@ -252,12 +252,12 @@ impl From<ArbHeapOp> for Op {
     }
 }
 
-impl From<ArbThreadOp> for Op {
-    fn from(op: ArbThreadOp) -> Op {
-        match op {
-            ArbThreadOp::Basic(op) => op.into(),
+impl ArbThreadOp {
+    fn lower(self, h: &mut History) -> Op {
+        match self {
+            ArbThreadOp::Basic(op) => op.lower(h),
             ArbThreadOp::WorkerAlloc(w, size, align) => {
-                let (size, align) = crate::edges::size_align(size, align);
+                let (size, align) = size_align(size, align, h);
                 Op::WorkerAlloc {
                     worker: w.into(),
                     size,
@@ -271,7 +271,7 @@ impl From<ArbThreadOp> for Op {
             ArbThreadOp::WorkerRealloc(w, s, to) => Op::WorkerRealloc {
                 worker: w.into(),
                 slot: s.into(),
-                to: to.resolve(),
+                to: to.resolve(h),
             },
             ArbThreadOp::WorkerCheck(w, s) => Op::WorkerCheck {
                 worker: w.into(),
@@ -298,13 +298,14 @@ impl Program {
     pub fn decode(target: Target, data: &[u8]) -> Program {
         let mut u = Unstructured::new(data);
         let mut ops = Vec::new();
+        let h = &mut History::default();
         while !u.is_empty() && ops.len() < MAX_OPS {
             let op = match target {
                 Target::AllocOps | Target::DiffMimalloc => {
-                    u.arbitrary::<ArbBasicOp>().map(Op::from)
+                    u.arbitrary::<ArbBasicOp>().map(|op| op.lower(h))
                 }
-                Target::HeapApi => u.arbitrary::<ArbHeapOp>().map(Op::from),
-                Target::MtOps => u.arbitrary::<ArbThreadOp>().map(Op::from),
+                Target::HeapApi => u.arbitrary::<ArbHeapOp>().map(|op| op.lower(h)),
+                Target::MtOps => u.arbitrary::<ArbThreadOp>().map(|op| op.lower(h)),
             };
             match op {
                 Ok(op) => ops.push(op),

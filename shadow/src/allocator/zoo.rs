@@ -84,20 +84,23 @@ impl Bug {
         }
     }
 
-    /// The finding kind the bug shows up as: a violation kind, or the
-    /// sanitizer's error type where ASan sees it first.
-    pub fn expected_kind(self) -> &'static str {
+    /// The finding kinds the bug may show up as: violation kinds, or the
+    /// sanitizer's error type where ASan sees it first. The first is the
+    /// usual one.
+    pub fn expected_kinds(self) -> &'static [&'static str] {
         match self {
-            Bug::SmallUnderalign | Bug::SizeEqAlign => "alignment",
-            Bug::DoubleIssue => "overlap",
-            Bug::UsableOversize => "heap-buffer-overflow",
-            Bug::ShortReallocCopy => "realloc-prefix",
-            Bug::DirtyZeroed => "zeroed",
-            Bug::CallocWrap => "calloc-overflow",
-            Bug::HugeSuccess => "impossible-success",
-            Bug::StaleLink => "contents",
-            Bug::XthreadWrongFree | Bug::HeapDeleteDrops => "heap-use-after-free",
-            Bug::LeakOnShrink => "leak",
+            Bug::SmallUnderalign | Bug::SizeEqAlign => &["alignment"],
+            Bug::DoubleIssue => &["overlap"],
+            Bug::UsableOversize => &["heap-buffer-overflow"],
+            Bug::ShortReallocCopy => &["realloc-prefix"],
+            Bug::DirtyZeroed => &["zeroed"],
+            Bug::CallocWrap => &["calloc-overflow"],
+            Bug::HugeSuccess => &["impossible-success"],
+            // The stale link lands in whatever block was popped last; when
+            // that block is a realloc's new home, the realloc check sees it.
+            Bug::StaleLink => &["contents", "realloc-prefix"],
+            Bug::XthreadWrongFree | Bug::HeapDeleteDrops => &["heap-use-after-free"],
+            Bug::LeakOnShrink => &["leak"],
         }
     }
 
@@ -128,8 +131,9 @@ const HUGE_SUCCESS: RangeInclusive<usize> = isize::MAX as usize - 65535..=isize:
 struct State {
     /// Blocks handed out at an offset from the base block: returned -> base.
     shifted: HashMap<usize, usize>,
-    /// DoubleIssue: the one-entry cache that is never emptied on reuse.
-    cached_48: Option<usize>,
+    /// DoubleIssue: freed blocks of the class, newest last. Alloc hands out
+    /// the newest without popping it; blocks go back to `base` at reset.
+    cached_48: Vec<usize>,
     /// StaleLink: head of the in-block free list and the last block pushed.
     list_head: usize,
     last_pushed: usize,
@@ -245,12 +249,13 @@ impl Zoo {
         }
         // `p` is lost; the freeing thread's newest live block is freed instead.
         let victim = st.newest.get(&me).copied().filter(|w| *w != p as usize);
-        if let Some((w, (_, wsize, walign))) =
+        let Some((w, (_, wsize, walign))) =
             victim.and_then(|w| st.owners.remove(&w).map(|o| (w, o)))
-        {
-            drop(st);
-            self.base.free(w as *mut u8, wsize, walign);
-        }
+        else {
+            return false;
+        };
+        drop(st);
+        self.base.free(w as *mut u8, wsize, walign);
         true
     }
 }
@@ -295,7 +300,8 @@ impl Allocator for Zoo {
             return q;
         }
         let q = self.alloc(new_size, align, false);
-        if q.is_null() {
+        if q.is_null() || q == p {
+            // `q == p`: DoubleIssue handed the live block itself back.
             return q;
         }
         let copy = if grows_large {
@@ -325,9 +331,9 @@ impl Allocator for Zoo {
             return self.base.free(base as *mut u8, size, align);
         }
         if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
-            let old = self.state().cached_48.replace(p as usize);
-            if let Some(old) = old.filter(|o| *o != p as usize) {
-                self.base.free(old as *mut u8, *DOUBLE_ISSUE.end(), 16);
+            let mut st = self.state();
+            if !st.cached_48.contains(&(p as usize)) {
+                st.cached_48.push(p as usize);
             }
             return;
         }
@@ -354,12 +360,12 @@ impl Allocator for Zoo {
 
     fn reset(&self) {
         let mut st = self.state();
-        let cached = st.cached_48.take();
+        let cached = std::mem::take(&mut st.cached_48);
         let mut link = std::mem::take(&mut st.list_head);
         *st = State::default();
         drop(st);
         unsafe {
-            if let Some(p) = cached {
+            for p in cached {
                 self.base.free(p as *mut u8, *DOUBLE_ISSUE.end(), 16);
             }
             while link != 0 {
@@ -384,7 +390,7 @@ impl Zoo {
         }
         if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
             // The bug: the cached block is handed out but stays cached.
-            let cached = self.state().cached_48;
+            let cached = self.state().cached_48.last().copied();
             let p = match cached {
                 Some(p) => p as *mut u8,
                 None => self.base.alloc(*DOUBLE_ISSUE.end(), 16, false),

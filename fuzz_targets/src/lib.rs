@@ -1,0 +1,53 @@
+//! One macro that turns a [`shadow::Target`] into a fuzz entry point for
+//! libFuzzer (the default feature) or honggfuzz (`--features honggfuzz`),
+//! so both engines run the same code.
+
+#[doc(hidden)]
+pub use shadow;
+
+#[cfg(feature = "libfuzzer")]
+#[doc(hidden)]
+pub use libfuzzer_sys;
+
+#[cfg(feature = "honggfuzz")]
+#[doc(hidden)]
+pub use honggfuzz;
+
+/// Sanitizer defaults every target bakes in, so a bare `cargo fuzz run`
+/// behaves like the `allocsoak` runs: an impossible size must come back null
+/// (ASan would abort instead). `ASAN_OPTIONS` set by the caller still wins.
+#[macro_export]
+macro_rules! asan_defaults {
+    ($extra:literal) => {
+        concat!("allocator_may_return_null=1:detect_leaks=1", $extra, "\0")
+    };
+}
+
+/// Defines the entry point for a target; `$asan` adds sanitizer options.
+#[macro_export]
+macro_rules! target {
+    ($target:ident) => {
+        $crate::target!($target, "");
+    };
+    ($target:ident, $asan:literal) => {
+        // Defined in the binary itself: the linker drops it from a library.
+        #[no_mangle]
+        pub extern "C" fn __asan_default_options() -> *const std::ffi::c_char {
+            $crate::asan_defaults!($asan).as_ptr().cast()
+        }
+
+        #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
+        $crate::libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+            $crate::shadow::harness::fuzz($crate::shadow::Target::$target, data)
+        });
+
+        #[cfg(feature = "honggfuzz")]
+        fn main() {
+            loop {
+                $crate::honggfuzz::fuzz!(|data: &[u8]| {
+                    $crate::shadow::harness::fuzz($crate::shadow::Target::$target, data)
+                });
+            }
+        }
+    };
+}
