@@ -1,7 +1,7 @@
 //! `diff_mimalloc`: one program in lockstep on the allocator under test and
 //! on C mimalloc, comparing what must agree.
 
-use crate::allocator::Allocator;
+use crate::allocator::{malloc_serves, Allocator};
 use crate::executor::{Executor, Mode, Outcome};
 use crate::op::{Op, Program};
 use crate::pattern;
@@ -54,10 +54,9 @@ pub fn run(
                     fail(format!("block sizes differ: {} vs {}", ba.size, bb.size));
                 }
                 // Only a fresh, binned block with natural alignment has a
-                // usable size that follows from the request alone
-                // (`mi_good_size`): a realloc may stay in place, an aligned
-                // block may start anywhere in its slot, a huge one is rounded
-                // to whatever the OS mapping gives.
+                // usable size that follows from the request alone: a realloc
+                // may stay in place, an aligned block may start anywhere in
+                // its slot, a huge one is rounded to the OS mapping.
                 let fresh = matches!(
                     op,
                     Op::Alloc { .. }
@@ -65,17 +64,12 @@ pub fn run(
                         | Op::HeapAlloc { .. }
                         | Op::WorkerAlloc { .. }
                 );
-                let comparable = same_classes && fresh && ba.size <= BINNED_MAX;
-                if let Some(class) = reference
-                    .good_size(ba.size, ba.align)
-                    .filter(|_| comparable)
-                {
-                    if ba.usable != class {
-                        fail(format!(
-                            "usable size {} but mimalloc's class for size {} is {class}",
-                            ba.usable, ba.size
-                        ));
-                    }
+                let binned = ba.size <= BINNED_MAX && malloc_serves(ba.size, ba.align);
+                if same_classes && fresh && binned && ba.usable != bb.usable {
+                    fail(format!(
+                        "usable size {} but mimalloc's class for size {} is {}",
+                        ba.usable, ba.size, bb.usable
+                    ));
                 }
                 // Both sides filled the layout of the requested size (equal, checked above).
                 if let Some(m) =

@@ -69,10 +69,6 @@ impl Allocator for Jemalloc {
         je::sallocx(p as *const c_void, flags(align, false))
     }
 
-    fn good_size(&self, size: usize, align: usize) -> Option<usize> {
-        (!classic(size)).then(|| unsafe { je::nallocx(size, flags(align, false)) })
-    }
-
     /// What jemalloc says a block is (`sallocx`) must be what it says such a
     /// request gets (`nallocx`): sized free relies on it.
     fn validate(&self, live: &[LiveBlock]) -> Result<(), String> {

@@ -1,5 +1,5 @@
 //! C mimalloc through libmimalloc-sys (`extended`): the aligned family, the
-//! heap API, `mi_usable_size` / `mi_good_size`, and `mi_register_error`.
+//! heap API, `mi_usable_size`, and `mi_register_error`.
 //!
 //! The secure and debug flavors are compile-time (the sys crate links one
 //! copy per build), so the name of this adapter is the flavor of the build.
@@ -80,10 +80,6 @@ impl Allocator for Mimalloc {
 
     unsafe fn usable_size(&self, p: *mut u8, _size: usize, _align: usize) -> usize {
         mi::mi_usable_size(p.cast())
-    }
-
-    fn good_size(&self, size: usize, align: usize) -> Option<usize> {
-        malloc_serves(size, align).then(|| unsafe { mi::mi_good_size(size) })
     }
 
     fn size_classes(&self) -> Option<&'static str> {

@@ -103,12 +103,6 @@ pub trait Allocator: Send + Sync {
         size
     }
 
-    /// The usable size the allocator would give this request, if it can say
-    /// without allocating (`nallocx`, `mi_good_size`).
-    fn good_size(&self, _size: usize, _align: usize) -> Option<usize> {
-        None
-    }
-
     /// `Some("mimalloc")` when the allocator promises mimalloc's size classes
     /// (a mimalloc port): `diff_mimalloc` then requires equal usable sizes.
     fn size_classes(&self) -> Option<&'static str> {

@@ -1,0 +1,38 @@
+# allocsoak: the user-facing verbs. `just setup` is safe to run twice.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+allocsoak := "cargo run -q --release -p soak --"
+
+# Install what is missing: clang matching nightly's LLVM, honggfuzz's libraries, cargo-fuzz, honggfuzz.
+setup:
+    ./scripts/setup
+
+# Build the fuzz targets (ASan + coverage; C allocators instrumented).
+build *ARGS: setup
+    {{allocsoak}} build {{ARGS}}
+
+# The main job: a short fuzz pass over every target × bundled allocator.
+quick SECS="15": setup
+    {{allocsoak}} fuzz --secs {{SECS}}
+
+# Fuzz one target on one allocator, e.g. `just fuzz alloc_ops mimalloc 60`.
+fuzz TARGET ALLOCATOR="system" SECS="60": setup
+    {{allocsoak}} fuzz --target {{TARGET}} --allocator {{ALLOCATOR}} --secs {{SECS}}
+
+# Every planted bug through its target, and the correct allocators as controls.
+zoo SECS="60": setup
+    {{allocsoak}} zoo --secs {{SECS}}
+
+# Unit and integration tests, the instrumentation check, then the zoo.
+test: setup
+    cargo test --workspace
+    {{allocsoak}} build
+    {{allocsoak}} instrumentation
+    cargo +nightly hfuzz build --help >/dev/null  # honggfuzz is installed
+    ./scripts/hfuzz-build
+    {{allocsoak}} zoo --secs 60
+
+# exec/s with and without the shadow model, per target × allocator (see BENCHMARKS.md).
+bench SECS="20": setup
+    {{allocsoak}} bench --secs {{SECS}}

@@ -1,0 +1,98 @@
+//! Runs a libFuzzer binary on one allocator and reads back what happened.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::finding;
+
+/// One libFuzzer run. New inputs go to `corpus[0]`; the other folders are
+/// read only (committed seeds are passed there, so they never change).
+pub struct Run {
+    pub binary: PathBuf,
+    pub allocator: String,
+    /// Run without the shadow model (the cost floor).
+    pub bare: bool,
+    pub corpus: Vec<PathBuf>,
+    pub dict: Option<PathBuf>,
+    pub seed: u64,
+    pub secs: u64,
+    /// Where crash inputs and the log are written.
+    pub out: PathBuf,
+}
+
+/// What a run did.
+pub struct Outcome {
+    pub execs: u64,
+    pub secs: f64,
+    pub kind: Option<String>,
+    pub log: PathBuf,
+}
+
+impl Outcome {
+    pub fn execs_per_sec(&self) -> f64 {
+        self.execs as f64 / self.secs.max(1e-3)
+    }
+}
+
+impl Run {
+    /// The command line, as a user would type it to repeat the run.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.binary);
+        cmd.env("ALLOCSOAK_ALLOCATOR", &self.allocator)
+            .env("ALLOCSOAK_MODE", if self.bare { "bare" } else { "checked" })
+            .args(&self.corpus)
+            .arg(format!("-seed={}", self.seed))
+            .arg(format!("-max_total_time={}", self.secs))
+            .arg("-use_value_profile=1")
+            .arg("-print_final_stats=1")
+            .arg(format!("-artifact_prefix={}/", self.out.display()));
+        if let Some(dict) = &self.dict {
+            cmd.arg(format!("-dict={}", dict.display()));
+        }
+        cmd
+    }
+
+    pub fn run(&self) -> Result<Outcome> {
+        for dir in self.corpus.iter().chain([&self.out]) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("failed to create {}", dir.display()))?;
+        }
+        let log = self.out.join("fuzz.log");
+        let file = std::fs::File::create(&log)
+            .with_context(|| format!("failed to create {}", log.display()))?;
+        let start = Instant::now();
+        self.command()
+            .stdout(Stdio::null())
+            .stderr(file)
+            .status()
+            .with_context(|| {
+                format!("failed to run {}; run `just build`", self.binary.display())
+            })?;
+        let secs = start.elapsed().as_secs_f64();
+        let text = std::fs::read_to_string(&log)
+            .with_context(|| format!("failed to read {}", log.display()))?;
+        Ok(Outcome {
+            execs: final_stat(&text, "stat::number_of_executed_units"),
+            secs,
+            kind: finding::kind(&text),
+            log,
+        })
+    }
+}
+
+/// A `-print_final_stats` value, or 0 when the run ended before printing it.
+fn final_stat(log: &str, name: &str) -> u64 {
+    log.lines()
+        .filter_map(|l| {
+            l.strip_prefix(name)?
+                .trim_start_matches(':')
+                .trim()
+                .parse()
+                .ok()
+        })
+        .last()
+        .unwrap_or(0)
+}

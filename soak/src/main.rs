@@ -1,0 +1,184 @@
+//! The `allocsoak` command line.
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Result};
+use clap::{Parser, Subcommand};
+use shadow::Target;
+use soak::project::{Build, Project};
+use soak::{bench, instrumentation, pass, zoo};
+
+#[derive(Parser)]
+#[command(
+    name = "allocsoak",
+    about = "Coverage-guided fuzzing and soak testing for memory allocators"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the fuzz targets (ASan + coverage, C allocators instrumented) for these allocators.
+    Build {
+        /// Allocators to build for; the mimalloc flavors need builds of their own. Default: the default build.
+        #[arg(long = "allocator")]
+        allocators: Vec<String>,
+    },
+    /// A short fuzz pass over targets × allocators; prints every finding with its repro command.
+    Fuzz {
+        /// Seconds per (target, allocator).
+        #[arg(long, default_value_t = 20)]
+        secs: u64,
+        /// Targets to run. Default: all four.
+        #[arg(long = "target")]
+        targets: Vec<Target>,
+        /// Allocators to run. Default: every bundled allocator.
+        #[arg(long = "allocator")]
+        allocators: Vec<String>,
+    },
+    /// Run every planted bug through its target and the correct allocators as controls.
+    Zoo {
+        /// Seconds per case (a found bug ends its case early).
+        #[arg(long, default_value_t = 60)]
+        secs: u64,
+        /// libFuzzer seed, for repeatable runs.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Cases run at once. Default: one per core.
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Only these bugs (no controls). Default: every bug and every control.
+        #[arg(long = "bug")]
+        bugs: Vec<String>,
+    },
+    /// Measure exec/s with and without the shadow model, per target × allocator.
+    Bench {
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 20)]
+        secs: u64,
+        #[arg(long = "target")]
+        targets: Vec<Target>,
+        #[arg(long = "allocator")]
+        allocators: Vec<String>,
+    },
+    /// Check that the bundled C allocators carry coverage instrumentation.
+    Instrumentation,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse().command) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("allocsoak: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn or_all<T: Clone>(given: Vec<T>, all: &[T]) -> Vec<T> {
+    if given.is_empty() {
+        all.to_vec()
+    } else {
+        given
+    }
+}
+
+/// Checks allocator names before any build or run starts.
+fn allocators(given: Vec<String>, default: &[&str]) -> Result<Vec<String>> {
+    let names = or_all(
+        given,
+        &default.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    );
+    for name in &names {
+        let flavor = matches!(name.as_str(), "mimalloc-secure" | "mimalloc-debug");
+        if !flavor {
+            shadow::allocator::by_name(name).map_err(anyhow::Error::msg)?;
+        }
+    }
+    Ok(names)
+}
+
+fn run(command: Command) -> Result<bool> {
+    let project = Project::find()?;
+    match command {
+        Command::Build { allocators: names } => {
+            let mut builds: Vec<Build> = allocators(names, &["system"])?
+                .iter()
+                .map(|a| Build::for_allocator(a))
+                .collect();
+            builds.dedup();
+            for build in builds {
+                project.build(build)?;
+            }
+            Ok(true)
+        }
+        Command::Fuzz {
+            secs,
+            targets,
+            allocators: names,
+        } => {
+            let bundled = shadow::allocator::bundled_names();
+            let findings = pass::run(
+                &project,
+                &or_all(targets, &Target::ALL),
+                &allocators(names, &bundled)?,
+                secs,
+            )?;
+            println!("fuzz: {findings} findings");
+            Ok(findings == 0)
+        }
+        Command::Zoo {
+            secs,
+            seed,
+            jobs,
+            bugs,
+        } => {
+            let mut cases = zoo::Case::all();
+            if !bugs.is_empty() {
+                for b in &bugs {
+                    b.parse::<shadow::allocator::zoo::Bug>()
+                        .map_err(anyhow::Error::msg)?;
+                }
+                cases.retain(|c| c.bug.is_some_and(|b| bugs.iter().any(|n| n == b.name())));
+            }
+            let jobs =
+                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            zoo::run(&project, &cases, &zoo::Budget { secs, seed, jobs })
+        }
+        Command::Bench {
+            secs,
+            targets,
+            allocators: names,
+        } => {
+            let rows = bench::run(
+                &project,
+                &or_all(targets, &Target::ALL),
+                &allocators(names, &bench::ALLOCATORS)?,
+                secs,
+            )?;
+            Ok(!rows.is_empty())
+        }
+        Command::Instrumentation => {
+            let archives = project.c_archives(Build::Asan)?;
+            if archives.is_empty() {
+                bail!("no C allocator archives in the build; run `just build` first");
+            }
+            let mut ok = true;
+            for archive in archives {
+                let c = instrumentation::count(&archive)?;
+                println!(
+                    "instrumentation {} counters={} objects={}/{}",
+                    archive.display(),
+                    c.counters,
+                    c.instrumented,
+                    c.objects
+                );
+                ok &= c.counters > 0;
+            }
+            Ok(ok)
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! `allocsoak fuzz`: a short pass over targets × allocators; every finding
+//! is printed with the command that reproduces it.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use shadow::Target;
+
+use crate::libfuzzer::Run;
+use crate::project::{Build, Project};
+
+/// Runs each (target, allocator) for `secs`, growing a corpus per target
+/// under the work dir. Returns the number of findings.
+pub fn run(
+    project: &Project,
+    targets: &[Target],
+    allocators: &[String],
+    secs: u64,
+) -> Result<usize> {
+    let mut findings = 0;
+    for allocator in allocators {
+        project.ensure_built(Build::for_allocator(allocator))?;
+    }
+    let work = project.work_dir("fuzz");
+    for &target in targets {
+        for allocator in allocators {
+            let out = work.join(format!("{target}-{allocator}"));
+            let build = Build::for_allocator(allocator);
+            let run = Run {
+                binary: project.binary(build, target),
+                allocator: allocator.clone(),
+                bare: false,
+                corpus: vec![
+                    work.join("corpus").join(target.name()),
+                    project.seeds(target),
+                ],
+                dict: Some(project.dict(target)),
+                seed: 0,
+                secs,
+                out: out.clone(),
+            };
+            let o = run.run()?;
+            println!(
+                "fuzz {target} {allocator} execs={} execs_per_s={:.0} found={}",
+                o.execs,
+                o.execs_per_sec(),
+                o.kind.as_deref().unwrap_or("none")
+            );
+            if o.kind.is_some() {
+                findings += 1;
+                if let Some(input) = newest_artifact(&out) {
+                    println!(
+                        "  Reproduce with: ALLOCSOAK_ALLOCATOR={allocator} {} {}",
+                        project.binary(build, target).display(),
+                        input.display()
+                    );
+                }
+                println!("  log: {}", o.log.display());
+            }
+        }
+    }
+    Ok(findings)
+}
+
+/// The newest crash, leak, timeout or OOM input libFuzzer wrote to `dir`.
+fn newest_artifact(dir: &std::path::Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            ["crash-", "leak-", "timeout-", "oom-"]
+                .iter()
+                .any(|p| name.starts_with(p))
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+}

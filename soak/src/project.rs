@@ -1,0 +1,222 @@
+//! The project layout: where the fuzz package, seeds, dictionaries and
+//! builds live, and how a build for an allocator is made.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use shadow::Target;
+
+/// A build of the fuzz targets. C allocators are compiled with clang's
+/// coverage instrumentation in every build, so the fuzzer sees their
+/// branches; ASan builds also instrument them with ASan and mimalloc's
+/// ASan tracking, so ASan sees inside mimalloc blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Build {
+    /// ASan + coverage, plain mimalloc: the default.
+    Asan,
+    /// ASan + coverage with mimalloc's `secure` build.
+    AsanMimallocSecure,
+    /// ASan + coverage with mimalloc's `debug` build (in-block overflow checks).
+    AsanMimallocDebug,
+}
+
+impl Build {
+    /// The build that serves an allocator name: the mimalloc flavors are
+    /// compile-time, everything else runs in the default build.
+    pub fn for_allocator(allocator: &str) -> Build {
+        match allocator {
+            "mimalloc-secure" => Build::AsanMimallocSecure,
+            "mimalloc-debug" => Build::AsanMimallocDebug,
+            _ => Build::Asan,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Build::Asan => "asan",
+            Build::AsanMimallocSecure => "asan-mimalloc-secure",
+            Build::AsanMimallocDebug => "asan-mimalloc-debug",
+        }
+    }
+
+    fn features(self) -> Option<&'static str> {
+        match self {
+            Build::Asan => None,
+            Build::AsanMimallocSecure => Some("mimalloc-secure"),
+            Build::AsanMimallocDebug => Some("mimalloc-debug"),
+        }
+    }
+}
+
+/// The target triple the fuzz builds are made for (cargo-fuzz passes it).
+const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
+/// Knows every path in the project.
+pub struct Project {
+    root: PathBuf,
+}
+
+impl Project {
+    /// The project the `allocsoak` binary was built from, or `ALLOCSOAK_ROOT`.
+    pub fn find() -> Result<Project> {
+        let root = match std::env::var_os("ALLOCSOAK_ROOT") {
+            Some(r) => PathBuf::from(r),
+            None => Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("soak/ has a parent")
+                .to_path_buf(),
+        };
+        if !root.join("fuzz_targets/Cargo.toml").is_file() {
+            bail!(
+                "{} is not an allocsoak checkout (no fuzz_targets/Cargo.toml); set ALLOCSOAK_ROOT",
+                root.display()
+            );
+        }
+        Ok(Project { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn fuzz_dir(&self) -> PathBuf {
+        self.root.join("fuzz_targets")
+    }
+
+    /// Committed seed inputs of a target.
+    pub fn seeds(&self, target: Target) -> PathBuf {
+        self.root.join("corpus").join(target.name()).join("seeds")
+    }
+
+    /// The libFuzzer dictionary of a target.
+    pub fn dict(&self, target: Target) -> PathBuf {
+        self.root.join("corpus").join(target.name()).join("dict")
+    }
+
+    /// Scratch space for runs of `what` (zoo, bench, fuzz), kept for reading.
+    pub fn work_dir(&self, what: &str) -> PathBuf {
+        self.root.join("target/allocsoak").join(what)
+    }
+
+    fn build_dir(&self, build: Build) -> PathBuf {
+        self.fuzz_dir().join("target").join(build.name())
+    }
+
+    /// The fuzz binary of `target` in `build`.
+    pub fn binary(&self, build: Build, target: Target) -> PathBuf {
+        self.build_dir(build)
+            .join(TRIPLE)
+            .join("release")
+            .join(target.name())
+    }
+
+    /// The static archives of the bundled C allocators in `build`
+    /// (mimalloc, jemalloc), for the instrumentation check.
+    pub fn c_archives(&self, build: Build) -> Result<Vec<PathBuf>> {
+        let out = self.build_dir(build).join(TRIPLE).join("release/build");
+        let mut found = Vec::new();
+        let entries = std::fs::read_dir(&out)
+            .with_context(|| format!("no build at {}; run `just build` first", out.display()))?;
+        for entry in entries {
+            let dir = entry?.path();
+            for archive in ["out/libmimalloc.a", "out/lib/libjemalloc.a"] {
+                if dir.join(archive).is_file() {
+                    found.push(dir.join(archive));
+                }
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// Builds every fuzz target for `build` with cargo-fuzz.
+    pub fn build(&self, build: Build) -> Result<()> {
+        let clang = clang()?;
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir(&self.root)
+            .args(["+nightly", "fuzz", "build", "--fuzz-dir"])
+            .arg(self.fuzz_dir())
+            .args(["-O", "--target-dir"])
+            .arg(self.build_dir(build))
+            .env("CC", &clang)
+            .env(
+                format!("CFLAGS_{}", TRIPLE.replace('-', "_")),
+                "-fsanitize=fuzzer-no-link,address -DMI_TRACK_ASAN=1",
+            );
+        if let Some(features) = build.features() {
+            cmd.args(["--features", features]);
+        }
+        let status = cmd
+            .status()
+            .context("failed to run `cargo +nightly fuzz`; run `just setup`")?;
+        if !status.success() {
+            bail!(
+                "building the `{}` fuzz targets failed ({status}); see the cargo output above",
+                build.name()
+            );
+        }
+        Ok(())
+    }
+
+    /// Builds `build` unless its binaries are newer than every source file.
+    pub fn ensure_built(&self, build: Build) -> Result<()> {
+        let newest_source = [
+            "shadow",
+            "fuzz_targets/src",
+            "fuzz_targets/targets",
+            "fuzz_targets/Cargo.toml",
+        ]
+        .iter()
+        .map(|p| newest_mtime(&self.root.join(p)))
+        .max()
+        .flatten();
+        let oldest_binary = Target::ALL
+            .iter()
+            .map(|t| {
+                std::fs::metadata(self.binary(build, *t))
+                    .and_then(|m| m.modified())
+                    .ok()
+            })
+            .min()
+            .flatten();
+        match (newest_source, oldest_binary) {
+            (Some(src), Some(bin)) if bin >= src => Ok(()),
+            _ => self.build(build),
+        }
+    }
+}
+
+fn newest_mtime(path: &Path) -> Option<std::time::SystemTime> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.is_file() {
+        return meta.modified().ok();
+    }
+    std::fs::read_dir(path)
+        .ok()?
+        .flatten()
+        .filter_map(|e| newest_mtime(&e.path()))
+        .max()
+}
+
+/// The clang whose LLVM matches the nightly rustc's, so the C side's
+/// coverage and ASan instrumentation agree with the Rust side's runtime.
+pub fn clang() -> Result<String> {
+    let out = Command::new("rustc")
+        .args(["+nightly", "-vV"])
+        .output()
+        .context(
+            "failed to run `rustc +nightly -vV`; install a nightly toolchain (`just setup`)",
+        )?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let major = text
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .and_then(|v| v.split('.').next())
+        .context("`rustc +nightly -vV` printed no LLVM version")?;
+    let clang = format!("clang-{major}");
+    match Command::new(&clang).arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(clang),
+        _ => bail!("{clang} not found: nightly rustc uses LLVM {major}; install it with `just setup` (apt-get install {clang})"),
+    }
+}

@@ -1,0 +1,146 @@
+//! `allocsoak zoo`: every planted bug through its target with the real fuzz
+//! binary, and the bundled correct allocators through every target as
+//! controls. The proof that the oracle and the engine runs work.
+
+use std::sync::Mutex;
+
+use anyhow::Result;
+use shadow::allocator::zoo::Bug;
+use shadow::Target;
+
+use crate::libfuzzer::{Outcome, Run};
+use crate::project::{Build, Project};
+
+/// Correct allocators that must run clean under the same budget.
+pub const CONTROLS: [&str; 3] = ["system", "mimalloc", "jemalloc"];
+
+/// One zoo run: a planted bug, or a control allocator on a target.
+pub struct Case {
+    pub target: Target,
+    pub allocator: String,
+    /// `None` for a control. Otherwise the bug and the kinds it may show as.
+    pub bug: Option<Bug>,
+}
+
+impl Case {
+    pub fn all() -> Vec<Case> {
+        let bugs = Bug::ALL.into_iter().map(|bug| Case {
+            target: bug.target(),
+            allocator: format!("zoo:{}", bug.name()),
+            bug: Some(bug),
+        });
+        let controls = Target::ALL.into_iter().flat_map(|target| {
+            CONTROLS.into_iter().map(move |a| Case {
+                target,
+                allocator: a.to_string(),
+                bug: None,
+            })
+        });
+        bugs.chain(controls).collect()
+    }
+
+    fn label(&self) -> String {
+        match self.bug {
+            Some(bug) => bug.name().to_string(),
+            None => format!("control:{}", self.allocator),
+        }
+    }
+
+    fn expected(&self) -> String {
+        self.bug
+            .map_or("none".to_string(), |b| b.expected_kinds().join("|"))
+    }
+
+    /// Whether the outcome is what this case must produce.
+    fn passes(&self, found: Option<&str>) -> bool {
+        match (self.bug, found) {
+            (None, found) => found.is_none(),
+            (Some(bug), None) => !bug.must_crash(),
+            (Some(bug), Some(kind)) => bug.expected_kinds().contains(&kind),
+        }
+    }
+}
+
+/// The budget of every case.
+pub struct Budget {
+    pub secs: u64,
+    pub seed: u64,
+    pub jobs: usize,
+}
+
+/// Runs the cases, prints one line each and a summary; true when every bug
+/// that must crash was found with its kind and no control reported anything.
+pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
+    project.ensure_built(Build::Asan)?;
+    let work = project.work_dir("zoo");
+    let next = Mutex::new(0usize);
+    let results: Mutex<Vec<Option<Result<Outcome>>>> =
+        Mutex::new(cases.iter().map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..budget.jobs.max(1) {
+            s.spawn(|| loop {
+                let i = {
+                    let mut n = next.lock().unwrap();
+                    *n += 1;
+                    *n - 1
+                };
+                let Some(case) = cases.get(i) else { break };
+                let dir = work.join(format!(
+                    "{}-{}",
+                    case.target,
+                    case.label().replace(':', "-")
+                ));
+                let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier zoo run
+                let run = Run {
+                    binary: project.binary(Build::Asan, case.target),
+                    allocator: case.allocator.clone(),
+                    bare: false,
+                    corpus: vec![dir.join("corpus"), project.seeds(case.target)],
+                    dict: Some(project.dict(case.target)),
+                    seed: budget.seed,
+                    secs: budget.secs,
+                    out: dir,
+                };
+                let outcome = run.run();
+                if let Ok(o) = &outcome {
+                    print_line(case, o);
+                }
+                results.lock().unwrap()[i] = Some(outcome);
+            });
+        }
+    });
+    let mut found = 0;
+    let mut false_alarms = 0;
+    let mut ok = true;
+    for (case, outcome) in cases.iter().zip(results.into_inner().unwrap()) {
+        let outcome = outcome.expect("every case ran")?;
+        let kind = outcome.kind.as_deref();
+        if !case.passes(kind) {
+            ok = false;
+            eprintln!(
+                "zoo: {} on {} failed; log: {}",
+                case.label(),
+                case.target,
+                outcome.log.display()
+            );
+        }
+        match case.bug {
+            Some(bug) => found += kind.is_some_and(|k| bug.expected_kinds().contains(&k)) as usize,
+            None => false_alarms += kind.is_some() as usize,
+        }
+    }
+    let bugs = cases.iter().filter(|c| c.bug.is_some()).count();
+    println!("zoo: {found}/{bugs} found, {false_alarms} false alarms");
+    Ok(ok)
+}
+
+fn print_line(case: &Case, o: &Outcome) {
+    println!(
+        "zoo {} {} expected={} found={} secs={:.1}",
+        case.label(),
+        case.target,
+        case.expected(),
+        o.kind.as_deref().unwrap_or("none"),
+        o.secs
+    );
+}
