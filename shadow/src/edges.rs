@@ -93,9 +93,9 @@ impl ArbSize {
         let size = match self {
             ArbSize::Small(n) => n.into(),
             ArbSize::Word(k, d) => d.apply(16 * usize::from(k)),
-            ArbSize::Pow2(e, d) => d.apply(1 << (e % 27)),
+            ArbSize::Pow2(e, d) => d.apply(1 << exponent(e, 0, 26)),
             ArbSize::Quarter(e, q, d) => {
-                let e = 3 + u32::from(e) % 23;
+                let e = exponent(e, 3, 25);
                 d.apply((1 << e) + usize::from(1 + q % 3) * (1 << (e - 2)))
             }
             ArbSize::Threshold(i, d) => d.apply(THRESHOLDS[usize::from(i) % THRESHOLDS.len()]),
@@ -118,12 +118,24 @@ pub enum ArbAlign {
     SizeEqAlign(u8),
 }
 
+/// An exponent in `lo..=hi` from one byte, mostly at most 12 (4 KiB): big
+/// blocks cost the allocator and the OS far more per op (mmap, page faults,
+/// sanitizer shadow), so they come one in eight and the run stays fast.
+fn exponent(byte: u8, lo: u32, hi: u32) -> u32 {
+    let b = u32::from(byte);
+    let small_hi = 12.max(lo);
+    match b < 224 {
+        true => lo + b % (small_hi - lo + 1),
+        false => small_hi + 1 + b % (hi - small_hi),
+    }
+}
+
 /// Resolves a size and alignment pair; `SizeEqAlign` ties them together.
 pub fn size_align(size: ArbSize, align: ArbAlign, history: &mut History) -> (usize, usize) {
     match align {
         ArbAlign::Natural => (size.resolve(history), 1),
-        ArbAlign::Pow2(k) => (size.resolve(history), 1 << (k % 23)),
-        ArbAlign::SizeEqAlign(k) => (1 << (k % 23), 1 << (k % 23)),
+        ArbAlign::Pow2(k) => (size.resolve(history), 1 << exponent(k, 0, 22)),
+        ArbAlign::SizeEqAlign(k) => (1 << exponent(k, 0, 22), 1 << exponent(k, 0, 22)),
     }
 }
 

@@ -464,10 +464,11 @@ impl Executor {
             return Outcome::Live(i);
         }
         let base = b.ptr as *mut u8;
+        // The pattern's layout over the usable size, and every byte past the
+        // requested size: the slack is where an oversized usable size shows.
         unsafe {
             pattern::fill(base, usable, b.seed);
             pattern::fill_range(base, b.size, usable, b.seed);
-            pattern::touch_pages(base, 0, usable, b.seed);
         }
         self.shadow.blocks_mut()[i].extent = usable;
         Outcome::Live(i)

@@ -15,7 +15,6 @@ const EDGE: usize = 1024;
 /// Number of strided windows between the ends of a large block.
 pub const SAMPLES: usize = 32;
 const WINDOW: usize = 64;
-const PAGE: usize = 4096;
 
 /// A mismatch: offset into the block, expected byte, found byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,19 +137,6 @@ pub unsafe fn check_zero(base: *const u8, len: usize) -> Option<Mismatch> {
         }
     }
     None
-}
-
-/// Writes one pattern word in every page of `[from, to)`, proving each page
-/// writable without paying for every byte of a huge block.
-///
-/// # Safety
-/// `base + from .. base + to` must be writable.
-pub unsafe fn touch_pages(base: *mut u8, from: usize, to: usize, seed: u64) {
-    let mut i = from;
-    while i < to {
-        fill_range(base, i, (i + 8).min(to), seed);
-        i = (i / PAGE + 1) * PAGE;
-    }
 }
 
 /// Compares two blocks over the layout of `len` bytes; returns the first

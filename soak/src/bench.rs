@@ -33,15 +33,12 @@ pub fn run(
     secs: u64,
 ) -> Result<Vec<Row>> {
     project.ensure_built(Build::Asan)?;
-    let work = project.work_dir("bench");
     let mut rows = Vec::new();
     for &target in targets {
         for allocator in allocators {
             let rate = |bare: bool| -> Result<f64> {
-                let dir = work.join(format!(
-                    "{target}-{allocator}-{}",
-                    if bare { "bare" } else { "checked" }
-                ));
+                let mode = if bare { "bare" } else { "checked" };
+                let dir = project.run_dir("bench", &[target.name(), allocator, mode]);
                 let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier bench
                 let run = Run {
                     binary: project.binary(Build::for_allocator(allocator), target),

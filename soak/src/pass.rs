@@ -21,19 +21,16 @@ pub fn run(
     for allocator in allocators {
         project.ensure_built(Build::for_allocator(allocator))?;
     }
-    let work = project.work_dir("fuzz");
+    let corpus = project.work_dir("fuzz").join("corpus");
     for &target in targets {
         for allocator in allocators {
-            let out = work.join(format!("{target}-{allocator}"));
+            let out = project.run_dir("fuzz", &[target.name(), allocator]);
             let build = Build::for_allocator(allocator);
             let run = Run {
                 binary: project.binary(build, target),
                 allocator: allocator.clone(),
                 bare: false,
-                corpus: vec![
-                    work.join("corpus").join(target.name()),
-                    project.seeds(target),
-                ],
+                corpus: vec![corpus.join(target.name()), project.seeds(target)],
                 dict: Some(project.dict(target)),
                 seed: 0,
                 secs,

@@ -99,6 +99,17 @@ impl Project {
         self.root.join("target/allocsoak").join(what)
     }
 
+    /// The folder of one run under `work_dir(what)`, named after its parts
+    /// (target, allocator, ...) with path characters made safe.
+    pub fn run_dir(&self, what: &str, parts: &[&str]) -> PathBuf {
+        let name: String = parts
+            .join("-")
+            .chars()
+            .map(|c| if c == '/' || c == ':' { '_' } else { c })
+            .collect();
+        self.work_dir(what).join(name)
+    }
+
     fn build_dir(&self, build: Build) -> PathBuf {
         self.fuzz_dir().join("target").join(build.name())
     }

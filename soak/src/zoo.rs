@@ -72,7 +72,6 @@ pub struct Budget {
 /// that must crash was found with its kind and no control reported anything.
 pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
     project.ensure_built(Build::Asan)?;
-    let work = project.work_dir("zoo");
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<Result<Outcome>>>> =
         Mutex::new(cases.iter().map(|_| None).collect());
@@ -85,11 +84,7 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
                     *n - 1
                 };
                 let Some(case) = cases.get(i) else { break };
-                let dir = work.join(format!(
-                    "{}-{}",
-                    case.target,
-                    case.label().replace(':', "-")
-                ));
+                let dir = project.run_dir("zoo", &[case.target.name(), &case.label()]);
                 let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier zoo run
                 let run = Run {
                     binary: project.binary(Build::Asan, case.target),

@@ -3,6 +3,7 @@
 //! `dylib:/path/lib.so:mi_` (symbols `mi_malloc`, `mi_free`, ...).
 
 use std::ffi::c_void;
+use std::path::Path;
 use std::ptr;
 
 use libloading::Library;
@@ -41,6 +42,21 @@ pub struct Dylib {
 /// What a library without an aligned API can still serve.
 const MALLOC_ALIGN: usize = 8;
 
+/// The symbol `prefix` + `name` as the library itself defines it. A dlsym
+/// on a library handle also finds its dependencies' symbols (libc's
+/// `malloc`), which must never stand in for the allocator under test.
+unsafe fn own_symbol<T: Copy>(lib: &Library, own: &Path, prefix: &str, name: &str) -> Option<T> {
+    let f: T = *lib.get::<T>(format!("{prefix}{name}\0").as_bytes()).ok()?;
+    let mut info: libc::Dl_info = std::mem::zeroed();
+    if libc::dladdr(std::mem::transmute_copy::<T, *const c_void>(&f), &mut info) == 0
+        || info.dli_fname.is_null()
+    {
+        return None;
+    }
+    let file = std::ffi::CStr::from_ptr(info.dli_fname).to_str().ok()?;
+    (std::fs::canonicalize(file).ok()? == own).then_some(f)
+}
+
 impl Dylib {
     /// Opens `path[:prefix]` and resolves the malloc family.
     pub fn open(spec: &str) -> Result<Dylib, String> {
@@ -52,36 +68,33 @@ impl Dylib {
         let lib = unsafe { Library::new(path) }.map_err(|e| {
             format!("cannot load allocator library `{path}`: {e}; give an absolute path to a .so")
         })?;
-        unsafe fn sym<T: Copy>(lib: &Library, prefix: &str, name: &str) -> Option<T> {
-            lib.get::<T>(format!("{prefix}{name}\0").as_bytes())
-                .ok()
-                .map(|s| *s)
-        }
+        let own =
+            std::fs::canonicalize(path).map_err(|e| format!("cannot resolve `{path}`: {e}"))?;
         let need = |name: &str| {
             format!(
                 "`{path}` has no `{prefix}{name}`; pass the symbol prefix as dylib:{path}:<prefix>"
             )
         };
         unsafe {
-            let aligned = if let Some(f) = sym(&lib, prefix, "posix_memalign") {
+            let aligned = if let Some(f) = own_symbol(&lib, &own, prefix, "posix_memalign") {
                 Aligned::PosixMemalign(f)
-            } else if let Some(f) =
-                sym(&lib, prefix, "aligned_alloc").or_else(|| sym(&lib, prefix, "memalign"))
+            } else if let Some(f) = own_symbol(&lib, &own, prefix, "aligned_alloc")
+                .or_else(|| own_symbol(&lib, &own, prefix, "memalign"))
             {
                 Aligned::AlignFirst(f)
-            } else if let Some(f) = sym(&lib, prefix, "malloc_aligned") {
+            } else if let Some(f) = own_symbol(&lib, &own, prefix, "malloc_aligned") {
                 Aligned::SizeFirst(f)
             } else {
                 Aligned::None
             };
             Ok(Dylib {
                 name: format!("dylib:{spec}"),
-                malloc: sym(&lib, prefix, "malloc").ok_or_else(|| need("malloc"))?,
-                free: sym(&lib, prefix, "free").ok_or_else(|| need("free"))?,
-                calloc: sym(&lib, prefix, "calloc"),
-                realloc: sym(&lib, prefix, "realloc"),
-                usable: sym(&lib, prefix, "malloc_usable_size")
-                    .or_else(|| sym(&lib, prefix, "usable_size")),
+                malloc: own_symbol(&lib, &own, prefix, "malloc").ok_or_else(|| need("malloc"))?,
+                free: own_symbol(&lib, &own, prefix, "free").ok_or_else(|| need("free"))?,
+                calloc: own_symbol(&lib, &own, prefix, "calloc"),
+                realloc: own_symbol(&lib, &own, prefix, "realloc"),
+                usable: own_symbol(&lib, &own, prefix, "malloc_usable_size")
+                    .or_else(|| own_symbol(&lib, &own, prefix, "usable_size")),
                 aligned,
                 _lib: lib,
             })

@@ -61,7 +61,8 @@ pub fn assert_clean(target: Target, allocator: &str, seed: u64, count: usize) {
     }
 }
 
-fn quiet_panics() {
+/// Keeps expected violation panics off the test output.
+pub fn quiet_panics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let default = std::panic::take_hook();

@@ -1,0 +1,61 @@
+/* A tiny C allocator with a `t_` prefix, for the dylib adapter's tests:
+ * a header before every block records its size, as many real allocators do.
+ * Built with -DPLANTED_BUG, blocks of 24 bytes come back 8 bytes short of
+ * 16-byte alignment. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HEADER 16
+
+static void *wrap(void *raw, size_t size, size_t offset) {
+    if (!raw) return NULL;
+    char *p = (char *)raw + offset;
+    ((size_t *)p)[-1] = size;
+    ((size_t *)p)[-2] = offset;
+    return p;
+}
+
+static void *raw_of(void *p) { return (char *)p - ((size_t *)p)[-2]; }
+
+void *t_malloc(size_t size) {
+    if (size > PTRDIFF_MAX - HEADER) return NULL;
+#ifdef PLANTED_BUG
+    if (size == 24) return wrap(malloc(size + HEADER + 8), size, HEADER + 8);
+#endif
+    return wrap(malloc(size + HEADER), size, HEADER);
+}
+
+void t_free(void *p) {
+    if (p) free(raw_of(p));
+}
+
+size_t t_malloc_usable_size(void *p) { return p ? ((size_t *)p)[-1] : 0; }
+
+void *t_calloc(size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size) return NULL;
+    void *p = t_malloc(n * size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
+void *t_realloc(void *p, size_t size) {
+    if (!p) return t_malloc(size);
+    if (size == 0) { t_free(p); return NULL; }
+    void *q = t_malloc(size);
+    if (!q) return NULL;
+    size_t old = t_malloc_usable_size(p);
+    memcpy(q, p, old < size ? old : size);
+    t_free(p);
+    return q;
+}
+
+int t_posix_memalign(void **out, size_t align, size_t size) {
+    if (size > PTRDIFF_MAX - align - HEADER) return ENOMEM;
+    char *raw = malloc(size + align + HEADER);
+    if (!raw) return ENOMEM;
+    uintptr_t start = ((uintptr_t)raw + HEADER + align - 1) & ~(uintptr_t)(align - 1);
+    *out = wrap(raw, size, start - (uintptr_t)raw);
+    return 0;
+}
