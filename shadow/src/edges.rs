@@ -81,10 +81,15 @@ impl History {
         self.len += 1;
     }
 
-    /// The `k`-th most recent size (wrapping), if any.
+    /// The last size for half of all `k` (a block like the one just made is
+    /// the likeliest to meet it in a free list), else an older one.
     fn recent(&self, k: u8) -> Option<usize> {
         let n = self.len.min(self.sizes.len());
-        (n > 0).then(|| self.sizes[(self.len - 1 - usize::from(k) % n) % self.sizes.len()])
+        if n == 0 {
+            return None;
+        }
+        let back = if k < 128 { 0 } else { usize::from(k) % n };
+        Some(self.sizes[(self.len - 1 - back) % self.sizes.len()])
     }
 }
 

@@ -391,7 +391,7 @@ impl Executor {
         let semantics = self.alloc.realloc_to_zero();
         let impossible = new >= IMPOSSIBLE_FROM;
         if (new == 0 && semantics == ReallocToZero::Undefined)
-            || (!impossible && !self.shadow.fits_resize(i, new))
+            || (!impossible && !self.shadow.fits_resize(new))
         {
             return Outcome::Skipped;
         }

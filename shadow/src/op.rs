@@ -65,6 +65,30 @@ impl fmt::Display for Target {
     }
 }
 
+/// The slot of the newest live block. Half of all decoded slots are this:
+/// alloc, free, alloc again in one class is where allocators go wrong.
+pub const NEWEST: usize = usize::MAX;
+
+fn slot_of(byte: u8) -> usize {
+    if byte >= 128 {
+        NEWEST
+    } else {
+        byte.into()
+    }
+}
+
+/// A slot as program text: a number, or `newest`.
+struct SlotText(usize);
+
+impl fmt::Display for SlotText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            NEWEST => f.write_str("newest"),
+            n => write!(f, "{n}"),
+        }
+    }
+}
+
 /// The new size of a realloc, relative to the block's current requested size
 /// where that is the interesting edge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,12 +234,16 @@ impl ArbBasicOp {
                     zeroed,
                 }
             }
-            ArbBasicOp::Free(slot) => Op::Free { slot: slot.into() },
+            ArbBasicOp::Free(slot) => Op::Free {
+                slot: slot_of(slot),
+            },
             ArbBasicOp::Realloc(slot, to) => Op::Realloc {
-                slot: slot.into(),
+                slot: slot_of(slot),
                 to: to.resolve(h),
             },
-            ArbBasicOp::UsableSize(slot) => Op::UsableSize { slot: slot.into() },
+            ArbBasicOp::UsableSize(slot) => Op::UsableSize {
+                slot: slot_of(slot),
+            },
             ArbBasicOp::Calloc(count, size) => {
                 let size = size.resolve(h);
                 Op::Calloc {
@@ -266,16 +294,16 @@ impl ArbThreadOp {
             }
             ArbThreadOp::WorkerFree(w, s) => Op::WorkerFree {
                 worker: w.into(),
-                slot: s.into(),
+                slot: slot_of(s),
             },
             ArbThreadOp::WorkerRealloc(w, s, to) => Op::WorkerRealloc {
                 worker: w.into(),
-                slot: s.into(),
+                slot: slot_of(s),
                 to: to.resolve(h),
             },
             ArbThreadOp::WorkerCheck(w, s) => Op::WorkerCheck {
                 worker: w.into(),
-                slot: s.into(),
+                slot: slot_of(s),
             },
             ArbThreadOp::ThreadExit(w, restart) => Op::ThreadExit {
                 worker: w.into(),
@@ -359,9 +387,14 @@ impl fmt::Display for Op {
                     if *zeroed { " zeroed" } else { "" }
                 )
             }
-            Op::Free { slot } => write!(f, "free slot={slot}"),
-            Op::Realloc { slot, to } => write!(f, "realloc slot={slot} to={}", fmt_new_size(to)),
-            Op::UsableSize { slot } => write!(f, "usable-size slot={slot}"),
+            Op::Free { slot } => write!(f, "free slot={}", SlotText(*slot)),
+            Op::Realloc { slot, to } => write!(
+                f,
+                "realloc slot={} to={}",
+                SlotText(*slot),
+                fmt_new_size(to)
+            ),
+            Op::UsableSize { slot } => write!(f, "usable-size slot={}", SlotText(*slot)),
             Op::Calloc { count, size } => write!(f, "calloc count={count} size={size}"),
             Op::HeapNew => write!(f, "heap-new"),
             Op::HeapDelete { heap } => write!(f, "heap-delete heap={heap}"),
@@ -391,16 +424,19 @@ impl fmt::Display for Op {
             } => {
                 write!(f, "worker-alloc worker={worker} size={size} align={align}")
             }
-            Op::WorkerFree { worker, slot } => write!(f, "worker-free worker={worker} slot={slot}"),
+            Op::WorkerFree { worker, slot } => {
+                write!(f, "worker-free worker={worker} slot={}", SlotText(*slot))
+            }
             Op::WorkerRealloc { worker, slot, to } => {
                 write!(
                     f,
-                    "worker-realloc worker={worker} slot={slot} to={}",
+                    "worker-realloc worker={worker} slot={} to={}",
+                    SlotText(*slot),
                     fmt_new_size(to)
                 )
             }
             Op::WorkerCheck { worker, slot } => {
-                write!(f, "worker-check worker={worker} slot={slot}")
+                write!(f, "worker-check worker={worker} slot={}", SlotText(*slot))
             }
             Op::ThreadExit { worker, restart } => {
                 write!(
@@ -465,6 +501,12 @@ fn parse_op(line: &str) -> Result<Op, String> {
             .parse()
             .map_err(|_| format!("`{k}` is not a number"))
     };
+    let slot = || -> Result<usize, String> {
+        match fields.get("slot") {
+            Some(&"newest") => Ok(NEWEST),
+            _ => num("slot"),
+        }
+    };
     let to = || -> Result<NewSize, String> {
         Ok(match *fields.get("to").ok_or("missing `to=`")? {
             "same" => NewSize::Same,
@@ -483,12 +525,12 @@ fn parse_op(line: &str) -> Result<Op, String> {
             align: num("align")?,
             zeroed: flag("zeroed"),
         },
-        "free" => Op::Free { slot: num("slot")? },
+        "free" => Op::Free { slot: slot()? },
         "realloc" => Op::Realloc {
-            slot: num("slot")?,
+            slot: slot()?,
             to: to()?,
         },
-        "usable-size" => Op::UsableSize { slot: num("slot")? },
+        "usable-size" => Op::UsableSize { slot: slot()? },
         "calloc" => Op::Calloc {
             count: num("count")?,
             size: num("size")?,
@@ -514,16 +556,16 @@ fn parse_op(line: &str) -> Result<Op, String> {
         },
         "worker-free" => Op::WorkerFree {
             worker: num("worker")?,
-            slot: num("slot")?,
+            slot: slot()?,
         },
         "worker-realloc" => Op::WorkerRealloc {
             worker: num("worker")?,
-            slot: num("slot")?,
+            slot: slot()?,
             to: to()?,
         },
         "worker-check" => Op::WorkerCheck {
             worker: num("worker")?,
-            slot: num("slot")?,
+            slot: slot()?,
         },
         "thread-exit" => Op::ThreadExit {
             worker: num("worker")?,

@@ -47,6 +47,8 @@ impl Run {
             .arg(format!("-seed={}", self.seed))
             .arg(format!("-max_total_time={}", self.secs))
             .arg("-use_value_profile=1")
+            // Fewer mutations for slow inputs: big-block programs must not eat the run.
+            .arg("-entropic_scale_per_exec_time=1")
             .arg("-print_final_stats=1")
             .arg(format!("-artifact_prefix={}/", self.out.display()));
         if let Some(dict) = &self.dict {

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use shadow::Target;
 use soak::project::{Build, Project};
@@ -65,6 +65,11 @@ enum Command {
     },
     /// Check that the bundled C allocators carry coverage instrumentation.
     Instrumentation,
+    /// Print the op program a fuzz input decodes to, one op per line.
+    Print {
+        target: Target,
+        input: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -169,6 +174,12 @@ fn run(command: Command) -> Result<bool> {
                 secs,
             )?;
             Ok(!rows.is_empty())
+        }
+        Command::Print { target, input } => {
+            let data = std::fs::read(&input)
+                .with_context(|| format!("failed to read {}", input.display()))?;
+            print!("{}", shadow::Program::decode(target, &data));
+            Ok(true)
         }
         Command::Instrumentation => {
             let archives = project.c_archives(Build::Asan)?;

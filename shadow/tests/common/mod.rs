@@ -1,7 +1,9 @@
 #![allow(dead_code)]
 //! Helpers shared by the integration tests.
 
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
 
 use shadow::{Program, Target};
 
@@ -23,8 +25,20 @@ pub fn inputs(seed: u64, count: usize, max_len: usize) -> Vec<Vec<u8>> {
 }
 
 /// Runs `program` and returns the violation line it panicked with, if any.
+/// Programs on one allocator run one at a time: an allocator is one shared
+/// instance (a zoo keeps state across calls), as in a fuzz process.
 pub fn violation(program: &Program, allocator: &str) -> Option<String> {
     let alloc = shadow::allocator::by_name(allocator).expect("allocator");
+    let lock = {
+        static LOCKS: Mutex<BTreeMap<String, Arc<Mutex<()>>>> = Mutex::new(BTreeMap::new());
+        LOCKS
+            .lock()
+            .unwrap()
+            .entry(allocator.to_string())
+            .or_default()
+            .clone()
+    };
+    let _one_at_a_time = lock.lock().unwrap_or_else(|e| e.into_inner());
     quiet_panics();
     catch_unwind(AssertUnwindSafe(|| shadow::run(program, alloc)))
         .err()
