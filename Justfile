@@ -27,9 +27,10 @@ zoo SECS="60": setup
 # Unit and integration tests, the instrumentation check, then the zoo.
 test: setup
     cargo test --workspace
+    cargo test -p shadow --features mimalloc-secure --test clean mimalloc
+    cargo test -p shadow --features mimalloc-debug --test clean --test mimalloc_debug mimalloc
     {{allocsoak}} build
     {{allocsoak}} instrumentation
-    cargo +nightly hfuzz build --help >/dev/null  # honggfuzz is installed
     ./scripts/hfuzz-build
     {{allocsoak}} zoo --secs 60
 

@@ -23,7 +23,15 @@ fn system_runs_clean() {
 
 #[test]
 fn mimalloc_runs_clean() {
-    all_targets("mimalloc", 2);
+    // The flavor this build links: mimalloc, mimalloc-secure or mimalloc-debug.
+    let bundled = shadow::allocator::bundled_names();
+    all_targets(
+        bundled
+            .iter()
+            .find(|n| n.starts_with("mimalloc"))
+            .expect("a mimalloc flavor"),
+        2,
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //!
 //! Names: `system`, `mimalloc` (and `mimalloc-secure` / `mimalloc-debug` in
 //! builds with those features), `jemalloc`, `dlmalloc`, `rlsf`,
-//! `dylib:/path/lib.so[:prefix]` and `zoo:<bug>`.
+//! `dylib:/path/lib.so[:prefix]` and `zoo:<bug>[+<bug>...][@<base>]`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -213,30 +213,29 @@ pub fn bundled_names() -> Vec<&'static str> {
 /// always returns the same instance.
 pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
     static CACHE: OnceLock<Mutex<HashMap<String, &'static dyn Allocator>>> = OnceLock::new();
-    let mut cache = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(a) = cache.get(name) {
+    let cache = || {
+        CACHE
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    };
+    if let Some(a) = cache().get(name) {
         return Ok(*a);
     }
+    // Made without the lock held: a zoo's base is looked up by name too.
     let made: Box<dyn Allocator> = if let Some(spec) = name.strip_prefix("dylib:") {
         Box::new(dylib::Dylib::open(spec)?)
-    } else if let Some(bug) = name.strip_prefix("zoo:") {
-        Box::new(zoo::Zoo::new(bug, system())?)
+    } else if let Some(spec) = name.strip_prefix("zoo:") {
+        let (bugs, base) = spec.split_once('@').unwrap_or((spec, "system"));
+        Box::new(zoo::Zoo::new(name, bugs, by_name(base)?)?)
     } else if let Some((_, make)) = bundled().into_iter().find(|(n, _)| *n == name) {
         make()
     } else {
         return Err(unknown(name));
     };
-    let leaked: &'static dyn Allocator = Box::leak(made);
-    cache.insert(name.to_string(), leaked);
-    Ok(leaked)
-}
-
-fn system() -> &'static dyn Allocator {
-    static SYSTEM: system::System = system::System;
-    &SYSTEM
+    Ok(*cache()
+        .entry(name.to_string())
+        .or_insert_with(|| Box::leak(made)))
 }
 
 fn unknown(name: &str) -> String {
@@ -248,7 +247,7 @@ fn unknown(name: &str) -> String {
             "allocator `{f}` is not in this build; build with `--features {f}` (the just recipes pick the build for you)"
         ),
         None => format!(
-            "unknown allocator `{name}`; expected one of {}, dylib:/path/lib.so[:prefix] or zoo:<bug> ({})",
+            "unknown allocator `{name}`; expected one of {}, dylib:/path/lib.so[:prefix] or zoo:<bug>[@<base>] ({})",
             bundled_names().join(", "),
             zoo::Bug::ALL.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
         ),

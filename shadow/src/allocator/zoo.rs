@@ -1,7 +1,8 @@
 //! The planted-bug zoo: a correct allocator (`system`) with known bugs
 //! injected, each behind a condition the fuzzer has to find (a size class,
 //! an alignment, an order of ops). `zoo:<bug>` selects one bug,
-//! `zoo:<bug>+<bug>` several. If the service misses one of these, the
+//! `zoo:<bug>+<bug>` several, `zoo:<bug>@<base>` plants it in another
+//! allocator than `system` (`zoo:usable-oversize@mimalloc-debug`). If the service misses one of these, the
 //! service is broken.
 
 use std::collections::HashMap;
@@ -160,11 +161,12 @@ pub fn parse_bugs(spec: &str) -> Result<Vec<Bug>, String> {
 }
 
 impl Zoo {
-    pub fn new(spec: &str, base: &'static dyn Allocator) -> Result<Zoo, String> {
-        let bugs = parse_bugs(spec)?;
+    /// `bugs` planted in `base`, known as `name`.
+    pub fn new(name: &str, bugs: &str, base: &'static dyn Allocator) -> Result<Zoo, String> {
+        let bugs = parse_bugs(bugs)?;
         let drops = bugs.contains(&Bug::HeapDeleteDrops);
         Ok(Zoo {
-            name: format!("zoo:{spec}"),
+            name: name.to_string(),
             bugs,
             base,
             heaps: ZooHeaps {
@@ -356,6 +358,15 @@ impl Allocator for Zoo {
 
     fn heaps(&self) -> Option<&dyn Heaps> {
         Some(&self.heaps)
+    }
+
+    fn max_align(&self) -> usize {
+        self.base.max_align()
+    }
+
+    /// The base's own error reports (a debug mimalloc's overflow checks).
+    fn take_error(&self) -> Option<String> {
+        self.base.take_error()
     }
 
     fn reset(&self) {
