@@ -18,6 +18,17 @@ struct Cli {
     command: Command,
 }
 
+/// Which targets and allocators a command runs.
+#[derive(clap::Args)]
+struct Pairs {
+    /// A target to run (repeatable). Default: all four.
+    #[arg(long = "target")]
+    targets: Vec<Target>,
+    /// An allocator to run (repeatable).
+    #[arg(long = "allocator")]
+    allocators: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Build the fuzz targets (ASan + coverage, C allocators instrumented) for these allocators.
@@ -31,12 +42,9 @@ enum Command {
         /// Seconds per (target, allocator).
         #[arg(long, default_value_t = 20)]
         secs: u64,
-        /// Targets to run. Default: all four.
-        #[arg(long = "target")]
-        targets: Vec<Target>,
-        /// Allocators to run. Default: every bundled allocator.
-        #[arg(long = "allocator")]
-        allocators: Vec<String>,
+        /// Default allocators: every bundled one.
+        #[command(flatten)]
+        pairs: Pairs,
     },
     /// Run every planted bug through its target and the correct allocators as controls.
     Zoo {
@@ -58,10 +66,9 @@ enum Command {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 20)]
         secs: u64,
-        #[arg(long = "target")]
-        targets: Vec<Target>,
-        #[arg(long = "allocator")]
-        allocators: Vec<String>,
+        /// Default allocators: system, mimalloc, jemalloc.
+        #[command(flatten)]
+        pairs: Pairs,
     },
     /// Check that the bundled C allocators carry coverage instrumentation.
     Instrumentation,
@@ -131,8 +138,10 @@ fn run(command: Command) -> Result<bool> {
         }
         Command::Fuzz {
             secs,
-            targets,
-            allocators: names,
+            pairs: Pairs {
+                targets,
+                allocators: names,
+            },
         } => {
             let bundled = shadow::allocator::bundled_names();
             let findings = pass::run(
@@ -164,8 +173,10 @@ fn run(command: Command) -> Result<bool> {
         }
         Command::Bench {
             secs,
-            targets,
-            allocators: names,
+            pairs: Pairs {
+                targets,
+                allocators: names,
+            },
         } => {
             let rows = bench::run(
                 &project,
