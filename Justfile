@@ -24,7 +24,8 @@ fuzz TARGET ALLOCATOR="system" SECS="60": setup
 zoo SECS="60": setup
     {{allocsoak}} zoo --secs {{SECS}}
 
-# Unit and integration tests, the instrumentation check, then the zoo.
+# Unit and integration tests, the instrumentation check, honggfuzz's build and a
+# planted bug found by it, then the zoo.
 test: setup
     cargo test --workspace
     cargo test -p shadow --features mimalloc-secure --test clean mimalloc
@@ -32,6 +33,7 @@ test: setup
     {{allocsoak}} build
     {{allocsoak}} instrumentation
     ./scripts/hfuzz-build
+    ./scripts/hfuzz-zoo
     {{allocsoak}} zoo --secs 60
 
 # exec/s with and without the shadow model, per target × allocator (see BENCHMARKS.md).
