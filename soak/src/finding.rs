@@ -2,8 +2,9 @@
 
 /// The kind of the first finding in an engine log: the violation kind
 /// (`allocsoak violation: <kind>:`), else the sanitizer's error type
-/// (`heap-use-after-free`, `leak`), else the engine's (`timeout`, `oom`,
-/// `crash`). `None` when the log reports nothing.
+/// (`heap-use-after-free`, `leak`), else `assertion` when the allocator's
+/// own assert fired (mimalloc's or C's), else the engine's (`timeout`,
+/// `oom`, `crash`). `None` when the log reports nothing.
 ///
 /// A violation outranks the sanitizer and engine lines it causes (a
 /// violation panics, and libFuzzer then reports a deadly signal).
@@ -17,6 +18,11 @@ pub fn kind(log: &str) -> Option<String> {
         }
         if line.contains("ERROR: LeakSanitizer: detected memory leaks") {
             return Some("leak".into());
+        }
+        if line.contains(": assertion failed")
+            || (line.contains("Assertion `") && line.contains("' failed"))
+        {
+            return Some("assertion".into());
         }
         if line.contains("ERROR: libFuzzer: timeout") {
             return Some("timeout".into());
@@ -63,5 +69,14 @@ mod tests {
             kind("#1000 DONE cov: 10 ft: 20\nDone 1000 runs in 1 second(s)\n"),
             None
         );
+    }
+
+    #[test]
+    fn an_allocator_assert_outranks_the_abort_it_causes() {
+        let mimalloc = "mimalloc: assertion failed: at \"internal.h\":698, mi_page_set_in_full\n\
+                        ==7== ERROR: libFuzzer: deadly signal\n";
+        assert_eq!(kind(mimalloc).as_deref(), Some("assertion"));
+        let c = "alloc_ops: arena.c:12: arena_free: Assertion `p != NULL' failed.\n";
+        assert_eq!(kind(c).as_deref(), Some("assertion"));
     }
 }
