@@ -140,7 +140,10 @@ pub fn size_align(size: ArbSize, align: ArbAlign, history: &mut History) -> (usi
     match align {
         ArbAlign::Natural => (size.resolve(history), 1),
         ArbAlign::Pow2(k) => (size.resolve(history), 1 << exponent(k, 0, 22)),
-        ArbAlign::SizeEqAlign(k) => (1 << exponent(k, 0, 22), 1 << exponent(k, 0, 22)),
+        ArbAlign::SizeEqAlign(k) => {
+            let n = 1 << exponent(k, 0, 22);
+            (n, n)
+        }
     }
 }
 

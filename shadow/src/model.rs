@@ -67,9 +67,7 @@ impl ShadowHeap {
 
     /// Whether one more block of `size` bytes stays within the caps.
     pub fn fits(&self, size: usize) -> bool {
-        self.blocks.len() < MAX_LIVE_BLOCKS
-            && size <= MAX_BLOCK
-            && self.requested + size <= MAX_PROGRAM_BYTES
+        self.blocks.len() < MAX_LIVE_BLOCKS && self.fits_resize(size)
     }
 
     /// Whether resizing a block to `size` stays within the caps.

@@ -32,7 +32,9 @@ pub fn run(
     allocators: &[String],
     secs: u64,
 ) -> Result<Vec<Row>> {
-    project.ensure_built(Build::Asan)?;
+    for allocator in allocators {
+        project.build(Build::for_allocator(allocator))?;
+    }
     let mut rows = Vec::new();
     for &target in targets {
         for allocator in allocators {
@@ -41,14 +43,9 @@ pub fn run(
                 let dir = project.run_dir("bench", &[target.name(), allocator, mode]);
                 let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier bench
                 let run = Run {
-                    binary: project.binary(Build::for_allocator(allocator), target),
-                    allocator: allocator.clone(),
                     bare,
-                    corpus: vec![dir.join("corpus"), project.seeds(target)],
-                    dict: Some(project.dict(target)),
-                    seed: 1,
                     secs,
-                    out: dir,
+                    ..Run::new(project, target, allocator, dir.join("corpus"), dir)
                 };
                 let outcome = run.run()?;
                 if let Some(kind) = &outcome.kind {

@@ -5,8 +5,10 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use shadow::Target;
 
 use crate::finding;
+use crate::project::{Build, Project};
 
 /// One libFuzzer run. New inputs go to `corpus[0]`; the other folders are
 /// read only (committed seeds are passed there, so they never change).
@@ -38,6 +40,28 @@ impl Outcome {
 }
 
 impl Run {
+    /// A checked run of `target` on `allocator` in the build that serves it,
+    /// growing `corpus` from the committed seeds, with the target's
+    /// dictionary; seed 1, 60 seconds. Callers override what differs.
+    pub fn new(
+        project: &Project,
+        target: Target,
+        allocator: &str,
+        corpus: PathBuf,
+        out: PathBuf,
+    ) -> Run {
+        Run {
+            binary: project.binary(Build::for_allocator(allocator), target),
+            allocator: allocator.to_string(),
+            bare: false,
+            corpus: vec![corpus, project.seeds(target)],
+            dict: Some(project.dict(target)),
+            seed: 1,
+            secs: 60,
+            out,
+        }
+    }
+
     /// The command line, as a user would type it to repeat the run.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.binary);

@@ -19,22 +19,22 @@ pub fn run(
 ) -> Result<usize> {
     let mut findings = 0;
     for allocator in allocators {
-        project.ensure_built(Build::for_allocator(allocator))?;
+        project.build(Build::for_allocator(allocator))?;
     }
     let corpus = project.work_dir("fuzz").join("corpus");
     for &target in targets {
         for allocator in allocators {
             let out = project.run_dir("fuzz", &[target.name(), allocator]);
-            let build = Build::for_allocator(allocator);
             let run = Run {
-                binary: project.binary(build, target),
-                allocator: allocator.clone(),
-                bare: false,
-                corpus: vec![corpus.join(target.name()), project.seeds(target)],
-                dict: Some(project.dict(target)),
                 seed: 0,
                 secs,
-                out: out.clone(),
+                ..Run::new(
+                    project,
+                    target,
+                    allocator,
+                    corpus.join(target.name()),
+                    out.clone(),
+                )
             };
             let o = run.run()?;
             println!(
@@ -48,7 +48,7 @@ pub fn run(
                 if let Some(input) = newest_artifact(&out) {
                     println!(
                         "  Reproduce with: ALLOCSOAK_ALLOCATOR={allocator} {} {}",
-                        project.binary(build, target).display(),
+                        run.binary.display(),
                         input.display()
                     );
                 }

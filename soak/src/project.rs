@@ -141,7 +141,8 @@ impl Project {
         Ok(found)
     }
 
-    /// Builds every fuzz target for `build` with cargo-fuzz.
+    /// Builds every fuzz target for `build` with cargo-fuzz (a no-op when
+    /// cargo finds it fresh).
     pub fn build(&self, build: Build) -> Result<()> {
         let clang = clang()?;
         let mut cmd = Command::new("cargo");
@@ -169,45 +170,6 @@ impl Project {
         }
         Ok(())
     }
-
-    /// Builds `build` unless its binaries are newer than every source file.
-    pub fn ensure_built(&self, build: Build) -> Result<()> {
-        let newest_source = [
-            "shadow",
-            "fuzz_targets/src",
-            "fuzz_targets/targets",
-            "fuzz_targets/Cargo.toml",
-        ]
-        .iter()
-        .map(|p| newest_mtime(&self.root.join(p)))
-        .max()
-        .flatten();
-        let oldest_binary = Target::ALL
-            .iter()
-            .map(|t| {
-                std::fs::metadata(self.binary(build, *t))
-                    .and_then(|m| m.modified())
-                    .ok()
-            })
-            .min()
-            .flatten();
-        match (newest_source, oldest_binary) {
-            (Some(src), Some(bin)) if bin >= src => Ok(()),
-            _ => self.build(build),
-        }
-    }
-}
-
-fn newest_mtime(path: &Path) -> Option<std::time::SystemTime> {
-    let meta = std::fs::metadata(path).ok()?;
-    if meta.is_file() {
-        return meta.modified().ok();
-    }
-    std::fs::read_dir(path)
-        .ok()?
-        .flatten()
-        .filter_map(|e| newest_mtime(&e.path()))
-        .max()
 }
 
 /// The clang whose LLVM matches the nightly rustc's, so the C side's

@@ -71,7 +71,7 @@ pub struct Budget {
 /// Runs the cases, prints one line each and a summary; true when every bug
 /// that must crash was found with its kind and no control reported anything.
 pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
-    project.ensure_built(Build::Asan)?;
+    project.build(Build::Asan)?;
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<Result<Outcome>>>> =
         Mutex::new(cases.iter().map(|_| None).collect());
@@ -87,14 +87,15 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
                 let dir = project.run_dir("zoo", &[case.target.name(), &case.label()]);
                 let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier zoo run
                 let run = Run {
-                    binary: project.binary(Build::Asan, case.target),
-                    allocator: case.allocator.clone(),
-                    bare: false,
-                    corpus: vec![dir.join("corpus"), project.seeds(case.target)],
-                    dict: Some(project.dict(case.target)),
                     seed: budget.seed,
                     secs: budget.secs,
-                    out: dir,
+                    ..Run::new(
+                        project,
+                        case.target,
+                        &case.allocator,
+                        dir.join("corpus"),
+                        dir,
+                    )
                 };
                 let outcome = run.run();
                 if let Ok(o) = &outcome {

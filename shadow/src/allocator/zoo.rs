@@ -2,8 +2,8 @@
 //! injected, each behind a condition the fuzzer has to find (a size class,
 //! an alignment, an order of ops). `zoo:<bug>` selects one bug,
 //! `zoo:<bug>+<bug>` several, `zoo:<bug>@<base>` plants it in another
-//! allocator than `system` (`zoo:usable-oversize@mimalloc-debug`). If the service misses one of these, the
-//! service is broken.
+//! allocator than `system` (`zoo:usable-oversize@mimalloc-debug`). If the
+//! service misses one of these, the service is broken.
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
