@@ -41,11 +41,11 @@ pub fn run(
                 op: op.to_string(),
                 violation: Violation::Diff { detail },
             };
-            panic!(
+            crate::violation::raise(format!(
                 "{report} [allocator {} vs {}]",
                 under_test.name(),
                 reference.name()
-            );
+            ));
         };
         match (oa, ob) {
             (Outcome::Live(x), Outcome::Live(y)) => {

@@ -5,7 +5,7 @@ use crate::edges::IMPOSSIBLE_FROM;
 use crate::model::{Block, ShadowHeap};
 use crate::op::{NewSize, Op, Program};
 use crate::pattern;
-use crate::violation::{Report, Violation};
+use crate::violation::{self, Report, Violation};
 use crate::workers::WorkerPool;
 
 /// Validators run after every this many ops, and at the end.
@@ -67,6 +67,9 @@ pub struct Executor {
     op_index: usize,
     op: Option<Op>,
     next_seed: u64,
+    /// A block the allocator returned that is being checked, not yet tracked.
+    pending: Option<Block>,
+    finished: bool,
     pub stats: Stats,
 }
 
@@ -82,6 +85,8 @@ impl Executor {
             op_index: 0,
             op: None,
             next_seed: 0,
+            pending: None,
+            finished: false,
             stats: Stats::default(),
         }
     }
@@ -116,7 +121,7 @@ impl Executor {
             op,
             violation,
         };
-        panic!("{report} [allocator {}]", self.alloc.name());
+        violation::raise(format!("{report} [allocator {}]", self.alloc.name()));
     }
 
     fn seed(&mut self) -> u64 {
@@ -295,6 +300,7 @@ impl Executor {
             seed: 0,
             heap,
         };
+        self.pending = Some(block);
         if !self.checked {
             return Outcome::Live(self.shadow.insert(block, false).expect("unchecked insert"));
         }
@@ -316,7 +322,10 @@ impl Executor {
         }
         block.seed = self.seed();
         let index = match self.shadow.insert(block, true) {
-            Ok(i) => i,
+            Ok(i) => {
+                self.pending = None;
+                i
+            }
             Err(other) => self.fail(Violation::Overlap {
                 ptr: p,
                 len: size.max(block.usable),
@@ -644,6 +653,43 @@ impl Executor {
                 self.fail(Violation::AllocatorError { detail });
             }
         }
+        self.alloc.reset();
+        self.finished = true;
+    }
+
+    /// Frees a block on the main thread without checking it.
+    fn release(&self, b: Block) {
+        match b.heap {
+            Some(h) => unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) },
+            None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },
+        }
+    }
+}
+
+/// A program that ended at a tolerated violation releases what it holds
+/// as the executor drops, without checks: its blocks and heaps go back to
+/// the allocator, so a soak that gets past a known bug does not leak. A
+/// block that overlaps a live one is forgotten instead, as freeing it
+/// would free the live one twice.
+impl Drop for Executor {
+    fn drop(&mut self) {
+        if self.finished || !violation::tolerating() {
+            return;
+        }
+        self.checked = false;
+        if let Some(b) = self.pending.take() {
+            if self.shadow.overlapping(b.ptr, b.end()).is_none() {
+                self.release(b);
+            }
+        }
+        while !self.shadow.is_empty() {
+            let b = self.shadow.remove(self.shadow.len() - 1);
+            self.release(b);
+        }
+        for h in std::mem::take(&mut self.heap_ids) {
+            unsafe { self.heaps().delete(h) };
+        }
+        self.alloc.take_error();
         self.alloc.reset();
     }
 }

@@ -4,6 +4,8 @@
 //! - `ALLOCSOAK_ALLOCATOR`: allocator name (default `system`).
 //! - `ALLOCSOAK_MODE`: `checked` (default) or `bare` (no shadow model: the
 //!   cost floor for `just bench`).
+//! - `ALLOCSOAK_TOLERATE`: a file of violation keys that end a program
+//!   quietly instead of crashing (see [`crate::violation::raise`]).
 
 use std::sync::OnceLock;
 
@@ -68,5 +70,8 @@ pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode)
 /// One fuzz input for `target`.
 pub fn fuzz(target: Target, data: &[u8]) {
     let config = config();
-    run_program(&Program::decode(target, data), config.alloc, config.mode);
+    let program = Program::decode(target, data);
+    crate::violation::tolerate(|| {
+        run_program(&program, config.alloc, config.mode);
+    });
 }

@@ -32,7 +32,7 @@ pub struct Block {
 
 impl Block {
     /// The bytes the block owns, for overlap checks.
-    fn end(&self) -> usize {
+    pub fn end(&self) -> usize {
         self.ptr + self.size.max(self.usable).max(1)
     }
 }
