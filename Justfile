@@ -12,7 +12,18 @@ setup:
 build *ARGS: setup
     {{allocsoak}} build {{ARGS}}
 
-# The main job: a short fuzz pass over every target × bundled allocator.
+# The main job: soak every slot in soak.toml (targets × bundled allocators) for SECS
+# seconds, e.g. `just soak 28800` overnight; state in ./soak-state, reports in
+# soak-state/crashes/*/REPORT.md. More flags after SECS (`--allocator zoo:double-issue`).
+soak SECS="600" *ARGS: setup
+    {{allocsoak}} build
+    {{allocsoak}} soak --duration {{SECS}} {{ARGS}}
+
+# A running (or finished) soak's progress, from its state dir.
+status STATE="soak-state":
+    {{allocsoak}} status --state {{STATE}}
+
+# A short fuzz pass over every target × bundled allocator (a CI gate).
 quick SECS="15": setup
     {{allocsoak}} fuzz --secs {{SECS}}
 
@@ -27,10 +38,10 @@ zoo SECS="60": setup
 # Unit and integration tests, the instrumentation check, honggfuzz's build and a
 # planted bug found by it, then the zoo.
 test: setup
+    {{allocsoak}} build
     cargo test --workspace
     cargo test -p shadow --features mimalloc-secure --test clean mimalloc
     cargo test -p shadow --features mimalloc-debug --test clean --test mimalloc_debug mimalloc
-    {{allocsoak}} build
     {{allocsoak}} instrumentation
     ./scripts/hfuzz-build
     ./scripts/hfuzz-zoo

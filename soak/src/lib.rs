@@ -1,12 +1,28 @@
-//! allocsoak's runner: builds the fuzz targets ([`project::Project`]), runs
-//! libFuzzer on an allocator ([`libfuzzer::Run`]), reads what it found
-//! ([`finding::kind`]), and drives the zoo, the bench and short fuzz passes.
+//! allocsoak's runner and soak daemon.
+//!
+//! - [`project::Project`]: where the fuzz package, seeds and builds live.
+//! - [`libfuzzer::Run`]: one libFuzzer run on an allocator.
+//! - [`daemon`]: the soak: [`state::StateDir`] and its [`store::Store`],
+//!   [`scheduler`] draws, [`slice`]s merged by [`corpus`] and filed by
+//!   [`intake`], progress by [`status`], systemd by [`notify`].
+//! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
+//!   table, a short fuzz pass.
+//!
 //! The `allocsoak` binary is a thin CLI over these.
 
 pub mod bench;
-pub mod finding;
+pub mod config;
+pub mod corpus;
+pub mod daemon;
 pub mod instrumentation;
+pub mod intake;
 pub mod libfuzzer;
+pub mod notify;
 pub mod pass;
 pub mod project;
+pub mod scheduler;
+pub mod slice;
+pub mod state;
+pub mod status;
+pub mod store;
 pub mod zoo;

@@ -7,7 +7,6 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use shadow::Target;
 
-use crate::finding;
 use crate::project::{Build, Project};
 
 /// One libFuzzer run. New inputs go to `corpus[0]`; the other folders are
@@ -23,6 +22,10 @@ pub struct Run {
     pub secs: u64,
     /// Where crash inputs and the log are written.
     pub out: PathBuf,
+    /// A file of violation keys to get past (`ALLOCSOAK_TOLERATE`).
+    pub tolerate: Option<PathBuf>,
+    /// More libFuzzer flags.
+    pub args: Vec<String>,
 }
 
 /// What a run did.
@@ -59,6 +62,8 @@ impl Run {
             seed: 1,
             secs: 60,
             out,
+            tolerate: None,
+            args: Vec::new(),
         }
     }
 
@@ -78,6 +83,10 @@ impl Run {
         if let Some(dict) = &self.dict {
             cmd.arg(format!("-dict={}", dict.display()));
         }
+        if let Some(t) = &self.tolerate {
+            cmd.env("ALLOCSOAK_TOLERATE", t);
+        }
+        cmd.args(&self.args);
         cmd
     }
 
@@ -103,14 +112,62 @@ impl Run {
         Ok(Outcome {
             execs: final_stat(&text, "stat::number_of_executed_units"),
             secs,
-            kind: finding::kind(&text),
+            kind: triage::signature::kind(&text),
             log,
         })
     }
 }
 
+/// A libFuzzer status line (`#4096 pulse cov: 812 ft: 2301 corp: 310/12Kb
+/// ... exec/s: 2048 rss: 61Mb`), the last one of a log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub execs: u64,
+    pub cov: u64,
+    pub ft: u64,
+    pub corpus: u64,
+    pub execs_per_sec: u64,
+    pub rss_mb: u64,
+}
+
+/// The last status line of a log, if any.
+pub fn progress(log: &str) -> Option<Progress> {
+    log.lines().rev().find_map(|line| {
+        let rest = line.strip_prefix('#')?;
+        let mut words = rest.split_whitespace();
+        let execs = words.next()?.parse().ok()?;
+        let mut p = Progress {
+            execs,
+            ..Progress::default()
+        };
+        let words: Vec<&str> = words.collect();
+        let mut seen_cov = false;
+        for pair in words.windows(2) {
+            let num = |s: &str| {
+                s.trim_end_matches("Mb")
+                    .split('/')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)
+            };
+            match pair[0] {
+                "cov:" => {
+                    p.cov = num(pair[1]);
+                    seen_cov = true;
+                }
+                "ft:" => p.ft = num(pair[1]),
+                "corp:" => p.corpus = num(pair[1]),
+                "exec/s:" => p.execs_per_sec = num(pair[1]),
+                "rss:" => p.rss_mb = num(pair[1]),
+                _ => {}
+            }
+        }
+        seen_cov.then_some(p)
+    })
+}
+
 /// A `-print_final_stats` value, or 0 when the run ended before printing it.
-fn final_stat(log: &str, name: &str) -> u64 {
+pub fn final_stat(log: &str, name: &str) -> u64 {
     log.lines()
         .filter_map(|l| {
             l.strip_prefix(name)?
@@ -121,4 +178,29 @@ fn final_stat(log: &str, name: &str) -> u64 {
         })
         .last()
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines_are_read() {
+        let log = "INFO: seed corpus: files: 310\n\
+                   #2\tINITED cov: 700 ft: 1900 corp: 300/11Kb exec/s: 0 rss: 40Mb\n\
+                   #4096\tpulse  cov: 812 ft: 2301 corp: 310/12Kb lim: 64 exec/s: 2048 rss: 61Mb\n\
+                   Done 5000 runs in 2 second(s)\n";
+        assert_eq!(
+            progress(log),
+            Some(Progress {
+                execs: 4096,
+                cov: 812,
+                ft: 2301,
+                corpus: 310,
+                execs_per_sec: 2048,
+                rss_mb: 61
+            })
+        );
+        assert_eq!(progress("#1 no coverage here\n"), None);
+    }
 }

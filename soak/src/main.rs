@@ -1,12 +1,19 @@
 //! The `allocsoak` command line.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use shadow::Target;
+use soak::config::Config;
 use soak::project::{Build, Project};
-use soak::{bench, instrumentation, pass, zoo};
+use soak::state::StateDir;
+use soak::store::Store;
+use soak::{bench, daemon, instrumentation, pass, status, zoo};
 
 #[derive(Parser)]
 #[command(
@@ -72,11 +79,76 @@ enum Command {
     },
     /// Check that the bundled C allocators carry coverage instrumentation.
     Instrumentation,
+    /// Soak: rotate slots in time slices until the duration ends or SIGINT/SIGTERM;
+    /// grow corpora, file deduplicated, minimized crash groups under <state>/crashes/.
+    Soak(SoakArgs),
+    /// Print a soak's progress from its state dir (while it runs, or after).
+    Status {
+        /// The state dir the soak runs with.
+        #[arg(long, default_value = "soak-state")]
+        state: PathBuf,
+    },
     /// Print the op program a fuzz input decodes to, one op per line.
     Print {
         target: Target,
         input: std::path::PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct SoakArgs {
+    /// How long: seconds, or a number with s, m, h or d (`8h`).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Duration,
+    /// The state dir: corpora, crashes, logs and the store.
+    #[arg(long, default_value = "soak-state")]
+    state: PathBuf,
+    /// Slices run at once. Default: one per core.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// The slot config. Default: soak.toml in the checkout.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Replace the config's targets (repeatable).
+    #[arg(long = "target")]
+    targets: Vec<String>,
+    /// Replace the config's allocators (repeatable).
+    #[arg(long = "allocator")]
+    allocators: Vec<String>,
+    /// Replace the config's engine.
+    #[arg(long)]
+    engine: Option<String>,
+    /// Seconds per slice. Default: the config's slice_minutes.
+    #[arg(long)]
+    slice_secs: Option<u64>,
+    /// Seconds between progress prints. Default: 10 on a terminal, else 60.
+    #[arg(long)]
+    progress_secs: Option<u64>,
+}
+
+/// `28800`, `90s`, `30m`, `8h`, `2d`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!("bad duration `{text}`: give seconds (28800) or a number with s, m, h or d (8h)")
+    };
+    let (num, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(bad()),
+    };
+    if secs == 0 {
+        return Err(format!(
+            "bad duration `{text}`: a soak needs at least one second"
+        ));
+    }
+    Ok(Duration::from_secs(secs))
 }
 
 fn main() -> ExitCode {
@@ -186,6 +258,13 @@ fn run(command: Command) -> Result<bool> {
             )?;
             Ok(!rows.is_empty())
         }
+        Command::Soak(args) => soak(project, args),
+        Command::Status { state } => {
+            let state = StateDir::open_to_read(&state)?;
+            let store = Store::open(&state.store())?;
+            print!("{}", status::render(&state, &store, None)?);
+            Ok(true)
+        }
         Command::Print { target, input } => {
             let data = std::fs::read(&input)
                 .with_context(|| format!("failed to read {}", input.display()))?;
@@ -212,4 +291,56 @@ fn run(command: Command) -> Result<bool> {
             Ok(ok)
         }
     }
+}
+
+fn soak(project: Project, args: SoakArgs) -> Result<bool> {
+    let config_path = args
+        .config
+        .unwrap_or_else(|| project.root().join("soak.toml"));
+    let mut config = Config::load(&config_path)?;
+    if !args.targets.is_empty() {
+        config.targets = args.targets;
+        config.slots.clear();
+    }
+    if !args.allocators.is_empty() {
+        config.allocators = args.allocators;
+        config.slots.clear();
+    }
+    if let Some(engine) = args.engine {
+        config.engine = engine;
+    }
+    let slots = config.slots()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal ends the process at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let options = daemon::Options {
+        state: args.state.clone(),
+        duration: args.duration,
+        jobs: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        slots,
+        config,
+        slice_secs: args.slice_secs,
+        progress_secs: args.progress_secs.unwrap_or(if tty { 10 } else { 60 }),
+    };
+    let summary = daemon::run(project, options, stop)?;
+    let state = StateDir::open_to_read(&args.state)?;
+    let store = Store::open(&state.store())?;
+    println!("soak: {} new crash groups", summary.new_groups.len());
+    for id in &summary.new_groups {
+        if let Some(g) = store.group(id)? {
+            println!("  {} [{}] {}", g.id, g.kind, g.title);
+            println!(
+                "    report: {}",
+                state.crash_group(id).join("REPORT.md").display()
+            );
+            println!("    Reproduce with: {}", g.repro);
+        }
+    }
+    Ok(true)
 }

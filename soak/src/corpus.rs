@@ -1,0 +1,229 @@
+//! Persistent corpora: a slice fuzzes into a fresh folder; its new inputs
+//! merge into the target's corpus, which is swapped in whole.
+//!
+//! `corpus/<target>` is a symlink to a generation `.<target>.g<N>`. A merge
+//! hard-links generation N into N+1, lets libFuzzer's `-merge=1` add the
+//! slice's inputs that bring new coverage, and renames a new symlink over
+//! the old one. A prune (`-set_cover_merge=1`) builds N+1 from scratch the
+//! same way. A kill at any moment leaves the symlink on a complete
+//! generation; [`Corpus::recover`] removes half-built ones.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use shadow::Target;
+
+use crate::state::StateDir;
+
+pub struct Corpus<'a> {
+    state: &'a StateDir,
+    target: Target,
+}
+
+/// What a merge or prune did.
+pub struct Merged {
+    pub before: usize,
+    pub after: usize,
+    pub secs: f64,
+}
+
+impl<'a> Corpus<'a> {
+    pub fn new(state: &'a StateDir, target: Target) -> Corpus<'a> {
+        Corpus { state, target }
+    }
+
+    /// The corpus folder engines read (the current generation).
+    pub fn path(&self) -> PathBuf {
+        self.state.corpus(self.target)
+    }
+
+    /// The current generation number, creating generation 0 on first use.
+    fn generation(&self) -> Result<u64> {
+        let link = self.path();
+        match std::fs::read_link(&link) {
+            Ok(dest) => dest
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.rsplit_once(".g"))
+                .and_then(|(_, g)| g.parse().ok())
+                .with_context(|| {
+                    format!(
+                        "{} points to {}, not a corpus generation",
+                        link.display(),
+                        dest.display()
+                    )
+                }),
+            Err(_) if link.exists() => bail!(
+                "{} is not a symlink to a corpus generation; move it aside and restart",
+                link.display()
+            ),
+            Err(_) => {
+                let g0 = self.state.corpus_generation(self.target, 0);
+                std::fs::create_dir_all(&g0)
+                    .with_context(|| format!("failed to create {}", g0.display()))?;
+                self.point_to(0)?;
+                Ok(0)
+            }
+        }
+    }
+
+    fn point_to(&self, n: u64) -> Result<()> {
+        let link = self.path();
+        let name = self
+            .state
+            .corpus_generation(self.target, n)
+            .file_name()
+            .expect("generation has a name")
+            .to_owned();
+        let tmp = crate::state::tmp_path(&link);
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&name, &tmp)
+            .with_context(|| format!("failed to create {}", tmp.display()))?;
+        std::fs::rename(&tmp, &link)
+            .with_context(|| format!("failed to swap {}", link.display()))?;
+        sync_dir(link.parent().expect("corpus has a parent"));
+        Ok(())
+    }
+
+    /// Removes generations other than the current one: half-built ones a
+    /// kill left behind (their inputs are hard links of the current one's,
+    /// plus at most one slice's merge, which the slice's scratch still has)
+    /// and old ones a swap left.
+    pub fn recover(&self) -> Result<()> {
+        let current = self.generation()?;
+        let prefix = format!(".{}.g", self.target.name());
+        let dir = self.state.root().join("corpus");
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let stale = name
+                .strip_prefix(&prefix)
+                .and_then(|g| g.parse::<u64>().ok())
+                .is_some_and(|g| g != current);
+            if stale {
+                std::fs::remove_dir_all(entry.path())
+                    .with_context(|| format!("failed to remove {}", entry.path().display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn len(&self) -> Result<usize> {
+        self.generation()?;
+        count_files(&self.path())
+    }
+
+    /// Merges the inputs in `new` that add coverage, running `binary` (with
+    /// `env`) over them; `control` is the merge control file, so a merge
+    /// that crashes on an input picks up where it was.
+    pub fn merge(
+        &self,
+        binary: &Path,
+        env: &[(String, String)],
+        new: &Path,
+        control: &Path,
+    ) -> Result<Merged> {
+        self.rebuild(binary, env, &["-merge=1"], &[new], control, true)
+    }
+
+    /// Rebuilds the corpus as a minimal set covering the same features.
+    pub fn prune(&self, binary: &Path, env: &[(String, String)], control: &Path) -> Result<Merged> {
+        let current = self.path();
+        self.rebuild(
+            binary,
+            env,
+            &["-set_cover_merge=1"],
+            &[&current],
+            control,
+            false,
+        )
+    }
+
+    fn rebuild(
+        &self,
+        binary: &Path,
+        env: &[(String, String)],
+        flags: &[&str],
+        from: &[&Path],
+        control: &Path,
+        keep_current: bool,
+    ) -> Result<Merged> {
+        let start = Instant::now();
+        let current = self.generation()?;
+        let before = self.len()?;
+        let next = self.state.corpus_generation(self.target, current + 1);
+        if next.exists() {
+            std::fs::remove_dir_all(&next)?;
+        }
+        std::fs::create_dir_all(&next)
+            .with_context(|| format!("failed to create {}", next.display()))?;
+        if keep_current {
+            for entry in std::fs::read_dir(self.path())? {
+                let entry = entry?;
+                std::fs::hard_link(entry.path(), next.join(entry.file_name())).with_context(
+                    || {
+                        format!(
+                            "failed to link {} into {}",
+                            entry.path().display(),
+                            next.display()
+                        )
+                    },
+                )?;
+            }
+        }
+        let out = Command::new(binary)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .args(flags)
+            .arg(format!("-merge_control_file={}", control.display()))
+            .arg(&next)
+            .args(from)
+            .output()
+            .with_context(|| format!("failed to run {}; run `just build`", binary.display()))?;
+        if !out.status.success() {
+            let log = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            bail!(
+                "merge into {} failed ({}): {}",
+                self.path().display(),
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
+        }
+        let _ = std::fs::remove_file(control);
+        sync_dir(&next);
+        let after = count_files(&next)?;
+        if after < before && keep_current {
+            bail!(
+                "merge into {} lost inputs ({before} -> {after}); kept the old corpus",
+                self.path().display()
+            );
+        }
+        self.point_to(current + 1)?;
+        std::fs::remove_dir_all(self.state.corpus_generation(self.target, current))?;
+        Ok(Merged {
+            before,
+            after,
+            secs: start.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+pub fn count_files(dir: &Path) -> Result<usize> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Ok(entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_file())
+            .count()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e).with_context(|| format!("failed to read {}", dir.display())),
+    }
+}
+
+/// Makes renames in `dir` durable; best effort.
+fn sync_dir(dir: &Path) {
+    if let Ok(f) = std::fs::File::open(dir) {
+        let _ = f.sync_all();
+    }
+}

@@ -1,0 +1,282 @@
+//! The soak daemon: boot, workers, stop.
+//!
+//! `boot` reads top to bottom: open the state dir and its store, register
+//! the slots, check the fuzz binaries, finish what a previous run left
+//! (corpus generations, slice scratch, group folders), then `jobs` workers
+//! each loop draw a slot → run a slice → merge and file → reweigh, until
+//! the deadline or SIGINT/SIGTERM. The main thread prints progress and
+//! talks to systemd.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use shadow::Target;
+
+use crate::config::{Config, Slot};
+use crate::corpus::Corpus;
+use crate::intake::{self, Filed};
+use crate::notify::Notifier;
+use crate::project::{Build, Project};
+use crate::scheduler::{self, Rng};
+use crate::state::StateDir;
+use crate::store::{SlotRow, Store};
+use crate::{slice, status};
+
+/// What a soak is asked to do.
+pub struct Options {
+    pub state: PathBuf,
+    pub duration: Duration,
+    pub jobs: usize,
+    pub slots: Vec<Slot>,
+    pub config: Config,
+    /// Seconds per slice (default: the config's `slice_minutes`).
+    pub slice_secs: Option<u64>,
+    /// Seconds between progress prints.
+    pub progress_secs: u64,
+}
+
+/// The running soak, shared by its workers.
+pub struct Soak {
+    pub project: Project,
+    pub state: StateDir,
+    pub store: Mutex<Store>,
+    pub config: Config,
+    pub stop: Arc<AtomicBool>,
+    slots: Vec<(Slot, i64)>,
+    busy: Mutex<HashSet<i64>>,
+    merging: HashMap<Target, Mutex<()>>,
+    rng: Mutex<Rng>,
+    new_groups: Mutex<Vec<String>>,
+    run_id: i64,
+    deadline: Instant,
+    slice_secs: u64,
+}
+
+impl Soak {
+    pub fn lock_store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn slot(&self, id: i64) -> Result<SlotRow> {
+        self.lock_store().slot_by_id(id)
+    }
+
+    /// Held while a target's corpus is merged or pruned.
+    pub fn merge_lock(&self, target: Target) -> MutexGuard<'_, ()> {
+        self.merging[&target]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn filed(&self, f: &Filed) {
+        self.new_groups.lock().unwrap().push(f.group_id.clone());
+    }
+
+    /// Whether a target's corpus is due a prune: `prune_hours` after the
+    /// last one, or after its first merge.
+    pub fn prune_due(&self, target: Target) -> Result<bool> {
+        let since = self.lock_store().last_prune(target.name())?;
+        let hours = self.config.prune_hours;
+        Ok(since.is_some_and(|t| (crate::store::now() - t) as f64 >= hours * 3600.0))
+    }
+
+    /// Draws an idle slot by weight (a busy one only when all are busy).
+    fn draw(&self) -> Result<i64> {
+        let store = self.lock_store();
+        let mut busy = self.busy.lock().unwrap();
+        let mut candidates: Vec<(i64, f64)> = Vec::new();
+        for (slot, id) in &self.slots {
+            let row = store.slot_by_id(*id)?;
+            let slices = store.recent_slices(*id, scheduler::NEW_SLICES)?.len();
+            candidates.push((*id, scheduler::weight(slot.weight, row.weight, slices)));
+        }
+        let idle: Vec<(i64, f64)> = candidates
+            .iter()
+            .copied()
+            .filter(|(id, _)| !busy.contains(id))
+            .collect();
+        let pool = if idle.is_empty() { candidates } else { idle };
+        let weights: Vec<f64> = pool.iter().map(|(_, w)| *w).collect();
+        let roll = self.rng.lock().unwrap().roll();
+        let (id, _) = pool[scheduler::pick(&weights, roll).expect("at least one slot")];
+        busy.insert(id);
+        Ok(id)
+    }
+
+    fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    fn worker(&self) -> Result<()> {
+        while !self.stop.load(Ordering::Relaxed) {
+            let secs = self.remaining().as_secs().min(self.slice_secs);
+            if secs < 2 {
+                break;
+            }
+            let slot_id = self.draw()?;
+            let slice_id = self.lock_store().start_slice(slot_id, self.run_id)?;
+            let result = slice::run(self, slot_id, slice_id, secs);
+            self.busy.lock().unwrap().remove(&slot_id);
+            result?;
+        }
+        Ok(())
+    }
+}
+
+/// What a soak filed, for the summary.
+pub struct Summary {
+    pub new_groups: Vec<String>,
+}
+
+/// Runs a soak to its end. `stop` is set by SIGINT/SIGTERM.
+pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<Summary> {
+    let notifier = Notifier::from_env();
+    let state = StateDir::open_for_soak(&options.state)?;
+    let store = Store::open(&state.store())?;
+    let mut slots = Vec::new();
+    for slot in &options.slots {
+        let row = store.slot(slot.target.name(), &slot.allocator, &slot.engine, 1.0)?;
+        slots.push((slot.clone(), row.id));
+    }
+    check_binaries(&project, &options.slots)?;
+    for target in Target::ALL {
+        Corpus::new(&state, target).recover()?;
+    }
+    intake::refill_all(&state, &store)?;
+    let slice_secs = options
+        .slice_secs
+        .unwrap_or((options.config.slice_minutes * 60.0).round() as u64)
+        .max(1);
+    let run_id = store.start_run(
+        options.jobs,
+        crate::store::now() + options.duration.as_secs() as i64,
+    )?;
+    let seed = crate::store::now() as u64 ^ (u64::from(std::process::id()) << 32);
+    let soak = Soak {
+        project,
+        state,
+        store: Mutex::new(store),
+        config: options.config,
+        stop,
+        slots,
+        busy: Mutex::new(HashSet::new()),
+        merging: Target::ALL
+            .into_iter()
+            .map(|t| (t, Mutex::new(())))
+            .collect(),
+        rng: Mutex::new(Rng::new(seed)),
+        new_groups: Mutex::new(Vec::new()),
+        run_id,
+        deadline: Instant::now() + options.duration,
+        slice_secs,
+    };
+    finish_leftover_slices(&soak)?;
+    notifier.ready();
+
+    let started = Instant::now();
+    let errors: Mutex<Vec<anyhow::Error>> = Mutex::new(Vec::new());
+    let workers_done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..options.jobs.max(1))
+            .map(|_| {
+                s.spawn(|| {
+                    if let Err(e) = soak.worker() {
+                        // One worker's failure ends the soak: a broken
+                        // state dir must not be written on.
+                        soak.stop.store(true, Ordering::Relaxed);
+                        errors.lock().unwrap().push(e);
+                    }
+                })
+            })
+            .collect();
+        s.spawn(|| {
+            for h in handles {
+                let _ = h.join();
+            }
+            workers_done.store(true, Ordering::Relaxed);
+        });
+        let mut last_print = Instant::now();
+        let mut last_ping = Instant::now();
+        let ping = notifier
+            .watchdog_interval()
+            .unwrap_or(Duration::from_secs(10));
+        while !workers_done.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(250));
+            if last_ping.elapsed() >= ping {
+                notifier.watchdog();
+                last_ping = Instant::now();
+            }
+            if last_print.elapsed() >= Duration::from_secs(options.progress_secs) {
+                last_print = Instant::now();
+                let store = soak.lock_store();
+                if let Ok(text) = status::render(
+                    &soak.state,
+                    &store,
+                    Some((started.elapsed(), soak.remaining())),
+                ) {
+                    println!("{text}");
+                    notifier.status(text.lines().next().unwrap_or(""));
+                }
+            }
+        }
+    });
+    notifier.stopping();
+    let store = soak.lock_store();
+    store.end_run(soak.run_id)?;
+    if let Ok(text) = status::render(
+        &soak.state,
+        &store,
+        Some((started.elapsed(), Duration::ZERO)),
+    ) {
+        println!("{text}");
+    }
+    if let Some(e) = errors.into_inner().unwrap().into_iter().next() {
+        return Err(e);
+    }
+    let new_groups = soak.new_groups.lock().unwrap().clone();
+    Ok(Summary { new_groups })
+}
+
+/// Every slot's fuzz binary must exist before the soak starts.
+fn check_binaries(project: &Project, slots: &[Slot]) -> Result<()> {
+    for slot in slots {
+        let build = Build::for_allocator(&slot.allocator);
+        let binary = project.binary(build, slot.target);
+        if !binary.is_file() {
+            let flag = match build {
+                Build::Asan => String::new(),
+                _ => format!(" --allocator {}", slot.allocator),
+            };
+            bail!(
+                "fuzz binary {} is missing; build it with `allocsoak build{flag}` (or `just build`)",
+                binary.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Finishes slices a kill interrupted: their new inputs are merged and
+/// their artifacts filed before anything new runs.
+fn finish_leftover_slices(soak: &Soak) -> Result<()> {
+    let mut ids: Vec<i64> = std::fs::read_dir(soak.state.slices())
+        .with_context(|| format!("failed to read {}", soak.state.slices().display()))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    ids.sort();
+    for id in ids {
+        let scratch = soak.state.slice(id);
+        if !scratch.join("slice.toml").is_file() {
+            // Killed before it started: nothing in it yet.
+            std::fs::remove_dir_all(&scratch)?;
+            continue;
+        }
+        slice::finish(soak, id, &scratch, 0.0, false)
+            .with_context(|| format!("failed to finish interrupted slice {}", scratch.display()))?;
+    }
+    Ok(())
+}

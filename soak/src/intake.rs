@@ -1,0 +1,532 @@
+//! The crash pipeline, one artifact at a time:
+//! reproduce → sign → deduplicate → minimize → file.
+//!
+//! Every artifact ends in `crashes/<signature>/`, moved there by rename
+//! (the original of a new group, or `inputs/` of a known one), so none is
+//! lost; a group's folder is built under a temporary name and renamed into
+//! place whole before the store hears of it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use shadow::Target;
+use triage::signature::Signature;
+
+use crate::state::{self, StateDir};
+use crate::store::{self, GroupRow, Store};
+
+/// Replays per artifact before it is called flaky.
+const TRIES: usize = 3;
+/// Seconds `-minimize_crash` may take per new group, and runs per
+/// attempt (libFuzzer otherwise spends all the seconds on a tiny input).
+const MINIMIZE_SECS: u64 = 30;
+const MINIMIZE_RUNS: u64 = 5000;
+
+/// What intake needs to know about the slot an artifact came from.
+pub struct Source<'a> {
+    pub target: Target,
+    pub allocator: &'a str,
+    pub engine: &'a str,
+    pub slot_id: i64,
+    pub slice_id: Option<i64>,
+    pub binary: &'a Path,
+    /// The tolerate file the slice ran with (replays use it too, so a
+    /// known bug earlier in the input does not hide this one).
+    pub tolerate: Option<&'a Path>,
+    pub timeout_secs: u64,
+    pub rss_limit_mb: u64,
+}
+
+/// What filing an artifact did.
+#[derive(Debug)]
+pub struct Filed {
+    pub group_id: String,
+    pub kind: String,
+    pub new: bool,
+}
+
+/// The group's own record, kept next to its inputs so a store that lost
+/// its last write (a kill) can be refilled from the folder.
+#[derive(Serialize, Deserialize)]
+pub struct GroupFile {
+    pub signature: String,
+    pub kind: String,
+    pub title: String,
+    pub violation_key: Option<String>,
+    pub target: String,
+    pub allocator: String,
+    pub engine: String,
+    pub first_seen: i64,
+    pub minimized: Option<String>,
+    pub repro: String,
+}
+
+/// One replay of an input.
+struct Replay {
+    log: String,
+    reproduced: bool,
+}
+
+impl Source<'_> {
+    fn slot_label(&self) -> String {
+        format!("{}/{}", self.target, self.allocator)
+    }
+
+    fn command(&self, tolerate: bool) -> Command {
+        let mut cmd = Command::new(self.binary);
+        cmd.env("ALLOCSOAK_ALLOCATOR", self.allocator)
+            .env("ALLOCSOAK_MODE", "checked")
+            .arg(format!("-timeout={}", self.timeout_secs))
+            .arg(format!("-rss_limit_mb={}", self.rss_limit_mb))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        if let (true, Some(t)) = (tolerate, self.tolerate) {
+            cmd.env("ALLOCSOAK_TOLERATE", t);
+        }
+        cmd
+    }
+
+    fn replay(&self, input: &Path, tolerate: bool) -> Result<Replay> {
+        let out = self
+            .command(tolerate)
+            .arg(input)
+            .output()
+            .with_context(|| {
+                format!("failed to run {}; run `just build`", self.binary.display())
+            })?;
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        let reproduced = !out.status.success() && triage::signature::kind(&log).is_some();
+        Ok(Replay { log, reproduced })
+    }
+}
+
+/// Reproduces an artifact up to [`TRIES`] times.
+fn reproduce(src: &Source, input: &Path) -> Result<(Replay, bool)> {
+    let mut last = None;
+    for _ in 0..TRIES {
+        let r = src.replay(input, true)?;
+        if r.reproduced {
+            return Ok((r, true));
+        }
+        last = Some(r);
+    }
+    Ok((last.expect("TRIES > 0"), false))
+}
+
+/// Signs a replay, falling back on the engine's own log when the replay
+/// did not reproduce (a flaky crash still has the engine's report).
+fn sign(src: &Source, replay: &Replay, engine_log: &str) -> Signature {
+    let slot = src.slot_label();
+    let from_replay = replay
+        .reproduced
+        .then(|| Signature::from_log(&replay.log, &slot))
+        .flatten();
+    from_replay
+        .or_else(|| Signature::from_log(engine_log, &slot))
+        .unwrap_or_else(|| Signature {
+            // The engine wrote an artifact but no log says why.
+            kind: "crash".into(),
+            frames: Vec::new(),
+            message: format!("unreported crash in {slot}"),
+        })
+}
+
+/// Minimizes a new group's input; keeps the result only when it still
+/// reproduces with the same signature.
+fn minimize(
+    src: &Source,
+    input: &Path,
+    sig: &Signature,
+    work: &Path,
+) -> Result<Option<(PathBuf, Replay)>> {
+    if matches!(sig.kind.as_str(), "timeout" | "oom") {
+        return Ok(None);
+    }
+    let out = work.join("minimized");
+    let status = src
+        .command(true)
+        .arg("-minimize_crash=1")
+        .arg(format!("-runs={MINIMIZE_RUNS}"))
+        .arg(format!("-max_total_time={MINIMIZE_SECS}"))
+        .arg(format!("-exact_artifact_path={}", out.display()))
+        .arg(input)
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("failed to run {}", src.binary.display()))?;
+    let _ = status;
+    if !out.is_file() {
+        return Ok(None);
+    }
+    let replay = src.replay(&out, true)?;
+    let same = replay.reproduced
+        && Signature::from_log(&replay.log, &src.slot_label()).is_some_and(|s| s.id() == sig.id());
+    Ok(same.then_some((out, replay)))
+}
+
+/// Files one artifact (a libFuzzer `crash-`, `leak-`, `timeout-` or `oom-`
+/// file); `engine_log` is the log of the run that wrote it.
+pub fn file(
+    state: &StateDir,
+    store: &std::sync::Mutex<Store>,
+    src: &Source,
+    artifact: &Path,
+    engine_log: &str,
+) -> Result<Filed> {
+    // One artifact at a time: two workers that hit one new bug at once
+    // must file one group, not race to build its folder.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (replay, reproduced) = reproduce(src, artifact)?;
+    let sig = sign(src, &replay, engine_log);
+    let id = sig.id();
+    let known = lock(store).group(&id)?.is_some() || state.crash_group(&id).is_dir();
+    if known {
+        let dest = state.crash_group(&id).join("inputs");
+        std::fs::create_dir_all(&dest)?;
+        let name = format!(
+            "{}-{}",
+            src.slice_id
+                .map_or_else(|| "x".to_string(), |s| s.to_string()),
+            artifact
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        );
+        let kept = dest.join(name);
+        move_file(artifact, &kept)?;
+        let store = lock(store);
+        refill(state, &store, &id)?;
+        store.add_crash(
+            &id,
+            src.slot_id,
+            src.slice_id,
+            &kept.to_string_lossy(),
+            reproduced,
+        )?;
+        if let Some(g) = store.group(&id)? {
+            if !reproduced && g.status == "new" {
+                store.set_status(&id, "flaky")?;
+            }
+            write_report(state, &store, &g)?;
+        }
+        return Ok(Filed {
+            group_id: id,
+            kind: sig.kind,
+            new: false,
+        });
+    }
+
+    // A new group: build its folder aside, then rename it into place.
+    let dir = state.crash_group(&id);
+    let work = state::tmp_path(&dir);
+    if work.exists() {
+        std::fs::remove_dir_all(&work)?;
+    }
+    std::fs::create_dir_all(&work)
+        .with_context(|| format!("failed to create {}", work.display()))?;
+    let minimized = if reproduced {
+        minimize(src, artifact, &sig, &work)?
+    } else {
+        None
+    };
+    let (shown_input, shown_log) = match &minimized {
+        Some((path, replay)) => (path.clone(), replay.log.as_str()),
+        None => (
+            artifact.to_path_buf(),
+            if reproduced {
+                replay.log.as_str()
+            } else {
+                engine_log
+            },
+        ),
+    };
+    let program = program_text(src.target, &shown_input, shown_log)?;
+    let repro = repro_command(src, &dir, minimized.is_some(), &shown_input, &sig)?;
+    if src.tolerate.is_some_and(|t| t.is_file()) {
+        state::copy_atomic(src.tolerate.unwrap(), &work.join("tolerate"))?;
+    }
+    let record = GroupFile {
+        signature: sig.key(),
+        kind: sig.kind.clone(),
+        title: sig.title(),
+        violation_key: sig.violation_key().map(str::to_string),
+        target: src.target.name().to_string(),
+        allocator: src.allocator.to_string(),
+        engine: src.engine.to_string(),
+        first_seen: store::now(),
+        minimized: minimized
+            .as_ref()
+            .map(|_| dir.join("minimized").to_string_lossy().into_owned()),
+        repro,
+    };
+    state::write_atomic(
+        &work.join("group.toml"),
+        toml::to_string(&record)?.as_bytes(),
+    )?;
+    state::write_atomic(&work.join("replay.log"), shown_log.as_bytes())?;
+    state::write_atomic(&work.join("engine.log"), engine_log.as_bytes())?;
+    state::write_atomic(&work.join("stack.txt"), stack_text(shown_log).as_bytes())?;
+    state::write_atomic(&work.join("program.txt"), program.as_bytes())?;
+    move_file(artifact, &work.join("original"))?;
+    std::fs::rename(&work, &dir)
+        .with_context(|| format!("failed to rename {} to {}", work.display(), dir.display()))?;
+
+    let store = lock(store);
+    refill(state, &store, &id)?;
+    let original = dir.join("original").to_string_lossy().into_owned();
+    store.add_crash(&id, src.slot_id, src.slice_id, &original, reproduced)?;
+    if !reproduced {
+        store.set_status(&id, "flaky")?;
+    }
+    if let Some(g) = store.group(&id)? {
+        write_report(state, &store, &g)?;
+    }
+    Ok(Filed {
+        group_id: id,
+        kind: sig.kind,
+        new: true,
+    })
+}
+
+fn lock(store: &std::sync::Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
+    store.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Puts a group the store does not know (its folder was renamed into place
+/// just before a kill) back into the store from its `group.toml`.
+pub fn refill(state: &StateDir, store: &Store, id: &str) -> Result<()> {
+    if store.group(id)?.is_some() {
+        return Ok(());
+    }
+    let path = state.crash_group(id).join("group.toml");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    let g: GroupFile = toml::from_str(&text)
+        .with_context(|| format!("{} is not a group record", path.display()))?;
+    let slot = store.slot(&g.target, &g.allocator, &g.engine, 1.0)?;
+    store.insert_group(&GroupRow {
+        id: id.to_string(),
+        signature: g.signature,
+        kind: g.kind,
+        title: g.title,
+        violation_key: g.violation_key,
+        slot_id: slot.id,
+        first_seen: g.first_seen,
+        last_seen: g.first_seen,
+        count: 0,
+        status: "new".into(),
+        minimized: g.minimized,
+        repro: g.repro,
+    })
+}
+
+/// Refills every group folder the store lacks (after a kill).
+pub fn refill_all(state: &StateDir, store: &Store) -> Result<()> {
+    for entry in std::fs::read_dir(state.crashes())? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-") {
+            // A group folder a kill interrupted: its artifact is still in
+            // the slice's scratch, which is filed again.
+            std::fs::remove_dir_all(entry.path())?;
+        } else if entry.path().join("group.toml").is_file() {
+            refill(state, store, &name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renames `from` to `to`; copies and then removes across file systems.
+fn move_file(from: &Path, to: &Path) -> Result<()> {
+    if std::fs::rename(from, to).is_err() {
+        state::copy_atomic(from, to)?;
+        std::fs::remove_file(from)
+            .with_context(|| format!("failed to remove {}", from.display()))?;
+    }
+    Ok(())
+}
+
+/// The command that reproduces the group: the fuzz binary on the input,
+/// plus the tolerate file only when the input needs it (a known bug would
+/// otherwise fire first).
+fn repro_command(
+    src: &Source,
+    dir: &Path,
+    minimized: bool,
+    input: &Path,
+    sig: &Signature,
+) -> Result<String> {
+    let file = dir.join(if minimized { "minimized" } else { "original" });
+    let plain = src.replay(input, false)?;
+    let plain_same = plain.reproduced
+        && Signature::from_log(&plain.log, &src.slot_label()).is_some_and(|s| s.id() == sig.id());
+    let tolerate = if plain_same || src.tolerate.is_none() {
+        String::new()
+    } else {
+        format!("ALLOCSOAK_TOLERATE={} ", dir.join("tolerate").display())
+    };
+    Ok(format!(
+        "{tolerate}ALLOCSOAK_ALLOCATOR='{}' {} {}",
+        src.allocator,
+        src.binary.display(),
+        file.display()
+    ))
+}
+
+/// The program the input decodes to, one op per line, the op the
+/// violation names marked.
+fn program_text(target: Target, input: &Path, log: &str) -> Result<String> {
+    let data =
+        std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
+    let program = shadow::Program::decode(target, &data);
+    let failing = log.lines().find_map(|l| {
+        let rest = &l[l.find("allocsoak violation: ")?..];
+        rest.split("op #")
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse::<usize>()
+            .ok()
+    });
+    let mut out = String::new();
+    for (i, line) in program.to_string().lines().enumerate() {
+        // Line 0 is the `target` header; op k is line k + 1.
+        if i > 0 && failing == Some(i - 1) {
+            out.push_str(&format!("{line}    # <-- op #{} fails here\n", i - 1));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+/// The first stack of a log, as the sanitizer printed it.
+fn stack_text(log: &str) -> String {
+    let mut out = String::new();
+    let mut started = false;
+    for line in log.lines() {
+        let frame = line.trim_start().starts_with('#') && line.contains(" in ");
+        if frame {
+            started = true;
+            out.push_str(line.trim());
+            out.push('\n');
+        } else if started {
+            break;
+        }
+    }
+    out
+}
+
+/// Writes `crashes/<id>/REPORT.md` from the store and the folder.
+pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()> {
+    let dir = state.crash_group(&g.id);
+    let slot = store.slot_by_id(g.slot_id)?;
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let log = read("replay.log");
+    let what = log
+        .lines()
+        .find(|l| {
+            l.contains("allocsoak violation:")
+                || l.contains("ERROR: ")
+                || l.contains("Assertion")
+                || l.contains("assertion")
+        })
+        .unwrap_or(&g.title)
+        .trim();
+    let stack = read("stack.txt")
+        .lines()
+        .take(16)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let program = read("program.txt");
+    let inputs = crate::corpus::count_files(&dir.join("inputs"))?;
+    let text = format!(
+        "# {title}\n\n\
+         | | |\n| --- | --- |\n\
+         | kind | `{kind}` |\n\
+         | signature | `{sig}` |\n\
+         | group | `{id}` |\n\
+         | slot | {target} / {allocator} / {engine} |\n\
+         | first seen | {first} |\n\
+         | last seen | {last} |\n\
+         | count | {count} |\n\
+         | status | {status} |\n\n\
+         ## Reproduce\n\n```sh\n{repro}\n```\n\n\
+         ## What\n\n```text\n{what}\n```\n\n\
+         ## Where\n\n```text\n{stack}\n```\n\n\
+         ## Program ({which} input)\n\n```text\n{program}```\n\n\
+         ## Files\n\n\
+         - `original`: the input the fuzzer wrote; `minimized`: the minimized input (when minimizing kept the signature)\n\
+         - `program.txt`, `stack.txt`, `replay.log` (the replay the above is read from), `engine.log`\n\
+         - `inputs/`: {inputs} more raw inputs with this signature\n",
+        title = g.title,
+        kind = g.kind,
+        sig = g.signature,
+        id = g.id,
+        target = slot.target,
+        allocator = slot.allocator,
+        engine = slot.engine,
+        first = utc(g.first_seen),
+        last = utc(g.last_seen),
+        count = g.count,
+        status = g.status,
+        repro = g.repro,
+        which = if g.minimized.is_some() { "minimized" } else { "original" },
+    );
+    state::write_atomic(&dir.join("REPORT.md"), text.as_bytes())
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` from unix seconds.
+pub fn utc(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(1_795_392_000), "2026-11-23 00:00:00 UTC");
+        assert_eq!(utc(951_782_400 + 3661), "2000-02-29 01:01:01 UTC");
+    }
+
+    #[test]
+    fn the_failing_op_is_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in");
+        let data: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37)).collect();
+        std::fs::write(&input, &data).unwrap();
+        let program = shadow::Program::decode(Target::AllocOps, &data);
+        assert!(program.ops.len() >= 2, "{program}");
+        let log = format!(
+            "allocsoak violation: alignment: op #1 `{}`: block 0x3 (size 8) is not aligned to 8\n",
+            program.ops[1]
+        );
+        let text = program_text(Target::AllocOps, &input, &log).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "target alloc_ops");
+        assert!(lines[2].ends_with("# <-- op #1 fails here"), "{text}");
+        assert_eq!(text.matches("<--").count(), 1, "{text}");
+    }
+}

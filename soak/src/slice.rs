@@ -1,0 +1,294 @@
+//! One slice: a slot's engine run for a time, then what it left is merged
+//! and filed. [`finish`] also picks up a slice a kill interrupted.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use shadow::Target;
+
+use crate::corpus::{count_files, Corpus};
+use crate::daemon::Soak;
+use crate::intake::{self, Source};
+use crate::libfuzzer::{self, Run};
+use crate::project::Build;
+use crate::scheduler::{self, Yield};
+use crate::store::SliceStats;
+
+/// A slice's scratch folder names its slot, so a restart can finish it.
+#[derive(Serialize, Deserialize)]
+struct SliceFile {
+    slot_id: i64,
+    target: String,
+    allocator: String,
+    engine: String,
+}
+
+/// Runs slot `slot_id` for `secs` as slice `slice_id`, then finishes it.
+pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64) -> Result<()> {
+    let slot = soak.slot(slot_id)?;
+    let scratch = soak.state.slice(slice_id);
+    for sub in ["new", "artifacts"] {
+        std::fs::create_dir_all(scratch.join(sub))
+            .with_context(|| format!("failed to create {}", scratch.join(sub).display()))?;
+    }
+    let record = SliceFile {
+        slot_id,
+        target: slot.target.clone(),
+        allocator: slot.allocator.clone(),
+        engine: slot.engine.clone(),
+    };
+    crate::state::write_atomic(
+        &scratch.join("slice.toml"),
+        toml::to_string(&record)?.as_bytes(),
+    )?;
+    let target: Target = slot.target.parse().map_err(anyhow::Error::msg)?;
+    let keys = soak.lock_store().tolerated_keys(&slot.allocator)?;
+    let tolerate = scratch.join("tolerate");
+    let text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
+    crate::state::write_atomic(&tolerate, text.as_bytes())?;
+
+    let corpus = Corpus::new(&soak.state, target).path();
+    let run = Run {
+        seed: slice_id as u64,
+        secs,
+        corpus: vec![scratch.join("new"), corpus, soak.project.seeds(target)],
+        tolerate: (!keys.is_empty()).then(|| tolerate.clone()),
+        args: vec![
+            format!("-timeout={}", soak.config.timeout_secs),
+            format!("-rss_limit_mb={}", soak.config.rss_limit_mb),
+        ],
+        ..Run::new(
+            &soak.project,
+            target,
+            &slot.allocator,
+            PathBuf::new(),
+            scratch.join("artifacts"),
+        )
+    };
+    let log = std::fs::File::create(scratch.join("fuzz.log"))?;
+    let start = Instant::now();
+    let child = run
+        .command()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("failed to run {}; run `just build`", run.binary.display()))?;
+    let stopped = wait(soak, child, secs)?;
+    finish(
+        soak,
+        slice_id,
+        &scratch,
+        start.elapsed().as_secs_f64(),
+        stopped,
+    )
+}
+
+/// Waits for the engine; on a stop request it gets SIGINT (libFuzzer then
+/// exits cleanly, its new inputs on disk), and SIGKILL if it hangs far
+/// past its time. True when the soak asked it to stop.
+fn wait(soak: &Soak, mut child: Child, secs: u64) -> Result<bool> {
+    let start = Instant::now();
+    let hard = Duration::from_secs(secs + 120 + 2 * soak.config.timeout_secs);
+    let mut interrupted = false;
+    loop {
+        if child.try_wait()?.is_some() {
+            return Ok(interrupted);
+        }
+        if soak.stop.load(Ordering::Relaxed) && !interrupted {
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            interrupted = true;
+        }
+        if start.elapsed() > hard {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Merges a slice's new inputs, files its artifacts, records it and
+/// removes its scratch. Safe to repeat: a kill anywhere in here leaves
+/// the scratch for the next start to finish again.
+pub fn finish(
+    soak: &Soak,
+    slice_id: i64,
+    scratch: &Path,
+    fuzz_secs: f64,
+    stopped: bool,
+) -> Result<()> {
+    let text = std::fs::read_to_string(scratch.join("slice.toml"))
+        .with_context(|| format!("failed to read {}", scratch.join("slice.toml").display()))?;
+    let record: SliceFile = toml::from_str(&text)?;
+    let target: Target = record.target.parse().map_err(anyhow::Error::msg)?;
+    let binary = soak
+        .project
+        .binary(Build::for_allocator(&record.allocator), target);
+    let log = std::fs::read_to_string(scratch.join("fuzz.log")).unwrap_or_default();
+    let tolerate = scratch.join("tolerate");
+    let tolerate = (std::fs::metadata(&tolerate).map_or(0, |m| m.len()) > 0).then_some(tolerate);
+    let mut env = vec![("ALLOCSOAK_ALLOCATOR".to_string(), record.allocator.clone())];
+    if let Some(t) = &tolerate {
+        env.push((
+            "ALLOCSOAK_TOLERATE".into(),
+            t.to_string_lossy().into_owned(),
+        ));
+    }
+
+    let new_units = count_files(&scratch.join("new"))? as u64;
+    let corpus = Corpus::new(&soak.state, target);
+    let mut merged_units = 0;
+    {
+        let _merging = soak.merge_lock(target);
+        if new_units > 0 {
+            let m = corpus.merge(
+                &binary,
+                &env,
+                &scratch.join("new"),
+                &scratch.join("merge.ctl"),
+            )?;
+            merged_units = (m.after - m.before) as u64;
+            soak.lock_store()
+                .corpus_event(target.name(), "merge", m.before, m.after, m.secs)?;
+        }
+        if soak.prune_due(target)? {
+            let m = corpus.prune(&binary, &env, &scratch.join("prune.ctl"))?;
+            soak.lock_store()
+                .corpus_event(target.name(), "prune", m.before, m.after, m.secs)?;
+        }
+    }
+
+    let src = Source {
+        target,
+        allocator: &record.allocator,
+        engine: &record.engine,
+        slot_id: record.slot_id,
+        slice_id: Some(slice_id),
+        binary: &binary,
+        tolerate: tolerate.as_deref(),
+        timeout_secs: soak.config.timeout_secs,
+        rss_limit_mb: soak.config.rss_limit_mb,
+    };
+    let (mut new_groups, mut repeats, mut findings) = (0, 0, 0);
+    for artifact in artifacts(&scratch.join("artifacts"))? {
+        let filed = intake::file(&soak.state, &soak.store, &src, &artifact, &log)?;
+        findings += 1;
+        if filed.new {
+            new_groups += 1;
+            soak.filed(&filed);
+        } else {
+            repeats += 1;
+        }
+    }
+
+    let tolerated = tolerated_counts(&log);
+    let keys = soak.lock_store().tolerated_keys(&record.allocator)?;
+    let progress = libfuzzer::progress(&log).unwrap_or_default();
+    let final_execs = libfuzzer::final_stat(&log, "stat::number_of_executed_units");
+    let stats = SliceStats {
+        fuzz_secs,
+        execs: final_execs.max(progress.execs),
+        cov: progress.cov,
+        ft: progress.ft,
+        corpus_size: corpus.len()? as u64,
+        new_units,
+        merged_units,
+        peak_rss_mb: libfuzzer::final_stat(&log, "stat::peak_rss_mb").max(progress.rss_mb),
+        findings,
+        tolerated: tolerated.values().sum(),
+        outcome: if fuzz_secs == 0.0 {
+            "killed".into()
+        } else if stopped {
+            "stop".into()
+        } else {
+            libfuzzer_outcome(&log)
+        },
+    };
+    {
+        let store = soak.lock_store();
+        for (key, count) in &tolerated {
+            if let Some((group, _)) = keys.iter().find(|(_, k)| k == key) {
+                store.add_tolerated(slice_id, group, *count)?;
+            }
+        }
+        store.end_slice(slice_id, &stats)?;
+        let slot = store.slot_by_id(record.slot_id)?;
+        let factor = scheduler::next_factor(
+            slot.weight,
+            &Yield {
+                stats: &stats,
+                new_groups,
+                repeats,
+            },
+        );
+        store.set_weight(record.slot_id, factor)?;
+    }
+    let kept_log = soak.state.logs().join(format!("slice-{slice_id}.log"));
+    if scratch.join("fuzz.log").is_file() {
+        std::fs::rename(scratch.join("fuzz.log"), &kept_log)?;
+    }
+    std::fs::remove_dir_all(scratch)
+        .with_context(|| format!("failed to remove {}", scratch.display()))?;
+    Ok(())
+}
+
+/// What ended the engine: a finding's kind, or `time`.
+fn libfuzzer_outcome(log: &str) -> String {
+    triage::signature::kind(log).unwrap_or_else(|| "time".into())
+}
+
+/// The findings libFuzzer wrote: crash, leak, timeout and OOM inputs.
+/// (Slow-unit reports are not findings and stay in the scratch.)
+fn artifacts(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        if ["crash-", "leak-", "timeout-", "oom-"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The tolerated-violation counts a log reports (`allocsoak tolerated: N × key`,
+/// printed at powers of two; the last one of each key is its count).
+fn tolerated_counts(log: &str) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    for line in log.lines() {
+        let Some(rest) = line.strip_prefix("allocsoak tolerated: ") else {
+            continue;
+        };
+        if let Some((n, key)) = rest.split_once(" × ") {
+            if let Ok(n) = n.parse::<u64>() {
+                let c = counts.entry(key.to_string()).or_insert(0);
+                *c = n.max(*c);
+            }
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tolerated_counts_keep_the_last_power_of_two() {
+        let log = "allocsoak tolerated: 1 × overlap in alloc: x\n\
+                   allocsoak tolerated: 2 × overlap in alloc: x\n\
+                   allocsoak tolerated: 1 × alignment in alloc: y\n\
+                   allocsoak tolerated: 4 × overlap in alloc: x\n";
+        let counts = super::tolerated_counts(log);
+        assert_eq!(counts["overlap in alloc: x"], 4);
+        assert_eq!(counts["alignment in alloc: y"], 1);
+    }
+}

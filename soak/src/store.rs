@@ -1,0 +1,430 @@
+//! The soak's SQLite store: slots and their weights, slices, crash groups,
+//! corpus events. WAL, so `allocsoak status` reads while a soak writes;
+//! migrations run when it opens.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// Schema migrations, applied in order; `PRAGMA user_version` counts them.
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+
+pub struct Store {
+    conn: Connection,
+}
+
+/// A slot as the store keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlotRow {
+    pub id: i64,
+    pub target: String,
+    pub allocator: String,
+    pub engine: String,
+    pub weight: f64,
+}
+
+/// What one slice did, recorded when it ends.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SliceStats {
+    pub fuzz_secs: f64,
+    pub execs: u64,
+    pub cov: u64,
+    pub ft: u64,
+    pub corpus_size: u64,
+    pub new_units: u64,
+    pub merged_units: u64,
+    pub peak_rss_mb: u64,
+    pub findings: u64,
+    pub tolerated: u64,
+    pub outcome: String,
+}
+
+/// A crash group as the store keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupRow {
+    pub id: String,
+    pub signature: String,
+    pub kind: String,
+    pub title: String,
+    pub violation_key: Option<String>,
+    pub slot_id: i64,
+    pub first_seen: i64,
+    pub last_seen: i64,
+    pub count: i64,
+    pub status: String,
+    pub minimized: Option<String>,
+    pub repro: String,
+}
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+impl Store {
+    /// Opens (creating) the store at `path` and migrates it. A file that is
+    /// not a store, or is damaged, is an error and is left as it is.
+    pub fn open(path: &Path) -> Result<Store> {
+        let corrupt = |e: rusqlite::Error| {
+            anyhow::anyhow!(
+                "the store {} is unreadable ({e}); move it aside and restart (corpus/ and crashes/ are kept and re-read)",
+                path.display()
+            )
+        };
+        let conn = Connection::open(path).map_err(corrupt)?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))
+            .map_err(corrupt)?;
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(corrupt)?;
+        if check != "ok" {
+            bail!(
+                "the store {} is corrupt ({check}); move it aside and restart (corpus/ and crashes/ are kept and re-read)",
+                path.display()
+            );
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(corrupt)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(corrupt)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(corrupt)?;
+        let mut store = Store { conn };
+        store.migrate(path)?;
+        Ok(store)
+    }
+
+    fn migrate(&mut self, path: &Path) -> Result<()> {
+        let version: usize = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version > MIGRATIONS.len() {
+            bail!(
+                "the store {} has schema version {version}, newer than this allocsoak knows ({}); use a newer allocsoak",
+                path.display(),
+                MIGRATIONS.len()
+            );
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(sql)
+                .with_context(|| format!("migration {} of {}", i + 1, path.display()))?;
+            tx.pragma_update(None, "user_version", i + 1)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    /// The slot's row, created with `weight` on first sight.
+    pub fn slot(
+        &self,
+        target: &str,
+        allocator: &str,
+        engine: &str,
+        weight: f64,
+    ) -> Result<SlotRow> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO slot (target, allocator, engine, weight) VALUES (?1, ?2, ?3, ?4)",
+            params![target, allocator, engine, weight],
+        )?;
+        Ok(self.conn.query_row(
+            "SELECT id, target, allocator, engine, weight FROM slot WHERE target = ?1 AND allocator = ?2 AND engine = ?3",
+            params![target, allocator, engine],
+            slot_row,
+        )?)
+    }
+
+    pub fn slot_by_id(&self, id: i64) -> Result<SlotRow> {
+        Ok(self.conn.query_row(
+            "SELECT id, target, allocator, engine, weight FROM slot WHERE id = ?1",
+            [id],
+            slot_row,
+        )?)
+    }
+
+    pub fn slots(&self) -> Result<Vec<SlotRow>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, target, allocator, engine, weight FROM slot ORDER BY id")?;
+        let rows = stmt.query_map([], slot_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn set_weight(&self, slot_id: i64, weight: f64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE slot SET weight = ?2 WHERE id = ?1",
+            params![slot_id, weight],
+        )?;
+        Ok(())
+    }
+
+    pub fn start_run(&self, jobs: usize, deadline: i64) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO run (pid, jobs, started, deadline) VALUES (?1, ?2, ?3, ?4)",
+            params![std::process::id(), jobs as i64, now(), deadline],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn end_run(&self, run_id: i64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE run SET ended = ?2 WHERE id = ?1",
+            params![run_id, now()],
+        )?;
+        Ok(())
+    }
+
+    pub fn start_slice(&self, slot_id: i64, run_id: i64) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO slice (slot_id, run_id, started) VALUES (?1, ?2, ?3)",
+            params![slot_id, run_id, now()],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn end_slice(&self, slice_id: i64, s: &SliceStats) -> Result<()> {
+        self.conn.execute(
+            "UPDATE slice SET ended = ?2, fuzz_secs = ?3, execs = ?4, execs_per_sec = ?5, cov = ?6, ft = ?7,
+                corpus_size = ?8, new_units = ?9, merged_units = ?10, peak_rss_mb = ?11, findings = ?12,
+                tolerated = ?13, outcome = ?14
+             WHERE id = ?1",
+            params![
+                slice_id,
+                now(),
+                s.fuzz_secs,
+                s.execs as i64,
+                if s.fuzz_secs > 0.0 { s.execs as f64 / s.fuzz_secs } else { 0.0 },
+                s.cov as i64,
+                s.ft as i64,
+                s.corpus_size as i64,
+                s.new_units as i64,
+                s.merged_units as i64,
+                s.peak_rss_mb as i64,
+                s.findings as i64,
+                s.tolerated as i64,
+                s.outcome,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The last `n` ended slices of a slot, newest first.
+    pub fn recent_slices(&self, slot_id: i64, n: usize) -> Result<Vec<SliceStats>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT fuzz_secs, execs, cov, ft, corpus_size, new_units, merged_units, peak_rss_mb,
+                    findings, tolerated, outcome
+             FROM slice WHERE slot_id = ?1 AND ended IS NOT NULL ORDER BY id DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![slot_id, n as i64], |r| {
+            Ok(SliceStats {
+                fuzz_secs: r.get(0)?,
+                execs: r.get::<_, i64>(1)? as u64,
+                cov: r.get::<_, i64>(2)? as u64,
+                ft: r.get::<_, i64>(3)? as u64,
+                corpus_size: r.get::<_, i64>(4)? as u64,
+                new_units: r.get::<_, i64>(5)? as u64,
+                merged_units: r.get::<_, i64>(6)? as u64,
+                peak_rss_mb: r.get::<_, i64>(7)? as u64,
+                findings: r.get::<_, i64>(8)? as u64,
+                tolerated: r.get::<_, i64>(9)? as u64,
+                outcome: r.get(10)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn group(&self, id: &str) -> Result<Option<GroupRow>> {
+        Ok(self
+            .conn
+            .query_row(&format!("{GROUP_SELECT} WHERE id = ?1"), [id], group_row)
+            .optional()?)
+    }
+
+    /// Every group, newest first.
+    pub fn groups(&self) -> Result<Vec<GroupRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{GROUP_SELECT} ORDER BY last_seen DESC, id"))?;
+        let rows = stmt.query_map([], group_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Files a new group (no-op when it exists: a restart may re-file one).
+    pub fn insert_group(&self, g: &GroupRow) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO crash_group (id, signature, kind, title, violation_key, slot_id,
+                first_seen, last_seen, count, status, minimized, repro)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                g.id,
+                g.signature,
+                g.kind,
+                g.title,
+                g.violation_key,
+                g.slot_id,
+                g.first_seen,
+                g.last_seen,
+                g.count,
+                g.status,
+                g.minimized,
+                g.repro
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Records one raw crash in its group.
+    pub fn add_crash(
+        &self,
+        group_id: &str,
+        slot_id: i64,
+        slice_id: Option<i64>,
+        input: &str,
+        reproduced: bool,
+    ) -> Result<()> {
+        let t = now();
+        self.conn.execute(
+            "INSERT INTO crash (group_id, slot_id, slice_id, input, seen, reproduced)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![group_id, slot_id, slice_id, input, t, reproduced],
+        )?;
+        self.conn.execute(
+            "UPDATE crash_group SET count = (SELECT COUNT(*) FROM crash WHERE group_id = ?1),
+                last_seen = ?2 WHERE id = ?1",
+            params![group_id, t],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_status(&self, group_id: &str, status: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE crash_group SET status = ?2 WHERE id = ?1",
+            params![group_id, status],
+        )?;
+        Ok(())
+    }
+
+    /// The violation keys of an allocator's groups not marked fixed: what
+    /// its slices tolerate.
+    pub fn tolerated_keys(&self, allocator: &str) -> Result<Vec<(String, String)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT g.id, g.violation_key FROM crash_group g JOIN slot s ON s.id = g.slot_id
+             WHERE s.allocator = ?1 AND g.violation_key IS NOT NULL AND g.status != 'fixed'
+             ORDER BY g.id",
+        )?;
+        let rows = stmt.query_map([allocator], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn add_tolerated(&self, slice_id: i64, group_id: &str, count: u64) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO tolerated (slice_id, group_id, count) VALUES (?1, ?2, ?3)",
+            params![slice_id, group_id, count as i64],
+        )?;
+        Ok(())
+    }
+
+    pub fn corpus_event(
+        &self,
+        target: &str,
+        what: &str,
+        before: usize,
+        after: usize,
+        secs: f64,
+    ) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO corpus_event (target, at, what, before, after, secs) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![target, now(), what, before as i64, after as i64, secs],
+        )?;
+        Ok(())
+    }
+
+    /// When `target`'s corpus was last pruned (or first merged, so the
+    /// first prune waits a full cadence).
+    pub fn last_prune(&self, target: &str) -> Result<Option<i64>> {
+        Ok(self.conn.query_row(
+            "SELECT MAX(at) FROM corpus_event WHERE target = ?1 AND what = 'prune'",
+            [target],
+            |r| r.get(0),
+        )?)
+    }
+
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+const GROUP_SELECT: &str = "SELECT id, signature, kind, title, violation_key, slot_id, first_seen,
+    last_seen, count, status, minimized, repro FROM crash_group";
+
+fn slot_row(r: &rusqlite::Row) -> rusqlite::Result<SlotRow> {
+    Ok(SlotRow {
+        id: r.get(0)?,
+        target: r.get(1)?,
+        allocator: r.get(2)?,
+        engine: r.get(3)?,
+        weight: r.get(4)?,
+    })
+}
+
+fn group_row(r: &rusqlite::Row) -> rusqlite::Result<GroupRow> {
+    Ok(GroupRow {
+        id: r.get(0)?,
+        signature: r.get(1)?,
+        kind: r.get(2)?,
+        title: r.get(3)?,
+        violation_key: r.get(4)?,
+        slot_id: r.get(5)?,
+        first_seen: r.get(6)?,
+        last_seen: r.get(7)?,
+        count: r.get(8)?,
+        status: r.get(9)?,
+        minimized: r.get(10)?,
+        repro: r.get(11)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_once_and_keeps_rows_across_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.sqlite");
+        let slot = Store::open(&path)
+            .unwrap()
+            .slot("alloc_ops", "system", "libfuzzer", 1.0)
+            .unwrap();
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.slots().unwrap(), vec![slot.clone()]);
+        let mode: String = store
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        // The weight on file wins over the configured one.
+        store.set_weight(slot.id, 0.25).unwrap();
+        assert_eq!(
+            store
+                .slot("alloc_ops", "system", "libfuzzer", 1.0)
+                .unwrap()
+                .weight,
+            0.25
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_store_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.sqlite");
+        std::fs::write(&path, b"this is not sqlite, it is someone's notes").unwrap();
+        let err = Store::open(&path).err().unwrap().to_string();
+        assert!(err.contains("move it aside"), "{err}");
+        assert!(std::fs::read(&path)
+            .unwrap()
+            .starts_with(b"this is not sqlite"));
+    }
+}

@@ -1,0 +1,239 @@
+//! The daemon under SIGKILL at random moments, merges and minimizations
+//! included: no merged corpus input and no crash artifact is ever lost,
+//! and the store always opens. And the systemd notify protocol against a
+//! fake NOTIFY_SOCKET.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn start(state: &Path, secs: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_allocsoak"))
+        .arg("soak")
+        .arg("--state")
+        .arg(state)
+        .args([
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "zoo:double-issue+short-realloc-copy",
+        ])
+        .args(["--jobs", "2", "--slice-secs", "3", "--duration", secs])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Every file that must never be lost: corpus inputs (by name: libFuzzer
+/// names them by content hash) and crash inputs.
+fn kept(state: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    if let Ok(entries) = std::fs::read_dir(state.join("corpus/alloc_ops")) {
+        for e in entries {
+            out.insert(format!(
+                "corpus/{}",
+                e.unwrap().file_name().to_string_lossy()
+            ));
+        }
+    }
+    if let Ok(groups) = std::fs::read_dir(state.join("crashes")) {
+        for g in groups {
+            let g = g.unwrap();
+            let name = g.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            for file in ["original"] {
+                if g.path().join(file).is_file() {
+                    out.insert(format!("crashes/{name}/{file}"));
+                }
+            }
+            if let Ok(inputs) = std::fs::read_dir(g.path().join("inputs")) {
+                for i in inputs {
+                    out.insert(format!(
+                        "crashes/{name}/inputs/{}",
+                        i.unwrap().file_name().to_string_lossy()
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Crash artifacts waiting in slice scratch (filed on the next start).
+fn pending_artifacts(state: &Path) -> usize {
+    let Ok(slices) = std::fs::read_dir(state.join("slices")) else {
+        return 0;
+    };
+    slices
+        .filter_map(|s| std::fs::read_dir(s.ok()?.path().join("artifacts")).ok())
+        .map(|a| {
+            a.filter_map(|e| e.ok())
+                .filter(|e| !e.file_name().to_string_lossy().starts_with("slow-unit"))
+                .count()
+        })
+        .sum()
+}
+
+/// Waits until a merge or a minimization is under way (or `limit` passes).
+fn busy_moment(state: &Path, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let merging = std::fs::read_dir(state.join("corpus"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(".alloc_ops.g"))
+                    .count()
+                    > 1
+            })
+            .unwrap_or(false);
+        let filing = std::fs::read_dir(state.join("crashes"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .any(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+            })
+            .unwrap_or(false);
+        if merging || filing {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigkill_at_any_moment_loses_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut seen = BTreeSet::new();
+    let mut pending = 0;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for round in 0..12 {
+        let mut child = start(&state, "600");
+        if round % 2 == 0 {
+            busy_moment(&state, Duration::from_secs(15));
+        } else {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            std::thread::sleep(Duration::from_millis(300 + x % 6000));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let now = kept(&state);
+        let lost: Vec<_> = seen.difference(&now).collect();
+        assert!(lost.is_empty(), "round {round}: lost {lost:?}");
+        // An artifact waiting in a slice's scratch is either still there
+        // or filed now.
+        assert!(
+            now.len() + pending_artifacts(&state) >= seen.len() + pending,
+            "round {round}"
+        );
+        pending = pending_artifacts(&state);
+        seen = now;
+        let db = rusqlite::Connection::open(state.join("store.sqlite")).unwrap();
+        let check: String = db
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok", "round {round}");
+    }
+    // A clean run finishes what the kills left: nothing waits in scratch,
+    // everything seen is still there, and both bugs are on file.
+    let mut last = start(&state, "20");
+    assert!(last.wait().unwrap().success());
+    let now = kept(&state);
+    assert!(seen.is_subset(&now));
+    assert_eq!(pending_artifacts(&state), 0);
+    assert!(
+        seen.iter().any(|f| f.starts_with("corpus/")),
+        "no corpus grew: {seen:?}"
+    );
+    let db = rusqlite::Connection::open(state.join("store.sqlite")).unwrap();
+    let groups: i64 = db
+        .query_row("SELECT COUNT(*) FROM crash_group", [], |r| r.get(0))
+        .unwrap();
+    assert!(groups >= 1);
+    let on_disk = std::fs::read_dir(state.join("crashes"))
+        .unwrap()
+        .filter(|e| {
+            !e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with('.')
+        })
+        .count() as i64;
+    assert_eq!(groups, on_disk, "the store and crashes/ disagree");
+}
+
+#[test]
+fn the_daemon_speaks_sd_notify() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_allocsoak"))
+        .arg("soak")
+        .arg("--state")
+        .arg(dir.path().join("state"))
+        .args([
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "system",
+            "--jobs",
+            "1",
+        ])
+        .args(["--duration", "30", "--progress-secs", "1"])
+        .env("NOTIFY_SOCKET", &socket_path)
+        // 2 s: the daemon must ping every second.
+        .env("WATCHDOG_USEC", "2000000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut messages = Vec::new();
+    let mut buf = [0u8; 4096];
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(8) {
+        let n = socket.recv(&mut buf).unwrap();
+        messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    // SIGTERM, as systemd stops a service: the daemon stops cleanly.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    while let Ok(n) = socket.recv(&mut buf) {
+        messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        if messages.last().unwrap().contains("STOPPING=1") {
+            break;
+        }
+    }
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        messages.first().map(String::as_str),
+        Some("READY=1\n"),
+        "{messages:?}"
+    );
+    let pings = messages.iter().filter(|m| *m == "WATCHDOG=1\n").count();
+    assert!(pings >= 4, "{pings} watchdog pings in 8 s: {messages:?}");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("STATUS=soak: elapsed")),
+        "{messages:?}"
+    );
+    assert_eq!(
+        messages.last().map(String::as_str),
+        Some("STOPPING=1\n"),
+        "{messages:?}"
+    );
+}

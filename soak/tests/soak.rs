@@ -1,0 +1,325 @@
+//! End-to-end: the real `allocsoak soak` daemon on a temporary state dir,
+//! with the real fuzz binaries (`allocsoak build` first; `just test` does).
+//! Soaks run one at a time: two at once would share two cores.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use rusqlite::Connection;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn allocsoak() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_allocsoak"))
+}
+
+fn soak(state: &Path, args: &[&str]) -> Output {
+    let out = allocsoak()
+        .arg("soak")
+        .arg("--state")
+        .arg(state)
+        .args(["--progress-secs", "5"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "soak failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn db(state: &Path) -> Connection {
+    Connection::open(state.join("store.sqlite")).unwrap()
+}
+
+fn count(state: &Path, sql: &str) -> i64 {
+    db(state).query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+fn groups(state: &Path) -> Vec<(String, String, i64, String)> {
+    let db = db(state);
+    let mut stmt = db
+        .prepare("SELECT id, kind, count, repro FROM crash_group ORDER BY kind")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// Runs a repro command as a user would paste it.
+fn repro(command: &str) -> Output {
+    Command::new("sh").arg("-c").arg(command).output().unwrap()
+}
+
+#[test]
+fn one_bug_is_one_group_and_a_restart_gets_past_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // Two jobs start on the bug at once: two raw crashes, one group.
+    let args = [
+        "--target",
+        "alloc_ops",
+        "--allocator",
+        "zoo:small-underalign",
+        "--jobs",
+        "2",
+        "--duration",
+        "40",
+        "--slice-secs",
+        "15",
+    ];
+    let out = soak(&state, &args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let filed = groups(&state);
+    assert_eq!(filed.len(), 1, "{filed:?}\n{stdout}");
+    let (id, kind, crashes, command) = &filed[0];
+    assert_eq!(kind, "alignment");
+    assert!(*crashes >= 2, "{crashes} raw crashes\n{stdout}");
+    assert!(stdout.contains("Reproduce with:"), "{stdout}");
+    let group = state.join("crashes").join(id);
+    for file in [
+        "REPORT.md",
+        "original",
+        "minimized",
+        "program.txt",
+        "stack.txt",
+        "replay.log",
+    ] {
+        assert!(
+            group.join(file).is_file(),
+            "{file} missing in {}",
+            group.display()
+        );
+    }
+    assert!(command.contains("minimized"), "{command}");
+    let replay = repro(command);
+    assert!(!replay.status.success());
+    assert!(
+        String::from_utf8_lossy(&replay.stderr).contains("allocsoak violation: alignment"),
+        "{command}"
+    );
+    let program = std::fs::read_to_string(group.join("program.txt")).unwrap();
+    assert!(program.contains("fails here"), "{program}");
+    let corpus = count(&state, "SELECT MAX(corpus_size) FROM slice");
+    assert!(corpus > 0, "nothing merged");
+
+    // Restart on the same state: same slot, same group, and the bug no
+    // longer stops the engine: its violations are tolerated and counted.
+    let slot_before = count(&state, "SELECT id FROM slot");
+    let slices_before = count(&state, "SELECT COUNT(*) FROM slice");
+    soak(
+        &state,
+        &[
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "zoo:small-underalign",
+            "--jobs",
+            "1",
+            "--duration",
+            "15",
+        ],
+    );
+    assert_eq!(count(&state, "SELECT id FROM slot"), slot_before);
+    assert!(count(&state, "SELECT COUNT(*) FROM slice") > slices_before);
+    assert_eq!(groups(&state).len(), 1);
+    let tolerated = count(&state, &format!("SELECT COALESCE(SUM(t.count), 0) FROM tolerated t JOIN slice s ON s.id = t.slice_id WHERE s.id > {slices_before}"));
+    assert!(
+        tolerated > 0,
+        "the restarted soak did not get past the known bug"
+    );
+    assert!(
+        count(
+            &state,
+            &format!("SELECT MAX(corpus_size) FROM slice WHERE id > {slices_before}")
+        ) >= corpus
+    );
+}
+
+#[test]
+fn a_correct_allocator_files_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    soak(
+        &state,
+        &[
+            "--target",
+            "alloc_ops",
+            "--target",
+            "heap_api",
+            "--allocator",
+            "system",
+            "--jobs",
+            "2",
+            "--duration",
+            "20",
+        ],
+    );
+    assert_eq!(groups(&state), vec![]);
+    assert!(count(&state, "SELECT COUNT(*) FROM slice WHERE ended IS NOT NULL") >= 2);
+    assert!(count(&state, "SELECT MIN(execs) FROM slice") > 0);
+    let status = allocsoak()
+        .args(["status", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success() && text.contains("alloc_ops/system"),
+        "{text}"
+    );
+}
+
+#[test]
+fn two_bugs_are_both_filed_in_one_soak() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // small-underalign fires on most inputs; short-realloc-copy hides behind it.
+    let out = soak(
+        &state,
+        &[
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "zoo:small-underalign+short-realloc-copy",
+            "--jobs",
+            "2",
+            "--duration",
+            "60",
+            "--slice-secs",
+            "20",
+        ],
+    );
+    let kinds: Vec<String> = groups(&state).into_iter().map(|g| g.1).collect();
+    assert_eq!(
+        kinds,
+        vec!["alignment", "realloc-prefix"],
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Runs a soak expected to refuse; returns its stderr.
+fn refused(state: &Path, args: &[&str], env: &[(&str, &Path)]) -> String {
+    let out = allocsoak()
+        .arg("soak")
+        .arg("--state")
+        .arg(state)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} was accepted");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("For more information"))
+        .collect();
+    assert_eq!(lines.len(), 1, "not one line: {err}");
+    err
+}
+
+fn listing(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(listing(&path));
+        } else {
+            out.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn bad_input_is_one_line_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let quick = ["--duration", "5"];
+    let err = refused(
+        &state,
+        &[&quick[..], &["--target", "alloc_opz"]].concat(),
+        &[],
+    );
+    assert!(err.contains("unknown target `alloc_opz`"), "{err}");
+    let err = refused(
+        &state,
+        &[&quick[..], &["--allocator", "tcmalloc"]].concat(),
+        &[],
+    );
+    assert!(err.contains("tcmalloc"), "{err}");
+    let err = refused(&state, &[&quick[..], &["--engine", "afl"]].concat(), &[]);
+    assert!(err.contains("unknown engine `afl`"), "{err}");
+    let err = refused(&state, &["--duration", "8x"], &[]);
+    assert!(err.contains("bad duration `8x`"), "{err}");
+    let err = refused(&state, &["--duration", "0"], &[]);
+    assert!(err.contains("bad duration `0`"), "{err}");
+    assert!(!state.exists(), "a refused soak created its state dir");
+
+    // Someone else's folder.
+    let foreign = dir.path().join("notes");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("todo.txt"), "mine").unwrap();
+    let err = refused(&foreign, &quick, &[]);
+    assert!(err.contains("not an allocsoak state dir"), "{err}");
+    assert_eq!(listing(&foreign).len(), 1);
+
+    // A store that is not SQLite.
+    let corrupt = dir.path().join("corrupt");
+    std::fs::create_dir(&corrupt).unwrap();
+    std::fs::write(
+        corrupt.join("allocsoak-state"),
+        "allocsoak state dir, version 1\n",
+    )
+    .unwrap();
+    std::fs::write(corrupt.join("store.sqlite"), vec![0x5a; 8192]).unwrap();
+    let before = listing(&corrupt);
+    let err = refused(&corrupt, &quick, &[]);
+    assert!(
+        err.contains("store") && err.contains("move it aside"),
+        "{err}"
+    );
+    let after: Vec<_> = listing(&corrupt)
+        .into_iter()
+        .filter(|(p, _)| before.iter().any(|(b, _)| b == p))
+        .collect();
+    assert_eq!(after, before, "the corrupt store or its dir changed");
+
+    // A read-only state dir.
+    let readonly = dir.path().join("readonly");
+    std::fs::create_dir(&readonly).unwrap();
+    let mut perms = std::fs::metadata(&readonly).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o555);
+    std::fs::set_permissions(&readonly, perms).unwrap();
+    let writable = std::fs::File::create(readonly.join("probe")).is_ok();
+    if !writable {
+        let err = refused(&readonly, &quick, &[]);
+        assert!(
+            err.contains("not writable") || err.contains("failed to"),
+            "{err}"
+        );
+    } // (root ignores permissions: nothing to test there)
+
+    // A checkout whose fuzz binaries were never built.
+    let checkout = dir.path().join("checkout");
+    std::fs::create_dir_all(checkout.join("fuzz_targets")).unwrap();
+    std::fs::write(checkout.join("fuzz_targets/Cargo.toml"), "").unwrap();
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../soak.toml");
+    std::fs::copy(config, checkout.join("soak.toml")).unwrap();
+    let fresh = dir.path().join("fresh");
+    let err = refused(&fresh, &quick, &[("ALLOCSOAK_ROOT", &checkout)]);
+    assert!(
+        err.contains("fuzz binary") && err.contains("allocsoak build"),
+        "{err}"
+    );
+}
