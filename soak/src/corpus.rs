@@ -9,7 +9,6 @@
 //! generation; [`Corpus::recover`] removes half-built ones.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -103,8 +102,7 @@ impl<'a> Corpus<'a> {
                 .and_then(|g| g.parse::<u64>().ok())
                 .is_some_and(|g| g != current);
             if stale {
-                std::fs::remove_dir_all(entry.path())
-                    .with_context(|| format!("failed to remove {}", entry.path().display()))?;
+                crate::state::remove_scratch(&entry.path())?;
             }
         }
         Ok(())
@@ -155,7 +153,7 @@ impl<'a> Corpus<'a> {
         let before = self.len()?;
         let next = self.state.corpus_generation(self.target, current + 1);
         if next.exists() {
-            std::fs::remove_dir_all(&next)?;
+            crate::state::remove_scratch(&next)?;
         }
         std::fs::create_dir_all(&next)
             .with_context(|| format!("failed to create {}", next.display()))?;
@@ -173,7 +171,7 @@ impl<'a> Corpus<'a> {
                 )?;
             }
         }
-        let out = Command::new(binary)
+        let out = crate::libfuzzer::engine_command(binary)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .args(flags)
             .arg(format!("-merge_control_file={}", control.display()))
@@ -201,7 +199,7 @@ impl<'a> Corpus<'a> {
             );
         }
         self.point_to(current + 1)?;
-        std::fs::remove_dir_all(self.state.corpus_generation(self.target, current))?;
+        crate::state::remove_scratch(&self.state.corpus_generation(self.target, current))?;
         Ok(Merged {
             before,
             after,

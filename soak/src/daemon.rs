@@ -149,7 +149,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     intake::refill_all(&state, &store)?;
     let slice_secs = options
         .slice_secs
-        .unwrap_or((options.config.slice_minutes * 60.0).round() as u64)
+        .unwrap_or_else(|| default_slice_secs(&options))
         .max(1);
     let run_id = store.start_run(
         options.jobs,
@@ -241,6 +241,15 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     Ok(Summary { new_groups })
 }
 
+/// The config's slice length, shortened for a soak too short to give
+/// every slot one full slice (but not below 30 s: an engine needs a few
+/// seconds to load its corpus).
+fn default_slice_secs(options: &Options) -> u64 {
+    let configured = (options.config.slice_minutes * 60.0).round() as u64;
+    let share = options.duration.as_secs() * options.jobs.max(1) as u64 / options.slots.len().max(1) as u64;
+    configured.min(share.max(30))
+}
+
 /// Every slot's fuzz binary must exist before the soak starts.
 fn check_binaries(project: &Project, slots: &[Slot]) -> Result<()> {
     for slot in slots {
@@ -272,7 +281,7 @@ fn finish_leftover_slices(soak: &Soak) -> Result<()> {
         let scratch = soak.state.slice(id);
         if !scratch.join("slice.toml").is_file() {
             // Killed before it started: nothing in it yet.
-            std::fs::remove_dir_all(&scratch)?;
+            crate::state::remove_scratch(&scratch)?;
             continue;
         }
         slice::finish(soak, id, &scratch, 0.0, false)

@@ -75,7 +75,7 @@ impl Source<'_> {
     }
 
     fn command(&self, tolerate: bool) -> Command {
-        let mut cmd = Command::new(self.binary);
+        let mut cmd = crate::libfuzzer::engine_command(self.binary);
         cmd.env("ALLOCSOAK_ALLOCATOR", self.allocator)
             .env("ALLOCSOAK_MODE", "checked")
             .arg(format!("-timeout={}", self.timeout_secs))
@@ -221,7 +221,7 @@ pub fn file(
     let dir = state.crash_group(&id);
     let work = state::tmp_path(&dir);
     if work.exists() {
-        std::fs::remove_dir_all(&work)?;
+        crate::state::remove_scratch(&work)?;
     }
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
@@ -329,7 +329,7 @@ pub fn refill_all(state: &StateDir, store: &Store) -> Result<()> {
         if name.starts_with(".tmp-") {
             // A group folder a kill interrupted: its artifact is still in
             // the slice's scratch, which is filed again.
-            std::fs::remove_dir_all(entry.path())?;
+            crate::state::remove_scratch(&entry.path())?;
         } else if entry.path().join("group.toml").is_file() {
             refill(state, store, &name)?;
         }

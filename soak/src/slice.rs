@@ -231,8 +231,7 @@ pub fn finish(
     if scratch.join("fuzz.log").is_file() {
         std::fs::rename(scratch.join("fuzz.log"), &kept_log)?;
     }
-    std::fs::remove_dir_all(scratch)
-        .with_context(|| format!("failed to remove {}", scratch.display()))?;
+    crate::state::remove_scratch(scratch)?;
     Ok(())
 }
 

@@ -173,6 +173,24 @@ pub fn copy_atomic(from: &Path, to: &Path) -> Result<()> {
     write_atomic(to, &data)
 }
 
+/// Removes a scratch folder. Retries for a moment: after a SIGKILL, an
+/// engine's own helper process (a merge or minimize step) may still be
+/// writing its last file into it.
+pub fn remove_scratch(dir: &Path) -> Result<()> {
+    let mut tries = 0;
+    loop {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(_) if tries < 25 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err(e) => return Err(e).with_context(|| format!("failed to remove {}", dir.display())),
+        }
+    }
+}
+
 /// A dotted temporary name in the same folder, so the rename stays on one
 /// file system; names starting with `.tmp-` are leftovers a restart removes.
 pub fn tmp_path(path: &Path) -> PathBuf {
