@@ -132,7 +132,7 @@ impl Config {
         if slots.is_empty() {
             bail!("no slots to run: give at least one target and one allocator");
         }
-        if !(self.slice_minutes > 0.0) {
+        if self.slice_minutes.is_nan() || self.slice_minutes <= 0.0 {
             bail!("slice_minutes must be above 0, not {}", self.slice_minutes);
         }
         Ok(slots)
@@ -148,7 +148,7 @@ fn slot(target: &str, allocator: &str, engine: &str, weight: f64) -> Result<Slot
             ENGINES.join(", ")
         );
     }
-    if !(weight > 0.0) {
+    if weight.is_nan() || weight <= 0.0 {
         bail!("slot {target}/{allocator}: weight must be above 0, not {weight}");
     }
     Ok(Slot {

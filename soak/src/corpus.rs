@@ -108,7 +108,7 @@ impl<'a> Corpus<'a> {
         Ok(())
     }
 
-    pub fn len(&self) -> Result<usize> {
+    pub fn count(&self) -> Result<usize> {
         self.generation()?;
         count_files(&self.path())
     }
@@ -150,7 +150,7 @@ impl<'a> Corpus<'a> {
     ) -> Result<Merged> {
         let start = Instant::now();
         let current = self.generation()?;
-        let before = self.len()?;
+        let before = self.count()?;
         let next = self.state.corpus_generation(self.target, current + 1);
         if next.exists() {
             crate::state::remove_scratch(&next)?;

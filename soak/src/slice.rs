@@ -194,7 +194,7 @@ pub fn finish(
         execs: final_execs.max(progress.execs),
         cov: progress.cov,
         ft: progress.ft,
-        corpus_size: corpus.len()? as u64,
+        corpus_size: corpus.count()? as u64,
         new_units,
         merged_units,
         peak_rss_mb: libfuzzer::final_stat(&log, "stat::peak_rss_mb").max(progress.rss_mb),

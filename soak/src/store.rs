@@ -341,11 +341,13 @@ impl Store {
         Ok(())
     }
 
-    /// When `target`'s corpus was last pruned (or first merged, so the
-    /// first prune waits a full cadence).
+    /// When `target`'s corpus was last pruned, or else first merged (so
+    /// the first prune waits a full cadence); `None` before any merge.
     pub fn last_prune(&self, target: &str) -> Result<Option<i64>> {
         Ok(self.conn.query_row(
-            "SELECT MAX(at) FROM corpus_event WHERE target = ?1 AND what = 'prune'",
+            "SELECT COALESCE(
+                (SELECT MAX(at) FROM corpus_event WHERE target = ?1 AND what = 'prune'),
+                (SELECT MIN(at) FROM corpus_event WHERE target = ?1))",
             [target],
             |r| r.get(0),
         )?)

@@ -323,3 +323,33 @@ fn bad_input_is_one_line_and_touches_nothing() {
         "{err}"
     );
 }
+
+#[test]
+fn corpora_are_pruned_on_their_cadence_and_seeds_stay() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let config = dir.path().join("soak.toml");
+    // A cadence of about a second: every slice after the first merge prunes.
+    std::fs::write(&config, "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\nprune_hours = 0.0003\n").unwrap();
+    let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpus/alloc_ops/seeds");
+    let seeds_before = listing(&seeds);
+    soak(&state, &["--config", config.to_str().unwrap(), "--jobs", "1", "--duration", "24", "--slice-secs", "6"]);
+    let db = db(&state);
+    let (prunes, before, after): (i64, i64, i64) = db
+        .query_row(
+            "SELECT COUNT(*), MAX(before), MIN(after) FROM corpus_event WHERE what = 'prune'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert!(prunes >= 1, "no prune ran");
+    assert!(after > 0 && after <= before, "prune {before} -> {after}");
+    let corpus = state.join("corpus/alloc_ops");
+    assert!(std::fs::symlink_metadata(&corpus).unwrap().file_type().is_symlink());
+    let last: i64 = db
+        .query_row("SELECT after FROM corpus_event ORDER BY id DESC LIMIT 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(std::fs::read_dir(&corpus).unwrap().count() as i64, last);
+    assert_eq!(listing(&seeds), seeds_before, "the committed seeds changed");
+}
