@@ -348,13 +348,17 @@ impl Program {
     pub fn to_rust_test(&self, test_name: &str, allocator: &str) -> String {
         let text = self.to_string();
         format!(
-            "// Emitted by allocsoak. Needs the `shadow` crate as a dev-dependency.\n\
+            "// Emitted by allocsoak: a replay of one op program, no fuzz engine needed.\n\
+             // Needs the `shadow` crate (allocsoak's shadow/) as a dev-dependency. It runs\n\
+             // on {allocator:?} unless ALLOCSOAK_ALLOCATOR names another allocator;\n\
+             // it panics with an `allocsoak violation:` line while the bug is there.\n\
              #[test]\n\
              fn {test_name}() {{\n\
              \x20   let program: shadow::Program = r#\"\n{text}\"#\n\
              \x20       .parse()\n\
              \x20       .expect(\"program text\");\n\
-             \x20   let allocator = shadow::allocator::by_name({allocator:?}).expect(\"allocator\");\n\
+             \x20   let name = std::env::var(\"ALLOCSOAK_ALLOCATOR\").unwrap_or_else(|_| {allocator:?}.to_string());\n\
+             \x20   let allocator = shadow::allocator::by_name(&name).expect(\"allocator\");\n\
              \x20   shadow::run(&program, allocator);\n\
              }}\n"
         )

@@ -171,7 +171,7 @@ impl<'a> Corpus<'a> {
                 )?;
             }
         }
-        let out = crate::libfuzzer::engine_command(binary)
+        let out = triage::replay::engine_command(binary)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .args(flags)
             .arg(format!("-merge_control_file={}", control.display()))

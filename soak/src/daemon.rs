@@ -24,7 +24,7 @@ use crate::project::{Build, Project};
 use crate::scheduler::{self, Rng};
 use crate::state::StateDir;
 use crate::store::{SlotRow, Store};
-use crate::{slice, status};
+use crate::{groups, slice, status};
 
 /// What a soak is asked to do.
 pub struct Options {
@@ -147,6 +147,13 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         Corpus::new(&state, target).recover()?;
     }
     intake::refill_all(&state, &store)?;
+    // Known groups first: a fix since the last soak is marked fixed (and
+    // no longer tolerated), a fixed group that is back is regressed.
+    for v in groups::verify(&project, &state, &store, &options.config)? {
+        if v.before != v.after {
+            println!("verify {}: {} -> {}", v.id, v.before, v.after);
+        }
+    }
     let slice_secs = options
         .slice_secs
         .unwrap_or_else(|| default_slice_secs(&options))

@@ -7,11 +7,13 @@
 //! place whole before the store hears of it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use shadow::Target;
+use triage::render;
+use triage::replay::{Replay, Replayer};
 use triage::signature::Signature;
 
 use crate::state::{self, StateDir};
@@ -63,42 +65,25 @@ pub struct GroupFile {
     pub repro: String,
 }
 
-/// One replay of an input.
-struct Replay {
-    log: String,
-    reproduced: bool,
-}
-
 impl Source<'_> {
     fn slot_label(&self) -> String {
         format!("{}/{}", self.target, self.allocator)
     }
 
-    fn command(&self, tolerate: bool) -> Command {
-        let mut cmd = crate::libfuzzer::engine_command(self.binary);
-        cmd.env("ALLOCSOAK_ALLOCATOR", self.allocator)
-            .env("ALLOCSOAK_MODE", "checked")
-            .arg(format!("-timeout={}", self.timeout_secs))
-            .arg(format!("-rss_limit_mb={}", self.rss_limit_mb))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        if let (true, Some(t)) = (tolerate, self.tolerate) {
-            cmd.env("ALLOCSOAK_TOLERATE", t);
+    fn replayer(&self) -> Replayer<'_> {
+        Replayer {
+            binary: self.binary,
+            allocator: self.allocator,
+            tolerate: self.tolerate,
+            timeout_secs: self.timeout_secs,
+            rss_limit_mb: self.rss_limit_mb,
         }
-        cmd
     }
 
     fn replay(&self, input: &Path, tolerate: bool) -> Result<Replay> {
-        let out = self
-            .command(tolerate)
-            .arg(input)
-            .output()
-            .with_context(|| {
-                format!("failed to run {}; run `just build`", self.binary.display())
-            })?;
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        let reproduced = !out.status.success() && triage::signature::kind(&log).is_some();
-        Ok(Replay { log, reproduced })
+        self.replayer()
+            .replay(input, tolerate)
+            .with_context(|| format!("failed to run {}; run `just build`", self.binary.display()))
     }
 }
 
@@ -119,11 +104,8 @@ fn reproduce(src: &Source, input: &Path) -> Result<(Replay, bool)> {
 /// did not reproduce (a flaky crash still has the engine's report).
 fn sign(src: &Source, replay: &Replay, engine_log: &str) -> Signature {
     let slot = src.slot_label();
-    let from_replay = replay
-        .reproduced
-        .then(|| Signature::from_log(&replay.log, &slot))
-        .flatten();
-    from_replay
+    replay
+        .signature(&slot)
         .or_else(|| Signature::from_log(engine_log, &slot))
         .unwrap_or_else(|| Signature {
             // The engine wrote an artifact but no log says why.
@@ -146,12 +128,12 @@ fn minimize(
     }
     let out = work.join("minimized");
     let status = src
-        .command(true)
+        .replayer()
+        .command(input, true)
         .arg("-minimize_crash=1")
         .arg(format!("-runs={MINIMIZE_RUNS}"))
         .arg(format!("-max_total_time={MINIMIZE_SECS}"))
         .arg(format!("-exact_artifact_path={}", out.display()))
-        .arg(input)
         .stderr(Stdio::null())
         .status()
         .with_context(|| format!("failed to run {}", src.binary.display()))?;
@@ -205,9 +187,14 @@ pub fn file(
             reproduced,
         )?;
         if let Some(g) = store.group(&id)? {
-            if !reproduced && g.status == "new" {
+            if g.status == "fixed" {
+                // Marked fixed by `triage verify`, and here it is again.
+                store.set_status(&id, "regressed")?;
+            } else if !reproduced && g.status == "new" {
                 store.set_status(&id, "flaky")?;
             }
+        }
+        if let Some(g) = store.group(&id)? {
             write_report(state, &store, &g)?;
         }
         return Ok(Filed {
@@ -374,32 +361,10 @@ fn repro_command(
     ))
 }
 
-/// The program the input decodes to, one op per line, the op the
-/// violation names marked.
+/// The program the input decodes to, the failing op marked.
 fn program_text(target: Target, input: &Path, log: &str) -> Result<String> {
-    let data =
-        std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
-    let program = shadow::Program::decode(target, &data);
-    let failing = log.lines().find_map(|l| {
-        let rest = &l[l.find("allocsoak violation: ")?..];
-        rest.split("op #")
-            .nth(1)?
-            .split_whitespace()
-            .next()?
-            .parse::<usize>()
-            .ok()
-    });
-    let mut out = String::new();
-    for (i, line) in program.to_string().lines().enumerate() {
-        // Line 0 is the `target` header; op k is line k + 1.
-        if i > 0 && failing == Some(i - 1) {
-            out.push_str(&format!("{line}    # <-- op #{} fails here\n", i - 1));
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    Ok(out)
+    let data = std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
+    Ok(render::program_text(&shadow::Program::decode(target, &data), log))
 }
 
 /// The first stack of a log, as the sanitizer printed it.
@@ -509,24 +474,5 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(1_795_392_000), "2026-11-23 00:00:00 UTC");
         assert_eq!(utc(951_782_400 + 3661), "2000-02-29 01:01:01 UTC");
-    }
-
-    #[test]
-    fn the_failing_op_is_marked() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("in");
-        let data: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37)).collect();
-        std::fs::write(&input, &data).unwrap();
-        let program = shadow::Program::decode(Target::AllocOps, &data);
-        assert!(program.ops.len() >= 2, "{program}");
-        let log = format!(
-            "allocsoak violation: alignment: op #1 `{}`: block 0x3 (size 8) is not aligned to 8\n",
-            program.ops[1]
-        );
-        let text = program_text(Target::AllocOps, &input, &log).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "target alloc_ops");
-        assert!(lines[2].ends_with("# <-- op #1 fails here"), "{text}");
-        assert_eq!(text.matches("<--").count(), 1, "{text}");
     }
 }

@@ -5,6 +5,8 @@
 //! - [`daemon`]: the soak: [`state::StateDir`] and its [`store::Store`],
 //!   [`scheduler`] draws, [`slice`]s merged by [`corpus`] and filed by
 //!   [`intake`], progress by [`status`], systemd by [`notify`].
+//! - [`groups`], [`repro`]: triage of what a soak filed: list, verify,
+//!   export, replay.
 //! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
 //!   table, a short fuzz pass.
 //!
@@ -14,12 +16,14 @@ pub mod bench;
 pub mod config;
 pub mod corpus;
 pub mod daemon;
+pub mod groups;
 pub mod instrumentation;
 pub mod intake;
 pub mod libfuzzer;
 pub mod notify;
 pub mod pass;
 pub mod project;
+pub mod repro;
 pub mod scheduler;
 pub mod slice;
 pub mod state;

@@ -28,21 +28,6 @@ pub struct Run {
     pub args: Vec<String>,
 }
 
-/// A command for an engine process that dies with the thread that started
-/// it: a soak killed with SIGKILL must not leave engines writing into the
-/// scratch folders its restart is filing.
-pub fn engine_command(binary: &std::path::Path) -> Command {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(binary);
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    cmd
-}
-
 /// What a run did.
 pub struct Outcome {
     pub execs: u64,
@@ -84,7 +69,7 @@ impl Run {
 
     /// The command line, as a user would type it to repeat the run.
     pub fn command(&self) -> Command {
-        let mut cmd = engine_command(&self.binary);
+        let mut cmd = triage::replay::engine_command(&self.binary);
         cmd.env("ALLOCSOAK_ALLOCATOR", &self.allocator)
             .env("ALLOCSOAK_MODE", if self.bare { "bare" } else { "checked" })
             .args(&self.corpus)

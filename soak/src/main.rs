@@ -13,7 +13,7 @@ use soak::config::Config;
 use soak::project::{Build, Project};
 use soak::state::StateDir;
 use soak::store::Store;
-use soak::{bench, daemon, instrumentation, pass, status, zoo};
+use soak::{bench, daemon, groups, instrumentation, pass, repro, status, zoo};
 
 #[derive(Parser)]
 #[command(
@@ -88,10 +88,64 @@ enum Command {
         #[arg(long, default_value = "soak-state")]
         state: PathBuf,
     },
+    /// Crash groups newest first, with kind, slot, count, first and last seen and status;
+    /// `verify` re-runs them on the current build, `export` bundles one for upstream.
+    Triage {
+        #[command(subcommand)]
+        action: Option<TriageAction>,
+        /// The state dir the soak ran with.
+        #[arg(long, default_value = "soak-state", global = true)]
+        state: PathBuf,
+        /// Only this allocator's groups.
+        #[arg(long)]
+        allocator: Option<String>,
+        /// Only this target's groups.
+        #[arg(long)]
+        target: Option<String>,
+        /// Only groups of this kind (alignment, heap-use-after-free, ...).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only groups with this status: new, known, fixed, flaky, regressed.
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Replay a crash group's input (by id) or any input file on the current build,
+    /// without a fuzz loop; exits 1 while it reproduces.
+    Repro {
+        /// A group id (or a unique prefix), or the path of an input file.
+        what: String,
+        /// The state dir, for a group id.
+        #[arg(long, default_value = "soak-state")]
+        state: PathBuf,
+        /// The target of an input file.
+        #[arg(long)]
+        target: Option<Target>,
+        /// The allocator of an input file.
+        #[arg(long, default_value = "system")]
+        allocator: String,
+        /// Also write the program as a standalone Rust #[test] to this file.
+        #[arg(long)]
+        emit_test: Option<PathBuf>,
+    },
     /// Print the op program a fuzz input decodes to, one op per line.
     Print {
         target: Target,
         input: std::path::PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum TriageAction {
+    /// Re-run every group's minimized input on the current build: marks each known
+    /// (still reproducing), fixed, flaky, or regressed (fixed, and back).
+    Verify,
+    /// Write a self-contained bundle of one group for an upstream bug report.
+    Export {
+        /// The group id (or a unique prefix).
+        id: String,
+        /// Where the bundle folder goes.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
     },
 }
 
@@ -264,6 +318,80 @@ fn run(command: Command) -> Result<bool> {
             let store = Store::open(&state.store())?;
             print!("{}", status::render(&state, &store, None)?);
             Ok(true)
+        }
+        Command::Triage {
+            action,
+            state,
+            allocator,
+            target,
+            kind,
+            status,
+        } => {
+            let state = StateDir::open_to_read(&state)?;
+            let store = Store::open(&state.store())?;
+            match action {
+                None => {
+                    let filter = groups::Filter {
+                        allocator,
+                        target,
+                        kind,
+                        status,
+                    };
+                    print!("{}", groups::list(&state, &store, &filter)?);
+                }
+                Some(TriageAction::Verify) => {
+                    let config = Config::load(&project.root().join("soak.toml"))?;
+                    for v in groups::verify(&project, &state, &store, &config)? {
+                        println!("verify {} {} -> {} ({} of 3 replays reproduced)", v.id, v.before, v.after, v.reproduced);
+                    }
+                }
+                Some(TriageAction::Export { id, out }) => {
+                    let bundle = groups::export(&state, &store, &id, &out)?;
+                    println!("export: {}", bundle.display());
+                }
+            }
+            Ok(true)
+        }
+        Command::Repro {
+            what,
+            state,
+            target,
+            allocator,
+            emit_test,
+        } => {
+            let case = if std::path::Path::new(&what).is_file() {
+                let target = target.context("an input file needs --target (alloc_ops, heap_api, mt_ops or diff_mimalloc)")?;
+                soak::config::check_allocator(&allocator)?;
+                repro::Case {
+                    input: PathBuf::from(&what),
+                    target,
+                    allocator: allocator.clone(),
+                    tolerate: None,
+                    group: None,
+                    test_name: "allocsoak_repro".into(),
+                }
+            } else {
+                let state = StateDir::open_to_read(&state)?;
+                let store = Store::open(&state.store())?;
+                let g = groups::Group::find(&state, &store, &what)?;
+                repro::Case {
+                    input: g.input(),
+                    target: g.target()?,
+                    allocator: g.slot.allocator.clone(),
+                    tolerate: g.tolerate(),
+                    group: Some(g.row.id.clone()),
+                    test_name: groups::test_name(&g.row),
+                }
+            };
+            let config = Config::load(&project.root().join("soak.toml"))?;
+            let binary = groups::binary(&project, case.target, &case.allocator)?;
+            let shown = repro::replay(&case, &binary, &config)?;
+            print!("{}", shown.text);
+            if let Some(path) = emit_test {
+                repro::emit_test(&case, &path)?;
+                println!("emitted test: {}", path.display());
+            }
+            Ok(!shown.reproduced)
         }
         Command::Print { target, input } => {
             let data = std::fs::read(&input)

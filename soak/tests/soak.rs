@@ -108,6 +108,7 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
     assert!(program.contains("fails here"), "{program}");
     let corpus = count(&state, "SELECT MAX(corpus_size) FROM slice");
     assert!(corpus > 0, "nothing merged");
+    triage_the_group(&state, id);
 
     // Restart on the same state: same slot, same group, and the bug no
     // longer stops the engine: its violations are tolerated and counted.
@@ -352,4 +353,83 @@ fn corpora_are_pruned_on_their_cadence_and_seeds_stay() {
         .unwrap();
     assert_eq!(std::fs::read_dir(&corpus).unwrap().count() as i64, last);
     assert_eq!(listing(&seeds), seeds_before, "the committed seeds changed");
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{cmd:?}: {text}");
+    text
+}
+
+/// The morning after: list, replay, emit a test, verify, export.
+fn triage_the_group(state: &Path, id: &str) {
+    let list = run_ok(allocsoak().args(["triage", "--state"]).arg(state));
+    assert!(list.contains(id) && list.contains("alloc_ops/zoo:small-underalign") && list.contains(" new "), "{list}");
+    let none = run_ok(allocsoak().args(["triage", "--kind", "leak", "--state"]).arg(state));
+    assert!(!none.contains(id), "{none}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let test_file = dir.path().join("emitted.rs");
+    let out = allocsoak()
+        .args(["repro", &id[..8], "--state"])
+        .arg(state)
+        .arg("--emit-test")
+        .arg(&test_file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "repro must fail while it reproduces: {text}");
+    assert!(text.contains("fails here") && text.contains("alignment"), "{text}");
+    assert!(text.contains("stack:") && text.contains("same signature"), "the minimized input left its group: {text}");
+    emitted_test_fails_on_the_zoo_and_passes_on_system(&test_file);
+
+    let verified = run_ok(allocsoak().args(["triage", "verify", "--state"]).arg(state));
+    assert!(verified.contains(&format!("verify {id} new -> known (3 of 3")), "{verified}");
+
+    let exported = run_ok(allocsoak().args(["triage", "export", id, "--out"]).arg(dir.path()).arg("--state").arg(state));
+    assert!(exported.contains("export:"), "{exported}");
+    let bundle = dir.path().join(format!("allocsoak-{id}"));
+    for file in ["REPORT.md", "README.md", "minimized", "original", "program.txt", "stack.txt", "test.rs"] {
+        assert!(bundle.join(file).is_file(), "{file} missing from the bundle");
+    }
+}
+
+/// Compiles the emitted test in a crate of its own, with `shadow` as its
+/// only dependency, and runs it on the zoo allocator (fails) and on
+/// `system` (passes).
+fn emitted_test_fails_on_the_zoo_and_passes_on_system(test_file: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let krate = tempfile::tempdir().unwrap();
+    std::fs::write(
+        krate.path().join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"emitted\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
+             [dev-dependencies]\nshadow = {{ path = {:?} }}\n\n[workspace]\n",
+            root.join("shadow")
+        ),
+    )
+    .unwrap();
+    std::fs::copy(root.join("Cargo.lock"), krate.path().join("Cargo.lock")).unwrap();
+    std::fs::create_dir_all(krate.path().join("src")).unwrap();
+    std::fs::write(krate.path().join("src/lib.rs"), "").unwrap();
+    std::fs::create_dir_all(krate.path().join("tests")).unwrap();
+    std::fs::copy(test_file, krate.path().join("tests/emitted.rs")).unwrap();
+    let cargo = |allocator: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["test", "--offline", "--test", "emitted"])
+            .current_dir(krate.path())
+            .env("CARGO_TARGET_DIR", root.join("target/emitted-test"))
+            .env_remove("ALLOCSOAK_ALLOCATOR");
+        if let Some(a) = allocator {
+            cmd.env("ALLOCSOAK_ALLOCATOR", a);
+        }
+        cmd.output().unwrap()
+    };
+    let on_zoo = cargo(None);
+    let text = String::from_utf8_lossy(&on_zoo.stdout);
+    assert!(!on_zoo.status.success(), "the emitted test passed on the buggy zoo: {text}");
+    assert!(text.contains("allocsoak violation: alignment"), "{text}{}", String::from_utf8_lossy(&on_zoo.stderr));
+    let on_system = cargo(Some("system"));
+    assert!(on_system.status.success(), "{}", String::from_utf8_lossy(&on_system.stdout));
 }

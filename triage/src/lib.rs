@@ -4,6 +4,8 @@
 //!   engine log; the dedup rule is written on the type.
 //! - [`signature::kind`]: the one-word kind of a log's first finding.
 //! - [`signature::stack`]: the crash stack of a log, for a report.
+//! - [`replay::Replayer`]: one input replayed on a fuzz binary.
+//! - [`render::program_text`]: the op program with the failing op marked.
 //!
 //! ```
 //! use triage::signature::Signature;
@@ -22,4 +24,6 @@
 
 #![deny(missing_docs)]
 
+pub mod render;
+pub mod replay;
 pub mod signature;

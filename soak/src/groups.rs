@@ -1,0 +1,232 @@
+//! `allocsoak triage`: the crash groups a soak filed — listed, verified
+//! against the current build, exported for an upstream report.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use shadow::Target;
+use triage::replay::Replayer;
+
+use crate::config::Config;
+use crate::intake::utc;
+use crate::project::{Build, Project};
+use crate::state::{self, StateDir};
+use crate::store::{GroupRow, SlotRow, Store};
+
+/// Replays per group in `verify`.
+const TRIES: usize = 3;
+
+/// A filed group with its slot and folder.
+pub struct Group {
+    pub row: GroupRow,
+    pub slot: SlotRow,
+    pub dir: PathBuf,
+}
+
+impl Group {
+    /// The group whose id starts with `prefix` (an id is 16 hex digits; a
+    /// unique prefix will do).
+    pub fn find(state: &StateDir, store: &Store, prefix: &str) -> Result<Group> {
+        let matches: Vec<GroupRow> = store.groups()?.into_iter().filter(|g| g.id.starts_with(prefix)).collect();
+        match matches.len() {
+            0 => bail!("no crash group `{prefix}` in {}; `allocsoak triage` lists them", state.root().display()),
+            1 => Group::load(state, store, matches.into_iter().next().unwrap()),
+            n => bail!("`{prefix}` matches {n} crash groups; give more of the id"),
+        }
+    }
+
+    fn load(state: &StateDir, store: &Store, row: GroupRow) -> Result<Group> {
+        let slot = store.slot_by_id(row.slot_id)?;
+        let dir = state.crash_group(&row.id);
+        Ok(Group { row, slot, dir })
+    }
+
+    pub fn target(&self) -> Result<Target> {
+        self.slot.target.parse().map_err(anyhow::Error::msg)
+    }
+
+    /// The input that stands for the group: minimized, else the original.
+    pub fn input(&self) -> PathBuf {
+        let minimized = self.dir.join("minimized");
+        if minimized.is_file() {
+            minimized
+        } else {
+            self.dir.join("original")
+        }
+    }
+
+    /// The tolerate file the repro needs (a known bug would fire first
+    /// without it), when it does.
+    pub fn tolerate(&self) -> Option<PathBuf> {
+        self.row.repro.contains("ALLOCSOAK_TOLERATE=").then(|| self.dir.join("tolerate"))
+    }
+}
+
+/// Which groups `allocsoak triage` lists; each unset filter matches all.
+#[derive(Default)]
+pub struct Filter {
+    pub allocator: Option<String>,
+    pub target: Option<String>,
+    pub kind: Option<String>,
+    pub status: Option<String>,
+}
+
+/// The groups, newest first, one line each.
+pub fn list(state: &StateDir, store: &Store, filter: &Filter) -> Result<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "{:<16} {:<10} {:<22} {:<34} {:>5}  {:<23}  {:<23}  title",
+        "group", "status", "kind", "slot", "count", "first seen", "last seen"
+    )?;
+    let mut shown = 0;
+    for row in store.groups()? {
+        let g = Group::load(state, store, row)?;
+        let keep = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+        if !(keep(&filter.allocator, &g.slot.allocator)
+            && keep(&filter.target, &g.slot.target)
+            && keep(&filter.kind, &g.row.kind)
+            && keep(&filter.status, &g.row.status))
+        {
+            continue;
+        }
+        shown += 1;
+        writeln!(
+            out,
+            "{:<16} {:<10} {:<22} {:<34} {:>5}  {:<23}  {:<23}  {}",
+            g.row.id,
+            g.row.status,
+            g.row.kind,
+            format!("{}/{}", g.slot.target, g.slot.allocator),
+            g.row.count,
+            utc(g.row.first_seen),
+            utc(g.row.last_seen),
+            g.row.title
+        )?;
+    }
+    writeln!(out, "{shown} crash groups")?;
+    Ok(out)
+}
+
+/// The replayer of a group's slot on the current build.
+pub fn replayer<'a>(binary: &'a Path, g: &'a Group, tolerate: Option<&'a Path>, config: &Config) -> Replayer<'a> {
+    Replayer {
+        binary,
+        allocator: &g.slot.allocator,
+        tolerate,
+        timeout_secs: config.timeout_secs,
+        rss_limit_mb: config.rss_limit_mb,
+    }
+}
+
+/// The fuzz binary a slot replays on; a one-line error when it is not built.
+pub fn binary(project: &Project, target: Target, allocator: &str) -> Result<PathBuf> {
+    let binary = project.binary(Build::for_allocator(allocator), target);
+    if !binary.is_file() {
+        bail!("fuzz binary {} is missing; run `allocsoak build --allocator {allocator}` (or `just build`)", binary.display());
+    }
+    Ok(binary)
+}
+
+/// One group's verdict.
+pub struct Verdict {
+    pub id: String,
+    pub before: String,
+    pub after: String,
+    pub reproduced: usize,
+}
+
+/// Replays every group's input [`TRIES`] times on the current build and
+/// marks it: `known` when each replay reproduces the group's signature,
+/// `fixed` when none does, `flaky` in between; a `fixed` group that
+/// reproduces again is `regressed`.
+pub fn verify(project: &Project, state: &StateDir, store: &Store, config: &Config) -> Result<Vec<Verdict>> {
+    let mut verdicts = Vec::new();
+    for row in store.groups()? {
+        let g = Group::load(state, store, row)?;
+        let target = g.target()?;
+        let binary = match binary(project, target, &g.slot.allocator) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("verify: skipped {}: {e}", g.row.id);
+                continue;
+            }
+        };
+        let tolerate = g.tolerate();
+        let replayer = replayer(&binary, &g, tolerate.as_deref(), config);
+        let slot = format!("{}/{}", g.slot.target, g.slot.allocator);
+        let mut reproduced = 0;
+        for _ in 0..TRIES {
+            let replay = replayer.replay(&g.input(), true)?;
+            if replay.signature(&slot).is_some_and(|s| s.id() == g.row.id) {
+                reproduced += 1;
+            }
+        }
+        let before = g.row.status.clone();
+        let after = match (reproduced, before.as_str()) {
+            (0, _) => "fixed",
+            (n, "fixed" | "regressed") if n > 0 => "regressed",
+            (n, _) if n == TRIES => "known",
+            _ => "flaky",
+        };
+        store.set_status(&g.row.id, after)?;
+        if let Some(row) = store.group(&g.row.id)? {
+            crate::intake::write_report(state, store, &row)?;
+        }
+        verdicts.push(Verdict {
+            id: g.row.id.clone(),
+            before,
+            after: after.to_string(),
+            reproduced,
+        });
+    }
+    Ok(verdicts)
+}
+
+/// The test name an emitted test gets: `allocsoak_<kind>_<id>`.
+pub fn test_name(g: &GroupRow) -> String {
+    let kind: String = g.kind.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    format!("allocsoak_{kind}_{}", g.id)
+}
+
+/// Writes `<out>/allocsoak-<id>/` with everything an upstream bug report
+/// needs: the report, the inputs, the program text, the stack, the replay
+/// log and the emitted test, plus a README saying how to replay.
+pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<PathBuf> {
+    let g = Group::find(state, store, id)?;
+    let bundle = out.join(format!("allocsoak-{}", g.row.id));
+    if bundle.exists() {
+        bail!("{} exists; remove it or pass another --out", bundle.display());
+    }
+    let work = state::tmp_path(&bundle);
+    std::fs::create_dir_all(&work).with_context(|| format!("failed to create {}", work.display()))?;
+    for name in ["REPORT.md", "original", "minimized", "program.txt", "stack.txt", "replay.log", "tolerate"] {
+        let from = g.dir.join(name);
+        if from.is_file() {
+            state::copy_atomic(&from, &work.join(name))?;
+        }
+    }
+    let data = std::fs::read(g.input())?;
+    let program = shadow::Program::decode(g.target()?, &data);
+    let test = program.to_rust_test(&test_name(&g.row), &g.slot.allocator);
+    state::write_atomic(&work.join("test.rs"), test.as_bytes())?;
+    let readme = format!(
+        "# allocsoak crash group {id}\n\n\
+         {title}\n\n\
+         Found by allocsoak on {target} / {allocator}. `REPORT.md` has the details.\n\n\
+         - `program.txt`: the op program (the failing op is marked); each op is one allocator call.\n\
+         - `test.rs`: the program as a standalone Rust `#[test]` (needs allocsoak's `shadow` crate as a dev-dependency).\n\
+         - `minimized` / `original`: the fuzz inputs; replay one on allocsoak's fuzz binary:\n\n\
+         ```sh\n{tolerate}ALLOCSOAK_ALLOCATOR='{allocator}' fuzz_targets/target/asan/x86_64-unknown-linux-gnu/release/{target} {input}\n```\n",
+        id = g.row.id,
+        title = g.row.title,
+        target = g.slot.target,
+        allocator = g.slot.allocator,
+        tolerate = if g.tolerate().is_some() { "ALLOCSOAK_TOLERATE=tolerate " } else { "" },
+        input = g.input().file_name().unwrap().to_string_lossy(),
+    );
+    state::write_atomic(&work.join("README.md"), readme.as_bytes())?;
+    std::fs::rename(&work, &bundle).with_context(|| format!("failed to rename {} to {}", work.display(), bundle.display()))?;
+    Ok(bundle)
+}

@@ -1,0 +1,104 @@
+//! `allocsoak repro`: replays one input (a crash group's, or any file from
+//! libFuzzer or honggfuzz) on the current build, without a fuzz loop, and
+//! shows the program, the failing op, the violation and the stack.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use shadow::Target;
+use triage::replay::Replayer;
+use triage::signature::Signature;
+
+use crate::config::Config;
+
+/// What to replay.
+pub struct Case {
+    pub input: PathBuf,
+    pub target: Target,
+    pub allocator: String,
+    pub tolerate: Option<PathBuf>,
+    /// The group the input belongs to, when it came from one.
+    pub group: Option<String>,
+    /// The emitted test's name.
+    pub test_name: String,
+}
+
+/// What the replay showed.
+pub struct Shown {
+    pub text: String,
+    pub reproduced: bool,
+    pub signature: Option<Signature>,
+}
+
+/// Replays `case` once on `binary` and renders what happened.
+pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
+    let replayer = Replayer {
+        binary,
+        allocator: &case.allocator,
+        tolerate: case.tolerate.as_deref(),
+        timeout_secs: config.timeout_secs,
+        rss_limit_mb: config.rss_limit_mb,
+    };
+    let replay = replayer
+        .replay(&case.input, true)
+        .with_context(|| format!("failed to run {}; run `just build`", binary.display()))?;
+    let data = std::fs::read(&case.input).with_context(|| format!("failed to read {}", case.input.display()))?;
+    let program = shadow::Program::decode(case.target, &data);
+    let slot = format!("{}/{}", case.target, case.allocator);
+    let signature = replay.signature(&slot);
+
+    let mut text = String::new();
+    writeln!(text, "repro: {} on {slot}", case.input.display())?;
+    writeln!(text, "\nprogram ({} ops):", program.ops.len())?;
+    for line in triage::render::program_text(&program, &replay.log).lines() {
+        writeln!(text, "  {line}")?;
+    }
+    match &signature {
+        Some(sig) => {
+            writeln!(text, "\n{}: {}", sig.kind, sig.title())?;
+            let what = replay.log.lines().find(|l| {
+                l.contains("allocsoak violation:") || l.contains("ERROR: ") || l.contains("ssertion")
+            });
+            if let Some(line) = what {
+                writeln!(text, "  {}", line.trim())?;
+            }
+            let stack = triage::signature::stack(&replay.log);
+            if !stack.is_empty() {
+                writeln!(text, "\nstack:")?;
+                for (i, f) in stack.iter().enumerate().take(24) {
+                    writeln!(text, "  #{i} {f}")?;
+                }
+            }
+            if let Some(group) = &case.group {
+                let same = sig.id() == *group;
+                writeln!(text, "\ngroup {group}: {}", if same { "same signature" } else { "a different signature now" })?;
+            }
+        }
+        None => writeln!(text, "\ndoes not reproduce on this build")?,
+    }
+    let tolerate = case
+        .tolerate
+        .as_ref()
+        .map_or_else(String::new, |t| format!("ALLOCSOAK_TOLERATE={} ", t.display()));
+    writeln!(
+        text,
+        "\nReproduce with: {tolerate}ALLOCSOAK_ALLOCATOR='{}' {} {}",
+        case.allocator,
+        binary.display(),
+        case.input.display()
+    )?;
+    Ok(Shown {
+        text,
+        reproduced: replay.reproduced,
+        signature,
+    })
+}
+
+/// Writes the case's program as a standalone `#[test]` to `path`.
+pub fn emit_test(case: &Case, path: &Path) -> Result<()> {
+    let data = std::fs::read(&case.input).with_context(|| format!("failed to read {}", case.input.display()))?;
+    let program = shadow::Program::decode(case.target, &data);
+    let test = program.to_rust_test(&case.test_name, &case.allocator);
+    crate::state::write_atomic(path, test.as_bytes())
+}

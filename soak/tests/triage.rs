@@ -1,0 +1,58 @@
+//! `triage verify` follows an author's fix: a group whose bug is gone is
+//! marked fixed, and marked regressed when the bug comes back. The
+//! allocator is a C library the test rebuilds, with and without its
+//! planted bug, as an author would rebuild theirs.
+
+use std::path::Path;
+use std::process::Command;
+
+fn build_tiny(out: &Path, planted: bool) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let tmp = out.with_extension("tmp.so");
+    let mut cmd = Command::new(soak::project::clang().unwrap());
+    cmd.args(["-O1", "-fPIC", "-shared", "-fsanitize=fuzzer-no-link,address", "-o"])
+        .arg(&tmp)
+        .arg(root.join("shadow/tests/testdata/tiny_alloc.c"));
+    if planted {
+        cmd.arg("-DPLANTED_BUG");
+    }
+    assert!(cmd.status().unwrap().success());
+    std::fs::rename(tmp, out).unwrap();
+}
+
+fn allocsoak(args: &[&str], state: &Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_allocsoak")).args(args).arg("--state").arg(state).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[test]
+fn verify_marks_a_fix_fixed_and_its_return_regressed() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libtiny.so");
+    let state = dir.path().join("state");
+    build_tiny(&lib, true);
+    let allocator = format!("dylib:{}:t_", lib.display());
+    let (ok, text) = allocsoak(
+        &["soak", "--target", "alloc_ops", "--allocator", &allocator, "--jobs", "1", "--duration", "30"],
+        &state,
+    );
+    assert!(ok, "{text}");
+    let db = rusqlite::Connection::open(state.join("store.sqlite")).unwrap();
+    let (id, kind): (String, String) = db
+        .query_row("SELECT id, kind FROM crash_group", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("the planted bug was not filed");
+    assert_eq!(kind, "alignment");
+
+    build_tiny(&lib, false);
+    let (ok, text) = allocsoak(&["triage", "verify"], &state);
+    assert!(ok && text.contains(&format!("verify {id} new -> fixed (0 of 3")), "{text}");
+    let (_, fixed) = allocsoak(&["triage", "--status", "fixed"], &state);
+    assert!(fixed.contains(&id), "{fixed}");
+    let (reproduces, text) = allocsoak(&["repro", &id], &state);
+    assert!(reproduces && text.contains("does not reproduce"), "{text}");
+
+    build_tiny(&lib, true);
+    let (ok, text) = allocsoak(&["triage", "verify"], &state);
+    assert!(ok && text.contains(&format!("verify {id} fixed -> regressed (3 of 3")), "{text}");
+}

@@ -1,0 +1,83 @@
+//! Replaying one input on a fuzz binary, without a fuzz loop: libFuzzer
+//! binaries run each file argument once. Inputs from honggfuzz are the same
+//! raw bytes and replay the same way.
+
+use std::io;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::signature::{self, Signature};
+
+/// How to replay inputs of one slot.
+pub struct Replayer<'a> {
+    /// The libFuzzer binary of the target.
+    pub binary: &'a Path,
+    /// `ALLOCSOAK_ALLOCATOR`: the allocator the input failed on.
+    pub allocator: &'a str,
+    /// `ALLOCSOAK_TOLERATE` for replays that ask for it: known bugs the
+    /// input may hit before the one being replayed.
+    pub tolerate: Option<&'a Path>,
+    /// libFuzzer `-timeout` (a timeout input must time out again).
+    pub timeout_secs: u64,
+    /// libFuzzer `-rss_limit_mb`.
+    pub rss_limit_mb: u64,
+}
+
+/// What one replay showed.
+pub struct Replay {
+    /// The binary's stderr: the violation line, the sanitizer report, the stack.
+    pub log: String,
+    /// Whether the input failed again with a finding.
+    pub reproduced: bool,
+}
+
+impl Replay {
+    /// The replay's signature, when it reproduced.
+    pub fn signature(&self, slot: &str) -> Option<Signature> {
+        self.reproduced
+            .then(|| Signature::from_log(&self.log, slot))
+            .flatten()
+    }
+}
+
+impl Replayer<'_> {
+    /// The command that replays `input`, as a user would type it.
+    pub fn command(&self, input: &Path, tolerate: bool) -> Command {
+        let mut cmd = engine_command(self.binary);
+        cmd.env("ALLOCSOAK_ALLOCATOR", self.allocator)
+            .env("ALLOCSOAK_MODE", "checked")
+            .arg(format!("-timeout={}", self.timeout_secs))
+            .arg(format!("-rss_limit_mb={}", self.rss_limit_mb))
+            .arg(input)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        if let (true, Some(t)) = (tolerate, self.tolerate) {
+            cmd.env("ALLOCSOAK_TOLERATE", t);
+        }
+        cmd
+    }
+
+    /// Replays `input` once. `Err` only when the binary cannot run.
+    pub fn replay(&self, input: &Path, tolerate: bool) -> io::Result<Replay> {
+        let out = self.command(input, tolerate).output()?;
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        let reproduced = !out.status.success() && signature::kind(&log).is_some();
+        Ok(Replay { log, reproduced })
+    }
+}
+
+/// A command for an engine process that dies with the thread that started
+/// it: a soak killed with SIGKILL must not leave engines writing into the
+/// folders its restart is filing.
+pub fn engine_command(binary: &Path) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(binary);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd
+}
