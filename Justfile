@@ -12,9 +12,9 @@ setup:
 build *ARGS: setup
     {{allocsoak}} build {{ARGS}}
 
-# The main job: soak every slot in soak.toml (targets × bundled allocators) for SECS
-# seconds, e.g. `just soak 28800` overnight; state in ./soak-state, reports in
-# soak-state/crashes/*/REPORT.md. More flags after SECS (`--allocator zoo:double-issue`).
+# State in ./soak-state, reports in soak-state/crashes/*/REPORT.md; more flags after
+# SECS (`--allocator zoo:double-issue`).
+# The main job: soak every slot in soak.toml for SECS seconds (`just soak 28800` overnight).
 soak SECS="600" *ARGS: setup
     {{allocsoak}} build
     {{allocsoak}} soak --duration {{SECS}} {{ARGS}}
@@ -22,6 +22,17 @@ soak SECS="600" *ARGS: setup
 # A running (or finished) soak's progress, from its state dir.
 status STATE="soak-state":
     {{allocsoak}} status --state {{STATE}}
+
+# Filters: --allocator, --target, --kind, --status. `just triage verify` re-runs every
+# group on the current build; `just triage export <id>` bundles one for upstream.
+# Crash groups a soak filed, newest first.
+triage *ARGS:
+    {{allocsoak}} triage {{ARGS}}
+
+# Exits 1 while it reproduces; --emit-test FILE writes the program as a Rust #[test].
+# Replay a crash group (its id) or an input file (--target, --allocator) on the current build.
+repro WHAT *ARGS:
+    {{allocsoak}} repro {{WHAT}} {{ARGS}}
 
 # A short fuzz pass over every target × bundled allocator (a CI gate).
 quick SECS="15": setup
@@ -35,8 +46,9 @@ fuzz TARGET ALLOCATOR="system" SECS="60": setup
 zoo SECS="60": setup
     {{allocsoak}} zoo --secs {{SECS}}
 
-# Unit and integration tests, the instrumentation check, honggfuzz's build and a
-# planted bug found by it, then the zoo.
+# The build, then unit, integration and end-to-end soak tests, the instrumentation
+# check, honggfuzz's build and a planted bug found by it, then the zoo.
+# All the tests.
 test: setup
     {{allocsoak}} build
     cargo test --workspace

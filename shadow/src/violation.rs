@@ -252,7 +252,10 @@ pub fn key_of(line: &str) -> Option<String> {
         Some(i) => &message[..i],
         None => message,
     };
-    Some(format!("{kind} in {family}: {}", numbers_to_n(message.trim())))
+    Some(format!(
+        "{kind} in {family}: {}",
+        numbers_to_n(message.trim())
+    ))
 }
 
 /// Replaces each run of digits (and a `0x` hex literal) with `N`.
@@ -286,9 +289,16 @@ fn tolerated() -> &'static HashSet<String> {
             return HashSet::new();
         };
         match std::fs::read_to_string(&path) {
-            Ok(text) => text.lines().filter(|l| !l.is_empty()).map(str::to_string).collect(),
+            Ok(text) => text
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect(),
             Err(e) => {
-                eprintln!("allocsoak: ALLOCSOAK_TOLERATE={}: {e}", path.to_string_lossy());
+                eprintln!(
+                    "allocsoak: ALLOCSOAK_TOLERATE={}: {e}",
+                    path.to_string_lossy()
+                );
                 std::process::exit(2)
             }
         }
@@ -318,7 +328,10 @@ pub fn raise(line: String) -> ! {
         if let Some(key) = key_of(&line).filter(|k| tolerated().contains(k)) {
             static COUNTS: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
             let mut counts = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
-            let n = counts.get_or_insert_with(HashMap::new).entry(key).or_insert(0);
+            let n = counts
+                .get_or_insert_with(HashMap::new)
+                .entry(key)
+                .or_insert(0);
             *n += 1;
             if n.is_power_of_two() {
                 eprintln!("allocsoak tolerated: {n} × {}", key_of(&line).unwrap());
@@ -361,7 +374,10 @@ mod tests {
         let realloc = "allocsoak violation: alignment: op #1 `realloc slot=0 to=double`: block 0x10 (size 8) is not aligned to 16";
         assert_ne!(key_of(realloc).as_deref(), Some(want));
         let end = "allocsoak violation: validator: op #12 `end of program`: heap corrupt at 0x10";
-        assert_eq!(key_of(end).as_deref(), Some("validator in end: heap corrupt at N"));
+        assert_eq!(
+            key_of(end).as_deref(),
+            Some("validator in end: heap corrupt at N")
+        );
         assert_eq!(key_of("no violation here"), None);
     }
 

@@ -85,7 +85,10 @@ fn emitted_test_carries_the_program_text() {
     let test = program.to_rust_test("replays_overlap", "zoo:double-issue");
     assert!(test.contains("#[test]\nfn replays_overlap()"), "{test}");
     assert!(test.contains(&program.to_string()), "{test}");
-    assert!(test.contains("unwrap_or_else(|_| \"zoo:double-issue\".to_string())"), "{test}");
+    assert!(
+        test.contains("unwrap_or_else(|_| \"zoo:double-issue\".to_string())"),
+        "{test}"
+    );
 }
 
 #[test]

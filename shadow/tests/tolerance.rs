@@ -5,13 +5,18 @@
 use shadow::violation::{key_of, tolerate};
 use shadow::Program;
 
-fn violation_of(text: &str, allocator: &'static dyn shadow::allocator::Allocator) -> Option<String> {
+fn violation_of(
+    text: &str,
+    allocator: &'static dyn shadow::allocator::Allocator,
+) -> Option<String> {
     let program: Program = text.parse().unwrap();
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tolerate(|| {
-        shadow::run(&program, allocator);
-    })));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tolerate(|| {
+            shadow::run(&program, allocator);
+        })
+    }));
     std::panic::set_hook(hook);
     result.err().map(|p| {
         p.downcast_ref::<String>()

@@ -253,12 +253,16 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
 /// seconds to load its corpus).
 fn default_slice_secs(options: &Options) -> u64 {
     let configured = (options.config.slice_minutes * 60.0).round() as u64;
-    let share = options.duration.as_secs() * options.jobs.max(1) as u64 / options.slots.len().max(1) as u64;
+    let share =
+        options.duration.as_secs() * options.jobs.max(1) as u64 / options.slots.len().max(1) as u64;
     configured.min(share.max(30))
 }
 
-/// Every slot's fuzz binary must exist before the soak starts.
+/// Every slot's fuzz binary must exist before the soak starts, and a
+/// library allocator must load in it (else every slice would "crash" at
+/// its first input and file that as a finding).
 fn check_binaries(project: &Project, slots: &[Slot]) -> Result<()> {
+    let empty = std::env::temp_dir().join(format!("allocsoak-empty-{}", std::process::id()));
     for slot in slots {
         let build = Build::for_allocator(&slot.allocator);
         let binary = project.binary(build, slot.target);
@@ -271,6 +275,27 @@ fn check_binaries(project: &Project, slots: &[Slot]) -> Result<()> {
                 "fuzz binary {} is missing; build it with `allocsoak build{flag}` (or `just build`)",
                 binary.display()
             );
+        }
+        if slot.allocator.starts_with("dylib:") {
+            std::fs::write(&empty, b"")?;
+            let out = triage::replay::engine_command(&binary)
+                .env("ALLOCSOAK_ALLOCATOR", &slot.allocator)
+                .arg(&empty)
+                .output()
+                .with_context(|| format!("failed to run {}", binary.display()))?;
+            let _ = std::fs::remove_file(&empty);
+            let log = String::from_utf8_lossy(&out.stderr);
+            let error = log.lines().find(|l| {
+                l.starts_with("allocsoak: ALLOCSOAK_ALLOCATOR") || l.contains("symbol lookup error")
+            });
+            if let Some(line) = error {
+                bail!(
+                    "allocator {} does not load in {}: {}",
+                    slot.allocator,
+                    binary.display(),
+                    line.trim()
+                );
+            }
         }
     }
     Ok(())

@@ -28,9 +28,16 @@ impl Group {
     /// The group whose id starts with `prefix` (an id is 16 hex digits; a
     /// unique prefix will do).
     pub fn find(state: &StateDir, store: &Store, prefix: &str) -> Result<Group> {
-        let matches: Vec<GroupRow> = store.groups()?.into_iter().filter(|g| g.id.starts_with(prefix)).collect();
+        let matches: Vec<GroupRow> = store
+            .groups()?
+            .into_iter()
+            .filter(|g| g.id.starts_with(prefix))
+            .collect();
         match matches.len() {
-            0 => bail!("no crash group `{prefix}` in {}; `allocsoak triage` lists them", state.root().display()),
+            0 => bail!(
+                "no crash group `{prefix}` in {}; `allocsoak triage` lists them",
+                state.root().display()
+            ),
             1 => Group::load(state, store, matches.into_iter().next().unwrap()),
             n => bail!("`{prefix}` matches {n} crash groups; give more of the id"),
         }
@@ -59,7 +66,10 @@ impl Group {
     /// The tolerate file the repro needs (a known bug would fire first
     /// without it), when it does.
     pub fn tolerate(&self) -> Option<PathBuf> {
-        self.row.repro.contains("ALLOCSOAK_TOLERATE=").then(|| self.dir.join("tolerate"))
+        self.row
+            .repro
+            .contains("ALLOCSOAK_TOLERATE=")
+            .then(|| self.dir.join("tolerate"))
     }
 }
 
@@ -110,7 +120,12 @@ pub fn list(state: &StateDir, store: &Store, filter: &Filter) -> Result<String> 
 }
 
 /// The replayer of a group's slot on the current build.
-pub fn replayer<'a>(binary: &'a Path, g: &'a Group, tolerate: Option<&'a Path>, config: &Config) -> Replayer<'a> {
+pub fn replayer<'a>(
+    binary: &'a Path,
+    g: &'a Group,
+    tolerate: Option<&'a Path>,
+    config: &Config,
+) -> Replayer<'a> {
     Replayer {
         binary,
         allocator: &g.slot.allocator,
@@ -141,7 +156,12 @@ pub struct Verdict {
 /// marks it: `known` when each replay reproduces the group's signature,
 /// `fixed` when none does, `flaky` in between; a `fixed` group that
 /// reproduces again is `regressed`.
-pub fn verify(project: &Project, state: &StateDir, store: &Store, config: &Config) -> Result<Vec<Verdict>> {
+pub fn verify(
+    project: &Project,
+    state: &StateDir,
+    store: &Store,
+    config: &Config,
+) -> Result<Vec<Verdict>> {
     let mut verdicts = Vec::new();
     for row in store.groups()? {
         let g = Group::load(state, store, row)?;
@@ -186,7 +206,11 @@ pub fn verify(project: &Project, state: &StateDir, store: &Store, config: &Confi
 
 /// The test name an emitted test gets: `allocsoak_<kind>_<id>`.
 pub fn test_name(g: &GroupRow) -> String {
-    let kind: String = g.kind.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let kind: String = g
+        .kind
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
     format!("allocsoak_{kind}_{}", g.id)
 }
 
@@ -197,11 +221,23 @@ pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<P
     let g = Group::find(state, store, id)?;
     let bundle = out.join(format!("allocsoak-{}", g.row.id));
     if bundle.exists() {
-        bail!("{} exists; remove it or pass another --out", bundle.display());
+        bail!(
+            "{} exists; remove it or pass another --out",
+            bundle.display()
+        );
     }
     let work = state::tmp_path(&bundle);
-    std::fs::create_dir_all(&work).with_context(|| format!("failed to create {}", work.display()))?;
-    for name in ["REPORT.md", "original", "minimized", "program.txt", "stack.txt", "replay.log", "tolerate"] {
+    std::fs::create_dir_all(&work)
+        .with_context(|| format!("failed to create {}", work.display()))?;
+    for name in [
+        "REPORT.md",
+        "original",
+        "minimized",
+        "program.txt",
+        "stack.txt",
+        "replay.log",
+        "tolerate",
+    ] {
         let from = g.dir.join(name);
         if from.is_file() {
             state::copy_atomic(&from, &work.join(name))?;
@@ -227,6 +263,12 @@ pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<P
         input = g.input().file_name().unwrap().to_string_lossy(),
     );
     state::write_atomic(&work.join("README.md"), readme.as_bytes())?;
-    std::fs::rename(&work, &bundle).with_context(|| format!("failed to rename {} to {}", work.display(), bundle.display()))?;
+    std::fs::rename(&work, &bundle).with_context(|| {
+        format!(
+            "failed to rename {} to {}",
+            work.display(),
+            bundle.display()
+        )
+    })?;
     Ok(bundle)
 }

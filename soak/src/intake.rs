@@ -126,25 +126,33 @@ fn minimize(
     if matches!(sig.kind.as_str(), "timeout" | "oom") {
         return Ok(None);
     }
-    let out = work.join("minimized");
-    let status = src
-        .replayer()
+    // libFuzzer keeps any smaller crash, even of another bug: the result
+    // goes aside and becomes `minimized` only when its signature holds.
+    let candidate = work.join("minimize-candidate");
+    src.replayer()
         .command(input, true)
         .arg("-minimize_crash=1")
         .arg(format!("-runs={MINIMIZE_RUNS}"))
         .arg(format!("-max_total_time={MINIMIZE_SECS}"))
-        .arg(format!("-exact_artifact_path={}", out.display()))
+        .arg(format!("-exact_artifact_path={}", candidate.display()))
         .stderr(Stdio::null())
         .status()
         .with_context(|| format!("failed to run {}", src.binary.display()))?;
-    let _ = status;
-    if !out.is_file() {
+    if !candidate.is_file() {
         return Ok(None);
     }
-    let replay = src.replay(&out, true)?;
-    let same = replay.reproduced
-        && Signature::from_log(&replay.log, &src.slot_label()).is_some_and(|s| s.id() == sig.id());
-    Ok(same.then_some((out, replay)))
+    let replay = src.replay(&candidate, true)?;
+    if replay
+        .signature(&src.slot_label())
+        .is_some_and(|s| s.id() == sig.id())
+    {
+        let out = work.join("minimized");
+        std::fs::rename(&candidate, &out)?;
+        Ok(Some((out, replay)))
+    } else {
+        std::fs::remove_file(&candidate)?;
+        Ok(None)
+    }
 }
 
 /// Files one artifact (a libFuzzer `crash-`, `leak-`, `timeout-` or `oom-`
@@ -363,8 +371,12 @@ fn repro_command(
 
 /// The program the input decodes to, the failing op marked.
 fn program_text(target: Target, input: &Path, log: &str) -> Result<String> {
-    let data = std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
-    Ok(render::program_text(&shadow::Program::decode(target, &data), log))
+    let data =
+        std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
+    Ok(render::program_text(
+        &shadow::Program::decode(target, &data),
+        log,
+    ))
 }
 
 /// The first stack of a log, as the sanitizer printed it.

@@ -342,7 +342,10 @@ fn run(command: Command) -> Result<bool> {
                 Some(TriageAction::Verify) => {
                     let config = Config::load(&project.root().join("soak.toml"))?;
                     for v in groups::verify(&project, &state, &store, &config)? {
-                        println!("verify {} {} -> {} ({} of 3 replays reproduced)", v.id, v.before, v.after, v.reproduced);
+                        println!(
+                            "verify {} {} -> {} ({} of 3 replays reproduced)",
+                            v.id, v.before, v.after, v.reproduced
+                        );
                     }
                 }
                 Some(TriageAction::Export { id, out }) => {
@@ -360,7 +363,9 @@ fn run(command: Command) -> Result<bool> {
             emit_test,
         } => {
             let case = if std::path::Path::new(&what).is_file() {
-                let target = target.context("an input file needs --target (alloc_ops, heap_api, mt_ops or diff_mimalloc)")?;
+                let target = target.context(
+                    "an input file needs --target (alloc_ops, heap_api, mt_ops or diff_mimalloc)",
+                )?;
                 soak::config::check_allocator(&allocator)?;
                 repro::Case {
                     input: PathBuf::from(&what),

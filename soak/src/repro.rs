@@ -43,7 +43,8 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
     let replay = replayer
         .replay(&case.input, true)
         .with_context(|| format!("failed to run {}; run `just build`", binary.display()))?;
-    let data = std::fs::read(&case.input).with_context(|| format!("failed to read {}", case.input.display()))?;
+    let data = std::fs::read(&case.input)
+        .with_context(|| format!("failed to read {}", case.input.display()))?;
     let program = shadow::Program::decode(case.target, &data);
     let slot = format!("{}/{}", case.target, case.allocator);
     let signature = replay.signature(&slot);
@@ -58,7 +59,9 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
         Some(sig) => {
             writeln!(text, "\n{}: {}", sig.kind, sig.title())?;
             let what = replay.log.lines().find(|l| {
-                l.contains("allocsoak violation:") || l.contains("ERROR: ") || l.contains("ssertion")
+                l.contains("allocsoak violation:")
+                    || l.contains("ERROR: ")
+                    || l.contains("ssertion")
             });
             if let Some(line) = what {
                 writeln!(text, "  {}", line.trim())?;
@@ -72,15 +75,22 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
             }
             if let Some(group) = &case.group {
                 let same = sig.id() == *group;
-                writeln!(text, "\ngroup {group}: {}", if same { "same signature" } else { "a different signature now" })?;
+                writeln!(
+                    text,
+                    "\ngroup {group}: {}",
+                    if same {
+                        "same signature"
+                    } else {
+                        "a different signature now"
+                    }
+                )?;
             }
         }
         None => writeln!(text, "\ndoes not reproduce on this build")?,
     }
-    let tolerate = case
-        .tolerate
-        .as_ref()
-        .map_or_else(String::new, |t| format!("ALLOCSOAK_TOLERATE={} ", t.display()));
+    let tolerate = case.tolerate.as_ref().map_or_else(String::new, |t| {
+        format!("ALLOCSOAK_TOLERATE={} ", t.display())
+    });
     writeln!(
         text,
         "\nReproduce with: {tolerate}ALLOCSOAK_ALLOCATOR='{}' {} {}",
@@ -97,7 +107,8 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
 
 /// Writes the case's program as a standalone `#[test]` to `path`.
 pub fn emit_test(case: &Case, path: &Path) -> Result<()> {
-    let data = std::fs::read(&case.input).with_context(|| format!("failed to read {}", case.input.display()))?;
+    let data = std::fs::read(&case.input)
+        .with_context(|| format!("failed to read {}", case.input.display()))?;
     let program = shadow::Program::decode(case.target, &data);
     let test = program.to_rust_test(&case.test_name, &case.allocator);
     crate::state::write_atomic(path, test.as_bytes())

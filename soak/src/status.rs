@@ -151,8 +151,11 @@ pub fn duty_cycle(store: &Store, run_id: i64) -> Result<Option<f64>> {
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
     let engine: f64 = store.conn().query_row(
-        "SELECT COALESCE(SUM(fuzz_secs), 0) FROM slice WHERE run_id = ?1",
-        params![run_id],
+        // A running slice counts from its start (it is fuzzing, or filing
+        // what it found); an ended one by its engine's own time.
+        "SELECT COALESCE(SUM(CASE WHEN ended IS NULL THEN ?2 - started ELSE fuzz_secs END), 0)
+         FROM slice WHERE run_id = ?1",
+        params![run_id, crate::store::now()],
         |r| r.get(0),
     )?;
     let wall = (ended.unwrap_or_else(crate::store::now) - started) as f64 * jobs as f64;

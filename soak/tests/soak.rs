@@ -332,10 +332,26 @@ fn corpora_are_pruned_on_their_cadence_and_seeds_stay() {
     let state = dir.path().join("state");
     let config = dir.path().join("soak.toml");
     // A cadence of about a second: every slice after the first merge prunes.
-    std::fs::write(&config, "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\nprune_hours = 0.0003\n").unwrap();
+    std::fs::write(
+        &config,
+        "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\nprune_hours = 0.0003\n",
+    )
+    .unwrap();
     let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpus/alloc_ops/seeds");
     let seeds_before = listing(&seeds);
-    soak(&state, &["--config", config.to_str().unwrap(), "--jobs", "1", "--duration", "24", "--slice-secs", "6"]);
+    soak(
+        &state,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--jobs",
+            "1",
+            "--duration",
+            "24",
+            "--slice-secs",
+            "6",
+        ],
+    );
     let db = db(&state);
     let (prunes, before, after): (i64, i64, i64) = db
         .query_row(
@@ -347,9 +363,16 @@ fn corpora_are_pruned_on_their_cadence_and_seeds_stay() {
     assert!(prunes >= 1, "no prune ran");
     assert!(after > 0 && after <= before, "prune {before} -> {after}");
     let corpus = state.join("corpus/alloc_ops");
-    assert!(std::fs::symlink_metadata(&corpus).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(&corpus)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     let last: i64 = db
-        .query_row("SELECT after FROM corpus_event ORDER BY id DESC LIMIT 1", [], |r| r.get(0))
+        .query_row(
+            "SELECT after FROM corpus_event ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_eq!(std::fs::read_dir(&corpus).unwrap().count() as i64, last);
     assert_eq!(listing(&seeds), seeds_before, "the committed seeds changed");
@@ -357,7 +380,11 @@ fn corpora_are_pruned_on_their_cadence_and_seeds_stay() {
 
 fn run_ok(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "{cmd:?}: {text}");
     text
 }
@@ -365,8 +392,17 @@ fn run_ok(cmd: &mut Command) -> String {
 /// The morning after: list, replay, emit a test, verify, export.
 fn triage_the_group(state: &Path, id: &str) {
     let list = run_ok(allocsoak().args(["triage", "--state"]).arg(state));
-    assert!(list.contains(id) && list.contains("alloc_ops/zoo:small-underalign") && list.contains(" new "), "{list}");
-    let none = run_ok(allocsoak().args(["triage", "--kind", "leak", "--state"]).arg(state));
+    assert!(
+        list.contains(id)
+            && list.contains("alloc_ops/zoo:small-underalign")
+            && list.contains(" new "),
+        "{list}"
+    );
+    let none = run_ok(
+        allocsoak()
+            .args(["triage", "--kind", "leak", "--state"])
+            .arg(state),
+    );
     assert!(!none.contains(id), "{none}");
 
     let dir = tempfile::tempdir().unwrap();
@@ -379,19 +415,49 @@ fn triage_the_group(state: &Path, id: &str) {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "repro must fail while it reproduces: {text}");
-    assert!(text.contains("fails here") && text.contains("alignment"), "{text}");
-    assert!(text.contains("stack:") && text.contains("same signature"), "the minimized input left its group: {text}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "repro must fail while it reproduces: {text}"
+    );
+    assert!(
+        text.contains("fails here") && text.contains("alignment"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stack:") && text.contains("same signature"),
+        "the minimized input left its group: {text}"
+    );
     emitted_test_fails_on_the_zoo_and_passes_on_system(&test_file);
 
     let verified = run_ok(allocsoak().args(["triage", "verify", "--state"]).arg(state));
-    assert!(verified.contains(&format!("verify {id} new -> known (3 of 3")), "{verified}");
+    assert!(
+        verified.contains(&format!("verify {id} new -> known (3 of 3")),
+        "{verified}"
+    );
 
-    let exported = run_ok(allocsoak().args(["triage", "export", id, "--out"]).arg(dir.path()).arg("--state").arg(state));
+    let exported = run_ok(
+        allocsoak()
+            .args(["triage", "export", id, "--out"])
+            .arg(dir.path())
+            .arg("--state")
+            .arg(state),
+    );
     assert!(exported.contains("export:"), "{exported}");
     let bundle = dir.path().join(format!("allocsoak-{id}"));
-    for file in ["REPORT.md", "README.md", "minimized", "original", "program.txt", "stack.txt", "test.rs"] {
-        assert!(bundle.join(file).is_file(), "{file} missing from the bundle");
+    for file in [
+        "REPORT.md",
+        "README.md",
+        "minimized",
+        "original",
+        "program.txt",
+        "stack.txt",
+        "test.rs",
+    ] {
+        assert!(
+            bundle.join(file).is_file(),
+            "{file} missing from the bundle"
+        );
     }
 }
 
@@ -428,8 +494,19 @@ fn emitted_test_fails_on_the_zoo_and_passes_on_system(test_file: &Path) {
     };
     let on_zoo = cargo(None);
     let text = String::from_utf8_lossy(&on_zoo.stdout);
-    assert!(!on_zoo.status.success(), "the emitted test passed on the buggy zoo: {text}");
-    assert!(text.contains("allocsoak violation: alignment"), "{text}{}", String::from_utf8_lossy(&on_zoo.stderr));
+    assert!(
+        !on_zoo.status.success(),
+        "the emitted test passed on the buggy zoo: {text}"
+    );
+    assert!(
+        text.contains("allocsoak violation: alignment"),
+        "{text}{}",
+        String::from_utf8_lossy(&on_zoo.stderr)
+    );
     let on_system = cargo(Some("system"));
-    assert!(on_system.status.success(), "{}", String::from_utf8_lossy(&on_system.stdout));
+    assert!(
+        on_system.status.success(),
+        "{}",
+        String::from_utf8_lossy(&on_system.stdout)
+    );
 }

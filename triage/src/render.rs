@@ -6,7 +6,12 @@ use shadow::Program;
 pub fn failing_op(log: &str) -> Option<usize> {
     log.lines().find_map(|l| {
         let rest = &l[l.find("allocsoak violation: ")?..];
-        rest.split("op #").nth(1)?.split_whitespace().next()?.parse().ok()
+        rest.split("op #")
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
     })
 }
 
