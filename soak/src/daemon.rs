@@ -316,8 +316,14 @@ fn finish_leftover_slices(soak: &Soak) -> Result<()> {
             crate::state::remove_scratch(&scratch)?;
             continue;
         }
-        slice::finish(soak, id, &scratch, 0.0, false)
-            .with_context(|| format!("failed to finish interrupted slice {}", scratch.display()))?;
+        // A slice that cannot be finished (its fuzz binary is gone, say)
+        // keeps its scratch and does not stop the soak.
+        if let Err(e) = slice::finish(soak, id, &scratch, 0.0, false) {
+            eprintln!(
+                "allocsoak: interrupted slice {} left as it is: {e:#}",
+                scratch.display()
+            );
+        }
     }
     Ok(())
 }

@@ -142,23 +142,43 @@ pub fn finish(
     let new_units = count_files(&scratch.join("new"))? as u64;
     let corpus = Corpus::new(&soak.state, target);
     let mut merged_units = 0;
+    // What went wrong here keeps the scratch for the next start to retry;
+    // the soak goes on (one bad merge must not end a night's run).
+    let mut problems: Vec<anyhow::Error> = Vec::new();
     {
         let _merging = soak.merge_lock(target);
         if new_units > 0 {
-            let m = corpus.merge(
+            match corpus.merge(
                 &binary,
                 &env,
                 &scratch.join("new"),
                 &scratch.join("merge.ctl"),
-            )?;
-            merged_units = (m.after - m.before) as u64;
-            soak.lock_store()
-                .corpus_event(target.name(), "merge", m.before, m.after, m.secs)?;
+            ) {
+                Ok(m) => {
+                    merged_units = (m.after - m.before) as u64;
+                    soak.lock_store().corpus_event(
+                        target.name(),
+                        "merge",
+                        m.before,
+                        m.after,
+                        m.secs,
+                    )?;
+                }
+                Err(e) => problems.push(e),
+            }
         }
-        if soak.prune_due(target)? {
-            let m = corpus.prune(&binary, &env, &scratch.join("prune.ctl"))?;
-            soak.lock_store()
-                .corpus_event(target.name(), "prune", m.before, m.after, m.secs)?;
+        if problems.is_empty() && soak.prune_due(target)? {
+            match corpus.prune(&binary, &env, &scratch.join("prune.ctl")) {
+                Ok(m) => soak.lock_store().corpus_event(
+                    target.name(),
+                    "prune",
+                    m.before,
+                    m.after,
+                    m.secs,
+                )?,
+                // Nothing is lost: the corpus stays as it was.
+                Err(e) => eprintln!("allocsoak: prune of {target}'s corpus failed: {e:#}"),
+            }
         }
     }
 
@@ -175,7 +195,13 @@ pub fn finish(
     };
     let (mut new_groups, mut repeats, mut findings) = (0, 0, 0);
     for artifact in artifacts(&scratch.join("artifacts"))? {
-        let filed = intake::file(&soak.state, &soak.store, &src, &artifact, &log)?;
+        let filed = match intake::file(&soak.state, &soak.store, &src, &artifact, &log) {
+            Ok(f) => f,
+            Err(e) => {
+                problems.push(e.context(format!("filing {}", artifact.display())));
+                continue;
+            }
+        };
         findings += 1;
         if filed.new {
             new_groups += 1;
@@ -226,6 +252,15 @@ pub fn finish(
             },
         );
         store.set_weight(record.slot_id, factor)?;
+    }
+    if !problems.is_empty() {
+        for e in &problems {
+            eprintln!(
+                "allocsoak: slice {slice_id}: {e:#}; its scratch {} is kept and retried at the next start",
+                scratch.display()
+            );
+        }
+        return Ok(());
     }
     let kept_log = soak.state.logs().join(format!("slice-{slice_id}.log"));
     if scratch.join("fuzz.log").is_file() {

@@ -186,9 +186,11 @@ impl Store {
 
     pub fn end_slice(&self, slice_id: i64, s: &SliceStats) -> Result<()> {
         self.conn.execute(
-            "UPDATE slice SET ended = ?2, fuzz_secs = ?3, execs = ?4, execs_per_sec = ?5, cov = ?6, ft = ?7,
+            // A slice finished again after a restart keeps what its first
+            // finish knew (its engine time, what ended it).
+            "UPDATE slice SET ended = ?2, fuzz_secs = MAX(COALESCE(fuzz_secs, 0), ?3), execs = ?4, execs_per_sec = MAX(COALESCE(execs_per_sec, 0), ?5), cov = ?6, ft = ?7,
                 corpus_size = ?8, new_units = ?9, merged_units = ?10, peak_rss_mb = ?11, findings = ?12,
-                tolerated = ?13, outcome = ?14
+                tolerated = ?13, outcome = COALESCE(outcome, ?14)
              WHERE id = ?1",
             params![
                 slice_id,
