@@ -2,9 +2,12 @@
 //! merge into the target's corpus, which is swapped in whole.
 //!
 //! `corpus/<target>` is a symlink to a generation `.<target>.g<N>`. A merge
-//! hard-links generation N into N+1, lets libFuzzer's `-merge=1` add the
-//! slice's inputs that bring new coverage, and renames a new symlink over
-//! the old one. A prune (`-set_cover_merge=1`) builds N+1 from scratch the
+//! has libFuzzer's `-merge=1` pick, into an empty generation N+1, the
+//! slice's inputs that cover all the slice found, hard-links generation N
+//! beside them, and renames a new symlink over the old one. The corpus
+//! itself is not re-run: each of the slice's inputs was new against it
+//! when the engine kept it (inputs two slices both found are dropped by
+//! the next prune). A prune (`-set_cover_merge=1`) builds N+1 from scratch the
 //! same way. A kill at any moment leaves the symlink on a complete
 //! generation; [`Corpus::recover`] removes half-built ones.
 
@@ -157,20 +160,6 @@ impl<'a> Corpus<'a> {
         }
         std::fs::create_dir_all(&next)
             .with_context(|| format!("failed to create {}", next.display()))?;
-        if keep_current {
-            for entry in std::fs::read_dir(self.path())? {
-                let entry = entry?;
-                std::fs::hard_link(entry.path(), next.join(entry.file_name())).with_context(
-                    || {
-                        format!(
-                            "failed to link {} into {}",
-                            entry.path().display(),
-                            next.display()
-                        )
-                    },
-                )?;
-            }
-        }
         let out = triage::replay::engine_command(binary)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .args(flags)
@@ -190,6 +179,23 @@ impl<'a> Corpus<'a> {
             );
         }
         let _ = std::fs::remove_file(control);
+        if keep_current {
+            // Inputs are named by their content's hash: a name both have is
+            // the same input.
+            for entry in std::fs::read_dir(self.path())? {
+                let entry = entry?;
+                let to = next.join(entry.file_name());
+                if !to.exists() {
+                    std::fs::hard_link(entry.path(), &to).with_context(|| {
+                        format!(
+                            "failed to link {} into {}",
+                            entry.path().display(),
+                            next.display()
+                        )
+                    })?;
+                }
+            }
+        }
         sync_dir(&next);
         let after = count_files(&next)?;
         if after < before && keep_current {
