@@ -1,8 +1,9 @@
 //! The soak daemon: boot, workers, stop.
 //!
-//! `boot` reads top to bottom: open the state dir and its store, register
+//! [`run`] reads top to bottom: open the state dir and its store, register
 //! the slots, check the fuzz binaries, finish what a previous run left
-//! (corpus generations, slice scratch, group folders), then `jobs` workers
+//! (corpus generations, slice scratch, group folders), verify the known
+//! crash groups on this build, then `jobs` workers
 //! each loop draw a slot → run a slice → merge and file → reweigh, until
 //! the deadline or SIGINT/SIGTERM. The main thread prints progress and
 //! talks to systemd.

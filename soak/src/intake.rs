@@ -379,21 +379,12 @@ fn program_text(target: Target, input: &Path, log: &str) -> Result<String> {
     ))
 }
 
-/// The first stack of a log, as the sanitizer printed it.
+/// The crash stack of a log, one frame per line, every frame.
 fn stack_text(log: &str) -> String {
-    let mut out = String::new();
-    let mut started = false;
-    for line in log.lines() {
-        let frame = line.trim_start().starts_with('#') && line.contains(" in ");
-        if frame {
-            started = true;
-            out.push_str(line.trim());
-            out.push('\n');
-        } else if started {
-            break;
-        }
-    }
-    out
+    triage::signature::stack(log)
+        .iter()
+        .map(|f| format!("{f}\n"))
+        .collect()
 }
 
 /// Writes `crashes/<id>/REPORT.md` from the store and the folder.
@@ -412,9 +403,12 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         })
         .unwrap_or(&g.title)
         .trim();
-    let stack = read("stack.txt")
-        .lines()
-        .take(16)
+    // The frames inside the harness and the allocator; stack.txt has all.
+    let stack = triage::signature::stack(&log)
+        .iter()
+        .filter(|f| !f.is_noise())
+        .take(12)
+        .map(|f| f.to_string())
         .collect::<Vec<_>>()
         .join("\n");
     let program = read("program.txt");
@@ -440,7 +434,7 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
          - `inputs/`: {inputs} more raw inputs with this signature\n",
         title = g.title,
         kind = g.kind,
-        sig = g.signature,
+        sig = g.signature.replace('\n', " · "),
         id = g.id,
         target = slot.target,
         allocator = slot.allocator,

@@ -453,6 +453,14 @@ const ALLOC_ENTRIES: &[&str] = &[
     "pvalloc",
 ];
 
+impl Frame {
+    /// Whether the frame is runtime machinery (std, panic, libFuzzer, the
+    /// sanitizer, libc) that can never be the bug: what a report leaves out.
+    pub fn is_noise(&self) -> bool {
+        is_noise(self)
+    }
+}
+
 /// Whether a frame can never be the bug (see [`Signature`]).
 fn is_noise(frame: &Frame) -> bool {
     let name = frame.function.trim_start_matches('<');
