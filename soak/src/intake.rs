@@ -45,7 +45,6 @@ pub struct Source<'a> {
 #[derive(Debug)]
 pub struct Filed {
     pub group_id: String,
-    pub kind: String,
     pub new: bool,
 }
 
@@ -207,7 +206,6 @@ pub fn file(
         }
         return Ok(Filed {
             group_id: id,
-            kind: sig.kind,
             new: false,
         });
     }
@@ -279,7 +277,6 @@ pub fn file(
     }
     Ok(Filed {
         group_id: id,
-        kind: sig.kind,
         new: true,
     })
 }
