@@ -243,8 +243,7 @@ pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<P
             state::copy_atomic(&from, &work.join(name))?;
         }
     }
-    let data = std::fs::read(g.input())?;
-    let program = shadow::Program::decode(g.target()?, &data);
+    let program = crate::repro::read_program(g.target()?, &g.input())?;
     let test = program.to_rust_test(&test_name(&g.row), &g.slot.allocator);
     state::write_atomic(&work.join("test.rs"), test.as_bytes())?;
     let readme = format!(

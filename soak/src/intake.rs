@@ -351,8 +351,9 @@ fn repro_command(
 ) -> Result<String> {
     let file = dir.join(if minimized { "minimized" } else { "original" });
     let plain = src.replay(input, false)?;
-    let plain_same = plain.reproduced
-        && Signature::from_log(&plain.log, &src.slot_label()).is_some_and(|s| s.id() == sig.id());
+    let plain_same = plain
+        .signature(&src.slot_label())
+        .is_some_and(|s| s.id() == sig.id());
     let tolerate = if plain_same || src.tolerate.is_none() {
         String::new()
     } else {
@@ -368,12 +369,8 @@ fn repro_command(
 
 /// The program the input decodes to, the failing op marked.
 fn program_text(target: Target, input: &Path, log: &str) -> Result<String> {
-    let data =
-        std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
-    Ok(render::program_text(
-        &shadow::Program::decode(target, &data),
-        log,
-    ))
+    let program = crate::repro::read_program(target, input)?;
+    Ok(render::program_text(&program, log))
 }
 
 /// The crash stack of a log, one frame per line, every frame.

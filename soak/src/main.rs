@@ -231,19 +231,7 @@ fn allocators(given: Vec<String>, default: &[&str]) -> Result<Vec<String>> {
         &default.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
     );
     for name in &names {
-        if let Some(spec) = name.strip_prefix("dylib:") {
-            // Not loaded here: an ASan-instrumented library loads only into
-            // the (ASan) fuzz binary.
-            let path = spec
-                .rsplit_once(':')
-                .filter(|(p, _)| p.ends_with(".so"))
-                .map_or(spec, |(p, _)| p);
-            if !std::path::Path::new(path).is_file() {
-                bail!("allocator library {path} does not exist; give an absolute path to a .so");
-            }
-        } else if !matches!(name.as_str(), "mimalloc-secure" | "mimalloc-debug") {
-            shadow::allocator::by_name(name).map_err(anyhow::Error::msg)?;
-        }
+        soak::config::check_allocator(name)?;
     }
     Ok(names)
 }

@@ -43,9 +43,7 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
     let replay = replayer
         .replay(&case.input, true)
         .with_context(|| format!("failed to run {}; run `just build`", binary.display()))?;
-    let data = std::fs::read(&case.input)
-        .with_context(|| format!("failed to read {}", case.input.display()))?;
-    let program = shadow::Program::decode(case.target, &data);
+    let program = read_program(case.target, &case.input)?;
     let slot = format!("{}/{}", case.target, case.allocator);
     let signature = replay.signature(&slot);
 
@@ -105,11 +103,16 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
     })
 }
 
+/// The op program an input file decodes to.
+pub fn read_program(target: Target, input: &Path) -> Result<shadow::Program> {
+    let data =
+        std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
+    Ok(shadow::Program::decode(target, &data))
+}
+
 /// Writes the case's program as a standalone `#[test]` to `path`.
 pub fn emit_test(case: &Case, path: &Path) -> Result<()> {
-    let data = std::fs::read(&case.input)
-        .with_context(|| format!("failed to read {}", case.input.display()))?;
-    let program = shadow::Program::decode(case.target, &data);
+    let program = read_program(case.target, &case.input)?;
     let test = program.to_rust_test(&case.test_name, &case.allocator);
     crate::state::write_atomic(path, test.as_bytes())
 }
