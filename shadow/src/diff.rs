@@ -39,6 +39,7 @@ pub fn run(
             let report = Report {
                 op_index: i,
                 op: op.to_string(),
+                site: a.site(),
                 violation: Violation::Diff { detail },
             };
             crate::violation::raise(format!(

@@ -172,7 +172,36 @@ impl ArbCount {
     }
 }
 
-/// A realloc target size.
+/// The new size of a realloc, relative to the block's current requested size
+/// where that is the interesting edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewSize {
+    Exact(usize),
+    Same,
+    PlusOne,
+    MinusOne,
+    Double,
+    Half,
+    /// Realloc to 0: frees or returns a minimal block, depending on the API.
+    Zero,
+}
+
+impl NewSize {
+    /// The concrete size for a block whose requested size is `old`.
+    pub fn resolve(self, old: usize) -> usize {
+        match self {
+            NewSize::Exact(n) => n,
+            NewSize::Same => old,
+            NewSize::PlusOne => old.saturating_add(1),
+            NewSize::MinusOne => old.saturating_sub(1),
+            NewSize::Double => old.saturating_mul(2).max(1),
+            NewSize::Half => old / 2,
+            NewSize::Zero => 0,
+        }
+    }
+}
+
+/// A realloc target size, as decoded.
 #[derive(Arbitrary, Clone, Copy, Debug)]
 pub enum ArbNewSize {
     Exact(ArbSize),
@@ -185,8 +214,7 @@ pub enum ArbNewSize {
 }
 
 impl ArbNewSize {
-    pub fn resolve(self, history: &mut History) -> crate::op::NewSize {
-        use crate::op::NewSize;
+    pub fn resolve(self, history: &mut History) -> NewSize {
         match self {
             ArbNewSize::Exact(s) => NewSize::Exact(s.resolve(history)),
             ArbNewSize::Same => NewSize::Same,

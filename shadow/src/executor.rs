@@ -2,10 +2,12 @@
 
 use crate::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, ReallocToZero};
 use crate::edges::IMPOSSIBLE_FROM;
+use crate::guard::{self, Panicked};
 use crate::model::{Block, ShadowHeap};
 use crate::op::{NewSize, Op, Program};
 use crate::pattern;
-use crate::violation::{self, Report, Violation};
+use crate::race::{self, Done, Section, Step};
+use crate::violation::{self, Report, Site, Violation};
 use crate::workers::WorkerPool;
 
 /// Validators run after every this many ops, and at the end.
@@ -41,10 +43,12 @@ enum On {
     Worker(usize),
 }
 
-/// What a new block is: a fresh allocation or the result of a realloc.
+/// What a new block is: a fresh allocation, the result of a realloc, or a
+/// block a race section's worker already wrote the pattern of `seed` into.
 enum Origin {
     Fresh { zeroed: bool },
     Realloc(Block),
+    Raced { seed: u64 },
 }
 
 /// Counts of what a program did.
@@ -66,9 +70,16 @@ pub struct Executor {
     checked: bool,
     op_index: usize,
     op: Option<Op>,
+    /// The allocator call the op is making, for violation keys.
+    site: Site,
     next_seed: u64,
     /// A block the allocator returned that is being checked, not yet tracked.
     pending: Option<Block>,
+    /// The race section being queued.
+    race: Section,
+    /// Blocks a race section returned that are not yet checked and tracked
+    /// (the next to adopt is last).
+    raced: Vec<Block>,
     finished: bool,
     pub stats: Stats,
 }
@@ -84,8 +95,11 @@ impl Executor {
             checked: mode == Mode::Checked,
             op_index: 0,
             op: None,
+            site: Site::bare("none"),
             next_seed: 0,
             pending: None,
+            race: Section::default(),
+            raced: Vec::new(),
             finished: false,
             stats: Stats::default(),
         }
@@ -105,6 +119,11 @@ impl Executor {
         &self.shadow
     }
 
+    /// The allocator call the last op made.
+    pub fn site(&self) -> Site {
+        self.site
+    }
+
     fn heaps(&self) -> &dyn Heaps {
         match &self.emulated {
             Some(e) => e,
@@ -112,16 +131,41 @@ impl Executor {
         }
     }
 
-    fn fail(&self, violation: Violation) -> ! {
+    fn line(&self, violation: Violation) -> String {
         let op = self
             .op
             .map_or_else(|| "end of program".to_string(), |op| op.to_string());
         let report = Report {
             op_index: self.op_index,
             op,
+            site: self.site,
             violation,
         };
-        violation::raise(format!("{report} [allocator {}]", self.alloc.name()));
+        format!("{report} [allocator {}]", self.alloc.name())
+    }
+
+    /// Ends the program at a violation (quietly when it is tolerated).
+    fn fail(&self, violation: Violation) -> ! {
+        violation::raise(self.line(violation));
+    }
+
+    /// A violation that leaves the heap sound: returns when it is
+    /// tolerated, and the caller goes on with the block.
+    fn flag(&self, violation: Violation) {
+        debug_assert!(violation.leaves_heap_sound());
+        violation::record(self.line(violation));
+    }
+
+    fn panicked(&self, p: Panicked) -> ! {
+        self.fail(Violation::Panic {
+            message: p.message,
+            location: p.location,
+        })
+    }
+
+    /// Runs `f`, an allocator call on this thread; a panic in it is a finding.
+    fn guarded<R>(&self, f: impl FnOnce() -> R) -> R {
+        guard::call(f).unwrap_or_else(|p| self.panicked(p))
     }
 
     fn seed(&mut self) -> u64 {
@@ -133,24 +177,31 @@ impl Executor {
         z ^ (z >> 31)
     }
 
-    /// Makes an allocator call on the chosen thread; pointers travel as usize.
+    fn pool(&mut self) -> &mut WorkerPool {
+        self.pool.get_or_insert_with(WorkerPool::lock)
+    }
+
+    /// Makes an allocator call on the chosen thread; pointers travel as
+    /// usize. A panic in the call is a finding.
     fn call(
         &mut self,
         on: On,
         f: impl FnOnce(&'static dyn Allocator) -> usize + Send + 'static,
     ) -> usize {
         let alloc = self.alloc;
-        match on {
-            On::Main => f(alloc),
-            On::Worker(w) => self
-                .pool
-                .get_or_insert_with(WorkerPool::lock)
-                .run(w, move || f(alloc)),
-        }
+        let result = match on {
+            On::Main => guard::call(|| f(alloc)),
+            On::Worker(w) => self.pool().run(w, move || guard::call(|| f(alloc))),
+        };
+        result.unwrap_or_else(|p| self.panicked(p))
     }
 
-    /// Runs op `index` of a program.
+    /// Runs op `index` of a program. A race op only queues its step: the
+    /// section runs before the next other op, or in [`Executor::finish`].
     pub fn step(&mut self, index: usize, op: &Op) -> Outcome {
+        if !op.is_race() {
+            self.run_race();
+        }
         self.op_index = index;
         self.op = Some(*op);
         self.stats.ops += 1;
@@ -161,7 +212,7 @@ impl Executor {
             _ => {}
         }
         if self.checked {
-            if let Some(detail) = self.alloc.take_error() {
+            if let Some(detail) = self.guarded(|| self.alloc.take_error()) {
                 self.fail(Violation::AllocatorError { detail });
             }
             if index % VALIDATE_EVERY == VALIDATE_EVERY - 1 {
@@ -210,7 +261,8 @@ impl Executor {
                 }
             }
             Op::HeapCollect { heap, force } => self.pick_heap(heap).map_or(Outcome::Skipped, |h| {
-                self.heaps().collect(h, force);
+                self.site = Site::bare("heap-collect");
+                self.guarded(|| self.heaps().collect(h, force));
                 Outcome::Done
             }),
             Op::HeapVisit { heap } => self
@@ -235,13 +287,35 @@ impl Executor {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.worker_check(i, worker))
             }
             Op::ThreadExit { worker, restart } => {
-                let pool = self.pool.get_or_insert_with(WorkerPool::lock);
+                let pool = self.pool();
                 pool.exit(worker);
                 if restart {
-                    pool.run(worker, || 0);
+                    pool.run(worker, || ());
                 }
                 Outcome::Done
             }
+            Op::RaceAlloc {
+                worker,
+                size,
+                align,
+            } => self.queue_alloc(worker, size, align),
+            Op::RaceFree { worker, slot: s } => {
+                slot(self, s).map_or(Outcome::Skipped, |i| self.queue_resize(worker, i, None))
+            }
+            Op::RaceRealloc {
+                worker,
+                slot: s,
+                to,
+            } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.queue_resize(worker, i, Some(to))
+            }),
+            Op::RaceRemoteFree {
+                freer,
+                owner,
+                size,
+                align,
+                count,
+            } => self.remote_free_race(freer, owner, size, align, count),
         }
     }
 
@@ -257,11 +331,18 @@ impl Executor {
         if align > self.alloc.max_align() || (!impossible && !self.shadow.fits(size)) {
             return Outcome::Skipped;
         }
+        let api = match (heap.is_some() && self.emulated.is_none(), zeroed) {
+            (true, false) => "heap-alloc",
+            (true, true) => "heap-alloc-zeroed",
+            (false, false) => "alloc",
+            (false, true) => "alloc-zeroed",
+        };
+        self.site = Site::new(api, size, align);
         let p = match heap {
             None => self.call(on, move |a| unsafe {
                 a.alloc(size, align, zeroed) as usize
             }),
-            Some(h) => unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize },
+            Some(h) => self.guarded(|| unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize }),
         };
         if impossible {
             if p != 0 && self.checked {
@@ -275,7 +356,7 @@ impl Executor {
         }
         if p == 0 {
             if size != 0 && self.checked {
-                self.fail(Violation::Null { size, align });
+                self.flag(Violation::Null { size, align });
             }
             return Outcome::Failed;
         }
@@ -305,22 +386,27 @@ impl Executor {
             return Outcome::Live(self.shadow.insert(block, false).expect("unchecked insert"));
         }
         if p % align != 0 {
-            self.fail(Violation::Alignment {
+            self.flag(Violation::Alignment {
                 ptr: p,
                 size,
                 align,
             });
         }
-        block.usable = unsafe { self.alloc.usable_size(p as *mut u8, size, align) };
+        block.usable = self.guarded(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) });
         if block.usable < size {
-            self.fail(Violation::UsableSize {
+            self.flag(Violation::UsableSize {
                 ptr: p,
                 size,
                 usable: block.usable,
                 why: "less than requested",
             });
+            // Tolerated: go on as if the block had what was asked for.
+            block.usable = size;
         }
-        block.seed = self.seed();
+        block.seed = match origin {
+            Origin::Raced { seed } => seed,
+            _ => self.seed(),
+        };
         let index = match self.shadow.insert(block, true) {
             Ok(i) => {
                 self.pending = None;
@@ -337,7 +423,7 @@ impl Executor {
         match origin {
             Origin::Fresh { zeroed: true } => {
                 if let Some(mismatch) = unsafe { pattern::check_zero(base, size) } {
-                    self.fail(Violation::Zeroed {
+                    self.flag(Violation::Zeroed {
                         ptr: p,
                         size,
                         mismatch,
@@ -345,6 +431,19 @@ impl Executor {
                 }
             }
             Origin::Fresh { zeroed: false } => {}
+            Origin::Raced { seed } => {
+                // Written by its worker during the section: another thread
+                // that got the same memory wrote over it.
+                if let Some(mismatch) = unsafe { pattern::check(base, size, size, seed) } {
+                    self.fail(Violation::Contents {
+                        ptr: p,
+                        size,
+                        mismatch,
+                        when: "during a race section",
+                    });
+                }
+                return Outcome::Live(index);
+            }
             Origin::Realloc(old) => {
                 if let Some(mismatch) =
                     unsafe { pattern::check(base, old.extent, old.size.min(size), old.seed) }
@@ -383,8 +482,12 @@ impl Executor {
         }
         self.shadow.remove(i);
         match b.heap {
-            Some(h) => unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) },
+            Some(h) => {
+                self.site = Site::new(self.heap_api("heap-free", "free"), b.size, b.align);
+                self.guarded(|| unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) })
+            }
             None => {
+                self.site = Site::new("free", b.size, b.align);
                 self.call(on, move |a| unsafe {
                     a.free(b.ptr as *mut u8, b.size, b.align);
                     0
@@ -407,11 +510,17 @@ impl Executor {
         if self.checked {
             self.verify(&b, "before realloc");
         }
+        let api = match (b.heap.is_some() && self.emulated.is_none(), new) {
+            (_, 0) => "realloc-zero",
+            (false, _) => "realloc",
+            (true, _) => "heap-realloc",
+        };
+        self.site = Site::new(api, b.size, b.align);
         let q = match b.heap {
-            Some(h) => unsafe {
+            Some(h) => self.guarded(|| unsafe {
                 self.heaps()
                     .realloc_in(h, b.ptr as *mut u8, b.size, b.align, new) as usize
-            },
+            }),
             None => self.call(on, move |a| unsafe {
                 a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
             }),
@@ -427,7 +536,7 @@ impl Executor {
             if new != 0 {
                 // A failed realloc leaves the block as it was.
                 if !impossible && self.checked {
-                    self.fail(Violation::Null {
+                    self.flag(Violation::Null {
                         size: new,
                         align: b.align,
                     });
@@ -454,19 +563,23 @@ impl Executor {
     /// Asks for the usable size and writes all of it.
     fn probe_usable(&mut self, i: usize) -> Outcome {
         let b = self.shadow.blocks()[i];
-        let usable = unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) };
+        self.site = Site::new("usable-size", b.size, b.align);
+        let usable =
+            self.guarded(|| unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) });
         if !self.checked {
             return Outcome::Live(i);
         }
         self.verify(&b, "before a usable-size probe");
         if usable != b.usable {
-            self.fail(Violation::UsableSize {
+            self.flag(Violation::UsableSize {
                 ptr: b.ptr,
                 size: b.size,
                 usable,
                 why: "changed since allocation",
             });
+            // Tolerated: write only what both answers promise.
         }
+        let usable = usable.min(b.usable);
         if b.size == 0 {
             // C leaves any access to a zero-size block undefined, and ASan
             // poisons it whatever malloc_usable_size says: nothing to write.
@@ -489,7 +602,8 @@ impl Executor {
         if !impossible && !self.shadow.fits(total.unwrap_or(0)) {
             return Outcome::Skipped;
         }
-        let p = unsafe { self.alloc.calloc(count, size) } as usize;
+        self.site = Site::new("calloc", total.unwrap_or(usize::MAX), 1);
+        let p = self.guarded(|| unsafe { self.alloc.calloc(count, size) }) as usize;
         match (total, p) {
             (None, 0) | (Some(0), 0) => Outcome::Failed,
             (None, p) if self.checked => self.fail(Violation::CallocOverflow {
@@ -505,7 +619,8 @@ impl Executor {
                 })
             }
             (Some(n), 0) if !impossible && self.checked => {
-                self.fail(Violation::Null { size: n, align: 1 })
+                self.flag(Violation::Null { size: n, align: 1 });
+                Outcome::Failed
             }
             (Some(n), p) if !impossible && p != 0 => {
                 self.adopt(p, n, 1, None, Origin::Fresh { zeroed: true })
@@ -522,7 +637,8 @@ impl Executor {
         if self.heap_ids.len() >= MAX_HEAPS {
             return Outcome::Skipped;
         }
-        match self.heaps().new_heap() {
+        self.site = Site::bare(self.heap_api("heap-new", "none"));
+        match self.guarded(|| self.heaps().new_heap()) {
             Some(h) => {
                 self.heap_ids.push(h);
                 Outcome::Done
@@ -536,7 +652,8 @@ impl Executor {
             return Outcome::Skipped;
         };
         self.heap_ids.retain(|&x| x != h);
-        unsafe { self.heaps().delete(h) };
+        self.site = Site::bare(self.heap_api("heap-delete", "free"));
+        self.guarded(|| unsafe { self.heaps().delete(h) });
         for b in self
             .shadow
             .blocks_mut()
@@ -559,7 +676,8 @@ impl Executor {
             return Outcome::Skipped;
         };
         self.heap_ids.retain(|&x| x != h);
-        unsafe { self.heaps().destroy(h) };
+        self.site = Site::bare(self.heap_api("heap-destroy", "free"));
+        self.guarded(|| unsafe { self.heaps().destroy(h) });
         // The blocks are gone: drop them from the shadow without touching them.
         while let Some(i) = self.shadow.blocks().iter().position(|b| b.heap == Some(h)) {
             self.shadow.remove(i);
@@ -568,18 +686,22 @@ impl Executor {
     }
 
     fn heap_visit(&mut self, h: HeapId) -> Outcome {
+        self.site = Site::bare(self.heap_api("heap-visit", "none"));
         if !self.checked {
-            self.heaps().visit(h);
+            self.guarded(|| self.heaps().visit(h));
             return Outcome::Done;
         }
         let in_heap = || self.shadow.blocks().iter().filter(|b| b.heap == Some(h));
-        if let Some(b) = in_heap().find(|b| self.heaps().contains(h, b.ptr) == Some(false)) {
+        let disowned = self.guarded(|| {
+            in_heap().find(|b| self.heaps().contains(h, b.ptr) == Some(false)).copied()
+        });
+        if let Some(b) = disowned {
             self.fail(Violation::HeapOwned {
                 heap: h,
                 ptr: b.ptr,
             });
         }
-        let Some(visited) = self.heaps().visit(h) else {
+        let Some(visited) = self.guarded(|| self.heaps().visit(h)) else {
             return Outcome::Done;
         };
         // Each live block must lie in exactly one visited block, and each
@@ -614,21 +736,19 @@ impl Executor {
             return Outcome::Skipped;
         }
         let b = self.shadow.blocks()[i];
-        let bad = self
-            .pool
-            .get_or_insert_with(WorkerPool::lock)
-            .run(worker, move || {
-                unsafe { pattern::check(b.ptr as *const u8, b.extent, b.extent, b.seed) }.is_some()
-                    as usize
-            });
-        if bad != 0 {
+        self.site = Site::new("check", b.size, b.align);
+        let bad = self.pool().run(worker, move || unsafe {
+            pattern::check(b.ptr as *const u8, b.extent, b.extent, b.seed).is_some()
+        });
+        if bad {
             self.verify(&b, "when checked on another thread");
         }
         Outcome::Live(i)
     }
 
-    fn validate(&self) {
-        if let Err(detail) = self.alloc.validate(&self.shadow.live()) {
+    fn validate(&mut self) {
+        self.site = Site::bare("validate");
+        if let Err(detail) = self.guarded(|| self.alloc.validate(&self.shadow.live())) {
             self.fail(Violation::Validator { detail });
         }
     }
@@ -636,6 +756,7 @@ impl Executor {
     /// Validates, checks and frees every live block, ends every heap, and
     /// lets the allocator drop per-program state.
     pub fn finish(&mut self, op_count: usize) {
+        self.run_race();
         self.op_index = op_count;
         self.op = None;
         if self.checked {
@@ -645,25 +766,232 @@ impl Executor {
             let last = self.shadow.len() - 1;
             self.free_block(last, On::Main);
         }
+        self.site = Site::bare("end");
         for h in std::mem::take(&mut self.heap_ids) {
-            unsafe { self.heaps().delete(h) };
+            self.guarded(|| unsafe { self.heaps().delete(h) });
         }
         if self.checked {
-            if let Some(detail) = self.alloc.take_error() {
+            if let Some(detail) = self.guarded(|| self.alloc.take_error()) {
                 self.fail(Violation::AllocatorError { detail });
             }
         }
-        self.alloc.reset();
+        self.guarded(|| self.alloc.reset());
         self.finished = true;
     }
 
-    /// Frees a block on the main thread without checking it.
-    fn release(&self, b: Block) {
-        match b.heap {
-            Some(h) => unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) },
-            None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },
+    /// `real` when the allocator has its own heap API, else `emulated`
+    /// (emulated heaps call the allocator's plain functions).
+    fn heap_api(&self, real: &'static str, emulated: &'static str) -> &'static str {
+        match self.emulated {
+            None => real,
+            Some(_) => emulated,
         }
     }
+
+    /// Frees a block on the main thread without checking it (a panic in
+    /// the allocator is ignored: the program is already over).
+    fn release(&self, b: Block) {
+        let _ = guard::call(|| match b.heap {
+            Some(h) => unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) },
+            None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },
+        });
+    }
+}
+
+/// Race sections (see [`crate::race`]): queueing on the main thread, the
+/// run, then every check.
+impl Executor {
+    fn queue_alloc(&mut self, worker: usize, size: usize, align: usize) -> Outcome {
+        let queued = self.race.steps().count();
+        let bytes: usize = self.race.steps().map(race_bytes).sum();
+        let fits = self.shadow.len() + queued < crate::model::MAX_LIVE_BLOCKS
+            && self.shadow.fits(size.saturating_add(bytes));
+        if !self.checked
+            || size >= IMPOSSIBLE_FROM
+            || align > self.alloc.max_align()
+            || !fits
+            || !self.race.has_room(worker)
+        {
+            return Outcome::Skipped;
+        }
+        let seed = self.seed();
+        self.race.push(worker, Step::Alloc { size, align, seed });
+        Outcome::Done
+    }
+
+    /// Queues a free (`to` is `None`) or a realloc of live block `i`; the
+    /// block leaves the shadow now, so no other step can name it.
+    fn queue_resize(&mut self, worker: usize, i: usize, to: Option<NewSize>) -> Outcome {
+        let b = self.shadow.blocks()[i];
+        let new = to.map(|t| t.resolve(b.size));
+        let bytes: usize = self.race.steps().map(race_bytes).sum();
+        let resizable = new.is_none_or(|n| {
+            n != 0 && n < IMPOSSIBLE_FROM && self.shadow.fits_resize(n.saturating_add(bytes))
+        });
+        if !self.checked || b.heap.is_some() || !resizable || !self.race.has_room(worker) {
+            return Outcome::Skipped;
+        }
+        self.site = Site::new("race", b.size, b.align);
+        self.verify(&b, "before a race section");
+        let block = self.shadow.remove(i);
+        let step = match new {
+            None => Step::Free { block },
+            Some(new) => Step::Realloc {
+                block,
+                new,
+                seed: self.seed(),
+            },
+        };
+        self.race.push(worker, step);
+        Outcome::Done
+    }
+
+    /// `owner` allocates `count` blocks (one at a time), then a section
+    /// runs in which `freer` frees them while `owner` allocates `count`
+    /// more.
+    fn remote_free_race(
+        &mut self,
+        freer: usize,
+        owner: usize,
+        size: usize,
+        align: usize,
+        count: usize,
+    ) -> Outcome {
+        if size == 0 || size >= IMPOSSIBLE_FROM {
+            return Outcome::Skipped;
+        }
+        let mut owned = Vec::new();
+        for _ in 0..count.min(race::MAX_STEPS) {
+            if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(owner)) {
+                owned.push(self.shadow.blocks()[i].ptr);
+            }
+        }
+        for ptr in &owned {
+            if let Some(i) = self.shadow.blocks().iter().position(|b| b.ptr == *ptr) {
+                self.queue_resize(freer, i, None);
+            }
+        }
+        for _ in 0..owned.len() {
+            self.queue_alloc(owner, size, align);
+        }
+        self.run_race();
+        Outcome::Done
+    }
+
+    /// Runs the queued section, then checks each result in script order
+    /// and every live block.
+    fn run_race(&mut self) {
+        if self.race.is_empty() {
+            return;
+        }
+        let section = std::mem::take(&mut self.race);
+        let alloc = self.alloc;
+        let results = race::run(section, self.pool(), alloc);
+        // Everything the section returned is held until checked, so a
+        // program that ends at a tolerated violation still releases it.
+        self.raced = results
+            .iter()
+            .rev()
+            .filter_map(|(step, done)| raced_block(step, done))
+            .collect();
+        for (step, done) in results {
+            self.check_raced(step, done);
+        }
+        for b in self.shadow.blocks() {
+            self.site = Site::new("race", b.size, b.align);
+            self.verify(b, "after a race section");
+        }
+    }
+
+    fn check_raced(&mut self, step: Step, done: Done) {
+        let (api, size, align) = match step {
+            Step::Alloc { size, align, .. } => ("race-alloc", size, align),
+            Step::Free { block } => ("race-free", block.size, block.align),
+            Step::Realloc { block, .. } => ("race-realloc", block.size, block.align),
+        };
+        self.site = Site::new(api, size, align);
+        let (ptr, lost_prefix) = match done {
+            Done::Panicked(p) => self.panicked(p),
+            Done::Freed => return,
+            Done::Block { ptr, lost_prefix } => (ptr, lost_prefix),
+        };
+        if ptr == 0 {
+            let asked = match step {
+                Step::Realloc { block, new, .. } => {
+                    // A failed realloc leaves the block as it was.
+                    if let Err(other) = self.shadow.insert(block, true) {
+                        self.overlap(block, other);
+                    }
+                    new
+                }
+                _ => size,
+            };
+            if asked != 0 {
+                self.flag(Violation::Null { size: asked, align });
+            }
+            return;
+        }
+        self.raced.pop();
+        let (new_size, seed) = match step {
+            Step::Alloc { size, seed, .. } => (size, seed),
+            Step::Realloc { block, new, seed } => {
+                if let Some(mismatch) = lost_prefix {
+                    self.pending = Some(Block { ptr, size: new, ..block });
+                    self.fail(Violation::ReallocPrefix {
+                        old: block.ptr,
+                        new: ptr,
+                        old_size: block.size,
+                        new_size: new,
+                        mismatch,
+                    });
+                }
+                (new, seed)
+            }
+            Step::Free { .. } => unreachable!("a free returns no block"),
+        };
+        self.adopt(ptr, new_size, align, None, Origin::Raced { seed });
+    }
+
+    fn overlap(&self, b: Block, other: Block) -> ! {
+        self.fail(Violation::Overlap {
+            ptr: b.ptr,
+            len: b.size.max(b.usable),
+            other: other.ptr,
+            other_len: other.size.max(other.usable),
+        })
+    }
+}
+
+/// Bytes a queued step adds to the program's requests.
+fn race_bytes(step: &Step) -> usize {
+    match *step {
+        Step::Alloc { size, .. } => size,
+        Step::Realloc { new, .. } => new,
+        Step::Free { .. } => 0,
+    }
+}
+
+/// The block a step left live, as the Drop of a tolerated program must
+/// release it (the old block of a failed realloc is back in the shadow).
+fn raced_block(step: &Step, done: &Done) -> Option<Block> {
+    let ptr = match done {
+        Done::Block { ptr, .. } if *ptr != 0 => *ptr,
+        _ => return None,
+    };
+    let (size, align) = match *step {
+        Step::Alloc { size, align, .. } => (size, align),
+        Step::Realloc { block, new, .. } => (new, block.align),
+        Step::Free { .. } => return None,
+    };
+    Some(Block {
+        ptr,
+        size,
+        align,
+        usable: size,
+        extent: size,
+        seed: 0,
+        heap: None,
+    })
 }
 
 /// A program that ended at a tolerated violation releases what it holds
@@ -677,9 +1005,12 @@ impl Drop for Executor {
             return;
         }
         self.checked = false;
-        if let Some(b) = self.pending.take() {
+        let unchecked = self.pending.take().into_iter().chain(std::mem::take(&mut self.raced));
+        for b in unchecked {
             if self.shadow.overlapping(b.ptr, b.end()).is_none() {
-                self.release(b);
+                // Tracked, so a second raced block at the same place is
+                // forgotten rather than freed twice.
+                let _ = self.shadow.insert(b, true);
             }
         }
         while !self.shadow.is_empty() {
@@ -687,9 +1018,11 @@ impl Drop for Executor {
             self.release(b);
         }
         for h in std::mem::take(&mut self.heap_ids) {
-            unsafe { self.heaps().delete(h) };
+            let _ = guard::call(|| unsafe { self.heaps().delete(h) });
         }
-        self.alloc.take_error();
-        self.alloc.reset();
+        let _ = guard::call(|| {
+            self.alloc.take_error();
+            self.alloc.reset();
+        });
     }
 }

@@ -4,8 +4,10 @@
 //! - `ALLOCSOAK_ALLOCATOR`: allocator name (default `system`).
 //! - `ALLOCSOAK_MODE`: `checked` (default) or `bare` (no shadow model: the
 //!   cost floor for `just bench`).
-//! - `ALLOCSOAK_TOLERATE`: a file of violation keys that end a program
-//!   quietly instead of crashing (see [`crate::violation::raise`]).
+//! - `ALLOCSOAK_TOLERATE`: a file of violation keys (or `prefix*`
+//!   patterns) that are got past instead of crashing: a violation that
+//!   leaves the heap sound is counted and the program goes on, any other
+//!   ends its program quietly (see [`crate::violation`]).
 
 use std::sync::OnceLock;
 

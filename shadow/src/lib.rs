@@ -8,7 +8,9 @@
 //!   `rlsf`, `dylib:…`, `zoo:<bug>`.
 //! - [`Executor`] with [`model::ShadowHeap`]: runs a program, panics with an
 //!   `allocsoak violation: <kind>: …` line ([`Violation`]) at the first
-//!   broken invariant.
+//!   broken invariant; [`guard`] turns a panic inside the allocator into
+//!   one. `mt_ops`' race sections put several threads inside the
+//!   allocator at once.
 //! - [`harness`]: what the fuzz targets call.
 //!
 //! ```
@@ -22,10 +24,12 @@ pub mod allocator;
 pub mod diff;
 pub mod edges;
 pub mod executor;
+pub mod guard;
 pub mod harness;
 pub mod model;
 pub mod op;
 pub mod pattern;
+mod race;
 pub mod violation;
 mod workers;
 

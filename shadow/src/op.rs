@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use arbitrary::{Arbitrary, Unstructured};
 
+pub use crate::edges::NewSize;
 use crate::edges::{size_align, ArbAlign, ArbCount, ArbNewSize, ArbSize, History};
 
 /// Most ops one program runs; longer inputs are cut here.
@@ -23,7 +24,8 @@ pub enum Target {
     AllocOps,
     /// `AllocOps` plus heap new / delete / destroy / alloc-in / collect / visit.
     HeapApi,
-    /// `AllocOps` plus worker threads that allocate, free, realloc and exit.
+    /// `AllocOps` plus worker threads that allocate, free, realloc and exit,
+    /// one at a time (serial ops) or all at once (race sections).
     MtOps,
     /// `AllocOps` run in lockstep on the allocator under test and on C mimalloc.
     DiffMimalloc,
@@ -85,35 +87,6 @@ impl fmt::Display for SlotText {
         match self.0 {
             NEWEST => f.write_str("newest"),
             n => write!(f, "{n}"),
-        }
-    }
-}
-
-/// The new size of a realloc, relative to the block's current requested size
-/// where that is the interesting edge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NewSize {
-    Exact(usize),
-    Same,
-    PlusOne,
-    MinusOne,
-    Double,
-    Half,
-    /// Realloc to 0: frees or returns a minimal block, depending on the API.
-    Zero,
-}
-
-impl NewSize {
-    /// The concrete size for a block whose requested size is `old`.
-    pub fn resolve(self, old: usize) -> usize {
-        match self {
-            NewSize::Exact(n) => n,
-            NewSize::Same => old,
-            NewSize::PlusOne => old.saturating_add(1),
-            NewSize::MinusOne => old.saturating_sub(1),
-            NewSize::Double => old.saturating_mul(2).max(1),
-            NewSize::Half => old / 2,
-            NewSize::Zero => 0,
         }
     }
 }
@@ -189,6 +162,56 @@ pub enum Op {
         worker: usize,
         restart: bool,
     },
+    /// Race ops: a run of them is a race section. Each queues a step on its
+    /// worker; at the first op after the run (or the program's end) every
+    /// worker with steps is released at once and runs them, with no checks
+    /// in between, while the others run theirs. The shadow checks every
+    /// result and every live block afterwards.
+    ///
+    /// In a race, worker `worker` allocates (and writes the block's pattern).
+    RaceAlloc {
+        worker: usize,
+        size: usize,
+        align: usize,
+    },
+    /// In a race, worker `worker` frees a block that was live before the
+    /// section, often one another thread owns while that thread allocates.
+    RaceFree {
+        worker: usize,
+        slot: usize,
+    },
+    /// In a race, worker `worker` reallocs a block that was live before
+    /// the section.
+    RaceRealloc {
+        worker: usize,
+        slot: usize,
+        to: NewSize,
+    },
+    /// The cross-thread free race in one op: worker `owner` allocates
+    /// `count` blocks, then a race section runs in which worker `freer`
+    /// frees them while `owner` allocates `count` more of the same size
+    /// (remote-free queues, delayed-free lists and tcache flushes race
+    /// the owner's own allocations there).
+    RaceRemoteFree {
+        freer: usize,
+        owner: usize,
+        size: usize,
+        align: usize,
+        count: usize,
+    },
+}
+
+impl Op {
+    /// Whether the op is part of a race section.
+    pub fn is_race(&self) -> bool {
+        matches!(
+            self,
+            Op::RaceAlloc { .. }
+                | Op::RaceFree { .. }
+                | Op::RaceRealloc { .. }
+                | Op::RaceRemoteFree { .. }
+        )
+    }
 }
 
 #[derive(Arbitrary)]
@@ -220,6 +243,15 @@ enum ArbThreadOp {
     WorkerRealloc(u8, u8, ArbNewSize),
     WorkerCheck(u8, u8),
     ThreadExit(u8, bool),
+    Race(ArbRaceOp),
+}
+
+#[derive(Arbitrary)]
+enum ArbRaceOp {
+    Alloc(u8, ArbSize, ArbAlign),
+    Free(u8, u8),
+    Realloc(u8, u8, ArbNewSize),
+    RemoteFree(u8, u8, ArbSize, ArbAlign, u8),
 }
 
 impl ArbBasicOp {
@@ -309,6 +341,33 @@ impl ArbThreadOp {
                 worker: w.into(),
                 restart,
             },
+            ArbThreadOp::Race(ArbRaceOp::Alloc(w, size, align)) => {
+                let (size, align) = size_align(size, align, h);
+                Op::RaceAlloc {
+                    worker: w.into(),
+                    size,
+                    align,
+                }
+            }
+            ArbThreadOp::Race(ArbRaceOp::Free(w, s)) => Op::RaceFree {
+                worker: w.into(),
+                slot: slot_of(s),
+            },
+            ArbThreadOp::Race(ArbRaceOp::Realloc(w, s, to)) => Op::RaceRealloc {
+                worker: w.into(),
+                slot: slot_of(s),
+                to: to.resolve(h),
+            },
+            ArbThreadOp::Race(ArbRaceOp::RemoteFree(freer, owner, size, align, count)) => {
+                let (size, align) = size_align(size, align, h);
+                Op::RaceRemoteFree {
+                    freer: freer.into(),
+                    owner: owner.into(),
+                    size,
+                    align,
+                    count: usize::from(count % 16) + 1,
+                }
+            }
         }
     }
 }
@@ -449,6 +508,30 @@ impl fmt::Display for Op {
                     if *restart { " restart" } else { "" }
                 )
             }
+            Op::RaceAlloc {
+                worker,
+                size,
+                align,
+            } => write!(f, "race-alloc worker={worker} size={size} align={align}"),
+            Op::RaceFree { worker, slot } => {
+                write!(f, "race-free worker={worker} slot={}", SlotText(*slot))
+            }
+            Op::RaceRealloc { worker, slot, to } => write!(
+                f,
+                "race-realloc worker={worker} slot={} to={}",
+                SlotText(*slot),
+                fmt_new_size(to)
+            ),
+            Op::RaceRemoteFree {
+                freer,
+                owner,
+                size,
+                align,
+                count,
+            } => write!(
+                f,
+                "race-remote-free freer={freer} owner={owner} size={size} align={align} count={count}"
+            ),
         }
     }
 }
@@ -574,6 +657,27 @@ fn parse_op(line: &str) -> Result<Op, String> {
         "thread-exit" => Op::ThreadExit {
             worker: num("worker")?,
             restart: flag("restart"),
+        },
+        "race-alloc" => Op::RaceAlloc {
+            worker: num("worker")?,
+            size: num("size")?,
+            align: num("align")?,
+        },
+        "race-free" => Op::RaceFree {
+            worker: num("worker")?,
+            slot: slot()?,
+        },
+        "race-realloc" => Op::RaceRealloc {
+            worker: num("worker")?,
+            slot: slot()?,
+            to: to()?,
+        },
+        "race-remote-free" => Op::RaceRemoteFree {
+            freer: num("freer")?,
+            owner: num("owner")?,
+            size: num("size")?,
+            align: num("align")?,
+            count: num("count")?,
         },
         other => return Err(format!("unknown op `{other}`")),
     })

@@ -1,9 +1,16 @@
 //! Typed violations and the one line each one panics with.
 //!
-//! The line always starts `allocsoak violation: <kind>: op #<index> `<op>`:`
-//! so every engine records it as a crash and triage can key on `<kind>`.
+//! The line always starts `allocsoak violation: <kind>: op #<index> `<op>``,
+//! then the [`Site`] in parentheses (the allocator function the op called
+//! and the size and alignment buckets of its block), then the message, so
+//! every engine records it as a crash and triage can key on `<kind>`.
 //! [`key_of`] turns the line into the key both the soak's tolerance and
 //! triage's signatures use, so the two always agree on what one bug is.
+//!
+//! Some violations leave the heap sound ([`Violation::leaves_heap_sound`]):
+//! once tolerated, the program records them ([`record`]) and goes on, so a
+//! bug behind them on the same path is still reached. The others end the
+//! program ([`raise`]).
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -85,6 +92,9 @@ pub enum Violation {
     Validator { detail: String },
     /// The allocator under test and the reference disagree.
     Diff { detail: String },
+    /// The allocator panicked inside a call; `location` is the panicking
+    /// frame (`file:line`), kept whole in the key.
+    Panic { message: String, location: String },
 }
 
 impl Violation {
@@ -106,7 +116,90 @@ impl Violation {
             Violation::AllocatorError { .. } => "allocator-error",
             Violation::Validator { .. } => "validator",
             Violation::Diff { .. } => "diff",
+            Violation::Panic { .. } => "panic",
         }
+    }
+
+    /// Whether the heap is still sound after this violation, so a program
+    /// that tolerates it can go on with the block: a misaligned block, a
+    /// wrong usable size, a dirty zeroed block and a failed request break a
+    /// promise but leave every block where it was. The rest leave memory in
+    /// doubt (two owners of one block, overwritten contents, an allocator
+    /// that stopped mid-call) and end the program.
+    pub fn leaves_heap_sound(&self) -> bool {
+        matches!(
+            self,
+            Violation::Alignment { .. }
+                | Violation::UsableSize { .. }
+                | Violation::Zeroed { .. }
+                | Violation::Null { .. }
+        )
+    }
+}
+
+/// Where a violation happened: the allocator function the op called and
+/// the buckets of the block's size and alignment. Part of the key, so two
+/// bugs of one kind in different size tiers, alignments or API calls are
+/// two groups, while one bug reached by two targets (`alloc` in
+/// `alloc_ops`, `worker-alloc` in `mt_ops`) stays one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// The allocator call: `alloc`, `realloc`, `heap-alloc`, `free`,
+    /// `validate`, `end` (the end-of-program checks), ...
+    pub api: &'static str,
+    /// The block's requested size and alignment (the old size for a
+    /// realloc); `None` where the call has no block.
+    pub block: Option<(usize, usize)>,
+}
+
+impl Site {
+    pub fn new(api: &'static str, size: usize, align: usize) -> Site {
+        Site {
+            api,
+            block: Some((size, align)),
+        }
+    }
+
+    pub fn bare(api: &'static str) -> Site {
+        Site { api, block: None }
+    }
+}
+
+/// The size tier of a request, where allocators switch strategy: tiny
+/// classes, small classes within a page, medium (pages, slabs, runs),
+/// large (segments, direct maps). Few tiers on purpose: a bug that spans
+/// tiers is filed once per tier it shows in.
+pub fn size_bucket(size: usize) -> &'static str {
+    match size {
+        0..=64 => "0..64",
+        65..=4096 => "65..4K",
+        4097..=262_144 => "4K..256K",
+        _ if size < crate::edges::IMPOSSIBLE_FROM => "256K..",
+        _ => "impossible",
+    }
+}
+
+/// The alignment tier: what plain malloc gives, or over-aligned (the
+/// aligned allocation path).
+pub fn align_bucket(align: usize) -> &'static str {
+    match align {
+        0..=16 => "..16",
+        _ => "32..",
+    }
+}
+
+impl fmt::Display for Site {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.api)?;
+        if let Some((size, align)) = self.block {
+            write!(
+                f,
+                " size {} align {}",
+                size_bucket(size),
+                align_bucket(align)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -194,6 +287,9 @@ impl fmt::Display for Violation {
             Violation::AllocatorError { detail }
             | Violation::Validator { detail }
             | Violation::Diff { detail } => f.write_str(detail),
+            Violation::Panic { message, location } => {
+                write!(f, "allocator panicked: {message}{KEEP}{location}")
+            }
         }
     }
 }
@@ -203,6 +299,7 @@ impl fmt::Display for Violation {
 pub struct Report {
     pub op_index: usize,
     pub op: String,
+    pub site: Site,
     pub violation: Violation,
 }
 
@@ -210,16 +307,20 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "allocsoak violation: {}: op #{} `{}`: {}",
+            "allocsoak violation: {}: op #{} `{}` ({}): {}",
             self.violation.kind(),
             self.op_index,
             self.op,
+            self.site,
             self.violation
         )
     }
 }
 
 const MARK: &str = "allocsoak violation: ";
+/// Separates the part of a message the key keeps verbatim (a panic's
+/// `file:line`, whose numbers tell two panics apart).
+const KEEP: &str = " @ ";
 
 /// Pulls the kind out of a violation line (from a panic message or a log).
 pub fn kind_of(line: &str) -> Option<&str> {
@@ -227,35 +328,51 @@ pub fn kind_of(line: &str) -> Option<&str> {
     rest.split(':').next()
 }
 
-/// The key of a violation line: `<kind> in <op family>: <message>`, with
-/// every number in the message replaced by `N` and the allocator suffix
-/// dropped. The op family is the op's name with its `worker-`/`heap-`
-/// variant folded in (`heap-alloc` and `worker-alloc` are `alloc`), so one
-/// bug reached through two targets has one key, while two bugs of one kind
-/// that break different ops or say different things have two.
+/// The key of a violation line: `<kind> in <site>: <message>`, with every
+/// number in the message replaced by `N` (but what follows ` @ `, a
+/// panic's location) and the allocator suffix dropped. The site is the
+/// allocator call with the block's size and alignment buckets ([`Site`]);
+/// a panic names its own frame, so its key is `panic: <message>` with no
+/// site (one panic reached through alloc and realloc is one bug).
+/// Lines from before sites existed key on the op family instead: the op's
+/// name with its `worker-`/`heap-` variant folded in.
 pub fn key_of(line: &str) -> Option<String> {
     let rest = &line[line.find(MARK)? + MARK.len()..];
     let (kind, rest) = rest.split_once(": ")?;
-    let (family, message) = match rest.strip_prefix("op #") {
+    let (site, message) = match rest.strip_prefix("op #") {
         Some(r) => {
             let (_, r) = r.split_once(" `")?;
-            let (op, message) = r.split_once("`: ")?;
-            let name = op.split_whitespace().next().unwrap_or("");
-            let name = name.strip_prefix("worker-").unwrap_or(name);
-            let name = if name == "heap-alloc" { "alloc" } else { name };
-            // `end of program` has no op.
-            (if op == "end of program" { "end" } else { name }, message)
+            let (op, r) = r.split_once('`')?;
+            match r.strip_prefix(" (").and_then(|r| r.split_once("): ")) {
+                Some((site, message)) => (site.to_string(), message),
+                None => (old_family(op), r.strip_prefix(": ")?),
+            }
         }
-        None => ("?", rest),
+        None => ("?".to_string(), rest),
     };
     let message = match message.rfind(" [allocator ") {
         Some(i) => &message[..i],
         None => message,
     };
-    Some(format!(
-        "{kind} in {family}: {}",
-        numbers_to_n(message.trim())
-    ))
+    let message = match message.rsplit_once(KEEP) {
+        Some((text, kept)) => format!("{}{KEEP}{kept}", numbers_to_n(text.trim())),
+        None => numbers_to_n(message.trim()),
+    };
+    if kind == "panic" {
+        return Some(format!("panic: {message}"));
+    }
+    Some(format!("{kind} in {site}: {message}"))
+}
+
+/// The op family of a line without a site: `heap-alloc` and `worker-alloc`
+/// are `alloc`; `end of program` is `end`.
+fn old_family(op: &str) -> String {
+    if op == "end of program" {
+        return "end".into();
+    }
+    let name = op.split_whitespace().next().unwrap_or("");
+    let name = name.strip_prefix("worker-").unwrap_or(name);
+    if name == "heap-alloc" { "alloc" } else { name }.to_string()
 }
 
 /// Replaces each run of digits (and a `0x` hex literal) with `N`.
@@ -279,7 +396,8 @@ pub fn numbers_to_n(text: &str) -> String {
 }
 
 /// The violation keys this process tolerates: read once from the file
-/// `ALLOCSOAK_TOLERATE` names (one key per line), empty when unset. The
+/// `ALLOCSOAK_TOLERATE` names (one key or `prefix*` pattern per line),
+/// empty when unset. The
 /// soak writes it with the keys of the groups it has filed, so a known bug
 /// no longer ends the run and the fuzzer gets past it.
 fn tolerated() -> &'static HashSet<String> {
@@ -305,6 +423,17 @@ fn tolerated() -> &'static HashSet<String> {
     })
 }
 
+/// Whether `key` is listed, or matches a listed pattern: a line ending in
+/// `*` lists every key that starts with what precedes it
+/// (`alignment in *` tolerates every alignment violation).
+fn is_tolerated(key: &str) -> bool {
+    let listed = tolerated();
+    listed.contains(key)
+        || listed
+            .iter()
+            .any(|l| l.strip_suffix('*').is_some_and(|prefix| key.starts_with(prefix)))
+}
+
 /// The payload a tolerated violation unwinds with; [`crate::harness`]
 /// catches it and the program ends there.
 pub struct Tolerated;
@@ -319,29 +448,46 @@ pub fn tolerating() -> bool {
     TOLERATING.with(Cell::get)
 }
 
+/// Counts `line` when its key is tolerated (printed at each power of two
+/// as `allocsoak tolerated: <count> × <key>`); false when it is not.
+fn count_tolerated(line: &str) -> bool {
+    if tolerated().is_empty() {
+        return false;
+    }
+    let Some(key) = key_of(line).filter(|k| is_tolerated(k)) else {
+        return false;
+    };
+    static COUNTS: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+    let mut counts = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+    let n = counts
+        .get_or_insert_with(HashMap::new)
+        .entry(key.clone())
+        .or_insert(0);
+    *n += 1;
+    if n.is_power_of_two() {
+        eprintln!("allocsoak tolerated: {n} × {key}");
+    }
+    true
+}
+
 /// Ends the program at a violation: panics with its line, or, when the
-/// line's key is tolerated, counts it (printed at each power of two as
-/// `allocsoak tolerated: <count> × <key>`) and unwinds quietly with
+/// line's key is tolerated, counts it and unwinds quietly with
 /// [`Tolerated`], which skips the panic hook an engine aborts in.
 pub fn raise(line: String) -> ! {
-    if !tolerated().is_empty() {
-        if let Some(key) = key_of(&line).filter(|k| tolerated().contains(k)) {
-            static COUNTS: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
-            let mut counts = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
-            let n = counts
-                .get_or_insert_with(HashMap::new)
-                .entry(key)
-                .or_insert(0);
-            *n += 1;
-            if n.is_power_of_two() {
-                eprintln!("allocsoak tolerated: {n} × {}", key_of(&line).unwrap());
-            }
-            drop(counts);
-            TOLERATING.with(|t| t.set(true));
-            std::panic::resume_unwind(Box::new(Tolerated));
-        }
+    if count_tolerated(&line) {
+        TOLERATING.with(|t| t.set(true));
+        std::panic::resume_unwind(Box::new(Tolerated));
     }
     panic!("{line}")
+}
+
+/// Records a violation that leaves the heap sound: returns when its key is
+/// tolerated (counted as [`raise`] counts), so the program goes on;
+/// panics with its line otherwise.
+pub fn record(line: String) {
+    if !count_tolerated(&line) {
+        panic!("{line}")
+    }
 }
 
 /// Catches a tolerated violation's unwind out of `f`; any other panic goes on.
@@ -363,7 +509,65 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_drop_numbers_and_the_allocator_and_fold_op_variants() {
+    fn keys_hold_the_site_and_drop_numbers_and_the_allocator() {
+        let line = |op: &str, site: Site, v: Violation| {
+            let r = Report {
+                op_index: 7,
+                op: op.into(),
+                site,
+                violation: v,
+            };
+            format!("thread 'x' panicked: {r} [allocator zoo:x]")
+        };
+        let misaligned = |ptr| Violation::Alignment {
+            ptr,
+            size: 41,
+            align: 64,
+        };
+        let a = line("alloc size=41 align=64", Site::new("alloc", 41, 64), misaligned(0x10));
+        let b = line("worker-alloc worker=2 size=50 align=64", Site::new("alloc", 50, 64), misaligned(0x20));
+        let want = "alignment in alloc size 0..64 align 32..: block N (size N) is not aligned to N";
+        assert_eq!(key_of(&a).as_deref(), Some(want));
+        assert_eq!(key_of(&b).as_deref(), Some(want), "one bug through two targets");
+        let other_tier = line("alloc size=41 align=64", Site::new("alloc", 400, 64), misaligned(0x10));
+        let other_api = line("alloc size=41 align=64", Site::new("heap-alloc", 41, 64), misaligned(0x10));
+        let other_align = line("alloc size=41 align=64", Site::new("alloc", 41, 8), misaligned(0x10));
+        for other in [other_tier, other_api, other_align] {
+            assert_ne!(key_of(&other).as_deref(), Some(want), "{other}");
+        }
+        let panic = |location: &str| {
+            line(
+                "alloc size=3000 align=8",
+                Site::new("alloc", 3000, 8),
+                Violation::Panic {
+                    message: "index 12 out of range".into(),
+                    location: location.into(),
+                },
+            )
+        };
+        assert_eq!(
+            key_of(&panic("src/zoo.rs:120")).as_deref(),
+            Some("panic: allocator panicked: index N out of range @ src/zoo.rs:120")
+        );
+        assert_ne!(key_of(&panic("src/zoo.rs:120")), key_of(&panic("src/zoo.rs:130")));
+    }
+
+    #[test]
+    fn sound_violations_are_the_ones_that_leave_blocks_in_place() {
+        let m = Mismatch {
+            offset: 0,
+            expected: 1,
+            found: 2,
+        };
+        assert!(Violation::Zeroed { ptr: 1, size: 1, mismatch: m }.leaves_heap_sound());
+        assert!(Violation::Alignment { ptr: 1, size: 1, align: 2 }.leaves_heap_sound());
+        assert!(!Violation::Contents { ptr: 1, size: 1, mismatch: m, when: "x" }.leaves_heap_sound());
+        assert!(!Violation::Overlap { ptr: 1, len: 1, other: 1, other_len: 1 }.leaves_heap_sound());
+        assert!(!Violation::Panic { message: "x".into(), location: "y".into() }.leaves_heap_sound());
+    }
+
+    #[test]
+    fn lines_without_a_site_key_on_the_op_family() {
         let a = "allocsoak violation: alignment: op #3 `alloc size=41 align=64`: block 0x7f10 (size 41) is not aligned to 64 [allocator zoo:small-underalign]";
         let b = "thread 'x' panicked: allocsoak violation: alignment: op #9 `heap-alloc heap=1 size=7 align=32`: block 0x2a0 (size 7) is not aligned to 32 [allocator zoo:small-underalign]";
         let c = "allocsoak violation: alignment: op #9 `worker-alloc worker=1 size=7 align=32`: block 0x2a0 (size 7) is not aligned to 32";

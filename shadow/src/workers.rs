@@ -1,36 +1,36 @@
 //! Worker threads for `mt_ops`, kept alive across programs so a program
 //! pays for a thread only when it asks to end one.
+//!
+//! [`WorkerPool::run`] runs one job and waits for it: the serial worker ops,
+//! deterministic for replay. [`WorkerPool::start`] hands a job over without
+//! waiting: a race section starts one per worker, and they run at once.
 
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 /// Number of worker threads programs address (worker index modulo this).
 pub const WORKERS: usize = 3;
 
-type Job = Box<dyn FnOnce() -> usize + Send>;
+type Job = Box<dyn FnOnce() + Send>;
 
 struct Worker {
     jobs: Sender<Job>,
-    done: Receiver<usize>,
     thread: JoinHandle<()>,
 }
 
 impl Worker {
     fn spawn(index: usize) -> Worker {
         let (jobs, job_rx) = channel::<Job>();
-        let (done_tx, done) = channel();
         let thread = std::thread::Builder::new()
             .name(format!("allocsoak-worker-{index}"))
             .spawn(move || {
                 for job in job_rx {
-                    if done_tx.send(job()).is_err() {
-                        break;
-                    }
+                    job();
                 }
             })
             .expect("spawn worker thread");
-        Worker { jobs, done, thread }
+        Worker { jobs, thread }
     }
 }
 
@@ -49,18 +49,30 @@ impl WorkerPool {
         POOL.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs `job` on worker `index` (starting it if it has exited) and
-    /// waits for its result, so programs stay deterministic.
-    pub fn run(&mut self, index: usize, job: impl FnOnce() -> usize + Send + 'static) -> usize {
+    /// Hands `job` to worker `index` (starting it if it has exited) and
+    /// returns at once. Jobs must not panic (allocator calls go through
+    /// [`crate::guard`]).
+    pub fn start(&mut self, index: usize, job: impl FnOnce() + Send + 'static) {
         let index = index % WORKERS;
         if self.workers.len() < WORKERS {
             self.workers.resize_with(WORKERS, || None);
         }
         let w = self.workers[index].get_or_insert_with(|| Worker::spawn(index));
         w.jobs.send(Box::new(job)).expect("worker thread is gone");
-        w.done
-            .recv()
-            .expect("worker thread died while running a job")
+    }
+
+    /// Runs `job` on worker `index` and waits for its result, so programs
+    /// stay deterministic.
+    pub fn run<R: Send + 'static>(
+        &mut self,
+        index: usize,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        let (tx, rx) = channel();
+        self.start(index, move || {
+            let _ = tx.send(job());
+        });
+        rx.recv().expect("worker thread died while running a job")
     }
 
     /// Ends worker `index`; blocks it allocated stay live.

@@ -21,18 +21,26 @@ fn reaching(bug: Bug) -> &'static str {
         Bug::XthreadWrongFree => "target mt_ops\nworker-alloc worker=0 size=200 align=8\nalloc size=200 align=8\nworker-free worker=0 slot=1\n",
         Bug::HeapDeleteDrops => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nheap-alloc heap=0 size=128 align=8\nheap-alloc heap=0 size=256 align=8\nheap-delete heap=0\n",
         Bug::LeakOnShrink => "target alloc_ops\nalloc size=4096 align=8\nrealloc slot=0 to=100\n",
+        Bug::MisalignedReallocShort => "target alloc_ops\nalloc size=8 align=16\nrealloc slot=0 to=64\n",
+        Bug::PanicClass => "target alloc_ops\nalloc size=2500 align=8\n",
+        Bug::TinyReallocShort => "target alloc_ops\nalloc size=12 align=8\nrealloc slot=0 to=double\n",
+        Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
     }
 }
 
 /// What the shadow model alone reports for the bug, in-process. `None`:
 /// the bug corrupts the real heap before the model can look (ASan finds it
-/// first, in `just zoo`), or it is a leak (LeakSanitizer's and the RSS
-/// monitor's), so the program is not run here.
+/// first, in `just zoo`), it is a leak (LeakSanitizer's and the RSS
+/// monitor's), it hides behind another bug (tests/tolerance.rs) or it
+/// needs a race (tests/race.rs), so the program is not run here.
 fn in_process_kind(bug: Bug) -> Option<&'static str> {
     match bug {
-        Bug::UsableOversize | Bug::XthreadWrongFree | Bug::HeapDeleteDrops | Bug::LeakOnShrink => {
-            None
-        }
+        Bug::UsableOversize
+        | Bug::XthreadWrongFree
+        | Bug::HeapDeleteDrops
+        | Bug::LeakOnShrink
+        | Bug::MisalignedReallocShort
+        | Bug::RacyFreeList => None,
         _ => Some(bug.expected_kinds()[0]),
     }
 }

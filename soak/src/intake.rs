@@ -21,6 +21,9 @@ use crate::store::{self, GroupRow, Store};
 
 /// Replays per artifact before it is called flaky.
 const TRIES: usize = 3;
+/// Replays of an artifact whose program has a race section: every one
+/// runs, and the group reports how many reproduced.
+const RACE_TRIES: usize = 20;
 /// Seconds `-minimize_crash` may take per new group, and runs per
 /// attempt (libFuzzer otherwise spends all the seconds on a tiny input).
 const MINIMIZE_SECS: u64 = 30;
@@ -62,6 +65,9 @@ pub struct GroupFile {
     pub first_seen: i64,
     pub minimized: Option<String>,
     pub repro: String,
+    /// For a finding from a race section: `<hits> of <tries> replays`.
+    #[serde(default)]
+    pub race_rate: Option<String>,
 }
 
 impl Source<'_> {
@@ -86,17 +92,55 @@ impl Source<'_> {
     }
 }
 
-/// Reproduces an artifact up to [`TRIES`] times.
-fn reproduce(src: &Source, input: &Path) -> Result<(Replay, bool)> {
-    let mut last = None;
-    for _ in 0..TRIES {
+/// How an artifact reproduced.
+struct Reproduction {
+    /// The first replay that reproduced, else the last one.
+    replay: Replay,
+    hits: usize,
+    tries: usize,
+    /// The program has a race section: what interleaves is up to the machine.
+    race: bool,
+}
+
+impl Reproduction {
+    fn reproduced(&self) -> bool {
+        self.hits > 0
+    }
+
+    fn race_rate(&self) -> Option<String> {
+        self.race
+            .then(|| format!("{} of {} replays", self.hits, self.tries))
+    }
+}
+
+/// Reproduces an artifact: up to [`TRIES`] times, or, when its program
+/// has a race section, [`RACE_TRIES`] times, counting every hit.
+fn reproduce(src: &Source, input: &Path) -> Result<Reproduction> {
+    let race = crate::repro::read_program(src.target, input)?
+        .ops
+        .iter()
+        .any(shadow::Op::is_race);
+    let tries = if race { RACE_TRIES } else { TRIES };
+    let (mut first, mut last, mut hits) = (None, None, 0);
+    for _ in 0..tries {
         let r = src.replay(input, true)?;
         if r.reproduced {
-            return Ok((r, true));
+            hits += 1;
+            if !race {
+                first = Some(r);
+                break;
+            }
+            first.get_or_insert(r);
+        } else {
+            last = Some(r);
         }
-        last = Some(r);
     }
-    Ok((last.expect("TRIES > 0"), false))
+    Ok(Reproduction {
+        replay: first.or(last).expect("tries > 0"),
+        hits,
+        tries: if race { tries } else { hits.max(1) },
+        race,
+    })
 }
 
 /// Signs a replay, falling back on the engine's own log when the replay
@@ -167,8 +211,10 @@ pub fn file(
     // must file one group, not race to build its folder.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (replay, reproduced) = reproduce(src, artifact)?;
-    let sig = sign(src, &replay, engine_log);
+    let reproduction = reproduce(src, artifact)?;
+    let reproduced = reproduction.reproduced();
+    let replay = &reproduction.replay;
+    let sig = sign(src, replay, engine_log);
     let id = sig.id();
     let known = lock(store).group(&id)?.is_some() || state.crash_group(&id).is_dir();
     if known {
@@ -252,6 +298,7 @@ pub fn file(
             .as_ref()
             .map(|_| dir.join("minimized").to_string_lossy().into_owned()),
         repro,
+        race_rate: reproduction.race_rate(),
     };
     state::write_atomic(
         &work.join("group.toml"),
@@ -407,6 +454,12 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         .join("\n");
     let program = read("program.txt");
     let inputs = crate::corpus::count_files(&dir.join("inputs"))?;
+    let race = toml::from_str::<GroupFile>(&read("group.toml"))
+        .ok()
+        .and_then(|g| g.race_rate)
+        .map_or_else(String::new, |rate| {
+            format!("| reproduces | {rate} (its program races threads: replay it several times) |\n")
+        });
     let text = format!(
         "# {title}\n\n\
          | | |\n| --- | --- |\n\
@@ -417,7 +470,8 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
          | first seen | {first} |\n\
          | last seen | {last} |\n\
          | count | {count} |\n\
-         | status | {status} |\n\n\
+         | status | {status} |\n\
+         {race}\n\
          ## Reproduce\n\n```sh\n{repro}\n```\n\n\
          ## What\n\n```text\n{what}\n```\n\n\
          ## Where\n\n```text\n{stack}\n```\n\n\

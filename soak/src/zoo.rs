@@ -20,20 +20,33 @@ pub struct Case {
     pub allocator: String,
     /// `None` for a control. Otherwise the bug and the kinds it may show as.
     pub bug: Option<Bug>,
+    /// For a bug behind another: the tolerate pattern that gets past the
+    /// first, as a soak's tolerate file does once it is filed.
+    pub tolerate: Option<&'static str>,
 }
 
 impl Case {
     pub fn all() -> Vec<Case> {
-        let bugs = Bug::ALL.into_iter().map(|bug| Case {
-            target: bug.target(),
-            allocator: format!("zoo:{}", bug.name()),
-            bug: Some(bug),
+        let bugs = Bug::ALL.into_iter().map(|bug| match bug.behind() {
+            None => Case {
+                target: bug.target(),
+                allocator: format!("zoo:{}", bug.name()),
+                bug: Some(bug),
+                tolerate: None,
+            },
+            Some((first, pattern)) => Case {
+                target: bug.target(),
+                allocator: format!("zoo:{}+{}", first.name(), bug.name()),
+                bug: Some(bug),
+                tolerate: Some(pattern),
+            },
         });
         let controls = Target::ALL.into_iter().flat_map(|target| {
             CONTROLS.into_iter().map(move |a| Case {
                 target,
                 allocator: a.to_string(),
                 bug: None,
+                tolerate: None,
             })
         });
         bugs.chain(controls).collect()
@@ -86,9 +99,23 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
                 let Some(case) = cases.get(i) else { break };
                 let dir = project.run_dir("zoo", &[case.target.name(), &case.label()]);
                 let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier zoo run
+                let tolerate = case.tolerate.map(|pattern| {
+                    let file = dir.join("tolerate");
+                    std::fs::create_dir_all(&dir)
+                        .and_then(|_| std::fs::write(&file, format!("{pattern}\n")))
+                        .map(|_| file)
+                });
+                let tolerate = match tolerate.transpose() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        results.lock().unwrap()[i] = Some(Err(e.into()));
+                        continue;
+                    }
+                };
                 let run = Run {
                     seed: budget.seed,
                     secs: budget.secs,
+                    tolerate,
                     ..Run::new(
                         project,
                         case.target,

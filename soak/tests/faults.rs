@@ -16,11 +16,13 @@ fn start(state: &Path, secs: &str) -> Child {
         .arg("soak")
         .arg("--state")
         .arg(state)
+        // Two bugs that show at few sites (a bug that spans size tiers is
+        // one group per tier, and filing them all would crowd out merges).
         .args([
             "--target",
             "alloc_ops",
             "--allocator",
-            "zoo:double-issue+short-realloc-copy",
+            "zoo:double-issue+tiny-realloc-short",
         ])
         .args(["--jobs", "2", "--slice-secs", "3", "--duration", secs])
         .stdout(Stdio::null())
@@ -145,14 +147,14 @@ fn sigkill_at_any_moment_loses_nothing() {
     }
     // A clean run finishes what the kills left: nothing waits in scratch,
     // everything seen is still there, and both bugs are on file.
-    let mut last = start(&state, "20");
+    let mut last = start(&state, "40");
     assert!(last.wait().unwrap().success());
     let now = kept(&state);
     assert!(seen.is_subset(&now));
     assert_eq!(pending_artifacts(&state), 0);
     assert!(
-        seen.iter().any(|f| f.starts_with("corpus/")),
-        "no corpus grew: {seen:?}"
+        now.iter().any(|f| f.starts_with("corpus/")),
+        "no corpus grew: {now:?}"
     );
     let db = rusqlite::Connection::open(state.join("store.sqlite")).unwrap();
     let groups: i64 = db

@@ -161,12 +161,13 @@ impl Signature {
     /// to let the harness run past this bug. `None` for any other finding.
     ///
     /// A violation is told by its parts: no frames, and a message that is a
-    /// shadow key, `<kind> in ...`; no other finding's message starts so.
+    /// shadow key, `<kind> in ...` (`panic: ...` for a panic inside the
+    /// allocator); no other finding's message starts so.
     pub fn violation_key(&self) -> Option<&str> {
         let key = self.message.as_str();
-        let is_key = key
-            .strip_prefix(self.kind.as_str())
-            .is_some_and(|rest| rest.starts_with(" in "));
+        let is_key = key.strip_prefix(self.kind.as_str()).is_some_and(|rest| {
+            rest.starts_with(" in ") || (self.kind == "panic" && rest.starts_with(": "))
+        });
         (self.frames.is_empty() && is_key && !self.is_engine()).then_some(key)
     }
 
@@ -727,6 +728,19 @@ mod tests {
         );
         assert_eq!(sig.violation_key(), None);
         assert_eq!(stack(log).len(), 10);
+    }
+
+    #[test]
+    fn a_panic_inside_the_allocator_is_a_tolerable_violation() {
+        let log = "thread '<unnamed>' panicked at shadow/src/executor.rs:140:9:\n\
+                   allocsoak violation: panic: op #1 `alloc size=2500 align=8` (alloc size 65..4K align ..16): allocator panicked: index out of bounds: the len is 40 but the index is 43 @ shadow/src/allocator/zoo.rs:322 [allocator zoo:panic-class]\n\
+                   ==1== ERROR: libFuzzer: deadly signal\n";
+        let sig = Signature::from_log(log, "alloc_ops/zoo:panic-class").unwrap();
+        assert_eq!(sig.kind, "panic");
+        assert_eq!(
+            sig.violation_key(),
+            Some("panic: allocator panicked: index out of bounds: the len is N but the index is N @ shadow/src/allocator/zoo.rs:322")
+        );
     }
 
     #[test]

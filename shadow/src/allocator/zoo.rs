@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
@@ -41,10 +42,24 @@ pub enum Bug {
     HeapDeleteDrops,
     /// Shrinking a >= 1 KiB block below half leaks the old block.
     LeakOnShrink,
+    /// Growing a block the allocator handed out misaligned copies 8 bytes
+    /// too few: a bug only programs that pass a misaligned block (another
+    /// bug's violation) reach.
+    MisalignedReallocShort,
+    /// Requests of 2049..=3072 bytes panic in the size-class lookup.
+    PanicClass,
+    /// Growing a 9..=16-byte block copies one byte too few: a second
+    /// realloc-prefix bug, in another size tier than `ShortReallocCopy`.
+    TinyReallocShort,
+    /// 385..=512-byte blocks live on a free list whose push and pop are a
+    /// load and a store instead of a compare-and-swap: only two threads
+    /// inside the allocator at once can lose an update (a live block then
+    /// comes back from the list).
+    RacyFreeList,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 16] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -57,6 +72,10 @@ impl Bug {
         Bug::XthreadWrongFree,
         Bug::HeapDeleteDrops,
         Bug::LeakOnShrink,
+        Bug::MisalignedReallocShort,
+        Bug::PanicClass,
+        Bug::TinyReallocShort,
+        Bug::RacyFreeList,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,13 +92,27 @@ impl Bug {
             Bug::XthreadWrongFree => "xthread-wrong-free",
             Bug::HeapDeleteDrops => "heap-delete-drops",
             Bug::LeakOnShrink => "leak-on-shrink",
+            Bug::MisalignedReallocShort => "misaligned-realloc-short",
+            Bug::PanicClass => "panic-class",
+            Bug::TinyReallocShort => "tiny-realloc-short",
+            Bug::RacyFreeList => "racy-free-list",
+        }
+    }
+
+    /// The bug this one hides behind and the tolerate pattern that gets
+    /// past it: the zoo plants both and runs with that pattern, as a soak
+    /// does once the first is filed.
+    pub fn behind(self) -> Option<(Bug, &'static str)> {
+        match self {
+            Bug::MisalignedReallocShort => Some((Bug::SmallUnderalign, "alignment in *")),
+            _ => None,
         }
     }
 
     /// The target whose ops reach the bug.
     pub fn target(self) -> crate::Target {
         match self {
-            Bug::XthreadWrongFree => crate::Target::MtOps,
+            Bug::XthreadWrongFree | Bug::RacyFreeList => crate::Target::MtOps,
             Bug::HeapDeleteDrops => crate::Target::HeapApi,
             _ => crate::Target::AllocOps,
         }
@@ -102,6 +135,11 @@ impl Bug {
             Bug::StaleLink => &["contents", "realloc-prefix"],
             Bug::XthreadWrongFree | Bug::HeapDeleteDrops => &["heap-use-after-free"],
             Bug::LeakOnShrink => &["leak"],
+            Bug::MisalignedReallocShort | Bug::TinyReallocShort => &["realloc-prefix"],
+            Bug::PanicClass => &["panic"],
+            // A block on the list twice is handed out to two owners; which
+            // check sees it first depends on what they do with it.
+            Bug::RacyFreeList => &["overlap", "contents", "realloc-prefix"],
         }
     }
 
@@ -127,6 +165,68 @@ const USABLE_OVERSIZE: RangeInclusive<usize> = 97..=128;
 const XTHREAD: RangeInclusive<usize> = 129..=256;
 const DIRTY_ZEROED: RangeInclusive<usize> = 200..=256;
 const HUGE_SUCCESS: RangeInclusive<usize> = isize::MAX as usize - 65535..=isize::MAX as usize;
+const PANIC_CLASS: RangeInclusive<usize> = 2049..=3072;
+const TINY_REALLOC: RangeInclusive<usize> = 9..=16;
+const RACY: RangeInclusive<usize> = 385..=512;
+
+/// The racy free list: a stack in a fixed array whose top is read and
+/// written in two steps, with a window between them wide enough for a
+/// race section to land in.
+struct RacyList {
+    slots: [AtomicUsize; 1024],
+    top: AtomicUsize,
+}
+
+impl RacyList {
+    const fn new() -> RacyList {
+        RacyList {
+            slots: [const { AtomicUsize::new(0) }; 1024],
+            top: AtomicUsize::new(0),
+        }
+    }
+
+    fn window() {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// False when the list is full (the caller frees to the base).
+    fn push(&self, p: usize) -> bool {
+        let t = self.top.load(Ordering::Acquire);
+        if t == self.slots.len() {
+            return false;
+        }
+        self.slots[t].store(p, Ordering::Release);
+        Self::window();
+        // The bug: a pop between the load and this store is undone.
+        self.top.store(t + 1, Ordering::Release);
+        true
+    }
+
+    fn pop(&self) -> Option<usize> {
+        let t = self.top.load(Ordering::Acquire);
+        if t == 0 {
+            return None;
+        }
+        let p = self.slots[t - 1].load(Ordering::Acquire);
+        Self::window();
+        self.top.store(t - 1, Ordering::Release);
+        Some(p)
+    }
+
+    /// Every distinct block on the list (a lost update can leave one twice).
+    fn drain(&self) -> Vec<usize> {
+        let t = self.top.swap(0, Ordering::AcqRel);
+        let mut blocks: Vec<usize> = self.slots[..t]
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks
+    }
+}
 
 #[derive(Default)]
 struct State {
@@ -153,6 +253,7 @@ pub struct Zoo {
     base: &'static dyn Allocator,
     heaps: ZooHeaps,
     state: Mutex<State>,
+    racy: RacyList,
 }
 
 /// Parses `bug` or `bug+bug+...`.
@@ -175,6 +276,7 @@ impl Zoo {
                 drops,
             },
             state: Mutex::new(State::default()),
+            racy: RacyList::new(),
         })
     }
 
@@ -187,8 +289,8 @@ impl Zoo {
     }
 
     /// Hands out `base + offset` of a block allocated with `size + offset`.
-    unsafe fn shifted(&self, size: usize, align: usize, offset: usize) -> *mut u8 {
-        let base = self.base.alloc(size + offset, align, false);
+    unsafe fn shifted(&self, size: usize, align: usize, offset: usize, zeroed: bool) -> *mut u8 {
+        let base = self.base.alloc(size + offset, align, zeroed);
         if base.is_null() {
             return base;
         }
@@ -201,7 +303,24 @@ impl Zoo {
     fn is_own(&self, p: *mut u8, size: usize, align: usize) -> bool {
         (align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size))
             || (align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size))
-            || self.state().shifted.contains_key(&(p as usize))
+            || self.is_racy(size, align)
+            || self.is_shifted(p)
+    }
+
+    fn is_shifted(&self, p: *mut u8) -> bool {
+        self.state().shifted.contains_key(&(p as usize))
+    }
+
+    fn is_racy(&self, size: usize, align: usize) -> bool {
+        align <= 16 && self.has(Bug::RacyFreeList) && RACY.contains(&size)
+    }
+
+    /// The size-class lookup `PanicClass` breaks.
+    fn class_of(&self, size: usize) {
+        if self.has(Bug::PanicClass) && PANIC_CLASS.contains(&size) {
+            static CLASSES: [u8; 40] = [0; 40];
+            let _ = std::hint::black_box(CLASSES[(size - 2049) / 128 + 40]);
+        }
     }
 
     unsafe fn pop_stale_list(&self) -> Option<*mut u8> {
@@ -268,6 +387,7 @@ impl Allocator for Zoo {
     }
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        self.class_of(size);
         let p = self.alloc_inner(size, align, zeroed);
         self.track_owner(p, size, align);
         p
@@ -284,9 +404,16 @@ impl Allocator for Zoo {
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+        self.class_of(new_size);
         let grows_large = self.has(Bug::ShortReallocCopy) && old >= 256 && new_size > old;
         let shrinks_large = self.has(Bug::LeakOnShrink) && old >= 1024 && new_size < old / 2;
+        let grows_tiny =
+            self.has(Bug::TinyReallocShort) && TINY_REALLOC.contains(&old) && new_size > old;
+        let grows_misaligned =
+            self.has(Bug::MisalignedReallocShort) && new_size > old && self.is_shifted(p);
         if !(grows_large
+            || grows_tiny
+            || grows_misaligned
             || shrinks_large
             || self.is_own(p, old, align)
             || self.is_own(p, new_size, align))
@@ -306,8 +433,10 @@ impl Allocator for Zoo {
             // `q == p`: DoubleIssue handed the live block itself back.
             return q;
         }
-        let copy = if grows_large {
-            old - 8
+        let copy = if grows_large || grows_misaligned {
+            old.saturating_sub(8)
+        } else if grows_tiny {
+            old - 1
         } else {
             old.min(new_size)
         };
@@ -341,6 +470,12 @@ impl Allocator for Zoo {
         }
         if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
             return self.push_stale_list(p);
+        }
+        if self.is_racy(size, align) && self.racy.push(p as usize) {
+            return;
+        }
+        if self.is_racy(size, align) {
+            return self.base.free(p, *RACY.end(), 16);
         }
         self.base.free(p, size, align)
     }
@@ -376,6 +511,9 @@ impl Allocator for Zoo {
         *st = State::default();
         drop(st);
         unsafe {
+            for p in self.racy.drain() {
+                self.base.free(p as *mut u8, *RACY.end(), 16);
+            }
             for p in cached {
                 self.base.free(p as *mut u8, *DOUBLE_ISSUE.end(), 16);
             }
@@ -394,10 +532,10 @@ impl Zoo {
             return self.base.alloc(64, align, false);
         }
         if self.has(Bug::SmallUnderalign) && size <= 8 && align == 16 {
-            return self.shifted(size, 16, 8);
+            return self.shifted(size, 16, 8, zeroed);
         }
         if self.has(Bug::SizeEqAlign) && size == 4096 && align == 4096 {
-            return self.shifted(size, 4096, 2048);
+            return self.shifted(size, 4096, 2048, zeroed);
         }
         if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
             // The bug: the cached block is handed out but stays cached.
@@ -405,6 +543,16 @@ impl Zoo {
             let p = match cached {
                 Some(p) => p as *mut u8,
                 None => self.base.alloc(*DOUBLE_ISSUE.end(), 16, false),
+            };
+            if zeroed && !p.is_null() {
+                std::ptr::write_bytes(p, 0, size);
+            }
+            return p;
+        }
+        if self.is_racy(size, align) {
+            let p = match self.racy.pop() {
+                Some(p) => p as *mut u8,
+                None => self.base.alloc(*RACY.end(), 16, false),
             };
             if zeroed && !p.is_null() {
                 std::ptr::write_bytes(p, 0, size);
