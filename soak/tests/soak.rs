@@ -288,7 +288,7 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
             "--duration",
             secs,
             "--slice-secs",
-            "60",
+            "90",
         ]
     };
     let out = soak(&state, &args("90"));
@@ -300,7 +300,9 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
     // Once filed, the panic no longer ends slices: a second soak on the
     // state counts it as tolerated and spends its time fuzzing.
     let slices_before = count(&state, "SELECT MAX(id) FROM slice");
-    let out = soak(&state, &args("120"));
+    // Long enough that the start (verifying the known groups) is a small
+    // share of it.
+    let out = soak(&state, &args("180"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let again = groups(&state);
     let panic_now = again.iter().find(|g| g.0 == panic.0).unwrap();
