@@ -86,6 +86,9 @@ pub struct Executor {
 
 impl Executor {
     pub fn new(alloc: &'static dyn Allocator, mode: Mode) -> Executor {
+        // A report from the end of the last program (its blocks released
+        // without checks) is not this program's.
+        crate::sanitizer::clear();
         Executor {
             alloc,
             emulated: alloc.heaps().is_none().then(|| EmulatedHeaps::new(alloc)),
@@ -206,6 +209,7 @@ impl Executor {
         self.op = Some(*op);
         self.stats.ops += 1;
         let outcome = self.dispatch(op);
+        crate::sanitizer::check();
         match outcome {
             Outcome::Skipped => self.stats.skipped += 1,
             Outcome::Failed => self.stats.failed += 1,
@@ -757,6 +761,7 @@ impl Executor {
     /// lets the allocator drop per-program state.
     pub fn finish(&mut self, op_count: usize) {
         self.run_race();
+        crate::sanitizer::check();
         self.op_index = op_count;
         self.op = None;
         if self.checked {
@@ -776,6 +781,7 @@ impl Executor {
             }
         }
         self.guarded(|| self.alloc.reset());
+        crate::sanitizer::check();
         self.finished = true;
     }
 

@@ -30,6 +30,7 @@ pub mod model;
 pub mod op;
 pub mod pattern;
 mod race;
+pub mod sanitizer;
 pub mod violation;
 mod workers;
 

@@ -17,6 +17,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 
+pub use report::key::{key_of, kind_of, numbers_to_n};
+use report::key::KEEP;
+
 use crate::pattern::Mismatch;
 
 /// An invariant the allocator under test broke.
@@ -317,84 +320,6 @@ impl fmt::Display for Report {
     }
 }
 
-const MARK: &str = "allocsoak violation: ";
-/// Separates the part of a message the key keeps verbatim (a panic's
-/// `file:line`, whose numbers tell two panics apart).
-const KEEP: &str = " @ ";
-
-/// Pulls the kind out of a violation line (from a panic message or a log).
-pub fn kind_of(line: &str) -> Option<&str> {
-    let rest = &line[line.find(MARK)? + MARK.len()..];
-    rest.split(':').next()
-}
-
-/// The key of a violation line: `<kind> in <site>: <message>`, with every
-/// number in the message replaced by `N` (but what follows ` @ `, a
-/// panic's location) and the allocator suffix dropped. The site is the
-/// allocator call with the block's size and alignment buckets ([`Site`]);
-/// a panic names its own frame, so its key is `panic: <message>` with no
-/// site (one panic reached through alloc and realloc is one bug).
-/// Lines from before sites existed key on the op family instead: the op's
-/// name with its `worker-`/`heap-` variant folded in.
-pub fn key_of(line: &str) -> Option<String> {
-    let rest = &line[line.find(MARK)? + MARK.len()..];
-    let (kind, rest) = rest.split_once(": ")?;
-    let (site, message) = match rest.strip_prefix("op #") {
-        Some(r) => {
-            let (_, r) = r.split_once(" `")?;
-            let (op, r) = r.split_once('`')?;
-            match r.strip_prefix(" (").and_then(|r| r.split_once("): ")) {
-                Some((site, message)) => (site.to_string(), message),
-                None => (old_family(op), r.strip_prefix(": ")?),
-            }
-        }
-        None => ("?".to_string(), rest),
-    };
-    let message = match message.rfind(" [allocator ") {
-        Some(i) => &message[..i],
-        None => message,
-    };
-    let message = match message.rsplit_once(KEEP) {
-        Some((text, kept)) => format!("{}{KEEP}{kept}", numbers_to_n(text.trim())),
-        None => numbers_to_n(message.trim()),
-    };
-    if kind == "panic" {
-        return Some(format!("panic: {message}"));
-    }
-    Some(format!("{kind} in {site}: {message}"))
-}
-
-/// The op family of a line without a site: `heap-alloc` and `worker-alloc`
-/// are `alloc`; `end of program` is `end`.
-fn old_family(op: &str) -> String {
-    if op == "end of program" {
-        return "end".into();
-    }
-    let name = op.split_whitespace().next().unwrap_or("");
-    let name = name.strip_prefix("worker-").unwrap_or(name);
-    if name == "heap-alloc" { "alloc" } else { name }.to_string()
-}
-
-/// Replaces each run of digits (and a `0x` hex literal) with `N`.
-pub fn numbers_to_n(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() {
-            if c == '0' && chars.peek() == Some(&'x') {
-                chars.next();
-                while chars.next_if(|c| c.is_ascii_hexdigit()).is_some() {}
-            } else {
-                while chars.next_if(|c| c.is_ascii_digit()).is_some() {}
-            }
-            out.push('N');
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The violation keys this process tolerates: read once from the file
 /// `ALLOCSOAK_TOLERATE` names (one key or `prefix*` pattern per line),
 /// empty when unset. The
@@ -423,10 +348,15 @@ fn tolerated() -> &'static HashSet<String> {
     })
 }
 
+/// Whether any key is tolerated in this process.
+pub fn any_tolerated() -> bool {
+    !tolerated().is_empty()
+}
+
 /// Whether `key` is listed, or matches a listed pattern: a line ending in
 /// `*` lists every key that starts with what precedes it
 /// (`alignment in *` tolerates every alignment violation).
-fn is_tolerated(key: &str) -> bool {
+pub fn is_tolerated(key: &str) -> bool {
     let listed = tolerated();
     listed.contains(key)
         || listed
@@ -448,20 +378,17 @@ pub fn tolerating() -> bool {
     TOLERATING.with(Cell::get)
 }
 
-/// Counts `line` when its key is tolerated (printed at each power of two
-/// as `allocsoak tolerated: <count> × <key>`); false when it is not.
-fn count_tolerated(line: &str) -> bool {
-    if tolerated().is_empty() {
+/// Counts `key` when it is tolerated (printed at each power of two as
+/// `allocsoak tolerated: <count> × <key>`); false when it is not.
+pub(crate) fn count_tolerated(key: &str) -> bool {
+    if tolerated().is_empty() || !is_tolerated(key) {
         return false;
     }
-    let Some(key) = key_of(line).filter(|k| is_tolerated(k)) else {
-        return false;
-    };
     static COUNTS: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
     let mut counts = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
     let n = counts
         .get_or_insert_with(HashMap::new)
-        .entry(key.clone())
+        .entry(key.to_string())
         .or_insert(0);
     *n += 1;
     if n.is_power_of_two() {
@@ -470,29 +397,43 @@ fn count_tolerated(line: &str) -> bool {
     true
 }
 
+fn line_tolerated(line: &str) -> bool {
+    key_of(line).is_some_and(|k| count_tolerated(&k))
+}
+
 /// Ends the program at a violation: panics with its line, or, when the
-/// line's key is tolerated, counts it and unwinds quietly with
-/// [`Tolerated`], which skips the panic hook an engine aborts in.
+/// line's key is tolerated, counts it and ends the program quietly
+/// ([`end_quietly`]). A tolerated sanitizer report that came in first
+/// ([`crate::sanitizer`]) ends it quietly too: the violation is its
+/// consequence.
 pub fn raise(line: String) -> ! {
-    if count_tolerated(&line) {
-        TOLERATING.with(|t| t.set(true));
-        std::panic::resume_unwind(Box::new(Tolerated));
+    crate::sanitizer::check();
+    if line_tolerated(&line) {
+        end_quietly();
     }
     panic!("{line}")
+}
+
+/// Unwinds out of the program with [`Tolerated`], which skips the panic
+/// hook an engine aborts in; the executor releases its blocks as it drops.
+pub fn end_quietly() -> ! {
+    TOLERATING.with(|t| t.set(true));
+    std::panic::resume_unwind(Box::new(Tolerated));
 }
 
 /// Records a violation that leaves the heap sound: returns when its key is
 /// tolerated (counted as [`raise`] counts), so the program goes on;
 /// panics with its line otherwise.
 pub fn record(line: String) {
-    if !count_tolerated(&line) {
+    crate::sanitizer::check();
+    if !line_tolerated(&line) {
         panic!("{line}")
     }
 }
 
 /// Catches a tolerated violation's unwind out of `f`; any other panic goes on.
 pub fn tolerate(f: impl FnOnce()) {
-    if tolerated().is_empty() {
+    if !any_tolerated() {
         return f();
     }
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
@@ -566,29 +507,4 @@ mod tests {
         assert!(!Violation::Panic { message: "x".into(), location: "y".into() }.leaves_heap_sound());
     }
 
-    #[test]
-    fn lines_without_a_site_key_on_the_op_family() {
-        let a = "allocsoak violation: alignment: op #3 `alloc size=41 align=64`: block 0x7f10 (size 41) is not aligned to 64 [allocator zoo:small-underalign]";
-        let b = "thread 'x' panicked: allocsoak violation: alignment: op #9 `heap-alloc heap=1 size=7 align=32`: block 0x2a0 (size 7) is not aligned to 32 [allocator zoo:small-underalign]";
-        let c = "allocsoak violation: alignment: op #9 `worker-alloc worker=1 size=7 align=32`: block 0x2a0 (size 7) is not aligned to 32";
-        let want = "alignment in alloc: block N (size N) is not aligned to N";
-        assert_eq!(key_of(a).as_deref(), Some(want));
-        assert_eq!(key_of(b).as_deref(), Some(want));
-        assert_eq!(key_of(c).as_deref(), Some(want));
-        let realloc = "allocsoak violation: alignment: op #1 `realloc slot=0 to=double`: block 0x10 (size 8) is not aligned to 16";
-        assert_ne!(key_of(realloc).as_deref(), Some(want));
-        let end = "allocsoak violation: validator: op #12 `end of program`: heap corrupt at 0x10";
-        assert_eq!(
-            key_of(end).as_deref(),
-            Some("validator in end: heap corrupt at N")
-        );
-        assert_eq!(key_of("no violation here"), None);
-    }
-
-    #[test]
-    fn different_messages_of_one_kind_keep_different_keys() {
-        let a = "allocsoak violation: allocator-error: op #1 `free slot=0`: mimalloc: error: double free detected of block 0x10";
-        let b = "allocsoak violation: allocator-error: op #1 `free slot=0`: mimalloc: error: pointer not in heap 0x10";
-        assert_ne!(key_of(a), key_of(b));
-    }
 }

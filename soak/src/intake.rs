@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use shadow::Target;
 use triage::render;
 use triage::replay::{Replay, Replayer};
-use triage::signature::Signature;
+use report::Signature;
 
 use crate::state::{self, StateDir};
 use crate::store::{self, GroupRow, Store};
@@ -58,7 +58,9 @@ pub struct GroupFile {
     pub signature: String,
     pub kind: String,
     pub title: String,
-    pub violation_key: Option<String>,
+    /// What `ALLOCSOAK_TOLERATE` lists to get past the group's bug.
+    #[serde(alias = "violation_key")]
+    pub tolerance_key: Option<String>,
     pub target: String,
     pub allocator: String,
     pub engine: String,
@@ -289,7 +291,7 @@ pub fn file(
         signature: sig.key(),
         kind: sig.kind.clone(),
         title: sig.title(),
-        violation_key: sig.violation_key().map(str::to_string),
+        tolerance_key: sig.tolerance_key(),
         target: src.target.name().to_string(),
         allocator: src.allocator.to_string(),
         engine: src.engine.to_string(),
@@ -349,7 +351,7 @@ pub fn refill(state: &StateDir, store: &Store, id: &str) -> Result<()> {
         signature: g.signature,
         kind: g.kind,
         title: g.title,
-        violation_key: g.violation_key,
+        tolerance_key: g.tolerance_key,
         slot_id: slot.id,
         first_seen: g.first_seen,
         last_seen: g.first_seen,
@@ -422,7 +424,7 @@ fn program_text(target: Target, input: &Path, log: &str) -> Result<String> {
 
 /// The crash stack of a log, one frame per line, every frame.
 fn stack_text(log: &str) -> String {
-    triage::signature::stack(log)
+    report::stack(log)
         .iter()
         .map(|f| format!("{f}\n"))
         .collect()
@@ -445,7 +447,7 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         .unwrap_or(&g.title)
         .trim();
     // The frames inside the harness and the allocator; stack.txt has all.
-    let stack = triage::signature::stack(&log)
+    let stack = report::stack(&log)
         .iter()
         .filter(|f| !f.is_noise())
         .take(12)

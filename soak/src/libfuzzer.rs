@@ -112,7 +112,7 @@ impl Run {
         Ok(Outcome {
             execs: final_stat(&text, "stat::number_of_executed_units"),
             secs,
-            kind: triage::signature::kind(&text),
+            kind: report::kind(&text),
             log,
         })
     }

@@ -10,7 +10,8 @@ use shadow::Target;
 /// A build of the fuzz targets. C allocators are compiled with clang's
 /// coverage instrumentation in every build, so the fuzzer sees their
 /// branches; ASan builds also instrument them with ASan and mimalloc's
-/// ASan tracking, so ASan sees inside mimalloc blocks.
+/// ASan tracking, so ASan sees inside mimalloc blocks. Both sides use
+/// ASan's recover mode, so a known report can be got past.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Build {
     /// ASan + coverage, plain mimalloc: the default.
@@ -152,10 +153,14 @@ impl Project {
             .args(["-O", "--target-dir"])
             .arg(self.build_dir(build))
             .env("CC", &clang)
+            // ASan's recover mode on both sides: a report returns to the
+            // harness, which gets past the ones already filed
+            // (shadow/src/sanitizer.rs).
             .env(
                 format!("CFLAGS_{}", TRIPLE.replace('-', "_")),
-                "-fsanitize=fuzzer-no-link,address -DMI_TRACK_ASAN=1",
-            );
+                "-fsanitize=fuzzer-no-link,address -fsanitize-recover=address -DMI_TRACK_ASAN=1",
+            )
+            .env("RUSTFLAGS", rustflags("-Zsanitizer-recover=address"));
         if let Some(features) = build.features() {
             cmd.args(["--features", features]);
         }
@@ -169,6 +174,15 @@ impl Project {
             );
         }
         Ok(())
+    }
+}
+
+/// `RUSTFLAGS` from the environment with `ours` after them (cargo-fuzz
+/// appends them to its own).
+fn rustflags(ours: &str) -> String {
+    match std::env::var("RUSTFLAGS") {
+        Ok(theirs) if !theirs.trim().is_empty() => format!("{theirs} {ours}"),
+        _ => ours.to_string(),
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use shadow::Target;
 use triage::replay::Replayer;
-use triage::signature::Signature;
+use report::Signature;
 
 use crate::config::Config;
 
@@ -64,7 +64,7 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
             if let Some(line) = what {
                 writeln!(text, "  {}", line.trim())?;
             }
-            let stack = triage::signature::stack(&replay.log);
+            let stack = report::stack(&replay.log);
             if !stack.is_empty() {
                 writeln!(text, "\nstack:")?;
                 for (i, f) in stack.iter().enumerate().take(24) {

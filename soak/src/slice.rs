@@ -272,7 +272,7 @@ pub fn finish(
 
 /// What ended the engine: a finding's kind, or `time`.
 fn libfuzzer_outcome(log: &str) -> String {
-    triage::signature::kind(log).unwrap_or_else(|| "time".into())
+    report::kind(log).unwrap_or_else(|| "time".into())
 }
 
 /// The findings libFuzzer wrote: crash, leak, timeout and OOM inputs.

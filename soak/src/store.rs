@@ -8,7 +8,10 @@ use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_init.sql"),
+    include_str!("../migrations/0002_tolerance_key.sql"),
+];
 
 pub struct Store {
     conn: Connection,
@@ -47,7 +50,7 @@ pub struct GroupRow {
     pub signature: String,
     pub kind: String,
     pub title: String,
-    pub violation_key: Option<String>,
+    pub tolerance_key: Option<String>,
     pub slot_id: i64,
     pub first_seen: i64,
     pub last_seen: i64,
@@ -256,7 +259,7 @@ impl Store {
     /// Files a new group (no-op when it exists: a restart may re-file one).
     pub fn insert_group(&self, g: &GroupRow) -> Result<()> {
         self.conn.execute(
-            "INSERT OR IGNORE INTO crash_group (id, signature, kind, title, violation_key, slot_id,
+            "INSERT OR IGNORE INTO crash_group (id, signature, kind, title, tolerance_key, slot_id,
                 first_seen, last_seen, count, status, minimized, repro)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
@@ -264,7 +267,7 @@ impl Store {
                 g.signature,
                 g.kind,
                 g.title,
-                g.violation_key,
+                g.tolerance_key,
                 g.slot_id,
                 g.first_seen,
                 g.last_seen,
@@ -312,8 +315,8 @@ impl Store {
     /// its slices tolerate.
     pub fn tolerated_keys(&self, allocator: &str) -> Result<Vec<(String, String)>> {
         let mut stmt = self.conn.prepare(
-            "SELECT g.id, g.violation_key FROM crash_group g JOIN slot s ON s.id = g.slot_id
-             WHERE s.allocator = ?1 AND g.violation_key IS NOT NULL AND g.status != 'fixed'
+            "SELECT g.id, g.tolerance_key FROM crash_group g JOIN slot s ON s.id = g.slot_id
+             WHERE s.allocator = ?1 AND g.tolerance_key IS NOT NULL AND g.status != 'fixed'
              ORDER BY g.id",
         )?;
         let rows = stmt.query_map([allocator], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -360,7 +363,7 @@ impl Store {
     }
 }
 
-const GROUP_SELECT: &str = "SELECT id, signature, kind, title, violation_key, slot_id, first_seen,
+const GROUP_SELECT: &str = "SELECT id, signature, kind, title, tolerance_key, slot_id, first_seen,
     last_seen, count, status, minimized, repro FROM crash_group";
 
 fn slot_row(r: &rusqlite::Row) -> rusqlite::Result<SlotRow> {
@@ -379,7 +382,7 @@ fn group_row(r: &rusqlite::Row) -> rusqlite::Result<GroupRow> {
         signature: r.get(1)?,
         kind: r.get(2)?,
         title: r.get(3)?,
-        violation_key: r.get(4)?,
+        tolerance_key: r.get(4)?,
         slot_id: r.get(5)?,
         first_seen: r.get(6)?,
         last_seen: r.get(7)?,

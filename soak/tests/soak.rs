@@ -320,6 +320,45 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
 }
 
 #[test]
+fn a_sanitizer_report_is_got_past_once_filed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let args = |secs| {
+        [
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "zoo:usable-oversize+dirty-zeroed",
+            "--jobs",
+            "2",
+            "--duration",
+            secs,
+        ]
+    };
+    let out = soak(&state, &args("90"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let filed = groups(&state);
+    assert_eq!(kinds(&state), vec!["heap-buffer-overflow", "zeroed"], "{filed:?}\n{stdout}");
+    let asan = filed.iter().find(|g| g.1 == "heap-buffer-overflow").unwrap().clone();
+    // Once filed, ASan's report returns to the harness, which ends the
+    // program quietly: a second soak counts it and files nothing new.
+    let slices_before = count(&state, "SELECT MAX(id) FROM slice");
+    let out = soak(&state, &args("60"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let asan_now = groups(&state).into_iter().find(|g| g.0 == asan.0).unwrap();
+    assert_eq!(asan_now.2, asan.2, "the known report was filed again\n{stdout}");
+    let tolerated = count(
+        &state,
+        &format!(
+            "SELECT COALESCE(SUM(count), 0) FROM tolerated WHERE group_id = '{}' AND slice_id > {slices_before}",
+            asan.0
+        ),
+    );
+    assert!(tolerated > 0, "the report was never got past\n{stdout}");
+}
+
+#[test]
 fn two_realloc_bugs_in_two_size_tiers_are_two_groups() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();

@@ -6,7 +6,7 @@ use std::io;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::signature::{self, Signature};
+use report::Signature;
 
 /// How to replay inputs of one slot.
 pub struct Replayer<'a> {
@@ -61,7 +61,7 @@ impl Replayer<'_> {
     pub fn replay(&self, input: &Path, tolerate: bool) -> io::Result<Replay> {
         let out = self.command(input, tolerate).output()?;
         let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        let reproduced = !out.status.success() && signature::kind(&log).is_some();
+        let reproduced = !out.status.success() && report::kind(&log).is_some();
         Ok(Replay { log, reproduced })
     }
 }

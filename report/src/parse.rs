@@ -1,0 +1,201 @@
+//! Reading a log: the first finding (`finding`, step 1), the crash stack
+//! after it (`first_stack`, step 2), the frames that can be the bug
+//! (`top_frames`, step 3), and a message per class of finding.
+
+use crate::frame::{is_noise, parse_frame, Frame, ALLOC_ENTRIES};
+use crate::key;
+
+/// How many frames of the crash stack take part in a signature.
+pub(crate) const FRAMES: usize = 3;
+
+/// What a log reports first; decides which parts make a signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Violation,
+    Sanitizer,
+    Leak,
+    Assertion,
+    Crash,
+    /// libFuzzer's timeout or out-of-memory.
+    Engine,
+}
+
+/// The line a harness prints after a sanitizer report it got past
+/// (`shadow::sanitizer`): that report is not the run's finding.
+pub const TOLERATED_REPORT: &str = "allocsoak tolerated report: ";
+
+/// Step 1: the first finding: the line it starts on, its class and kind.
+/// A violation anywhere outranks everything else; otherwise the first line
+/// that reports something wins, but a sanitizer report the harness
+/// tolerated (followed by [`TOLERATED_REPORT`] before the next `ERROR:`).
+pub(crate) fn finding(lines: &[&str]) -> Option<(usize, Class, String)> {
+    let violation = lines
+        .iter()
+        .enumerate()
+        .find_map(|(i, line)| Some((i, key::kind_of(line)?)));
+    if let Some((i, kind)) = violation {
+        return Some((i, Class::Violation, kind.to_string()));
+    }
+    lines.iter().enumerate().find_map(|(i, line)| {
+        let (class, kind) = classify(line, &lines[i + 1..])?;
+        if class == Class::Sanitizer && tolerated(&lines[i + 1..]) {
+            return None;
+        }
+        Some((i, class, kind))
+    })
+}
+
+/// Whether the report whose lines follow was tolerated.
+fn tolerated(rest: &[&str]) -> bool {
+    rest.iter()
+        .take_while(|l| !l.contains("ERROR: "))
+        .any(|l| l.starts_with(TOLERATED_REPORT))
+}
+
+/// What one line reports, if anything; `rest` is the log after it.
+fn classify(line: &str, rest: &[&str]) -> Option<(Class, String)> {
+    if let Some(report) = line.split("ERROR: AddressSanitizer: ").nth(1) {
+        return Some((Class::Sanitizer, sanitizer_type(report, rest)?));
+    }
+    if line.contains("ERROR: LeakSanitizer: detected memory leaks") {
+        return Some((Class::Leak, "leak".into()));
+    }
+    if line.contains(": assertion failed")
+        || (line.contains("Assertion `") && line.contains("' failed"))
+    {
+        return Some((Class::Assertion, "assertion".into()));
+    }
+    if line.contains("ERROR: libFuzzer: timeout") {
+        return Some((Class::Engine, "timeout".into()));
+    }
+    if line.contains("ERROR: libFuzzer: out-of-memory") {
+        return Some((Class::Engine, "oom".into()));
+    }
+    if line.contains("ERROR: libFuzzer: deadly signal") || line.contains("panicked at") {
+        return Some((Class::Crash, "crash".into()));
+    }
+    None
+}
+
+/// The sanitizer's error type. The first word of the ERROR line is the type
+/// for most reports (`heap-use-after-free on address ...`), but not for all
+/// (`attempting double-free on ...`), so the SUMMARY line's first word,
+/// which always is the type, wins when the report has one.
+fn sanitizer_type(report: &str, rest: &[&str]) -> Option<String> {
+    let summary = rest
+        .iter()
+        .take_while(|l| !l.contains("ERROR: "))
+        .find_map(|l| l.split("SUMMARY: AddressSanitizer: ").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        // `SUMMARY: AddressSanitizer: 64 byte(s) leaked in 1 allocation(s).`
+        .filter(|t| !t.starts_with(|c: char| c.is_ascii_digit()));
+    summary
+        .or_else(|| report.split_whitespace().next())
+        .map(str::to_string)
+}
+
+/// A sanitizer error's message: the type and the access (`READ`/`WRITE`),
+/// from `READ of size 8 ...` or `The signal is caused by a WRITE memory access.`
+pub(crate) fn sanitizer_message(kind: &str, after: &[&str]) -> String {
+    let access = after
+        .iter()
+        .take_while(|l| parse_frame(l).is_none())
+        .find_map(|l| {
+            let l = l.trim_start();
+            ["READ", "WRITE"].into_iter().find(|a| {
+                l.starts_with(&format!("{a} of size"))
+                    || l.contains(&format!("by a {a} memory access"))
+            })
+        });
+    match access {
+        Some(access) => format!("{kind} {access}"),
+        None => kind.to_string(),
+    }
+}
+
+/// A leak's message: whether the first leak is direct or indirect.
+pub(crate) fn leak_message(after: &[&str]) -> String {
+    let first = after.iter().find_map(|l| {
+        if l.contains("Direct leak of") {
+            Some("direct leak")
+        } else if l.contains("Indirect leak of") {
+            Some("indirect leak")
+        } else {
+            None
+        }
+    });
+    first.unwrap_or("leak").to_string()
+}
+
+/// An assertion's message, numbers as N: ``assertion `<expression>`
+/// (<function>)``. Reads mimalloc's two lines (`mimalloc: assertion failed: at
+/// "file":698, func` then `  assertion: "expr"`) and C's one
+/// (``prog: file.c:12: func: Assertion `expr' failed.``).
+pub(crate) fn assertion_message(after: &[&str]) -> String {
+    let line = after[0];
+    let (expr, func) = if let Some(i) = line.find("Assertion `") {
+        let expr = &line[i + "Assertion `".len()..];
+        let expr = expr.rsplit_once("' failed").map_or(expr, |(e, _)| e);
+        let head = line[..i].trim_end().trim_end_matches(':');
+        let func = head.rsplit_once(": ").map_or(head, |(_, f)| f);
+        (expr, func)
+    } else {
+        let func = line.rsplit_once(", ").map_or("", |(_, f)| f);
+        let expr = after
+            .get(1)
+            .and_then(|l| l.trim().strip_prefix("assertion:"))
+            .map_or("", |e| e.trim().trim_matches('"'));
+        (expr, func)
+    };
+    key::numbers_to_n(&format!("assertion `{}` ({})", expr.trim(), func.trim()))
+}
+
+/// A crash's message: `panic: <message>` with numbers as N for a Rust panic
+/// (the message is the line after `panicked at <file>:<line>:<col>:`), else
+/// `deadly signal`.
+pub(crate) fn crash_message(after: &[&str]) -> String {
+    let Some(at) = after[0].split("panicked at ").nth(1) else {
+        return "deadly signal".into();
+    };
+    // Before Rust 1.73 the message was on the line: `panicked at 'msg', file`.
+    let message = match at.strip_prefix('\'') {
+        Some(m) => m.rsplit_once("', ").map_or(m, |(m, _)| m),
+        None => after.get(1).copied().unwrap_or(""),
+    };
+    format!("panic: {}", key::numbers_to_n(message.trim()))
+}
+
+/// Step 2: the first sanitizer-format stack in `lines`: the run of frame
+/// lines from the first `#0` to the first line that is not a frame.
+pub(crate) fn first_stack(lines: &[&str]) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for line in lines {
+        match parse_frame(line) {
+            Some((0, _)) if !frames.is_empty() => break,
+            Some((0, frame)) => frames.push(frame),
+            Some((_, frame)) if !frames.is_empty() => frames.push(frame),
+            None if !frames.is_empty() => break,
+            _ => {}
+        }
+    }
+    frames
+}
+
+/// Step 3: the frames that name the bug: the first [`FRAMES`] of the first
+/// stack that are not noise, consecutive repeats counted once. For a leak
+/// the allocation entry points (`malloc`, `calloc`, ...) are noise too.
+pub(crate) fn top_frames(after: &[&str], leak: bool) -> Vec<String> {
+    let mut top: Vec<String> = Vec::new();
+    for frame in first_stack(after) {
+        if top.len() == FRAMES {
+            break;
+        }
+        if is_noise(&frame) || (leak && ALLOC_ENTRIES.contains(&frame.function.as_str())) {
+            continue;
+        }
+        if top.last() != Some(&frame.function) {
+            top.push(frame.function);
+        }
+    }
+    top
+}

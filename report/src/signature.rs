@@ -1,0 +1,368 @@
+//! Crash signatures: which bug a crash log shows, as a key that every crash
+//! of that bug shares.
+//!
+//! A log is the stderr of a libFuzzer run, or of a replay of one input
+//! (`binary input`). [`Signature::from_log`] reads its first finding in four
+//! named steps: `finding` (what the log reports, and where), `first_stack`
+//! (the crash stack after it), `top_frames` (the frames that can be the bug)
+//! and a message per class ([`key::key_of`], `sanitizer_message`,
+//! `leak_message`, `assertion_message`, `crash_message`).
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+use crate::frame::Frame;
+use crate::key;
+use crate::parse::{
+    assertion_message, crash_message, finding, first_stack, leak_message, sanitizer_message,
+    top_frames, Class,
+};
+
+/// The identity of a crash: two logs with equal signatures show one bug.
+///
+/// # The dedup rule
+///
+/// A signature is a kind, a normalized message and at most three frames,
+/// and two crashes are one group when all three are equal (when their
+/// [`key`](Signature::key)s are). What goes into each part depends on what
+/// the log reports first (the precedence of [`kind`]):
+///
+/// - **Violation** (`allocsoak violation: <kind>: op #N ...`): the kind and
+///   the shadow's key, [`key::key_of`] (`<kind> in <op family>:
+///   <message with numbers as N>`); no frames. The line already names the
+///   check and the op, and frames would split one bug reached through two
+///   targets (`alloc` in `alloc_ops` and `worker-alloc` in `mt_ops` run
+///   different harness code). The harness tolerates known bugs by that same
+///   key, so a filed group and a tolerated bug are one thing.
+/// - **Sanitizer error** (`ERROR: AddressSanitizer: <type>`): the error type
+///   (the SUMMARY line's, which is `double-free` where the ERROR line says
+///   `attempting double-free`) and the access (`heap-use-after-free READ`),
+///   and the top frames of the first stack. Sizes and addresses never count.
+/// - **Leak** (`ERROR: LeakSanitizer`): whether the first leak is direct, and
+///   the top frames of its allocation stack below `malloc` and friends and
+///   the Rust allocation shims.
+/// - **Assertion** (mimalloc's `assertion failed` or C's `Assertion ... failed`):
+///   the expression and the asserting function, numbers as N (two different
+///   assertions never share a group), and the top frames.
+/// - **Crash** (a Rust panic, or another deadly signal): the panic message
+///   with numbers as N (`deadly signal` without one), and the top frames.
+/// - **Timeout and out-of-memory**: the kind and the slot
+///   (`target/allocator`); no frames. A slow or hungry input has no crash
+///   site, so each slot has one group per kind.
+///
+/// The top frames are the first three of the stack, after dropping frames
+/// that are never the bug: Rust's std, core, alloc and panic machinery
+/// (by name or by a file under `library/{std,core,alloc}/src`), libFuzzer
+/// and libfuzzer-sys, the sanitizer runtime (by name or by a compiler-rt
+/// file), libc's abort, signal and thread-start path, assertion reporters
+/// (`__assert_fail`, `_mi_assert_fail`), the shadow's byte-pattern reader
+/// (`shadow/src/pattern.rs`: it reads every block, so a fault there says
+/// only that a block was broken; the caller says which check found it),
+/// inlined closures' bare names (`{closure#3}`), and unsymbolized frames
+/// (`(binary+0x...)`). Function names lose Rust's hash suffix and generic
+/// arguments (`call<...>` names its caller's closure type) and `<Type>::f`
+/// reads `Type::f`; consecutive repeats count once; files, lines and
+/// columns never count.
+///
+/// # What is deterministic
+///
+/// [`from_log`](Signature::from_log) is a pure function of the log text and
+/// the slot, so [`key`](Signature::key) and [`id`](Signature::id) are the
+/// same on every machine and in every run. Two logs of one input agree when
+/// they name the same things: a violation's signature depends only on the
+/// violation line, so it holds across runs, rebuilds and targets. A
+/// frame-based one depends on symbolization and inlining: it holds across
+/// runs of one build and across rebuilds that keep inlining, and a change of
+/// inlining or of closure numbering can split a group. Which finding a log
+/// shows first is up to the input and, with threads, up to scheduling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    /// The finding's kind, as [`kind`] returns it.
+    pub kind: String,
+    /// The top frames, normalized function names; empty for violations,
+    /// timeouts and out-of-memory.
+    pub frames: Vec<String>,
+    /// The normalized message: the shadow key for a violation, the slot for
+    /// a timeout or out-of-memory.
+    pub message: String,
+}
+
+impl Signature {
+    /// The signature of the first finding in `log`, or `None` when the log
+    /// reports nothing ([`kind`] is `None` exactly then). `slot` is
+    /// `target/allocator`; it is part of the signature only for timeouts and
+    /// out-of-memory.
+    pub fn from_log(log: &str, slot: &str) -> Option<Signature> {
+        let lines: Vec<&str> = log.lines().collect();
+        let (at, class, kind) = finding(&lines)?;
+        let after = &lines[at..];
+        let (message, frames) = match class {
+            Class::Violation => {
+                // A line without `: ` after the kind has no key; keep it whole.
+                let key = key::key_of(after[0])
+                    .unwrap_or_else(|| key::numbers_to_n(after[0].trim()));
+                (key, Vec::new())
+            }
+            Class::Engine => (slot.to_string(), Vec::new()),
+            Class::Sanitizer => (sanitizer_message(&kind, after), top_frames(after, false)),
+            Class::Leak => (leak_message(after), top_frames(after, true)),
+            Class::Assertion => (assertion_message(after), top_frames(after, false)),
+            Class::Crash => (crash_message(after), top_frames(after, false)),
+        };
+        Some(Signature {
+            kind,
+            frames,
+            message,
+        })
+    }
+
+    /// The full identity: the kind, the message and each frame, one per
+    /// line, in that order. Equal keys are one group.
+    pub fn key(&self) -> String {
+        let mut key = format!("{}\n{}", self.kind, self.message);
+        for frame in &self.frames {
+            key.push('\n');
+            key.push_str(frame);
+        }
+        key
+    }
+
+    /// The group's id: the first 16 hex digits of the SHA-256 of
+    /// [`key`](Signature::key); its folder is `crashes/<id>/`.
+    pub fn id(&self) -> String {
+        let digest = Sha256::digest(self.key().as_bytes());
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// One line for people: `heap-use-after-free READ in verify <
+    /// shadow::executor::Executor::free_block < ...`, a violation's key, or
+    /// `timeout in alloc_ops/system`.
+    pub fn title(&self) -> String {
+        if self.is_engine() {
+            format!("{} in {}", self.kind, self.message)
+        } else if self.frames.is_empty() {
+            self.message.clone()
+        } else {
+            format!("{} in {}", self.message, self.frames.join(" < "))
+        }
+    }
+
+    /// For a violation, the shadow's key: what `ALLOCSOAK_TOLERATE` lists
+    /// to let the harness run past this bug. `None` for any other finding.
+    ///
+    /// A violation is told by its parts: no frames, and a message that is a
+    /// shadow key, `<kind> in ...` (`panic: ...` for a panic inside the
+    /// allocator); no other finding's message starts so.
+    pub fn violation_key(&self) -> Option<&str> {
+        let key = self.message.as_str();
+        let is_key = key.strip_prefix(self.kind.as_str()).is_some_and(|rest| {
+            rest.starts_with(" in ") || (self.kind == "panic" && rest.starts_with(": "))
+        });
+        (self.frames.is_empty() && is_key && !self.is_engine()).then_some(key)
+    }
+
+    /// What `ALLOCSOAK_TOLERATE` lists to get past this finding: the
+    /// violation key for a violation, `asan: <title>` for a sanitizer
+    /// report (the harness signs each report it sees the same way); `None`
+    /// for a leak, an assertion, a crash, a timeout or out-of-memory, which
+    /// no harness gets past.
+    pub fn tolerance_key(&self) -> Option<String> {
+        if let Some(key) = self.violation_key() {
+            return Some(key.to_string());
+        }
+        let sanitizer = !matches!(
+            self.kind.as_str(),
+            "leak" | "assertion" | "crash" | "timeout" | "oom"
+        ) && self.message.starts_with(self.kind.as_str());
+        sanitizer.then(|| format!("asan: {}", self.title()))
+    }
+
+    /// A timeout or out-of-memory: its message is the slot.
+    fn is_engine(&self) -> bool {
+        self.frames.is_empty() && matches!(self.kind.as_str(), "timeout" | "oom")
+    }
+}
+
+impl fmt::Display for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.title())
+    }
+}
+
+/// The kind of the first finding in an engine log: the violation kind
+/// (`allocsoak violation: <kind>:`), else the sanitizer's error type
+/// (`heap-use-after-free`, `double-free`, `SEGV`; `leak` for
+/// LeakSanitizer), else `assertion` when the allocator's
+/// own assert fired (mimalloc's or C's), else the engine's (`timeout`,
+/// `oom`, `crash`). `None` when the log reports nothing.
+///
+/// A violation outranks the sanitizer and engine lines it causes (a
+/// violation panics, and libFuzzer then reports a deadly signal).
+pub fn kind(log: &str) -> Option<String> {
+    let lines: Vec<&str> = log.lines().collect();
+    finding(&lines).map(|(_, _, kind)| kind)
+}
+
+/// The crash stack of a log, every frame of it, for a report: the first
+/// sanitizer-format stack after the first finding (the stack of the first
+/// leak, of the access, or of the deadly signal a panic causes), or the
+/// first in the log when it reports nothing. Empty when there is none; Rust's
+/// own `stack backtrace:` is not read.
+pub fn stack(log: &str) -> Vec<Frame> {
+    let lines: Vec<&str> = log.lines().collect();
+    let at = finding(&lines).map_or(0, |(at, _, _)| at);
+    first_stack(&lines[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn violation_outranks_the_signal_it_causes() {
+        let log = "thread '<unnamed>' panicked at shadow/src/executor.rs:1:1:\n\
+                   allocsoak violation: overlap: op #3 `alloc size=41 align=4`: block 0x10+41 overlaps live block 0x10+41\n\
+                   ==1== ERROR: libFuzzer: deadly signal\n";
+        assert_eq!(kind(log).as_deref(), Some("overlap"));
+    }
+
+    #[test]
+    fn sanitizer_and_engine_errors_have_kinds() {
+        let uaf = "==9==ERROR: AddressSanitizer: heap-use-after-free on address 0x7b at pc 0x55\n";
+        assert_eq!(kind(uaf).as_deref(), Some("heap-use-after-free"));
+        assert_eq!(
+            kind("==9==ERROR: LeakSanitizer: detected memory leaks\n").as_deref(),
+            Some("leak")
+        );
+        assert_eq!(
+            kind("==9== ERROR: libFuzzer: timeout after 25 seconds\n").as_deref(),
+            Some("timeout")
+        );
+        assert_eq!(
+            kind("==9== ERROR: libFuzzer: out-of-memory (used: 2100Mb)\n").as_deref(),
+            Some("oom")
+        );
+        assert_eq!(
+            kind("#1000 DONE cov: 10 ft: 20\nDone 1000 runs in 1 second(s)\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn an_allocator_assert_outranks_the_abort_it_causes() {
+        let mimalloc = "mimalloc: assertion failed: at \"internal.h\":698, mi_page_set_in_full\n\
+                        ==7== ERROR: libFuzzer: deadly signal\n";
+        assert_eq!(kind(mimalloc).as_deref(), Some("assertion"));
+        let c = "alloc_ops: arena.c:12: arena_free: Assertion `p != NULL' failed.\n";
+        assert_eq!(kind(c).as_deref(), Some("assertion"));
+    }
+
+    #[test]
+    fn the_summary_names_the_sanitizer_error_when_the_first_line_does_not() {
+        let log = "==1==ERROR: AddressSanitizer: attempting double-free on 0x6020 in thread T0:\n\
+                   \x20   #0 0x55 in free /rustc/llvm/src/llvm-project/compiler-rt/lib/asan/asan_malloc_linux.cpp:51:3\n\
+                   \x20   #1 0x55 in arena_free /src/arena.c:40:5\n\
+                   SUMMARY: AddressSanitizer: double-free /src/arena.c:40:5 in arena_free\n";
+        assert_eq!(kind(log).as_deref(), Some("double-free"));
+        let sig = Signature::from_log(log, "alloc_ops/arena").unwrap();
+        assert_eq!(sig.title(), "double-free in arena_free");
+    }
+
+    // C's assert format, written here by hand: no bundled allocator uses
+    // `assert.h` (the golden logs hold mimalloc's real one).
+    #[test]
+    fn a_c_assertion_keys_on_its_expression_and_function() {
+        let log = "alloc_ops: arena.c:12: arena_free: Assertion `p->size == 16' failed.\n\
+                   ==7== ERROR: libFuzzer: deadly signal\n\
+                   \x20   #0 0x7f in abort stdlib/./stdlib/abort.c:79:7\n\
+                   \x20   #1 0x7f in __assert_fail assert/assert.c:101:3\n\
+                   \x20   #2 0x55 in arena_free /src/arena.c:12:5\n";
+        let sig = Signature::from_log(log, "alloc_ops/arena").unwrap();
+        assert_eq!(sig.message, "assertion `p->size == N` (arena_free)");
+        assert_eq!(sig.frames, ["arena_free"]);
+        let other = log.replace("p->size == 16", "p->next != NULL");
+        assert_ne!(
+            Signature::from_log(&other, "alloc_ops/arena").unwrap().id(),
+            sig.id()
+        );
+    }
+
+    // A Rust panic that is not a violation, written here by hand from the
+    // lines a real one prints (no zoo bug panics outside the shadow's checks).
+    #[test]
+    fn a_panic_keys_on_its_message_and_the_frames_below_the_panic_machinery() {
+        let log = "thread '<unnamed>' (3029) panicked at /work/main/shadow/src/model.rs:88:14:\n\
+                   index out of bounds: the len is 3 but the index is 7\n\
+                   ==3029== ERROR: libFuzzer: deadly signal\n\
+                   \x20   #0 0x55 in __sanitizer_print_stack_trace /rustc/llvm/src/llvm-project/compiler-rt/lib/asan/asan_stack.cpp:87:3\n\
+                   \x20   #1 0x55 in fuzzer::PrintStackTrace() /x/libfuzzer-sys-0.4.13/libfuzzer/FuzzerUtil.cpp:210:38\n\
+                   \x20   #2 0x7f  (/lib/x86_64-linux-gnu/libc.so.6+0x3c04f) (BuildId: 93ac)\n\
+                   \x20   #3 0x7f in abort stdlib/./stdlib/abort.c:79:7\n\
+                   \x20   #4 0x55 in core::panicking::panic_bounds_check /rustc/e50a/library/core/src/panicking.rs:280:5\n\
+                   \x20   #5 0x55 in <shadow::model::ShadowHeap>::remove::h0123456789abcdef /work/main/shadow/src/model.rs:88:14\n\
+                   \x20   #6 0x55 in {closure#0} /work/main/shadow/src/executor.rs:380:23\n\
+                   \x20   #7 0x55 in free_block /work/main/shadow/src/executor.rs:379:22\n\
+                   \x20   #8 0x55 in free_block /work/main/shadow/src/executor.rs:379:22\n\
+                   \x20   #9 0x55 in <shadow::executor::Executor>::step /work/main/shadow/src/executor.rs:152:28\n";
+        let sig = Signature::from_log(log, "alloc_ops/system").unwrap();
+        assert_eq!(sig.kind, "crash");
+        assert_eq!(
+            sig.message,
+            "panic: index out of bounds: the len is N but the index is N"
+        );
+        assert_eq!(
+            sig.frames,
+            [
+                "shadow::model::ShadowHeap::remove",
+                "free_block",
+                "shadow::executor::Executor::step"
+            ]
+        );
+        assert_eq!(sig.violation_key(), None);
+        assert_eq!(stack(log).len(), 10);
+    }
+
+    #[test]
+    fn a_panic_inside_the_allocator_is_a_tolerable_violation() {
+        let log = "thread '<unnamed>' panicked at shadow/src/executor.rs:140:9:\n\
+                   allocsoak violation: panic: op #1 `alloc size=2500 align=8` (alloc size 65..4K align ..16): allocator panicked: index out of bounds: the len is 40 but the index is 43 @ shadow/src/allocator/zoo.rs:322 [allocator zoo:panic-class]\n\
+                   ==1== ERROR: libFuzzer: deadly signal\n";
+        let sig = Signature::from_log(log, "alloc_ops/zoo:panic-class").unwrap();
+        assert_eq!(sig.kind, "panic");
+        assert_eq!(
+            sig.violation_key(),
+            Some("panic: allocator panicked: index out of bounds: the len is N but the index is N @ shadow/src/allocator/zoo.rs:322")
+        );
+    }
+
+    const UAF: &str = "==9==ERROR: AddressSanitizer: heap-use-after-free on address 0x7b at pc 0x55\n\
+                       READ of size 8 at 0x7b thread T0\n\
+                       \x20   #0 0x55 in mi_free /src/mimalloc/free.c:40:5\n\
+                       \x20   #1 0x55 in <shadow::executor::Executor>::free_block /work/shadow/src/executor.rs:373:18\n\
+                       SUMMARY: AddressSanitizer: heap-use-after-free /src/mimalloc/free.c:40:5 in mi_free\n";
+
+    #[test]
+    fn a_sanitizer_report_is_tolerated_by_its_title_and_nothing_else_is_but_violations() {
+        let sig = Signature::from_log(UAF, "alloc_ops/mimalloc").unwrap();
+        assert_eq!(
+            sig.tolerance_key().as_deref(),
+            Some("asan: heap-use-after-free READ in mi_free < shadow::executor::Executor::free_block")
+        );
+        let leak = "==9==ERROR: LeakSanitizer: detected memory leaks\nDirect leak of 8 byte(s)\n    #0 0x55 in malloc x.c:1:1\n    #1 0x55 in f y.rs:1:1\n";
+        assert_eq!(Signature::from_log(leak, "s").unwrap().tolerance_key(), None);
+        let timeout = "==9== ERROR: libFuzzer: timeout after 25 seconds\n";
+        assert_eq!(Signature::from_log(timeout, "s").unwrap().tolerance_key(), None);
+    }
+
+    #[test]
+    fn a_tolerated_report_is_not_the_finding_of_the_run() {
+        let log = format!(
+            "{UAF}{}asan: heap-use-after-free READ in mi_free < shadow::executor::Executor::free_block\n\
+             ==9==ERROR: AddressSanitizer: double-free on 0x7c\n    #0 0x55 in free_twice x.c:1:1\nSUMMARY: AddressSanitizer: double-free x.c:1:1 in free_twice\n",
+            crate::TOLERATED_REPORT
+        );
+        assert_eq!(kind(&log).as_deref(), Some("double-free"));
+        assert_eq!(kind(UAF).as_deref(), Some("heap-use-after-free"));
+    }
+}
