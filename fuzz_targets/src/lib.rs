@@ -34,22 +34,46 @@ macro_rules! asan_defaults {
 extern "C" {
     /// ASan's hook for a report's text, called after it is printed.
     fn __asan_set_error_report_callback(callback: unsafe extern "C" fn(*const std::ffi::c_char));
+    /// The first poisoned byte of a region, or null.
+    fn __asan_region_is_poisoned(beg: *mut std::ffi::c_void, size: usize) -> *mut std::ffi::c_void;
+    /// Where the sanitizer prints its reports.
+    fn __sanitizer_set_report_fd(fd: *mut std::ffi::c_void);
+}
+
+/// Called by ASan as a report starts (`__asan_on_error`, defined in each
+/// target): the report is printed to /dev/null, and the callback prints
+/// it to stderr unless the harness tolerates it, so a log holds the
+/// reports that end runs and not thousands that were got past.
+#[doc(hidden)]
+pub fn on_error() {
+    #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
+    {
+        static DEV_NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+        let dev_null = DEV_NULL.get_or_init(|| std::fs::File::create("/dev/null").ok());
+        if let Some(f) = dev_null {
+            use std::os::fd::AsRawFd;
+            unsafe { __sanitizer_set_report_fd(f.as_raw_fd() as usize as *mut std::ffi::c_void) };
+        }
+    }
 }
 
 #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
 unsafe extern "C" fn on_asan_report(text: *const std::ffi::c_char) {
+    __sanitizer_set_report_fd(2usize as *mut std::ffi::c_void);
     let text = std::ffi::CStr::from_ptr(text).to_string_lossy();
     shadow::sanitizer::on_report(&text);
 }
 
-/// Hands ASan's reports to `shadow::sanitizer` (libFuzzer builds are
-/// ASan builds; honggfuzz builds have no sanitizer).
+/// Hands ASan's reports to `shadow::sanitizer`, and lets it ask ASan
+/// before touching memory (libFuzzer builds are ASan builds; honggfuzz
+/// builds have no sanitizer).
 #[doc(hidden)]
 pub fn init() {
     #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
     unsafe {
-        __asan_set_error_report_callback(on_asan_report)
-    };
+        __asan_set_error_report_callback(on_asan_report);
+        shadow::sanitizer::install(__asan_region_is_poisoned);
+    }
 }
 
 /// Defines the entry point for a target; `$asan` adds sanitizer options.
@@ -63,6 +87,11 @@ macro_rules! target {
         #[no_mangle]
         pub extern "C" fn __asan_default_options() -> *const std::ffi::c_char {
             $crate::asan_defaults!($asan).as_ptr().cast()
+        }
+
+        #[no_mangle]
+        pub extern "C" fn __asan_on_error() {
+            $crate::on_error()
         }
 
         #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]

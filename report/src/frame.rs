@@ -57,8 +57,9 @@ const NOISE_PREFIXES: &[&str] = &[
     "__pthread_kill",
     "__assert_fail",
     "_mi_assert_fail",
-    // The shadow's byte-pattern reader: see `is_noise`.
+    // The shadow's byte-pattern reader and its ASan probe: see `is_noise`.
     "shadow::pattern::",
+    "shadow::sanitizer::",
 ];
 
 /// Whole function names of libc frames that are never the bug.
@@ -123,6 +124,9 @@ pub(crate) fn is_noise(frame: &Frame) -> bool {
         // (`verify` in `free_block`, in `heap_delete`) says which check
         // found it, and two bugs found by two checks must not merge.
         || file.ends_with("shadow/src/pattern.rs")
+        // ...and asks ASan first, through shadow/src/sanitizer.rs, whose
+        // one-byte read reports a poisoned block in the check's place.
+        || file.ends_with("shadow/src/sanitizer.rs")
 }
 
 /// One frame line, with its index: `#N 0xPC in function file:line:col`,
@@ -311,5 +315,4 @@ mod tests {
             "<shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::free"
         );
     }
-
 }

@@ -84,7 +84,6 @@ pub fn numbers_to_n(text: &str) -> String {
     out
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,4 +114,3 @@ mod tests {
         assert_ne!(key_of(a), key_of(b));
     }
 }
-

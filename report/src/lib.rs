@@ -33,5 +33,4 @@ mod parse;
 mod signature;
 
 pub use frame::Frame;
-pub use parse::TOLERATED_REPORT;
 pub use signature::{kind, stack, Signature};

@@ -20,14 +20,9 @@ pub(crate) enum Class {
     Engine,
 }
 
-/// The line a harness prints after a sanitizer report it got past
-/// (`shadow::sanitizer`): that report is not the run's finding.
-pub const TOLERATED_REPORT: &str = "allocsoak tolerated report: ";
-
 /// Step 1: the first finding: the line it starts on, its class and kind.
 /// A violation anywhere outranks everything else; otherwise the first line
-/// that reports something wins, but a sanitizer report the harness
-/// tolerated (followed by [`TOLERATED_REPORT`] before the next `ERROR:`).
+/// that reports something wins.
 pub(crate) fn finding(lines: &[&str]) -> Option<(usize, Class, String)> {
     let violation = lines
         .iter()
@@ -38,18 +33,8 @@ pub(crate) fn finding(lines: &[&str]) -> Option<(usize, Class, String)> {
     }
     lines.iter().enumerate().find_map(|(i, line)| {
         let (class, kind) = classify(line, &lines[i + 1..])?;
-        if class == Class::Sanitizer && tolerated(&lines[i + 1..]) {
-            return None;
-        }
         Some((i, class, kind))
     })
-}
-
-/// Whether the report whose lines follow was tolerated.
-fn tolerated(rest: &[&str]) -> bool {
-    rest.iter()
-        .take_while(|l| !l.contains("ERROR: "))
-        .any(|l| l.starts_with(TOLERATED_REPORT))
 }
 
 /// What one line reports, if anything; `rest` is the log after it.

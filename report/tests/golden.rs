@@ -16,10 +16,8 @@ fn dir() -> PathBuf {
 
 fn sig(name: &str) -> Signature {
     let path = dir().join(format!("{name}.log"));
-    let log = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    Signature::from_log(&log, SLOT)
-        .unwrap_or_else(|| panic!("{}: no finding", path.display()))
+    let log = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Signature::from_log(&log, SLOT).unwrap_or_else(|| panic!("{}: no finding", path.display()))
 }
 
 fn render(sig: &Signature) -> String {

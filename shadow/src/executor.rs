@@ -310,9 +310,7 @@ impl Executor {
                 worker,
                 slot: s,
                 to,
-            } => slot(self, s).map_or(Outcome::Skipped, |i| {
-                self.queue_resize(worker, i, Some(to))
-            }),
+            } => slot(self, s).map_or(Outcome::Skipped, |i| self.queue_resize(worker, i, Some(to))),
             Op::RaceRemoteFree {
                 freer,
                 owner,
@@ -346,7 +344,9 @@ impl Executor {
             None => self.call(on, move |a| unsafe {
                 a.alloc(size, align, zeroed) as usize
             }),
-            Some(h) => self.guarded(|| unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize }),
+            Some(h) => {
+                self.guarded(|| unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize })
+            }
         };
         if impossible {
             if p != 0 && self.checked {
@@ -396,7 +396,8 @@ impl Executor {
                 align,
             });
         }
-        block.usable = self.guarded(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) });
+        block.usable =
+            self.guarded(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) });
         if block.usable < size {
             self.flag(Violation::UsableSize {
                 ptr: p,
@@ -488,7 +489,9 @@ impl Executor {
         match b.heap {
             Some(h) => {
                 self.site = Site::new(self.heap_api("heap-free", "free"), b.size, b.align);
-                self.guarded(|| unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) })
+                self.guarded(|| unsafe {
+                    self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align)
+                })
             }
             None => {
                 self.site = Site::new("free", b.size, b.align);
@@ -697,7 +700,9 @@ impl Executor {
         }
         let in_heap = || self.shadow.blocks().iter().filter(|b| b.heap == Some(h));
         let disowned = self.guarded(|| {
-            in_heap().find(|b| self.heaps().contains(h, b.ptr) == Some(false)).copied()
+            in_heap()
+                .find(|b| self.heaps().contains(h, b.ptr) == Some(false))
+                .copied()
         });
         if let Some(b) = disowned {
             self.fail(Violation::HeapOwned {
@@ -868,7 +873,8 @@ impl Executor {
         }
         let mut owned = Vec::new();
         for _ in 0..count.min(race::MAX_STEPS) {
-            if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(owner)) {
+            if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(owner))
+            {
                 owned.push(self.shadow.blocks()[i].ptr);
             }
         }
@@ -942,7 +948,11 @@ impl Executor {
             Step::Alloc { size, seed, .. } => (size, seed),
             Step::Realloc { block, new, seed } => {
                 if let Some(mismatch) = lost_prefix {
-                    self.pending = Some(Block { ptr, size: new, ..block });
+                    self.pending = Some(Block {
+                        ptr,
+                        size: new,
+                        ..block
+                    });
                     self.fail(Violation::ReallocPrefix {
                         old: block.ptr,
                         new: ptr,
@@ -1011,7 +1021,11 @@ impl Drop for Executor {
             return;
         }
         self.checked = false;
-        let unchecked = self.pending.take().into_iter().chain(std::mem::take(&mut self.raced));
+        let unchecked = self
+            .pending
+            .take()
+            .into_iter()
+            .chain(std::mem::take(&mut self.raced));
         for b in unchecked {
             if self.shadow.overlapping(b.ptr, b.end()).is_none() {
                 // Tracked, so a second raced block at the same place is

@@ -81,15 +81,17 @@ pub fn call<R>(f: impl FnOnce() -> R) -> Result<R, Panicked> {
     let result = panic::catch_unwind(AssertUnwindSafe(f));
     INSIDE.with(|i| i.set(false));
     result.map_err(|payload| {
-        CAUGHT.with(|c| c.borrow_mut().take()).unwrap_or_else(|| Panicked {
-            // The hook did not see it: a hook installed after ours.
-            message: payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into()),
-            location: "unknown".into(),
-        })
+        CAUGHT
+            .with(|c| c.borrow_mut().take())
+            .unwrap_or_else(|| Panicked {
+                // The hook did not see it: a hook installed after ours.
+                message: payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".into()),
+                location: "unknown".into(),
+            })
     })
 }
 
@@ -112,7 +114,9 @@ mod tests {
     #[test]
     fn registry_paths_lose_the_machine_prefix() {
         assert_eq!(
-            crate_path("/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/rlsf-0.2.1/src/tlsf.rs"),
+            crate_path(
+                "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/rlsf-0.2.1/src/tlsf.rs"
+            ),
             "rlsf-0.2.1/src/tlsf.rs"
         );
         assert_eq!(crate_path("shadow/src/x.rs"), "shadow/src/x.rs");

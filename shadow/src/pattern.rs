@@ -4,7 +4,8 @@
 //! subset of a block can be checked, a block moved by realloc keeps the same
 //! pattern at the same offsets, and two blocks never share a pattern (a block
 //! handed out twice, or a free-list link written into it, shows as a
-//! mismatch). Blocks up to [`FULL_CHECK`] bytes carry the pattern everywhere;
+//! mismatch). Every range is asked of ASan first, where the fuzz binary has
+//! it ([`crate::sanitizer::accessible`]). Blocks up to [`FULL_CHECK`] bytes carry the pattern everywhere;
 //! larger ones at the head, the tail and [`SAMPLES`] strided windows, which
 //! keeps a 32 MiB block as cheap to check as a 4 KiB one.
 
@@ -53,6 +54,7 @@ pub fn layout(len: usize) -> impl Iterator<Item = (usize, usize)> {
 /// # Safety
 /// `base + from .. base + to` must be writable.
 pub unsafe fn fill_range(base: *mut u8, from: usize, to: usize, seed: u64) {
+    let to = crate::sanitizer::accessible(base, from, to);
     let mut i = from;
     while i < to && i % 8 != 0 {
         *base.add(i) = byte(seed, i);
@@ -73,6 +75,7 @@ pub unsafe fn fill_range(base: *mut u8, from: usize, to: usize, seed: u64) {
 /// # Safety
 /// `base + from .. base + to` must be readable.
 pub unsafe fn check_range(base: *const u8, from: usize, to: usize, seed: u64) -> Option<Mismatch> {
+    let to = crate::sanitizer::accessible(base, from, to);
     let mut i = from;
     while i + 8 <= to && i % 8 == 0 {
         let found = (base.add(i) as *const u64).read_unaligned();
@@ -125,7 +128,7 @@ pub unsafe fn check(base: *const u8, len: usize, limit: usize, seed: u64) -> Opt
 /// The block must be readable for `len` bytes.
 pub unsafe fn check_zero(base: *const u8, len: usize) -> Option<Mismatch> {
     for (a, b) in layout(len) {
-        for i in a..b {
+        for i in a..crate::sanitizer::accessible(base, a, b) {
             let found = *base.add(i);
             if found != 0 {
                 return Some(Mismatch {
@@ -146,6 +149,8 @@ pub unsafe fn check_zero(base: *const u8, len: usize) -> Option<Mismatch> {
 /// Both blocks must be readable for `len` bytes.
 pub unsafe fn compare(a: *const u8, b: *const u8, len: usize) -> Option<Mismatch> {
     for (from, to) in layout(len) {
+        let to = crate::sanitizer::accessible(a, from, to);
+        let to = crate::sanitizer::accessible(b, from, to);
         let (sa, sb) = (
             std::slice::from_raw_parts(a.add(from), to - from),
             std::slice::from_raw_parts(b.add(from), to - from),

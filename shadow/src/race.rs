@@ -27,7 +27,11 @@ pub const MAX_STEPS: usize = 32;
 #[derive(Clone, Copy, Debug)]
 pub enum Step {
     /// Allocate and write the pattern of `seed`.
-    Alloc { size: usize, align: usize, seed: u64 },
+    Alloc {
+        size: usize,
+        align: usize,
+        seed: u64,
+    },
     /// Free a block that was live before the section.
     Free { block: Block },
     /// Realloc a block that was live before the section, check the kept
@@ -40,7 +44,10 @@ pub enum Step {
 pub enum Done {
     /// The new block (0: the request failed); for a realloc, the prefix
     /// mismatch its worker saw, if any.
-    Block { ptr: usize, lost_prefix: Option<Mismatch> },
+    Block {
+        ptr: usize,
+        lost_prefix: Option<Mismatch>,
+    },
     Freed,
     Panicked(Panicked),
 }
@@ -94,7 +101,11 @@ pub fn run(
     }
     drop(tx);
     let mut results: Vec<_> = rx.iter().collect();
-    assert_eq!(results.len(), busy, "a worker thread died in a race section");
+    assert_eq!(
+        results.len(),
+        busy,
+        "a worker thread died in a race section"
+    );
     results.sort_by_key(|(worker, _)| *worker);
     results.into_iter().flat_map(|(_, done)| done).collect()
 }
@@ -132,7 +143,11 @@ fn step(alloc: &'static dyn Allocator, step: &Step) -> Done {
                 alloc.free(b.ptr as *mut u8, b.size, b.align);
                 Done::Freed
             }
-            Step::Realloc { block: b, new, seed } => {
+            Step::Realloc {
+                block: b,
+                new,
+                seed,
+            } => {
                 let q = alloc.realloc(b.ptr as *mut u8, b.size, b.align, new);
                 let mut lost_prefix = None;
                 if !q.is_null() {

@@ -4,35 +4,46 @@
 //! (`-Zsanitizer-recover=address`, `-fsanitize-recover=address`) and run
 //! with `halt_on_error=0`, so ASan returns after a report instead of
 //! exiting, and hands the report's text to the callback the fuzz target
-//! registers, which calls [`on_report`]. The report is signed as triage
+//! registers, which calls [`on_report`]. The fuzz target sends ASan's own
+//! printing to /dev/null, so a tolerated report costs its symbolization
+//! but no log: [`on_report`] prints the ones that end the run. The report is signed as triage
 //! signs a log ([`report::Signature`]); when its tolerance key
 //! (`asan: <title>`) is listed in `ALLOCSOAK_TOLERATE` it is counted and
 //! the program ends quietly at the executor's next check ([`check`]: after
 //! each op, and before any violation, which would be its consequence).
 //! Any other report aborts the process right there, as ASan would have,
 //! so the engine records the input.
+//!
+//! In recover mode a bad access still happens after its report, and a
+//! write past a block corrupts the very metadata ASan guards (the next
+//! program then dies in ASan's own checks). So the harness asks ASan
+//! before it touches a block ([`accessible`]) and reads one byte where the
+//! poison starts, which reports it, instead of writing there. An
+//! allocator's own bad writes (an instrumented C allocator) still happen:
+//! after a tolerated one the process may fail later, elsewhere.
 
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use crate::violation;
 
 /// A tolerated report came in since the last [`check`] (on any thread).
 static PENDING: AtomicBool = AtomicBool::new(false);
 
-/// Printed after each tolerated report, so triage skips the report when
-/// it reads a log for the finding that ended the run.
-use report::TOLERATED_REPORT;
-
-/// Handles one sanitizer report (its full text). Returns only when the
-/// report is tolerated.
+/// Handles one sanitizer report (its full text, which the sanitizer did
+/// not print: the fuzz target sends its reports to /dev/null). Returns
+/// only when the report is tolerated; otherwise prints it and aborts.
 pub fn on_report(text: &str) {
     let key = report::Signature::from_log(text, "").and_then(|s| s.tolerance_key());
     match key {
         Some(key) if violation::count_tolerated(&key) => {
-            eprintln!("{TOLERATED_REPORT}{key}");
             PENDING.store(true, Ordering::Release);
         }
-        _ => std::process::abort(),
+        _ => {
+            eprint!("{text}");
+            std::process::abort()
+        }
     }
 }
 
@@ -47,4 +58,38 @@ pub fn check() {
 /// Forgets a tolerated report not yet checked.
 pub fn clear() {
     PENDING.store(false, Ordering::Release);
+}
+
+/// ASan's `__asan_region_is_poisoned`: the first poisoned byte of a
+/// region, or null.
+pub type RegionIsPoisoned = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+
+static IS_POISONED: OnceLock<RegionIsPoisoned> = OnceLock::new();
+
+/// Lets the harness ask ASan about memory before touching it (the fuzz
+/// targets pass `__asan_region_is_poisoned`; without it every range is
+/// taken as accessible).
+pub fn install(is_poisoned: RegionIsPoisoned) {
+    let _ = IS_POISONED.set(is_poisoned);
+}
+
+/// How much of `[base + from, base + to)` the harness may touch: `to`
+/// when ASan poisons none of it; else the first poisoned offset, after a
+/// one-byte read there has made ASan report it (see the module docs).
+///
+/// # Safety
+/// `base + from .. base + to` is what the caller was about to access.
+pub unsafe fn accessible(base: *const u8, from: usize, to: usize) -> usize {
+    let Some(is_poisoned) = IS_POISONED.get() else {
+        return to;
+    };
+    if from >= to {
+        return to;
+    }
+    let p = is_poisoned(base.add(from) as *mut c_void, to - from);
+    if p.is_null() {
+        return to;
+    }
+    std::ptr::read_volatile(p as *const u8);
+    p as usize - base as usize
 }

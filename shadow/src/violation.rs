@@ -17,8 +17,8 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 
-pub use report::key::{key_of, kind_of, numbers_to_n};
 use report::key::KEEP;
+pub use report::key::{key_of, kind_of, numbers_to_n};
 
 use crate::pattern::Mismatch;
 
@@ -359,9 +359,10 @@ pub fn any_tolerated() -> bool {
 pub fn is_tolerated(key: &str) -> bool {
     let listed = tolerated();
     listed.contains(key)
-        || listed
-            .iter()
-            .any(|l| l.strip_suffix('*').is_some_and(|prefix| key.starts_with(prefix)))
+        || listed.iter().any(|l| {
+            l.strip_suffix('*')
+                .is_some_and(|prefix| key.starts_with(prefix))
+        })
 }
 
 /// The payload a tolerated violation unwinds with; [`crate::harness`]
@@ -465,14 +466,38 @@ mod tests {
             size: 41,
             align: 64,
         };
-        let a = line("alloc size=41 align=64", Site::new("alloc", 41, 64), misaligned(0x10));
-        let b = line("worker-alloc worker=2 size=50 align=64", Site::new("alloc", 50, 64), misaligned(0x20));
+        let a = line(
+            "alloc size=41 align=64",
+            Site::new("alloc", 41, 64),
+            misaligned(0x10),
+        );
+        let b = line(
+            "worker-alloc worker=2 size=50 align=64",
+            Site::new("alloc", 50, 64),
+            misaligned(0x20),
+        );
         let want = "alignment in alloc size 0..64 align 32..: block N (size N) is not aligned to N";
         assert_eq!(key_of(&a).as_deref(), Some(want));
-        assert_eq!(key_of(&b).as_deref(), Some(want), "one bug through two targets");
-        let other_tier = line("alloc size=41 align=64", Site::new("alloc", 400, 64), misaligned(0x10));
-        let other_api = line("alloc size=41 align=64", Site::new("heap-alloc", 41, 64), misaligned(0x10));
-        let other_align = line("alloc size=41 align=64", Site::new("alloc", 41, 8), misaligned(0x10));
+        assert_eq!(
+            key_of(&b).as_deref(),
+            Some(want),
+            "one bug through two targets"
+        );
+        let other_tier = line(
+            "alloc size=41 align=64",
+            Site::new("alloc", 400, 64),
+            misaligned(0x10),
+        );
+        let other_api = line(
+            "alloc size=41 align=64",
+            Site::new("heap-alloc", 41, 64),
+            misaligned(0x10),
+        );
+        let other_align = line(
+            "alloc size=41 align=64",
+            Site::new("alloc", 41, 8),
+            misaligned(0x10),
+        );
         for other in [other_tier, other_api, other_align] {
             assert_ne!(key_of(&other).as_deref(), Some(want), "{other}");
         }
@@ -490,7 +515,10 @@ mod tests {
             key_of(&panic("src/zoo.rs:120")).as_deref(),
             Some("panic: allocator panicked: index N out of range @ src/zoo.rs:120")
         );
-        assert_ne!(key_of(&panic("src/zoo.rs:120")), key_of(&panic("src/zoo.rs:130")));
+        assert_ne!(
+            key_of(&panic("src/zoo.rs:120")),
+            key_of(&panic("src/zoo.rs:130"))
+        );
     }
 
     #[test]
@@ -500,11 +528,36 @@ mod tests {
             expected: 1,
             found: 2,
         };
-        assert!(Violation::Zeroed { ptr: 1, size: 1, mismatch: m }.leaves_heap_sound());
-        assert!(Violation::Alignment { ptr: 1, size: 1, align: 2 }.leaves_heap_sound());
-        assert!(!Violation::Contents { ptr: 1, size: 1, mismatch: m, when: "x" }.leaves_heap_sound());
-        assert!(!Violation::Overlap { ptr: 1, len: 1, other: 1, other_len: 1 }.leaves_heap_sound());
-        assert!(!Violation::Panic { message: "x".into(), location: "y".into() }.leaves_heap_sound());
+        assert!(Violation::Zeroed {
+            ptr: 1,
+            size: 1,
+            mismatch: m
+        }
+        .leaves_heap_sound());
+        assert!(Violation::Alignment {
+            ptr: 1,
+            size: 1,
+            align: 2
+        }
+        .leaves_heap_sound());
+        assert!(!Violation::Contents {
+            ptr: 1,
+            size: 1,
+            mismatch: m,
+            when: "x"
+        }
+        .leaves_heap_sound());
+        assert!(!Violation::Overlap {
+            ptr: 1,
+            len: 1,
+            other: 1,
+            other_len: 1
+        }
+        .leaves_heap_sound());
+        assert!(!Violation::Panic {
+            message: "x".into(),
+            location: "y".into()
+        }
+        .leaves_heap_sound());
     }
-
 }

@@ -57,7 +57,10 @@ fn one_remote_free_op_races_the_owner() {
         "target mt_ops\nrace-remote-free freer=1 owner=0 size=400 align=8 count=12\nalloc size=24 align=8\n",
     );
     let found = (0..2000).find_map(|_| common::kind(&op, "zoo:racy-free-list"));
-    assert!(found.is_some(), "2000 remote-free races never lost an update");
+    assert!(
+        found.is_some(),
+        "2000 remote-free races never lost an update"
+    );
     for allocator in ["system", "mimalloc", "jemalloc"] {
         for _ in 0..200 {
             assert_eq!(common::kind(&op, allocator), None, "{allocator}");

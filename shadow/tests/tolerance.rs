@@ -56,7 +56,10 @@ fn known_bugs_are_got_past_and_new_ones_still_fail() {
     let behind = "target alloc_ops\nalloc size=8 align=16\nrealloc slot=0 to=64\n";
     let line = violation_of(behind, "zoo:small-underalign+misaligned-realloc-short")
         .expect("the bug behind the tolerated one is reached");
-    assert!(line.contains("realloc-prefix") && line.contains("op #1"), "{line}");
+    assert!(
+        line.contains("realloc-prefix") && line.contains("op #1"),
+        "{line}"
+    );
     assert_eq!(violation_of(behind, "zoo:small-underalign"), None);
 
     // A panic inside the allocator is a finding; tolerated, it ends its
@@ -69,6 +72,10 @@ fn known_bugs_are_got_past_and_new_ones_still_fail() {
     let line = violation_of(after, "zoo:panic-class+short-realloc-copy").unwrap();
     assert!(line.contains("realloc-prefix"), "{line}");
     let on_realloc = "target alloc_ops\nalloc size=100 align=8\nrealloc slot=0 to=2500\n";
-    assert_eq!(violation_of(on_realloc, "zoo:panic-class"), None, "one panic, however reached");
+    assert_eq!(
+        violation_of(on_realloc, "zoo:panic-class"),
+        None,
+        "one panic, however reached"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }

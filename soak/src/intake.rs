@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::{Context, Result};
+use report::Signature;
 use serde::{Deserialize, Serialize};
 use shadow::Target;
 use triage::render;
 use triage::replay::{Replay, Replayer};
-use report::Signature;
 
 use crate::state::{self, StateDir};
 use crate::store::{self, GroupRow, Store};
@@ -460,7 +460,9 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         .ok()
         .and_then(|g| g.race_rate)
         .map_or_else(String::new, |rate| {
-            format!("| reproduces | {rate} (its program races threads: replay it several times) |\n")
+            format!(
+                "| reproduces | {rate} (its program races threads: replay it several times) |\n"
+            )
         });
     let text = format!(
         "# {title}\n\n\

@@ -6,9 +6,9 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use report::Signature;
 use shadow::Target;
 use triage::replay::Replayer;
-use report::Signature;
 
 use crate::config::Config;
 

@@ -266,9 +266,17 @@ fn a_bug_behind_a_tolerated_violation_is_filed() {
         ],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(kinds(&state), vec!["alignment", "realloc-prefix"], "{stdout}");
-    let behind = groups(&state).into_iter().find(|g| g.1 == "realloc-prefix").unwrap();
-    let program = std::fs::read_to_string(state.join("crashes").join(&behind.0).join("program.txt")).unwrap();
+    assert_eq!(
+        kinds(&state),
+        vec!["alignment", "realloc-prefix"],
+        "{stdout}"
+    );
+    let behind = groups(&state)
+        .into_iter()
+        .find(|g| g.1 == "realloc-prefix")
+        .unwrap();
+    let program =
+        std::fs::read_to_string(state.join("crashes").join(&behind.0).join("program.txt")).unwrap();
     assert!(program.contains("align=16"), "{program}");
 }
 
@@ -294,9 +302,16 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
     let out = soak(&state, &args("90"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
-    assert_eq!(kinds(&state), vec!["panic", "zeroed"], "{filed:?}\n{stdout}");
+    assert_eq!(
+        kinds(&state),
+        vec!["panic", "zeroed"],
+        "{filed:?}\n{stdout}"
+    );
     let panic = filed.iter().find(|g| g.1 == "panic").unwrap().clone();
-    assert!(panic.4.contains("@ shadow/src/allocator/zoo.rs:"), "{panic:?}");
+    assert!(
+        panic.4.contains("@ shadow/src/allocator/zoo.rs:"),
+        "{panic:?}"
+    );
     // Once filed, the panic no longer ends slices: a second soak on the
     // state counts it as tolerated and spends its time fuzzing.
     let slices_before = count(&state, "SELECT MAX(id) FROM slice");
@@ -306,7 +321,10 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let again = groups(&state);
     let panic_now = again.iter().find(|g| g.0 == panic.0).unwrap();
-    assert_eq!(panic_now.2, panic.2, "the known panic was filed again\n{stdout}");
+    assert_eq!(
+        panic_now.2, panic.2,
+        "the known panic was filed again\n{stdout}"
+    );
     let tolerated = count(
         &state,
         &format!(
@@ -339,15 +357,26 @@ fn a_sanitizer_report_is_got_past_once_filed() {
     let out = soak(&state, &args("90"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
-    assert_eq!(kinds(&state), vec!["heap-buffer-overflow", "zeroed"], "{filed:?}\n{stdout}");
-    let asan = filed.iter().find(|g| g.1 == "heap-buffer-overflow").unwrap().clone();
+    assert_eq!(
+        kinds(&state),
+        vec!["heap-buffer-overflow", "zeroed"],
+        "{filed:?}\n{stdout}"
+    );
+    let asan = filed
+        .iter()
+        .find(|g| g.1 == "heap-buffer-overflow")
+        .unwrap()
+        .clone();
     // Once filed, ASan's report returns to the harness, which ends the
     // program quietly: a second soak counts it and files nothing new.
     let slices_before = count(&state, "SELECT MAX(id) FROM slice");
     let out = soak(&state, &args("60"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let asan_now = groups(&state).into_iter().find(|g| g.0 == asan.0).unwrap();
-    assert_eq!(asan_now.2, asan.2, "the known report was filed again\n{stdout}");
+    assert_eq!(
+        asan_now.2, asan.2,
+        "the known report was filed again\n{stdout}"
+    );
     let tolerated = count(
         &state,
         &format!(
@@ -380,7 +409,12 @@ fn two_realloc_bugs_in_two_size_tiers_are_two_groups() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let titles: Vec<String> = groups(&state).into_iter().map(|g| g.4).collect();
-    assert!(titles.iter().all(|t| t.starts_with("realloc-prefix in realloc ")), "{titles:?}");
+    assert!(
+        titles
+            .iter()
+            .all(|t| t.starts_with("realloc-prefix in realloc ")),
+        "{titles:?}"
+    );
     let tiny = titles.iter().filter(|t| t.contains(" size 0..64 ")).count();
     assert_eq!(tiny, 1, "{titles:?}\n{stdout}");
     assert!(titles.len() >= 2, "{titles:?}\n{stdout}");
