@@ -8,7 +8,7 @@ use crate::op::{NewSize, Op, Program};
 use crate::pattern;
 use crate::race::{self, Done, Section, Step};
 use crate::violation::{self, Report, Site, Violation};
-use crate::workers::WorkerPool;
+use crate::workers::{WorkerPool, WORKERS};
 
 /// Validators run after every this many ops, and at the end.
 const VALIDATE_EVERY: usize = 64;
@@ -871,6 +871,11 @@ impl Executor {
         if size == 0 || size >= IMPOSSIBLE_FROM {
             return Outcome::Skipped;
         }
+        // The free is remote: never on the owner's own thread.
+        let freer = match freer % WORKERS == owner % WORKERS {
+            true => owner + 1,
+            false => freer,
+        };
         let mut owned = Vec::new();
         for _ in 0..count.min(race::MAX_STEPS) {
             if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(owner))

@@ -189,7 +189,8 @@ pub enum Op {
     },
     /// The cross-thread free race in one op: worker `owner` allocates
     /// `count` blocks, then a race section runs in which worker `freer`
-    /// frees them while `owner` allocates `count` more of the same size
+    /// (the next worker, when both name the same thread) frees them while
+    /// `owner` allocates `count` more of the same size
     /// (remote-free queues, delayed-free lists and tcache flushes race
     /// the owner's own allocations there).
     RaceRemoteFree {

@@ -51,7 +51,7 @@ pub enum Bug {
     /// Growing a 9..=16-byte block copies one byte too few: a second
     /// realloc-prefix bug, in another size tier than `ShortReallocCopy`.
     TinyReallocShort,
-    /// 385..=512-byte blocks live on a free list whose push and pop are a
+    /// 257..=1024-byte blocks live on a free list whose push and pop are a
     /// load and a store instead of a compare-and-swap: only two threads
     /// inside the allocator at once can lose an update (a live block then
     /// comes back from the list).
@@ -167,7 +167,7 @@ const DIRTY_ZEROED: RangeInclusive<usize> = 200..=256;
 const HUGE_SUCCESS: RangeInclusive<usize> = isize::MAX as usize - 65535..=isize::MAX as usize;
 const PANIC_CLASS: RangeInclusive<usize> = 2049..=3072;
 const TINY_REALLOC: RangeInclusive<usize> = 9..=16;
-const RACY: RangeInclusive<usize> = 385..=512;
+const RACY: RangeInclusive<usize> = 257..=1024;
 
 /// The racy free list: a stack in a fixed array whose top is read and
 /// written in two steps, with a window between them wide enough for a
@@ -186,7 +186,7 @@ impl RacyList {
     }
 
     fn window() {
-        for _ in 0..64 {
+        for _ in 0..256 {
             std::hint::spin_loop();
         }
     }
