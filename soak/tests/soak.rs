@@ -415,9 +415,11 @@ fn two_realloc_bugs_in_two_size_tiers_are_two_groups() {
             .all(|t| t.starts_with("realloc-prefix in realloc ")),
         "{titles:?}"
     );
+    // The tiny bug in the 0..64 tier (once per alignment tier it shows
+    // in), the short copy in the tiers above: never one group for both.
     let tiny = titles.iter().filter(|t| t.contains(" size 0..64 ")).count();
-    assert_eq!(tiny, 1, "{titles:?}\n{stdout}");
-    assert!(titles.len() >= 2, "{titles:?}\n{stdout}");
+    assert!(tiny >= 1, "{titles:?}\n{stdout}");
+    assert!(titles.len() > tiny, "{titles:?}\n{stdout}");
 }
 
 /// Runs a soak expected to refuse; returns its stderr.
