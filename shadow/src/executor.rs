@@ -417,12 +417,7 @@ impl Executor {
                 self.pending = None;
                 i
             }
-            Err(other) => self.fail(Violation::Overlap {
-                ptr: p,
-                len: size.max(block.usable),
-                other: other.ptr,
-                other_len: other.size.max(other.usable),
-            }),
+            Err(other) => self.overlap(block, other),
         };
         let base = p as *mut u8;
         match origin {
@@ -973,6 +968,7 @@ impl Executor {
         self.adopt(ptr, new_size, align, None, Origin::Raced { seed });
     }
 
+    /// Ends the program: block `b` overlaps the live block `other`.
     fn overlap(&self, b: Block, other: Block) -> ! {
         self.fail(Violation::Overlap {
             ptr: b.ptr,
