@@ -348,15 +348,10 @@ fn tolerated() -> &'static HashSet<String> {
     })
 }
 
-/// Whether any key is tolerated in this process.
-pub fn any_tolerated() -> bool {
-    !tolerated().is_empty()
-}
-
 /// Whether `key` is listed, or matches a listed pattern: a line ending in
 /// `*` lists every key that starts with what precedes it
 /// (`alignment in *` tolerates every alignment violation).
-pub fn is_tolerated(key: &str) -> bool {
+fn is_tolerated(key: &str) -> bool {
     let listed = tolerated();
     listed.contains(key)
         || listed.iter().any(|l| {
@@ -434,7 +429,7 @@ pub fn record(line: String) {
 
 /// Catches a tolerated violation's unwind out of `f`; any other panic goes on.
 pub fn tolerate(f: impl FnOnce()) {
-    if !any_tolerated() {
+    if tolerated().is_empty() {
         return f();
     }
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
