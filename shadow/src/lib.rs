@@ -29,7 +29,6 @@ pub mod harness;
 pub mod model;
 pub mod op;
 pub mod pattern;
-mod race;
 pub mod sanitizer;
 pub mod violation;
 mod workers;

@@ -6,9 +6,12 @@ use crate::guard::{self, Panicked};
 use crate::model::{Block, ShadowHeap};
 use crate::op::{NewSize, Op, Program};
 use crate::pattern;
-use crate::race::{self, Done, Section, Step};
 use crate::violation::{self, Report, Site, Violation};
-use crate::workers::{WorkerPool, WORKERS};
+use crate::workers::WorkerPool;
+
+mod race;
+
+use race::Section;
 
 /// Validators run after every this many ops, and at the end.
 const VALIDATE_EVERY: usize = 64;
@@ -475,6 +478,16 @@ impl Executor {
         }
     }
 
+    /// Ends the program: block `b` overlaps the live block `other`.
+    fn overlap(&self, b: Block, other: Block) -> ! {
+        self.fail(Violation::Overlap {
+            ptr: b.ptr,
+            len: b.size.max(b.usable),
+            other: other.ptr,
+            other_len: other.size.max(other.usable),
+        })
+    }
+
     fn free_block(&mut self, i: usize, on: On) -> Outcome {
         let b = self.shadow.blocks()[i];
         if self.checked {
@@ -802,213 +815,6 @@ impl Executor {
             None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },
         });
     }
-}
-
-/// Race sections (see [`crate::race`]): queueing on the main thread, the
-/// run, then every check.
-impl Executor {
-    fn queue_alloc(&mut self, worker: usize, size: usize, align: usize) -> Outcome {
-        let queued = self.race.steps().count();
-        let bytes: usize = self.race.steps().map(race_bytes).sum();
-        let fits = self.shadow.len() + queued < crate::model::MAX_LIVE_BLOCKS
-            && self.shadow.fits(size.saturating_add(bytes));
-        if !self.checked
-            || size >= IMPOSSIBLE_FROM
-            || align > self.alloc.max_align()
-            || !fits
-            || !self.race.has_room(worker)
-        {
-            return Outcome::Skipped;
-        }
-        let seed = self.seed();
-        self.race.push(worker, Step::Alloc { size, align, seed });
-        Outcome::Done
-    }
-
-    /// Queues a free (`to` is `None`) or a realloc of live block `i`; the
-    /// block leaves the shadow now, so no other step can name it.
-    fn queue_resize(&mut self, worker: usize, i: usize, to: Option<NewSize>) -> Outcome {
-        let b = self.shadow.blocks()[i];
-        let new = to.map(|t| t.resolve(b.size));
-        let bytes: usize = self.race.steps().map(race_bytes).sum();
-        let resizable = new.is_none_or(|n| {
-            n != 0 && n < IMPOSSIBLE_FROM && self.shadow.fits_resize(n.saturating_add(bytes))
-        });
-        if !self.checked || b.heap.is_some() || !resizable || !self.race.has_room(worker) {
-            return Outcome::Skipped;
-        }
-        self.site = Site::new("race", b.size, b.align);
-        self.verify(&b, "before a race section");
-        let block = self.shadow.remove(i);
-        let step = match new {
-            None => Step::Free { block },
-            Some(new) => Step::Realloc {
-                block,
-                new,
-                seed: self.seed(),
-            },
-        };
-        self.race.push(worker, step);
-        Outcome::Done
-    }
-
-    /// `owner` allocates `count` blocks (one at a time), then a section
-    /// runs in which `freer` frees them while `owner` allocates `count`
-    /// more.
-    fn remote_free_race(
-        &mut self,
-        freer: usize,
-        owner: usize,
-        size: usize,
-        align: usize,
-        count: usize,
-    ) -> Outcome {
-        if size == 0 || size >= IMPOSSIBLE_FROM {
-            return Outcome::Skipped;
-        }
-        // The free is remote: never on the owner's own thread.
-        let freer = match freer % WORKERS == owner % WORKERS {
-            true => owner + 1,
-            false => freer,
-        };
-        let mut owned = Vec::new();
-        for _ in 0..count.min(race::MAX_STEPS) {
-            if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(owner))
-            {
-                owned.push(self.shadow.blocks()[i].ptr);
-            }
-        }
-        for ptr in &owned {
-            if let Some(i) = self.shadow.blocks().iter().position(|b| b.ptr == *ptr) {
-                self.queue_resize(freer, i, None);
-            }
-        }
-        for _ in 0..owned.len() {
-            self.queue_alloc(owner, size, align);
-        }
-        self.run_race();
-        Outcome::Done
-    }
-
-    /// Runs the queued section, then checks each result in script order
-    /// and every live block.
-    fn run_race(&mut self) {
-        if self.race.is_empty() {
-            return;
-        }
-        let section = std::mem::take(&mut self.race);
-        let alloc = self.alloc;
-        let results = race::run(section, self.pool(), alloc);
-        // Everything the section returned is held until checked, so a
-        // program that ends at a tolerated violation still releases it.
-        self.raced = results
-            .iter()
-            .rev()
-            .filter_map(|(step, done)| raced_block(step, done))
-            .collect();
-        for (step, done) in results {
-            self.check_raced(step, done);
-        }
-        for b in self.shadow.blocks() {
-            self.site = Site::new("race", b.size, b.align);
-            self.verify(b, "after a race section");
-        }
-    }
-
-    fn check_raced(&mut self, step: Step, done: Done) {
-        let (api, size, align) = match step {
-            Step::Alloc { size, align, .. } => ("race-alloc", size, align),
-            Step::Free { block } => ("race-free", block.size, block.align),
-            Step::Realloc { block, .. } => ("race-realloc", block.size, block.align),
-        };
-        self.site = Site::new(api, size, align);
-        let (ptr, lost_prefix) = match done {
-            Done::Panicked(p) => self.panicked(p),
-            Done::Freed => return,
-            Done::Block { ptr, lost_prefix } => (ptr, lost_prefix),
-        };
-        if ptr == 0 {
-            let asked = match step {
-                Step::Realloc { block, new, .. } => {
-                    // A failed realloc leaves the block as it was.
-                    if let Err(other) = self.shadow.insert(block, true) {
-                        self.overlap(block, other);
-                    }
-                    new
-                }
-                _ => size,
-            };
-            if asked != 0 {
-                self.flag(Violation::Null { size: asked, align });
-            }
-            return;
-        }
-        self.raced.pop();
-        let (new_size, seed) = match step {
-            Step::Alloc { size, seed, .. } => (size, seed),
-            Step::Realloc { block, new, seed } => {
-                if let Some(mismatch) = lost_prefix {
-                    self.pending = Some(Block {
-                        ptr,
-                        size: new,
-                        ..block
-                    });
-                    self.fail(Violation::ReallocPrefix {
-                        old: block.ptr,
-                        new: ptr,
-                        old_size: block.size,
-                        new_size: new,
-                        mismatch,
-                    });
-                }
-                (new, seed)
-            }
-            Step::Free { .. } => unreachable!("a free returns no block"),
-        };
-        self.adopt(ptr, new_size, align, None, Origin::Raced { seed });
-    }
-
-    /// Ends the program: block `b` overlaps the live block `other`.
-    fn overlap(&self, b: Block, other: Block) -> ! {
-        self.fail(Violation::Overlap {
-            ptr: b.ptr,
-            len: b.size.max(b.usable),
-            other: other.ptr,
-            other_len: other.size.max(other.usable),
-        })
-    }
-}
-
-/// Bytes a queued step adds to the program's requests.
-fn race_bytes(step: &Step) -> usize {
-    match *step {
-        Step::Alloc { size, .. } => size,
-        Step::Realloc { new, .. } => new,
-        Step::Free { .. } => 0,
-    }
-}
-
-/// The block a step left live, as the Drop of a tolerated program must
-/// release it (the old block of a failed realloc is back in the shadow).
-fn raced_block(step: &Step, done: &Done) -> Option<Block> {
-    let ptr = match done {
-        Done::Block { ptr, .. } if *ptr != 0 => *ptr,
-        _ => return None,
-    };
-    let (size, align) = match *step {
-        Step::Alloc { size, align, .. } => (size, align),
-        Step::Realloc { block, new, .. } => (new, block.align),
-        Step::Free { .. } => return None,
-    };
-    Some(Block {
-        ptr,
-        size,
-        align,
-        usable: size,
-        extent: size,
-        seed: 0,
-        heap: None,
-    })
 }
 
 /// A program that ended at a tolerated violation releases what it holds

@@ -14,10 +14,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
 
+use super::{Executor, On, Origin, Outcome};
 use crate::allocator::Allocator;
+use crate::edges::{NewSize, IMPOSSIBLE_FROM};
 use crate::guard::{self, Panicked};
 use crate::model::Block;
 use crate::pattern::{self, Mismatch};
+use crate::violation::{Site, Violation};
 use crate::workers::{WorkerPool, WORKERS};
 
 /// Most steps one worker's script holds; further race ops are skipped.
@@ -72,9 +75,14 @@ impl Section {
         self.scripts[worker % WORKERS].push(step);
     }
 
-    /// Every queued step, in the order results come back from [`run`].
-    pub fn steps(&self) -> impl Iterator<Item = &Step> {
-        self.scripts.iter().flatten()
+    /// Steps queued on all workers.
+    pub fn len(&self) -> usize {
+        self.scripts.iter().map(Vec::len).sum()
+    }
+
+    /// Bytes the queued steps add to the program's requests.
+    pub fn bytes(&self) -> usize {
+        self.scripts.iter().flatten().map(race_bytes).sum()
     }
 }
 
@@ -162,4 +170,200 @@ fn step(alloc: &'static dyn Allocator, step: &Step) -> Done {
         }
     });
     result.unwrap_or_else(Done::Panicked)
+}
+
+/// Race sections on the executor: queueing on the main thread, the run,
+/// then every check.
+impl Executor {
+    pub(super) fn queue_alloc(&mut self, worker: usize, size: usize, align: usize) -> Outcome {
+        let fits = self.shadow.len() + self.race.len() < crate::model::MAX_LIVE_BLOCKS
+            && self.shadow.fits(size.saturating_add(self.race.bytes()));
+        if !self.checked
+            || size >= IMPOSSIBLE_FROM
+            || align > self.alloc.max_align()
+            || !fits
+            || !self.race.has_room(worker)
+        {
+            return Outcome::Skipped;
+        }
+        let seed = self.seed();
+        self.race.push(worker, Step::Alloc { size, align, seed });
+        Outcome::Done
+    }
+
+    /// Queues a free (`to` is `None`) or a realloc of live block `i`; the
+    /// block leaves the shadow now, so no other step can name it.
+    pub(super) fn queue_resize(&mut self, worker: usize, i: usize, to: Option<NewSize>) -> Outcome {
+        let b = self.shadow.blocks()[i];
+        let new = to.map(|t| t.resolve(b.size));
+        let resizable = new.is_none_or(|n| {
+            n != 0
+                && n < IMPOSSIBLE_FROM
+                && self.shadow.fits_resize(n.saturating_add(self.race.bytes()))
+        });
+        if !self.checked || b.heap.is_some() || !resizable || !self.race.has_room(worker) {
+            return Outcome::Skipped;
+        }
+        self.site = Site::new("race", b.size, b.align);
+        self.verify(&b, "before a race section");
+        let block = self.shadow.remove(i);
+        let step = match new {
+            None => Step::Free { block },
+            Some(new) => Step::Realloc {
+                block,
+                new,
+                seed: self.seed(),
+            },
+        };
+        self.race.push(worker, step);
+        Outcome::Done
+    }
+
+    /// `owner` allocates `count` blocks (one at a time), then a section
+    /// runs in which `freer` frees them while `owner` allocates `count`
+    /// more.
+    pub(super) fn remote_free_race(
+        &mut self,
+        freer: usize,
+        owner: usize,
+        size: usize,
+        align: usize,
+        count: usize,
+    ) -> Outcome {
+        if size == 0 || size >= IMPOSSIBLE_FROM {
+            return Outcome::Skipped;
+        }
+        // The free is remote: never on the owner's own thread.
+        let freer = match freer % WORKERS == owner % WORKERS {
+            true => owner + 1,
+            false => freer,
+        };
+        let mut owned = Vec::new();
+        for _ in 0..count.min(MAX_STEPS) {
+            if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(owner))
+            {
+                owned.push(self.shadow.blocks()[i].ptr);
+            }
+        }
+        for ptr in &owned {
+            if let Some(i) = self.shadow.blocks().iter().position(|b| b.ptr == *ptr) {
+                self.queue_resize(freer, i, None);
+            }
+        }
+        for _ in 0..owned.len() {
+            self.queue_alloc(owner, size, align);
+        }
+        self.run_race();
+        Outcome::Done
+    }
+
+    /// Runs the queued section, then checks each result in script order
+    /// and every live block.
+    pub(super) fn run_race(&mut self) {
+        if self.race.is_empty() {
+            return;
+        }
+        let section = std::mem::take(&mut self.race);
+        let alloc = self.alloc;
+        let results = run(section, self.pool(), alloc);
+        // Everything the section returned is held until checked, so a
+        // program that ends at a tolerated violation still releases it.
+        self.raced = results
+            .iter()
+            .rev()
+            .filter_map(|(step, done)| raced_block(step, done))
+            .collect();
+        for (step, done) in results {
+            self.check_raced(step, done);
+        }
+        for b in self.shadow.blocks() {
+            self.site = Site::new("race", b.size, b.align);
+            self.verify(b, "after a race section");
+        }
+    }
+
+    fn check_raced(&mut self, step: Step, done: Done) {
+        let (api, size, align) = match step {
+            Step::Alloc { size, align, .. } => ("race-alloc", size, align),
+            Step::Free { block } => ("race-free", block.size, block.align),
+            Step::Realloc { block, .. } => ("race-realloc", block.size, block.align),
+        };
+        self.site = Site::new(api, size, align);
+        let (ptr, lost_prefix) = match done {
+            Done::Panicked(p) => self.panicked(p),
+            Done::Freed => return,
+            Done::Block { ptr, lost_prefix } => (ptr, lost_prefix),
+        };
+        if ptr == 0 {
+            let asked = match step {
+                Step::Realloc { block, new, .. } => {
+                    // A failed realloc leaves the block as it was.
+                    if let Err(other) = self.shadow.insert(block, true) {
+                        self.overlap(block, other);
+                    }
+                    new
+                }
+                _ => size,
+            };
+            if asked != 0 {
+                self.flag(Violation::Null { size: asked, align });
+            }
+            return;
+        }
+        self.raced.pop();
+        let (new_size, seed) = match step {
+            Step::Alloc { size, seed, .. } => (size, seed),
+            Step::Realloc { block, new, seed } => {
+                if let Some(mismatch) = lost_prefix {
+                    self.pending = Some(Block {
+                        ptr,
+                        size: new,
+                        ..block
+                    });
+                    self.fail(Violation::ReallocPrefix {
+                        old: block.ptr,
+                        new: ptr,
+                        old_size: block.size,
+                        new_size: new,
+                        mismatch,
+                    });
+                }
+                (new, seed)
+            }
+            Step::Free { .. } => unreachable!("a free returns no block"),
+        };
+        self.adopt(ptr, new_size, align, None, Origin::Raced { seed });
+    }
+}
+
+/// Bytes a queued step adds to the program's requests.
+fn race_bytes(step: &Step) -> usize {
+    match *step {
+        Step::Alloc { size, .. } => size,
+        Step::Realloc { new, .. } => new,
+        Step::Free { .. } => 0,
+    }
+}
+
+/// The block a step left live, as the Drop of a tolerated program must
+/// release it (the old block of a failed realloc is back in the shadow).
+fn raced_block(step: &Step, done: &Done) -> Option<Block> {
+    let ptr = match done {
+        Done::Block { ptr, .. } if *ptr != 0 => *ptr,
+        _ => return None,
+    };
+    let (size, align) = match *step {
+        Step::Alloc { size, align, .. } => (size, align),
+        Step::Realloc { block, new, .. } => (new, block.align),
+        Step::Free { .. } => return None,
+    };
+    Some(Block {
+        ptr,
+        size,
+        align,
+        usable: size,
+        extent: size,
+        seed: 0,
+        heap: None,
+    })
 }

@@ -8,11 +8,14 @@
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use super::{Allocator, EmulatedHeaps, HeapId, Heaps, ReallocToZero};
+
+mod racy_list;
+
+use racy_list::RacyList;
 
 /// A planted bug.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,65 +171,6 @@ const HUGE_SUCCESS: RangeInclusive<usize> = isize::MAX as usize - 65535..=isize:
 const PANIC_CLASS: RangeInclusive<usize> = 2049..=3072;
 const TINY_REALLOC: RangeInclusive<usize> = 9..=16;
 const RACY: RangeInclusive<usize> = 257..=1024;
-
-/// The racy free list: a stack in a fixed array whose top is read and
-/// written in two steps, with a window between them wide enough for a
-/// race section to land in.
-struct RacyList {
-    slots: [AtomicUsize; 1024],
-    top: AtomicUsize,
-}
-
-impl RacyList {
-    const fn new() -> RacyList {
-        RacyList {
-            slots: [const { AtomicUsize::new(0) }; 1024],
-            top: AtomicUsize::new(0),
-        }
-    }
-
-    fn window() {
-        for _ in 0..256 {
-            std::hint::spin_loop();
-        }
-    }
-
-    /// False when the list is full (the caller frees to the base).
-    fn push(&self, p: usize) -> bool {
-        let t = self.top.load(Ordering::Acquire);
-        if t == self.slots.len() {
-            return false;
-        }
-        self.slots[t].store(p, Ordering::Release);
-        Self::window();
-        // The bug: a pop between the load and this store is undone.
-        self.top.store(t + 1, Ordering::Release);
-        true
-    }
-
-    fn pop(&self) -> Option<usize> {
-        let t = self.top.load(Ordering::Acquire);
-        if t == 0 {
-            return None;
-        }
-        let p = self.slots[t - 1].load(Ordering::Acquire);
-        Self::window();
-        self.top.store(t - 1, Ordering::Release);
-        Some(p)
-    }
-
-    /// Every distinct block on the list (a lost update can leave one twice).
-    fn drain(&self) -> Vec<usize> {
-        let t = self.top.swap(0, Ordering::AcqRel);
-        let mut blocks: Vec<usize> = self.slots[..t]
-            .iter()
-            .map(|s| s.load(Ordering::Acquire))
-            .collect();
-        blocks.sort_unstable();
-        blocks.dedup();
-        blocks
-    }
-}
 
 #[derive(Default)]
 struct State {

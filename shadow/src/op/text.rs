@@ -1,0 +1,278 @@
+//! The text form of a program: one op per line after a `target <name>`
+//! line, as `Display` writes it and `FromStr` reads it back.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{NewSize, Op, Program, NEWEST};
+
+/// A slot as program text: a number, or `newest`.
+struct SlotText(usize);
+
+impl fmt::Display for SlotText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            NEWEST => f.write_str("newest"),
+            n => write!(f, "{n}"),
+        }
+    }
+}
+
+fn fmt_new_size(to: &NewSize) -> String {
+    match to {
+        NewSize::Exact(n) => n.to_string(),
+        NewSize::Same => "same".into(),
+        NewSize::PlusOne => "+1".into(),
+        NewSize::MinusOne => "-1".into(),
+        NewSize::Double => "double".into(),
+        NewSize::Half => "half".into(),
+        NewSize::Zero => "zero".into(),
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Alloc {
+                size,
+                align,
+                zeroed,
+            } => {
+                write!(
+                    f,
+                    "alloc size={size} align={align}{}",
+                    if *zeroed { " zeroed" } else { "" }
+                )
+            }
+            Op::Free { slot } => write!(f, "free slot={}", SlotText(*slot)),
+            Op::Realloc { slot, to } => write!(
+                f,
+                "realloc slot={} to={}",
+                SlotText(*slot),
+                fmt_new_size(to)
+            ),
+            Op::UsableSize { slot } => write!(f, "usable-size slot={}", SlotText(*slot)),
+            Op::Calloc { count, size } => write!(f, "calloc count={count} size={size}"),
+            Op::HeapNew => write!(f, "heap-new"),
+            Op::HeapDelete { heap } => write!(f, "heap-delete heap={heap}"),
+            Op::HeapDestroy { heap } => write!(f, "heap-destroy heap={heap}"),
+            Op::HeapAlloc {
+                heap,
+                size,
+                align,
+                zeroed,
+            } => write!(
+                f,
+                "heap-alloc heap={heap} size={size} align={align}{}",
+                if *zeroed { " zeroed" } else { "" }
+            ),
+            Op::HeapCollect { heap, force } => {
+                write!(
+                    f,
+                    "heap-collect heap={heap}{}",
+                    if *force { " force" } else { "" }
+                )
+            }
+            Op::HeapVisit { heap } => write!(f, "heap-visit heap={heap}"),
+            Op::WorkerAlloc {
+                worker,
+                size,
+                align,
+            } => {
+                write!(f, "worker-alloc worker={worker} size={size} align={align}")
+            }
+            Op::WorkerFree { worker, slot } => {
+                write!(f, "worker-free worker={worker} slot={}", SlotText(*slot))
+            }
+            Op::WorkerRealloc { worker, slot, to } => {
+                write!(
+                    f,
+                    "worker-realloc worker={worker} slot={} to={}",
+                    SlotText(*slot),
+                    fmt_new_size(to)
+                )
+            }
+            Op::WorkerCheck { worker, slot } => {
+                write!(f, "worker-check worker={worker} slot={}", SlotText(*slot))
+            }
+            Op::ThreadExit { worker, restart } => {
+                write!(
+                    f,
+                    "thread-exit worker={worker}{}",
+                    if *restart { " restart" } else { "" }
+                )
+            }
+            Op::RaceAlloc {
+                worker,
+                size,
+                align,
+            } => write!(f, "race-alloc worker={worker} size={size} align={align}"),
+            Op::RaceFree { worker, slot } => {
+                write!(f, "race-free worker={worker} slot={}", SlotText(*slot))
+            }
+            Op::RaceRealloc { worker, slot, to } => write!(
+                f,
+                "race-realloc worker={worker} slot={} to={}",
+                SlotText(*slot),
+                fmt_new_size(to)
+            ),
+            Op::RaceRemoteFree {
+                freer,
+                owner,
+                size,
+                align,
+                count,
+            } => write!(
+                f,
+                "race-remote-free freer={freer} owner={owner} size={size} align={align} count={count}"
+            ),
+        }
+    }
+}
+
+/// One op per line, after a `target <name>` header line.
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "target {}", self.target)?;
+        for op in &self.ops {
+            writeln!(f, "{op}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses the text form written by `Display` (blank lines and `#` comments
+/// are allowed), so printed programs and emitted tests replay exactly.
+impl FromStr for Program {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Program, String> {
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.split('#').next().unwrap_or("").trim()))
+            .filter(|(_, l)| !l.is_empty());
+        let target = match lines.next() {
+            Some((_, l)) if l.starts_with("target ") => l["target ".len()..].trim().parse()?,
+            _ => return Err("program text must start with a `target <name>` line".into()),
+        };
+        let ops = lines
+            .map(|(n, l)| parse_op(l).map_err(|e| format!("line {n}: {e}: `{l}`")))
+            .collect::<Result<_, _>>()?;
+        Ok(Program { target, ops })
+    }
+}
+
+fn parse_op(line: &str) -> Result<Op, String> {
+    let mut words = line.split_whitespace();
+    let name = words.next().ok_or("empty op")?;
+    let mut fields = std::collections::HashMap::new();
+    let mut flags = Vec::new();
+    for w in words {
+        match w.split_once('=') {
+            Some((k, v)) => {
+                fields.insert(k, v);
+            }
+            None => flags.push(w),
+        }
+    }
+    let num = |k: &str| -> Result<usize, String> {
+        fields
+            .get(k)
+            .ok_or_else(|| format!("missing `{k}=`"))?
+            .parse()
+            .map_err(|_| format!("`{k}` is not a number"))
+    };
+    let slot = || -> Result<usize, String> {
+        match fields.get("slot") {
+            Some(&"newest") => Ok(NEWEST),
+            _ => num("slot"),
+        }
+    };
+    let to = || -> Result<NewSize, String> {
+        Ok(match *fields.get("to").ok_or("missing `to=`")? {
+            "same" => NewSize::Same,
+            "+1" => NewSize::PlusOne,
+            "-1" => NewSize::MinusOne,
+            "double" => NewSize::Double,
+            "half" => NewSize::Half,
+            "zero" => NewSize::Zero,
+            n => NewSize::Exact(n.parse().map_err(|_| "bad `to=`")?),
+        })
+    };
+    let flag = |f: &str| flags.contains(&f);
+    Ok(match name {
+        "alloc" => Op::Alloc {
+            size: num("size")?,
+            align: num("align")?,
+            zeroed: flag("zeroed"),
+        },
+        "free" => Op::Free { slot: slot()? },
+        "realloc" => Op::Realloc {
+            slot: slot()?,
+            to: to()?,
+        },
+        "usable-size" => Op::UsableSize { slot: slot()? },
+        "calloc" => Op::Calloc {
+            count: num("count")?,
+            size: num("size")?,
+        },
+        "heap-new" => Op::HeapNew,
+        "heap-delete" => Op::HeapDelete { heap: num("heap")? },
+        "heap-destroy" => Op::HeapDestroy { heap: num("heap")? },
+        "heap-alloc" => Op::HeapAlloc {
+            heap: num("heap")?,
+            size: num("size")?,
+            align: num("align")?,
+            zeroed: flag("zeroed"),
+        },
+        "heap-collect" => Op::HeapCollect {
+            heap: num("heap")?,
+            force: flag("force"),
+        },
+        "heap-visit" => Op::HeapVisit { heap: num("heap")? },
+        "worker-alloc" => Op::WorkerAlloc {
+            worker: num("worker")?,
+            size: num("size")?,
+            align: num("align")?,
+        },
+        "worker-free" => Op::WorkerFree {
+            worker: num("worker")?,
+            slot: slot()?,
+        },
+        "worker-realloc" => Op::WorkerRealloc {
+            worker: num("worker")?,
+            slot: slot()?,
+            to: to()?,
+        },
+        "worker-check" => Op::WorkerCheck {
+            worker: num("worker")?,
+            slot: slot()?,
+        },
+        "thread-exit" => Op::ThreadExit {
+            worker: num("worker")?,
+            restart: flag("restart"),
+        },
+        "race-alloc" => Op::RaceAlloc {
+            worker: num("worker")?,
+            size: num("size")?,
+            align: num("align")?,
+        },
+        "race-free" => Op::RaceFree {
+            worker: num("worker")?,
+            slot: slot()?,
+        },
+        "race-realloc" => Op::RaceRealloc {
+            worker: num("worker")?,
+            slot: slot()?,
+            to: to()?,
+        },
+        "race-remote-free" => Op::RaceRemoteFree {
+            freer: num("freer")?,
+            owner: num("owner")?,
+            size: num("size")?,
+            align: num("align")?,
+            count: num("count")?,
+        },
+        other => return Err(format!("unknown op `{other}`")),
+    })
+}
