@@ -1,0 +1,87 @@
+#![allow(dead_code)]
+//! Helpers the end-to-end soak tests share: the real `allocsoak` binary on
+//! a temporary state dir, and reads of its store.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use rusqlite::Connection;
+
+/// Soaks run one at a time: two at once would share two cores.
+pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+pub fn allocsoak() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_allocsoak"))
+}
+
+pub fn soak(state: &Path, args: &[&str]) -> Output {
+    let out = allocsoak()
+        .arg("soak")
+        .arg("--state")
+        .arg(state)
+        .args(["--progress-secs", "5"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "soak failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn db(state: &Path) -> Connection {
+    Connection::open(state.join("store.sqlite")).unwrap()
+}
+
+pub fn count(state: &Path, sql: &str) -> i64 {
+    db(state).query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// (id, kind, raw crashes, repro command, title) of every group.
+pub fn groups(state: &Path) -> Vec<(String, String, i64, String, String)> {
+    let db = db(state);
+    let mut stmt = db
+        .prepare("SELECT id, kind, count, repro, title FROM crash_group ORDER BY kind, title")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// The distinct kinds of the groups filed.
+pub fn kinds(state: &Path) -> Vec<String> {
+    let mut kinds: Vec<String> = groups(state).into_iter().map(|g| g.1).collect();
+    kinds.dedup();
+    kinds
+}
+
+/// The last run's duty cycle, as `allocsoak status` computes it.
+pub fn duty_cycle(state: &Path) -> f64 {
+    let (started, ended, jobs): (i64, i64, i64) = db(state)
+        .query_row(
+            "SELECT started, ended, jobs FROM run ORDER BY id DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    let engine: f64 = db(state)
+        .query_row(
+            "SELECT SUM(fuzz_secs) FROM slice WHERE run_id = (SELECT MAX(id) FROM run)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    engine / ((ended - started) as f64 * jobs as f64)
+}
+
+/// Runs a repro command as a user would paste it.
+pub fn repro(command: &str) -> Output {
+    Command::new("sh").arg("-c").arg(command).output().unwrap()
+}

@@ -1,0 +1,165 @@
+//! End-to-end: a soak gets past every kind of first bug to the ones behind
+//! it — a bug only reachable through a sound violation, a panic inside the
+//! allocator, a sanitizer report — and keys two bugs of one kind in two
+//! size tiers apart. The real daemon and fuzz binaries, as in `soak.rs`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::{count, duty_cycle, groups, kinds, soak, ONE_AT_A_TIME};
+
+/// Soaks `alloc_ops` on `allocator` with 2 jobs for `secs`, plus `more`.
+fn soak_alloc_ops(state: &Path, allocator: &str, secs: &str, more: &[&str]) -> Output {
+    let mut args = vec![
+        "--target",
+        "alloc_ops",
+        "--allocator",
+        allocator,
+        "--jobs",
+        "2",
+        "--duration",
+        secs,
+    ];
+    args.extend_from_slice(more);
+    soak(state, &args)
+}
+
+/// A group filed before slice `after` was neither filed again since nor
+/// left unreached: its raw crash count is `crashes`, and later slices
+/// counted it as tolerated.
+fn got_past(state: &Path, group: &(String, String, i64, String, String), after: i64, log: &str) {
+    let now = groups(state).into_iter().find(|g| g.0 == group.0).unwrap();
+    assert_eq!(now.2, group.2, "{} was filed again\n{log}", group.4);
+    let tolerated = count(
+        state,
+        &format!(
+            "SELECT COALESCE(SUM(count), 0) FROM tolerated WHERE group_id = '{}' AND slice_id > {after}",
+            group.0
+        ),
+    );
+    assert!(tolerated > 0, "{} was never got past\n{log}", group.4);
+}
+
+#[test]
+fn two_bugs_are_both_filed_in_one_soak() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // small-underalign fires on most inputs; short-realloc-copy hides behind it.
+    let allocator = "zoo:small-underalign+short-realloc-copy";
+    let out = soak_alloc_ops(&state, allocator, "60", &["--slice-secs", "20"]);
+    assert_eq!(
+        kinds(&state),
+        vec!["alignment", "realloc-prefix"],
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn a_bug_behind_a_tolerated_violation_is_filed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // Only a program that gets a misaligned block (the first bug's
+    // violation) and then grows it reaches the second bug.
+    let allocator = "zoo:small-underalign+misaligned-realloc-short";
+    let out = soak_alloc_ops(&state, allocator, "90", &["--slice-secs", "20"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        kinds(&state),
+        vec!["alignment", "realloc-prefix"],
+        "{stdout}"
+    );
+    let behind = groups(&state)
+        .into_iter()
+        .find(|g| g.1 == "realloc-prefix")
+        .unwrap();
+    let program =
+        std::fs::read_to_string(state.join("crashes").join(&behind.0).join("program.txt")).unwrap();
+    assert!(program.contains("align=16"), "{program}");
+}
+
+#[test]
+fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let allocator = "zoo:panic-class+dirty-zeroed";
+    let out = soak_alloc_ops(&state, allocator, "90", &["--slice-secs", "90"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let filed = groups(&state);
+    assert_eq!(
+        kinds(&state),
+        vec!["panic", "zeroed"],
+        "{filed:?}\n{stdout}"
+    );
+    let panic = filed.iter().find(|g| g.1 == "panic").unwrap();
+    assert!(
+        panic.4.contains("@ shadow/src/allocator/zoo/mod.rs:"),
+        "{panic:?}"
+    );
+    // Once filed, the panic no longer ends slices: a second soak on the
+    // state counts it as tolerated and spends its time fuzzing. Long
+    // enough that the start (verifying the known groups) is a small share.
+    let slices_before = count(&state, "SELECT MAX(id) FROM slice");
+    let out = soak_alloc_ops(&state, allocator, "180", &["--slice-secs", "90"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    got_past(&state, panic, slices_before, &stdout);
+    let duty = duty_cycle(&state);
+    assert!(duty > 0.9, "duty cycle {duty:.3}\n{stdout}");
+}
+
+#[test]
+fn a_sanitizer_report_is_got_past_once_filed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let allocator = "zoo:usable-oversize+dirty-zeroed";
+    let out = soak_alloc_ops(&state, allocator, "90", &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let filed = groups(&state);
+    assert_eq!(
+        kinds(&state),
+        vec!["heap-buffer-overflow", "zeroed"],
+        "{filed:?}\n{stdout}"
+    );
+    let asan = filed
+        .iter()
+        .find(|g| g.1 == "heap-buffer-overflow")
+        .unwrap();
+    // Once filed, ASan's report returns to the harness, which ends the
+    // program quietly: a second soak counts it and files it no more.
+    let slices_before = count(&state, "SELECT MAX(id) FROM slice");
+    let out = soak_alloc_ops(&state, allocator, "60", &[]);
+    got_past(
+        &state,
+        asan,
+        slices_before,
+        &String::from_utf8_lossy(&out.stdout),
+    );
+}
+
+#[test]
+fn two_realloc_bugs_in_two_size_tiers_are_two_groups() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let allocator = "zoo:tiny-realloc-short+short-realloc-copy";
+    let out = soak_alloc_ops(&state, allocator, "60", &["--slice-secs", "20"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let titles: Vec<String> = groups(&state).into_iter().map(|g| g.4).collect();
+    assert!(
+        titles
+            .iter()
+            .all(|t| t.starts_with("realloc-prefix in realloc ")),
+        "{titles:?}"
+    );
+    // The tiny bug in the 0..64 tier (once per alignment tier it shows
+    // in), the short copy in the tiers above: never one group for both.
+    let tiny = titles.iter().filter(|t| t.contains(" size 0..64 ")).count();
+    assert!(tiny >= 1, "{titles:?}\n{stdout}");
+    assert!(titles.len() > tiny, "{titles:?}\n{stdout}");
+}
