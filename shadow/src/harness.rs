@@ -8,6 +8,8 @@
 //!   patterns) that are got past instead of crashing: a violation that
 //!   leaves the heap sound is counted and the program goes on, any other
 //!   ends its program quietly (see [`crate::violation`]).
+//! - `ALLOCSOAK_HISTORY`: a file that keeps the last inputs the process
+//!   ran, for a crash that needs them (see [`crate::history`]).
 
 use std::sync::OnceLock;
 
@@ -72,6 +74,7 @@ pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode)
 /// One fuzz input for `target`.
 pub fn fuzz(target: Target, data: &[u8]) {
     let config = config();
+    crate::history::record(data);
     let program = Program::decode(target, data);
     crate::violation::tolerate(|| {
         run_program(&program, config.alloc, config.mode);

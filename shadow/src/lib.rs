@@ -26,6 +26,7 @@ pub mod edges;
 pub mod executor;
 pub mod guard;
 pub mod harness;
+pub mod history;
 pub mod model;
 pub mod op;
 pub mod pattern;

@@ -24,6 +24,7 @@ fn reaching(bug: Bug) -> &'static str {
         Bug::MisalignedReallocShort => "target alloc_ops\nalloc size=8 align=16\nrealloc slot=0 to=64\n",
         Bug::PanicClass => "target alloc_ops\nalloc size=2500 align=8\n",
         Bug::TinyReallocShort => "target alloc_ops\nalloc size=12 align=8\nrealloc slot=0 to=double\n",
+        Bug::LatentCorruption => "target alloc_ops\nalloc size=3100 align=8\nfree slot=0\n",
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
     }
 }
@@ -32,7 +33,8 @@ fn reaching(bug: Bug) -> &'static str {
 /// the bug corrupts the real heap before the model can look (ASan finds it
 /// first, in `just zoo`), it is a leak (LeakSanitizer's and the RSS
 /// monitor's), it hides behind another bug (tests/tolerance.rs) or it
-/// needs a race (tests/race.rs), so the program is not run here.
+/// needs a race (tests/race.rs) or a program after it (below), so the
+/// program is not run here.
 fn in_process_kind(bug: Bug) -> Option<&'static str> {
     match bug {
         Bug::UsableOversize
@@ -40,7 +42,8 @@ fn in_process_kind(bug: Bug) -> Option<&'static str> {
         | Bug::HeapDeleteDrops
         | Bug::LeakOnShrink
         | Bug::MisalignedReallocShort
-        | Bug::RacyFreeList => None,
+        | Bug::RacyFreeList
+        | Bug::LatentCorruption => None,
         _ => Some(bug.expected_kinds()[0]),
     }
 }
@@ -84,4 +87,24 @@ fn bugs_stay_hidden_off_their_condition() {
             bug.name()
         );
     }
+}
+
+#[test]
+fn latent_corruption_crashes_a_later_program_not_its_own() {
+    let damage = common::program(reaching(Bug::LatentCorruption));
+    let later = common::program("target alloc_ops\nalloc size=24 align=8\n");
+    // An instance of its own: the bug's state outlives a program.
+    let zoo = "zoo:latent-corruption@system";
+    assert_eq!(common::kind(&later, zoo), None, "the later program alone");
+    assert_eq!(
+        common::kind(&damage, zoo),
+        None,
+        "the program that does the damage"
+    );
+    assert_eq!(
+        common::kind(&later, zoo).as_deref(),
+        Some("panic"),
+        "the program after it"
+    );
+    assert_eq!(common::kind(&later, zoo), None, "the corruption is spent");
 }

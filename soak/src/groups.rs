@@ -63,6 +63,14 @@ impl Group {
         }
     }
 
+    /// What replays the group, in order in one process: the inputs it
+    /// needs before it (`history/`), then [`Group::input`].
+    pub fn inputs(&self) -> Result<Vec<PathBuf>> {
+        let mut inputs = crate::sequence::files(&self.dir)?;
+        inputs.push(self.input());
+        Ok(inputs)
+    }
+
     /// The tolerate file the repro needs (a known bug would fire first
     /// without it), when it does.
     pub fn tolerate(&self) -> Option<PathBuf> {
@@ -176,9 +184,11 @@ pub fn verify(
         let tolerate = g.tolerate();
         let replayer = replayer(&binary, &g, tolerate.as_deref(), config);
         let slot = format!("{}/{}", g.slot.target, g.slot.allocator);
+        let inputs = g.inputs()?;
+        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
         let mut reproduced = 0;
         for _ in 0..TRIES {
-            let replay = replayer.replay(&g.input(), true)?;
+            let replay = replayer.replay(&inputs, true)?;
             if replay.signature(&slot).is_some_and(|s| s.id() == g.row.id) {
                 reproduced += 1;
             }
@@ -243,23 +253,53 @@ pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<P
             state::copy_atomic(&from, &work.join(name))?;
         }
     }
-    let program = crate::repro::read_program(g.target()?, &g.input())?;
-    let test = program.to_rust_test(&test_name(&g.row), &g.slot.allocator);
+    let inputs = g.inputs()?;
+    let history = &inputs[..inputs.len() - 1];
+    if !history.is_empty() {
+        std::fs::create_dir_all(work.join("history"))?;
+        for file in history {
+            state::copy_atomic(file, &work.join("history").join(file.file_name().unwrap()))?;
+        }
+    }
+    let programs = inputs
+        .iter()
+        .map(|i| crate::repro::read_program(g.target()?, i))
+        .collect::<Result<Vec<_>>>()?;
+    let test = shadow::Program::sequence_test(&programs, &test_name(&g.row), &g.slot.allocator);
     state::write_atomic(&work.join("test.rs"), test.as_bytes())?;
+    let files = inputs
+        .iter()
+        .map(|i| {
+            let name = i.file_name().unwrap().to_string_lossy();
+            if i.parent().is_some_and(|p| p.ends_with("history")) {
+                format!("history/{name}")
+            } else {
+                name.into_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     let readme = format!(
         "# allocsoak crash group {id}\n\n\
          {title}\n\n\
          Found by allocsoak on {target} / {allocator}. `REPORT.md` has the details.\n\n\
          - `program.txt`: the op program (the failing op is marked); each op is one allocator call.\n\
          - `test.rs`: the program as a standalone Rust `#[test]` (needs allocsoak's `shadow` crate as a dev-dependency).\n\
-         - `minimized` / `original`: the fuzz inputs; replay one on allocsoak's fuzz binary:\n\n\
-         ```sh\n{tolerate}ALLOCSOAK_ALLOCATOR='{allocator}' fuzz_targets/target/asan/x86_64-unknown-linux-gnu/release/{target} {input}\n```\n",
+         - `minimized` / `original`: the fuzz inputs{needs}; replay on allocsoak's fuzz binary:\n\n\
+         ```sh\n{tolerate}ALLOCSOAK_ALLOCATOR='{allocator}' fuzz_targets/target/asan/x86_64-unknown-linux-gnu/release/{target} {files}\n```\n",
         id = g.row.id,
         title = g.row.title,
         target = g.slot.target,
         allocator = g.slot.allocator,
         tolerate = if g.tolerate().is_some() { "ALLOCSOAK_TOLERATE=tolerate " } else { "" },
-        input = g.input().file_name().unwrap().to_string_lossy(),
+        needs = if history.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", after the {} in `history/`: the crash needs the allocator state they leave, replayed in order in one process",
+                history.len()
+            )
+        },
     );
     state::write_atomic(&work.join("README.md"), readme.as_bytes())?;
     std::fs::rename(&work, &bundle).with_context(|| {

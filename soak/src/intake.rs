@@ -1,5 +1,6 @@
 //! The crash pipeline, one artifact at a time:
-//! reproduce → sign → deduplicate → minimize → file.
+//! reproduce (alone, else after the inputs its process ran before it:
+//! [`crate::sequence`]) → sign → deduplicate → minimize → file.
 //!
 //! Every artifact ends in `crashes/<signature>/`, moved there by rename
 //! (the original of a new group, or `inputs/` of a known one), so none is
@@ -16,6 +17,7 @@ use shadow::Target;
 use triage::render;
 use triage::replay::{Replay, Replayer};
 
+use crate::sequence::{self, History};
 use crate::state::{self, StateDir};
 use crate::store::{self, GroupRow, Store};
 
@@ -40,6 +42,9 @@ pub struct Source<'a> {
     /// The tolerate file the slice ran with (replays use it too, so a
     /// known bug earlier in the input does not hide this one).
     pub tolerate: Option<&'a Path>,
+    /// The engine's input history (`ALLOCSOAK_HISTORY`), for a crash that
+    /// does not reproduce alone.
+    pub history: Option<&'a Path>,
     pub timeout_secs: u64,
     pub rss_limit_mb: u64,
 }
@@ -70,6 +75,10 @@ pub struct GroupFile {
     /// For a finding from a race section: `<hits> of <tries> replays`.
     #[serde(default)]
     pub race_rate: Option<String>,
+    /// How many inputs (in `history/`) replay before the crash input: a
+    /// crash that needs the state they leave in the allocator.
+    #[serde(default)]
+    pub history: usize,
 }
 
 impl Source<'_> {
@@ -87,9 +96,9 @@ impl Source<'_> {
         }
     }
 
-    fn replay(&self, input: &Path, tolerate: bool) -> Result<Replay> {
+    fn replay(&self, inputs: &[&Path], tolerate: bool) -> Result<Replay> {
         self.replayer()
-            .replay(input, tolerate)
+            .replay(inputs, tolerate)
             .with_context(|| format!("failed to run {}; run `just build`", self.binary.display()))
     }
 }
@@ -125,7 +134,7 @@ fn reproduce(src: &Source, input: &Path) -> Result<Reproduction> {
     let tries = if race { RACE_TRIES } else { TRIES };
     let (mut first, mut last, mut hits) = (None, None, 0);
     for _ in 0..tries {
-        let r = src.replay(input, true)?;
+        let r = src.replay(&[input], true)?;
         if r.reproduced {
             hits += 1;
             if !race {
@@ -175,7 +184,7 @@ fn minimize(
     // goes aside and becomes `minimized` only when its signature holds.
     let candidate = work.join("minimize-candidate");
     src.replayer()
-        .command(input, true)
+        .command(&[input], true)
         .arg("-minimize_crash=1")
         .arg(format!("-runs={MINIMIZE_RUNS}"))
         .arg(format!("-max_total_time={MINIMIZE_SECS}"))
@@ -186,7 +195,7 @@ fn minimize(
     if !candidate.is_file() {
         return Ok(None);
     }
-    let replay = src.replay(&candidate, true)?;
+    let replay = src.replay(&[&candidate], true)?;
     if replay
         .signature(&src.slot_label())
         .is_some_and(|s| s.id() == sig.id())
@@ -213,7 +222,13 @@ pub fn file(
     // must file one group, not race to build its folder.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let reproduction = reproduce(src, artifact)?;
+    let mut reproduction = reproduce(src, artifact)?;
+    let history = match src.history {
+        Some(ring) if !reproduction.reproduced() && !reproduction.race => {
+            with_history(src, ring, artifact, &mut reproduction)?
+        }
+        _ => None,
+    };
     let reproduced = reproduction.reproduced();
     let replay = &reproduction.replay;
     let sig = sign(src, replay, engine_log);
@@ -266,14 +281,25 @@ pub fn file(
     }
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
-    let minimized = if reproduced {
+    // A crash that needs its history keeps the few inputs it needs, in
+    // `history/`; its input is not minimized (libFuzzer's minimizer replays
+    // it alone, where it does not crash).
+    let (before, shrunk) = match &history {
+        Some(h) => {
+            let (inputs, replay) = h.shrink(&src.replayer(), artifact, &src.slot_label(), &id)?;
+            (keep_history(&inputs, &work)?, Some(replay))
+        }
+        None => (Vec::new(), None),
+    };
+    let minimized = if reproduced && history.is_none() {
         minimize(src, artifact, &sig, &work)?
     } else {
         None
     };
-    let (shown_input, shown_log) = match &minimized {
-        Some((path, replay)) => (path.clone(), replay.log.as_str()),
-        None => (
+    let (shown_input, shown_log) = match (&minimized, &shrunk) {
+        (Some((path, replay)), _) => (path.clone(), replay.log.as_str()),
+        (None, Some(replay)) => (artifact.to_path_buf(), replay.log.as_str()),
+        (None, None) => (
             artifact.to_path_buf(),
             if reproduced {
                 replay.log.as_str()
@@ -282,8 +308,8 @@ pub fn file(
             },
         ),
     };
-    let program = program_text(src.target, &shown_input, shown_log)?;
-    let repro = repro_command(src, &dir, minimized.is_some(), &shown_input, &sig)?;
+    let program = program_text(src.target, &before, &shown_input, shown_log)?;
+    let repro = repro_command(src, &dir, minimized.is_some(), &before, &shown_input, &sig)?;
     if src.tolerate.is_some_and(|t| t.is_file()) {
         state::copy_atomic(src.tolerate.unwrap(), &work.join("tolerate"))?;
     }
@@ -301,6 +327,7 @@ pub fn file(
             .map(|_| dir.join("minimized").to_string_lossy().into_owned()),
         repro,
         race_rate: reproduction.race_rate(),
+        history: before.len(),
     };
     state::write_atomic(
         &work.join("group.toml"),
@@ -328,6 +355,45 @@ pub fn file(
         group_id: id,
         new: true,
     })
+}
+
+/// Replays a crash that did not reproduce alone after the inputs its
+/// process ran before it; when that reproduces, it becomes the
+/// reproduction and the history is returned.
+fn with_history(
+    src: &Source,
+    ring: &Path,
+    artifact: &Path,
+    reproduction: &mut Reproduction,
+) -> Result<Option<History>> {
+    let Some(history) = History::unpack(ring, artifact, &ring.with_extension("inputs"))? else {
+        return Ok(None);
+    };
+    let replay = history.replay(&src.replayer(), artifact)?;
+    if !replay.reproduced {
+        return Ok(None);
+    }
+    *reproduction = Reproduction {
+        replay,
+        hits: 1,
+        tries: 1,
+        race: false,
+    };
+    Ok(Some(history))
+}
+
+/// Moves the history inputs a new group keeps into `work/history/`,
+/// renumbered in replay order; returns where they are now.
+fn keep_history(inputs: &[PathBuf], work: &Path) -> Result<Vec<PathBuf>> {
+    let dir = work.join("history");
+    std::fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    let mut kept = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.iter().enumerate() {
+        let to = dir.join(sequence::file_name(i));
+        move_file(input, &to)?;
+        kept.push(to);
+    }
+    Ok(kept)
 }
 
 fn lock(store: &std::sync::Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
@@ -388,18 +454,30 @@ fn move_file(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The command that reproduces the group: the fuzz binary on the input,
-/// plus the tolerate file only when the input needs it (a known bug would
-/// otherwise fire first).
+/// The command that reproduces the group: the fuzz binary on the inputs
+/// it needs before the crash (`history/`, in the group's folder `dir`; now
+/// at `before`) and the crash input (now at `input`), plus the tolerate
+/// file only when they need it (a known bug would otherwise fire first).
 fn repro_command(
     src: &Source,
     dir: &Path,
     minimized: bool,
+    before: &[PathBuf],
     input: &Path,
     sig: &Signature,
 ) -> Result<String> {
     let file = dir.join(if minimized { "minimized" } else { "original" });
-    let plain = src.replay(input, false)?;
+    let mut files: Vec<String> = (0..before.len())
+        .map(|i| {
+            dir.join("history")
+                .join(sequence::file_name(i))
+                .display()
+                .to_string()
+        })
+        .collect();
+    files.push(file.display().to_string());
+    let inputs: Vec<&Path> = before.iter().map(PathBuf::as_path).chain([input]).collect();
+    let plain = src.replay(&inputs, false)?;
     let plain_same = plain
         .signature(&src.slot_label())
         .is_some_and(|s| s.id() == sig.id());
@@ -412,14 +490,18 @@ fn repro_command(
         "{tolerate}ALLOCSOAK_ALLOCATOR='{}' {} {}",
         src.allocator,
         src.binary.display(),
-        file.display()
+        files.join(" ")
     ))
 }
 
-/// The program the input decodes to, the failing op marked.
-fn program_text(target: Target, input: &Path, log: &str) -> Result<String> {
-    let program = crate::repro::read_program(target, input)?;
-    Ok(render::program_text(&program, log))
+/// The program the input decodes to, the failing op marked; after the
+/// programs of the inputs it needs before it, when it does.
+fn program_text(target: Target, before: &[PathBuf], input: &Path, log: &str) -> Result<String> {
+    let mut programs = Vec::with_capacity(before.len() + 1);
+    for file in before.iter().map(PathBuf::as_path).chain([input]) {
+        programs.push(crate::repro::read_program(target, file)?);
+    }
+    Ok(render::sequence_text(&programs, log))
 }
 
 /// The crash stack of a log, one frame per line, every frame.
@@ -456,14 +538,21 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         .join("\n");
     let program = read("program.txt");
     let inputs = crate::corpus::count_files(&dir.join("inputs"))?;
-    let race = toml::from_str::<GroupFile>(&read("group.toml"))
-        .ok()
-        .and_then(|g| g.race_rate)
+    let record = toml::from_str::<GroupFile>(&read("group.toml")).ok();
+    let race = record
+        .as_ref()
+        .and_then(|g| g.race_rate.as_ref())
         .map_or_else(String::new, |rate| {
             format!(
                 "| reproduces | {rate} (its program races threads: replay it several times) |\n"
             )
         });
+    let history = record.as_ref().map_or(0, |g| g.history);
+    let needs = if history > 0 {
+        format!("| needs its history | the {history} input(s) in `history/`, replayed before it in one process (alone it does not crash) |\n")
+    } else {
+        String::new()
+    };
     let text = format!(
         "# {title}\n\n\
          | | |\n| --- | --- |\n\
@@ -475,14 +564,15 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
          | last seen | {last} |\n\
          | count | {count} |\n\
          | status | {status} |\n\
-         {race}\n\
+         {race}{needs}\n\
          ## Reproduce\n\n```sh\n{repro}\n```\n\n\
          ## What\n\n```text\n{what}\n```\n\n\
          ## Where\n\n```text\n{stack}\n```\n\n\
-         ## Program ({which} input)\n\n```text\n{program}```\n\n\
+         ## {which}\n\n```text\n{program}```\n\n\
          ## Files\n\n\
          - `original`: the input the fuzzer wrote; `minimized`: the minimized input (when minimizing kept the signature)\n\
          - `program.txt`, `stack.txt`, `replay.log` (the replay the above is read from), `engine.log`\n\
+         - `history/`: the inputs replayed before `original`, in order, in one process (only for a crash that needs them)\n\
          - `inputs/`: {inputs} more raw inputs with this signature\n",
         title = g.title,
         kind = g.kind,
@@ -496,7 +586,11 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         count = g.count,
         status = g.status,
         repro = g.repro,
-        which = if g.minimized.is_some() { "minimized" } else { "original" },
+        which = match (history, g.minimized.is_some()) {
+            (0, true) => "Program (minimized input)".to_string(),
+            (0, false) => "Program (original input)".to_string(),
+            (n, _) => format!("Programs ({n} from history/, then the crash input, in one process)"),
+        },
     );
     state::write_atomic(&dir.join("REPORT.md"), text.as_bytes())
 }

@@ -4,7 +4,8 @@
 //! - [`libfuzzer::Run`]: one libFuzzer run on an allocator.
 //! - [`daemon`]: the soak: [`state::StateDir`] and its [`store::Store`],
 //!   [`scheduler`] draws, [`slice`]s merged by [`corpus`] and filed by
-//!   [`intake`], progress by [`status`], systemd by [`notify`].
+//!   [`intake`] (a crash that needs the inputs before it through
+//!   [`sequence`]), progress by [`status`], systemd by [`notify`].
 //! - [`groups`], [`repro`]: triage of what a soak filed: list, verify,
 //!   export, replay.
 //! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
@@ -25,6 +26,7 @@ pub mod pass;
 pub mod project;
 pub mod repro;
 pub mod scheduler;
+pub mod sequence;
 pub mod slice;
 pub mod state;
 pub mod status;

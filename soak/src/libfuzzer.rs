@@ -24,6 +24,8 @@ pub struct Run {
     pub out: PathBuf,
     /// A file of violation keys to get past (`ALLOCSOAK_TOLERATE`).
     pub tolerate: Option<PathBuf>,
+    /// Where the engine keeps the inputs it ran last (`ALLOCSOAK_HISTORY`).
+    pub history: Option<PathBuf>,
     /// More libFuzzer flags.
     pub args: Vec<String>,
 }
@@ -63,6 +65,7 @@ impl Run {
             secs: 60,
             out,
             tolerate: None,
+            history: None,
             args: Vec::new(),
         }
     }
@@ -85,6 +88,9 @@ impl Run {
         }
         if let Some(t) = &self.tolerate {
             cmd.env("ALLOCSOAK_TOLERATE", t);
+        }
+        if let Some(h) = &self.history {
+            cmd.env("ALLOCSOAK_HISTORY", h);
         }
         cmd.args(&self.args);
         cmd

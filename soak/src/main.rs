@@ -109,11 +109,12 @@ enum Command {
         #[arg(long)]
         status: Option<String>,
     },
-    /// Replay a crash group's input (by id) or any input file on the current build,
-    /// without a fuzz loop; exits 1 while it reproduces.
+    /// Replay a crash group (by id) or input files on the current build, without a
+    /// fuzz loop; exits 1 while it reproduces.
     Repro {
-        /// A group id (or a unique prefix), or the path of an input file.
-        what: String,
+        /// A group id (or a unique prefix), or input files, replayed in order in one process.
+        #[arg(required = true)]
+        what: Vec<String>,
         /// The state dir, for a group id.
         #[arg(long, default_value = "soak-state")]
         state: PathBuf,
@@ -350,13 +351,16 @@ fn run(command: Command) -> Result<bool> {
             allocator,
             emit_test,
         } => {
-            let case = if std::path::Path::new(&what).is_file() {
+            let case = if what.len() > 1 || std::path::Path::new(&what[0]).is_file() {
                 let target = target.context(
                     "an input file needs --target (alloc_ops, heap_api, mt_ops or diff_mimalloc)",
                 )?;
                 soak::config::check_allocator(&allocator)?;
+                if let Some(missing) = what.iter().find(|w| !std::path::Path::new(w).is_file()) {
+                    bail!("{missing} is not a file; give a group id alone, or input files");
+                }
                 repro::Case {
-                    input: PathBuf::from(&what),
+                    inputs: what.iter().map(PathBuf::from).collect(),
                     target,
                     allocator: allocator.clone(),
                     tolerate: None,
@@ -366,9 +370,9 @@ fn run(command: Command) -> Result<bool> {
             } else {
                 let state = StateDir::open_to_read(&state)?;
                 let store = Store::open(&state.store())?;
-                let g = groups::Group::find(&state, &store, &what)?;
+                let g = groups::Group::find(&state, &store, &what[0])?;
                 repro::Case {
-                    input: g.input(),
+                    inputs: g.inputs()?,
                     target: g.target()?,
                     allocator: g.slot.allocator.clone(),
                     tolerate: g.tolerate(),

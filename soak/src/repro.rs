@@ -1,6 +1,7 @@
-//! `allocsoak repro`: replays one input (a crash group's, or any file from
-//! libFuzzer or honggfuzz) on the current build, without a fuzz loop, and
-//! shows the program, the failing op, the violation and the stack.
+//! `allocsoak repro`: replays a crash group's inputs, or input files from
+//! libFuzzer or honggfuzz, on the current build, without a fuzz loop, and
+//! shows the programs, the failing op, the violation and the stack. A
+//! group that needs its history replays it first, in one process.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,8 @@ use crate::config::Config;
 
 /// What to replay.
 pub struct Case {
-    pub input: PathBuf,
+    /// Replayed in order in one process; the last is the crash input.
+    pub inputs: Vec<PathBuf>,
     pub target: Target,
     pub allocator: String,
     pub tolerate: Option<PathBuf>,
@@ -40,17 +42,31 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
         timeout_secs: config.timeout_secs,
         rss_limit_mb: config.rss_limit_mb,
     };
+    let inputs: Vec<&Path> = case.inputs.iter().map(PathBuf::as_path).collect();
     let replay = replayer
-        .replay(&case.input, true)
+        .replay(&inputs, true)
         .with_context(|| format!("failed to run {}; run `just build`", binary.display()))?;
-    let program = read_program(case.target, &case.input)?;
+    let programs = read_programs(case)?;
     let slot = format!("{}/{}", case.target, case.allocator);
     let signature = replay.signature(&slot);
+    let files = case
+        .inputs
+        .iter()
+        .map(|i| i.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
 
     let mut text = String::new();
-    writeln!(text, "repro: {} on {slot}", case.input.display())?;
-    writeln!(text, "\nprogram ({} ops):", program.ops.len())?;
-    for line in triage::render::program_text(&program, &replay.log).lines() {
+    writeln!(text, "repro: {files} on {slot}")?;
+    match programs.as_slice() {
+        [program] => writeln!(text, "\nprogram ({} ops):", program.ops.len())?,
+        _ => writeln!(
+            text,
+            "\n{} programs, in order in one process (the crash needs the allocator state the ones before it leave):",
+            programs.len()
+        )?,
+    }
+    for line in triage::render::sequence_text(&programs, &replay.log).lines() {
         writeln!(text, "  {line}")?;
     }
     match &signature {
@@ -91,10 +107,9 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
     });
     writeln!(
         text,
-        "\nReproduce with: {tolerate}ALLOCSOAK_ALLOCATOR='{}' {} {}",
+        "\nReproduce with: {tolerate}ALLOCSOAK_ALLOCATOR='{}' {} {files}",
         case.allocator,
         binary.display(),
-        case.input.display()
     )?;
     Ok(Shown {
         text,
@@ -110,9 +125,17 @@ pub fn read_program(target: Target, input: &Path) -> Result<shadow::Program> {
     Ok(shadow::Program::decode(target, &data))
 }
 
-/// Writes the case's program as a standalone `#[test]` to `path`.
+/// The programs the case's inputs decode to, in replay order.
+pub fn read_programs(case: &Case) -> Result<Vec<shadow::Program>> {
+    case.inputs
+        .iter()
+        .map(|i| read_program(case.target, i))
+        .collect()
+}
+
+/// Writes the case's programs as a standalone `#[test]` to `path`.
 pub fn emit_test(case: &Case, path: &Path) -> Result<()> {
-    let program = read_program(case.target, &case.input)?;
-    let test = program.to_rust_test(&case.test_name, &case.allocator);
+    let test =
+        shadow::Program::sequence_test(&read_programs(case)?, &case.test_name, &case.allocator);
     crate::state::write_atomic(path, test.as_bytes())
 }

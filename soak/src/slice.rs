@@ -58,6 +58,7 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64) -> Result<()> {
         secs,
         corpus: vec![scratch.join("new"), corpus, soak.project.seeds(target)],
         tolerate: (!keys.is_empty()).then(|| tolerate.clone()),
+        history: Some(scratch.join("history")),
         args: vec![
             format!("-timeout={}", soak.config.timeout_secs),
             format!("-rss_limit_mb={}", soak.config.rss_limit_mb),
@@ -182,6 +183,7 @@ pub fn finish(
         }
     }
 
+    let history = Some(scratch.join("history")).filter(|h| h.is_file());
     let src = Source {
         target,
         allocator: &record.allocator,
@@ -190,6 +192,7 @@ pub fn finish(
         slice_id: Some(slice_id),
         binary: &binary,
         tolerate: tolerate.as_deref(),
+        history: history.as_deref(),
         timeout_secs: soak.config.timeout_secs,
         rss_limit_mb: soak.config.rss_limit_mb,
     };

@@ -1,10 +1,13 @@
 //! Triage: the crash pipeline's stages after a signature (`report`):
 //! replaying an input on a fuzz binary and rendering what it shows.
 //!
-//! - [`replay::Replayer`]: one input replayed on a fuzz binary.
+//! - [`replay::Replayer`]: inputs replayed on a fuzz binary, in order,
+//!   in one process.
+//! - [`ddmin::ddmin`]: the few inputs of a sequence that still fail.
 //! - [`render::program_text`]: the op program with the failing op marked.
 
 #![deny(missing_docs)]
 
+pub mod ddmin;
 pub mod render;
 pub mod replay;

@@ -31,6 +31,28 @@ pub fn program_text(program: &Program, log: &str) -> String {
     out
 }
 
+/// Programs replayed in order in one process: each under a header line,
+/// the last (the crash input's) with its failing op marked. One program
+/// renders as [`program_text`] does.
+pub fn sequence_text(programs: &[Program], log: &str) -> String {
+    let Some((last, before)) = programs.split_last() else {
+        return String::new();
+    };
+    if before.is_empty() {
+        return program_text(last, log);
+    }
+    let n = programs.len();
+    let mut out = String::new();
+    for (i, program) in before.iter().enumerate() {
+        out.push_str(&format!("# input {} of {n}: history/{i:06}\n", i + 1));
+        out.push_str(&program_text(program, ""));
+        out.push('\n');
+    }
+    out.push_str(&format!("# input {n} of {n}: the crash input\n"));
+    out.push_str(&program_text(last, log));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +69,12 @@ mod tests {
             "target alloc_ops\nalloc size=8 align=16\nalloc size=8 align=8    # <-- op #1 fails here\n"
         );
         assert_eq!(program_text(&program, "no violation"), program.to_string());
+        assert_eq!(sequence_text(std::slice::from_ref(&program), log), text);
+        let two = sequence_text(&[program.clone(), program], log);
+        assert!(
+            two.starts_with("# input 1 of 2: history/000000\ntarget alloc_ops\nalloc size=8 align=16\nalloc size=8 align=8\n\n# input 2 of 2: the crash input\n")
+                && two.ends_with(&text),
+            "{two}"
+        );
     }
 }

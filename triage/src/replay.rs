@@ -1,6 +1,8 @@
-//! Replaying one input on a fuzz binary, without a fuzz loop: libFuzzer
-//! binaries run each file argument once. Inputs from honggfuzz are the same
-//! raw bytes and replay the same way.
+//! Replaying inputs on a fuzz binary, without a fuzz loop: libFuzzer
+//! binaries run each file argument once, in order, in one process (so a
+//! crash that needs the allocator state earlier inputs left replays as
+//! that sequence). Inputs from honggfuzz are the same raw bytes and
+//! replay the same way.
 
 use std::io;
 use std::path::Path;
@@ -27,7 +29,7 @@ pub struct Replayer<'a> {
 pub struct Replay {
     /// The binary's stderr: the violation line, the sanitizer report, the stack.
     pub log: String,
-    /// Whether the input failed again with a finding.
+    /// Whether the inputs failed again with a finding.
     pub reproduced: bool,
 }
 
@@ -41,14 +43,15 @@ impl Replay {
 }
 
 impl Replayer<'_> {
-    /// The command that replays `input`, as a user would type it.
-    pub fn command(&self, input: &Path, tolerate: bool) -> Command {
+    /// The command that replays `inputs` in order in one process, as a
+    /// user would type it.
+    pub fn command(&self, inputs: &[&Path], tolerate: bool) -> Command {
         let mut cmd = engine_command(self.binary);
         cmd.env("ALLOCSOAK_ALLOCATOR", self.allocator)
             .env("ALLOCSOAK_MODE", "checked")
             .arg(format!("-timeout={}", self.timeout_secs))
             .arg(format!("-rss_limit_mb={}", self.rss_limit_mb))
-            .arg(input)
+            .args(inputs)
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         if let (true, Some(t)) = (tolerate, self.tolerate) {
@@ -57,9 +60,10 @@ impl Replayer<'_> {
         cmd
     }
 
-    /// Replays `input` once. `Err` only when the binary cannot run.
-    pub fn replay(&self, input: &Path, tolerate: bool) -> io::Result<Replay> {
-        let out = self.command(input, tolerate).output()?;
+    /// Replays `inputs` once, in order, in one process. `Err` only when
+    /// the binary cannot run.
+    pub fn replay(&self, inputs: &[&Path], tolerate: bool) -> io::Result<Replay> {
+        let out = self.command(inputs, tolerate).output()?;
         let log = String::from_utf8_lossy(&out.stderr).into_owned();
         let reproduced = !out.status.success() && report::kind(&log).is_some();
         Ok(Replay { log, reproduced })

@@ -394,20 +394,36 @@ impl Program {
     /// The program as a standalone Rust test that replays it with no fuzz
     /// engine, against `allocator` (a name `allocator::by_name` accepts).
     pub fn to_rust_test(&self, test_name: &str, allocator: &str) -> String {
-        let text = self.to_string();
+        Program::sequence_test(std::slice::from_ref(self), test_name, allocator)
+    }
+
+    /// Programs as one standalone Rust test that runs them in order on one
+    /// allocator instance: a bug that needs the state earlier programs
+    /// left (as the inputs of one fuzz process leave it) replays too.
+    pub fn sequence_test(programs: &[Program], test_name: &str, allocator: &str) -> String {
+        let what = match programs.len() {
+            1 => "one op program".to_string(),
+            n => {
+                format!("{n} op programs in order (the allocator keeps state from one to the next)")
+            }
+        };
+        let texts: String = programs
+            .iter()
+            .map(|p| format!("        r#\"\n{p}\"#,\n"))
+            .collect();
         format!(
-            "// Emitted by allocsoak: a replay of one op program, no fuzz engine needed.\n\
+            "// Emitted by allocsoak: a replay of {what}, no fuzz engine needed.\n\
              // Needs the `shadow` crate (allocsoak's shadow/) as a dev-dependency. It runs\n\
              // on {allocator:?} unless ALLOCSOAK_ALLOCATOR names another allocator;\n\
              // it panics with an `allocsoak violation:` line while the bug is there.\n\
              #[test]\n\
              fn {test_name}() {{\n\
-             \x20   let program: shadow::Program = r#\"\n{text}\"#\n\
-             \x20       .parse()\n\
-             \x20       .expect(\"program text\");\n\
              \x20   let name = std::env::var(\"ALLOCSOAK_ALLOCATOR\").unwrap_or_else(|_| {allocator:?}.to_string());\n\
              \x20   let allocator = shadow::allocator::by_name(&name).expect(\"allocator\");\n\
-             \x20   shadow::run(&program, allocator);\n\
+             \x20   for text in [\n{texts}\x20   ] {{\n\
+             \x20       let program: shadow::Program = text.parse().expect(\"program text\");\n\
+             \x20       shadow::run(&program, allocator);\n\
+             \x20   }}\n\
              }}\n"
         )
     }

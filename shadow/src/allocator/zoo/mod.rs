@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
@@ -59,10 +60,16 @@ pub enum Bug {
     /// inside the allocator at once can lose an update (a live block then
     /// comes back from the list).
     RacyFreeList,
+    /// Freeing a 3073..=3584-byte block queues a deferred flush; the flush,
+    /// at the allocator's next quiet point (a program's end), corrupts the
+    /// size-class table, and the next allocation of 64 bytes or less
+    /// panics: in a later input than the one that did the damage, so only
+    /// the two replayed in order in one process reproduce it.
+    LatentCorruption,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 16] = [
+    pub const ALL: [Bug; 17] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -79,6 +86,7 @@ impl Bug {
         Bug::PanicClass,
         Bug::TinyReallocShort,
         Bug::RacyFreeList,
+        Bug::LatentCorruption,
     ];
 
     pub fn name(self) -> &'static str {
@@ -99,6 +107,7 @@ impl Bug {
             Bug::PanicClass => "panic-class",
             Bug::TinyReallocShort => "tiny-realloc-short",
             Bug::RacyFreeList => "racy-free-list",
+            Bug::LatentCorruption => "latent-corruption",
         }
     }
 
@@ -139,7 +148,7 @@ impl Bug {
             Bug::XthreadWrongFree | Bug::HeapDeleteDrops => &["heap-use-after-free"],
             Bug::LeakOnShrink => &["leak"],
             Bug::MisalignedReallocShort | Bug::TinyReallocShort => &["realloc-prefix"],
-            Bug::PanicClass => &["panic"],
+            Bug::PanicClass | Bug::LatentCorruption => &["panic"],
             // A block on the list twice is handed out to two owners; which
             // check sees it first depends on what they do with it.
             Bug::RacyFreeList => &["overlap", "contents", "realloc-prefix"],
@@ -171,6 +180,12 @@ const HUGE_SUCCESS: RangeInclusive<usize> = isize::MAX as usize - 65535..=isize:
 const PANIC_CLASS: RangeInclusive<usize> = 2049..=3072;
 const TINY_REALLOC: RangeInclusive<usize> = 9..=16;
 const RACY: RangeInclusive<usize> = 257..=1024;
+const LATENT: RangeInclusive<usize> = 3073..=3584;
+
+/// `LatentCorruption`'s state, which outlives a program: that is the bug.
+const CLEAN: u8 = 0;
+const FLUSH_QUEUED: u8 = 1;
+const CORRUPT: u8 = 2;
 
 #[derive(Default)]
 struct State {
@@ -198,6 +213,8 @@ pub struct Zoo {
     heaps: ZooHeaps,
     state: Mutex<State>,
     racy: RacyList,
+    /// `LatentCorruption`: `CLEAN`, `FLUSH_QUEUED` or `CORRUPT`.
+    latent: AtomicU8,
 }
 
 /// Parses `bug` or `bug+bug+...`.
@@ -221,6 +238,7 @@ impl Zoo {
             },
             state: Mutex::new(State::default()),
             racy: RacyList::new(),
+            latent: AtomicU8::new(CLEAN),
         })
     }
 
@@ -259,11 +277,20 @@ impl Zoo {
         align <= 16 && self.has(Bug::RacyFreeList) && RACY.contains(&size)
     }
 
-    /// The size-class lookup `PanicClass` breaks.
+    /// The size-class lookup `PanicClass` and `LatentCorruption` break.
     fn class_of(&self, size: usize) {
         if self.has(Bug::PanicClass) && PANIC_CLASS.contains(&size) {
             static CLASSES: [u8; 40] = [0; 40];
             let _ = std::hint::black_box(CLASSES[(size - 2049) / 128 + 40]);
+        }
+        if size <= 64
+            && self.has(Bug::LatentCorruption)
+            && self
+                .latent
+                .compare_exchange(CORRUPT, CLEAN, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            panic!("zoo: the size-class table is corrupt");
         }
     }
 
@@ -402,6 +429,9 @@ impl Allocator for Zoo {
         if self.has(Bug::DirtyZeroed) && DIRTY_ZEROED.contains(&size) {
             self.state().freed_256 = true;
         }
+        if self.has(Bug::LatentCorruption) && LATENT.contains(&size) {
+            self.latent.store(FLUSH_QUEUED, Ordering::Relaxed);
+        }
         if let Some(base) = self.state().shifted.remove(&(p as usize)) {
             return self.base.free(base as *mut u8, size, align);
         }
@@ -449,6 +479,13 @@ impl Allocator for Zoo {
     }
 
     fn reset(&self) {
+        // The deferred flush runs, and writes past the class table.
+        let _ = self.latent.compare_exchange(
+            FLUSH_QUEUED,
+            CORRUPT,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         let mut st = self.state();
         let cached = std::mem::take(&mut st.cached_48);
         let mut link = std::mem::take(&mut st.list_head);
