@@ -85,3 +85,53 @@ pub fn duty_cycle(state: &Path) -> f64 {
 pub fn repro(command: &str) -> Output {
     Command::new("sh").arg("-c").arg(command).output().unwrap()
 }
+
+/// Compiles the emitted test in a crate of its own, with `shadow` as its
+/// only dependency, and runs it on the zoo allocator it names (it fails
+/// with a `kind` violation) and on `system` (it passes).
+pub fn emitted_test_fails_on_the_zoo_and_passes_on_system(test_file: &Path, kind: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let krate = tempfile::tempdir().unwrap();
+    std::fs::write(
+        krate.path().join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"emitted\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
+             [dev-dependencies]\nshadow = {{ path = {:?} }}\n\n[workspace]\n",
+            root.join("shadow")
+        ),
+    )
+    .unwrap();
+    std::fs::copy(root.join("Cargo.lock"), krate.path().join("Cargo.lock")).unwrap();
+    std::fs::create_dir_all(krate.path().join("src")).unwrap();
+    std::fs::write(krate.path().join("src/lib.rs"), "").unwrap();
+    std::fs::create_dir_all(krate.path().join("tests")).unwrap();
+    std::fs::copy(test_file, krate.path().join("tests/emitted.rs")).unwrap();
+    let cargo = |allocator: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["test", "--offline", "--test", "emitted"])
+            .current_dir(krate.path())
+            .env("CARGO_TARGET_DIR", root.join("target/emitted-test"))
+            .env_remove("ALLOCSOAK_ALLOCATOR");
+        if let Some(a) = allocator {
+            cmd.env("ALLOCSOAK_ALLOCATOR", a);
+        }
+        cmd.output().unwrap()
+    };
+    let on_zoo = cargo(None);
+    let text = String::from_utf8_lossy(&on_zoo.stdout);
+    assert!(
+        !on_zoo.status.success(),
+        "the emitted test passed on the buggy zoo: {text}"
+    );
+    assert!(
+        text.contains(&format!("allocsoak violation: {kind}")),
+        "{text}{}",
+        String::from_utf8_lossy(&on_zoo.stderr)
+    );
+    let on_system = cargo(Some("system"));
+    assert!(
+        on_system.status.success(),
+        "{}",
+        String::from_utf8_lossy(&on_system.stdout)
+    );
+}
