@@ -79,6 +79,9 @@ pub struct GroupFile {
     /// crash that needs the state they leave in the allocator.
     #[serde(default)]
     pub history: usize,
+    /// What shrinking the history did (`41 inputs to 1 in 2.3 s (9 replays)`).
+    #[serde(default)]
+    pub history_shrunk: Option<String>,
 }
 
 impl Source<'_> {
@@ -224,7 +227,7 @@ pub fn file(
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut reproduction = reproduce(src, artifact)?;
     let history = match src.history {
-        Some(ring) if !reproduction.reproduced() && !reproduction.race => {
+        Some(ring) if !reproduction.reproduced() => {
             with_history(src, ring, artifact, &mut reproduction)?
         }
         _ => None,
@@ -284,12 +287,13 @@ pub fn file(
     // A crash that needs its history keeps the few inputs it needs, in
     // `history/`; its input is not minimized (libFuzzer's minimizer replays
     // it alone, where it does not crash).
-    let (before, shrunk) = match &history {
-        Some(h) => {
-            let (inputs, replay) = h.shrink(&src.replayer(), artifact, &src.slot_label(), &id)?;
-            (keep_history(&inputs, &work)?, Some(replay))
-        }
-        None => (Vec::new(), None),
+    let shrunk = match &history {
+        Some(h) => Some(h.shrink(&src.replayer(), artifact, &src.slot_label(), &id)?),
+        None => None,
+    };
+    let before = match &shrunk {
+        Some(s) => keep_history(&s.inputs, &work)?,
+        None => Vec::new(),
     };
     let minimized = if reproduced && history.is_none() {
         minimize(src, artifact, &sig, &work)?
@@ -298,7 +302,7 @@ pub fn file(
     };
     let (shown_input, shown_log) = match (&minimized, &shrunk) {
         (Some((path, replay)), _) => (path.clone(), replay.log.as_str()),
-        (None, Some(replay)) => (artifact.to_path_buf(), replay.log.as_str()),
+        (None, Some(shrunk)) => (artifact.to_path_buf(), shrunk.replay.log.as_str()),
         (None, None) => (
             artifact.to_path_buf(),
             if reproduced {
@@ -328,6 +332,7 @@ pub fn file(
         repro,
         race_rate: reproduction.race_rate(),
         history: before.len(),
+        history_shrunk: shrunk.as_ref().map(|s| s.summary()),
     };
     state::write_atomic(
         &work.join("group.toml"),
@@ -549,7 +554,11 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         });
     let history = record.as_ref().map_or(0, |g| g.history);
     let needs = if history > 0 {
-        format!("| needs its history | the {history} input(s) in `history/`, replayed before it in one process (alone it does not crash) |\n")
+        let shrunk = record
+            .as_ref()
+            .and_then(|g| g.history_shrunk.as_ref())
+            .map_or_else(String::new, |s| format!("; shrunk from {s}"));
+        format!("| needs its history | the {history} input(s) in `history/`, replayed before it in one process (alone it does not crash){shrunk} |\n")
     } else {
         String::new()
     };

@@ -24,6 +24,31 @@ pub struct History {
     pub inputs: Vec<PathBuf>,
 }
 
+/// What shrinking a history kept, and what it took.
+pub struct Shrunk {
+    /// The inputs the crash needs, in replay order.
+    pub inputs: Vec<PathBuf>,
+    /// Their replay before the crash input.
+    pub replay: Replay,
+    /// How many inputs the history had, replays and seconds it took.
+    pub from: usize,
+    pub replays: usize,
+    pub secs: f64,
+}
+
+impl Shrunk {
+    /// `41 inputs to 1 in 2.3 s (9 replays)`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} inputs to {} in {:.1} s ({} replays)",
+            self.from,
+            self.inputs.len(),
+            self.secs,
+            self.replays
+        )
+    }
+}
+
 impl History {
     /// Unpacks the ring file `ring` into numbered files in `dir` (made
     /// afresh). `None` when the ring holds nothing before the crash input.
@@ -59,21 +84,23 @@ impl History {
 
     /// The fewest inputs of the history that, replayed before the crash
     /// input, still reproduce the group `id`: the shortest suffix that
-    /// does (doubling its length), then ddmin within it. Returns them with
-    /// their replay.
+    /// does (doubling its length), then ddmin within it.
     pub fn shrink(
         &self,
         replayer: &Replayer,
         artifact: &Path,
         slot: &str,
         id: &str,
-    ) -> Result<(Vec<PathBuf>, Replay)> {
-        let deadline = Instant::now() + Duration::from_secs(SHRINK_SECS);
+    ) -> Result<Shrunk> {
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(SHRINK_SECS);
         let mut failure = None;
+        let mut replays = 0;
         let mut reproduces = |before: &[PathBuf]| -> bool {
             if failure.is_some() || Instant::now() > deadline {
                 return false;
             }
+            replays += 1;
             match replay(replayer, before, artifact) {
                 Ok(r) => r.signature(slot).is_some_and(|s| s.id() == id),
                 Err(e) => {
@@ -93,7 +120,13 @@ impl History {
             return Err(e);
         }
         let last = replay(replayer, &before, artifact)?;
-        Ok((before, last))
+        Ok(Shrunk {
+            inputs: before,
+            replay: last,
+            from: n,
+            replays: replays + 1,
+            secs: start.elapsed().as_secs_f64(),
+        })
     }
 }
 
