@@ -60,7 +60,7 @@ fn verify_marks_a_fix_fixed_and_its_return_regressed() {
     );
     assert!(ok, "{text}");
     let db = rusqlite::Connection::open(state.join("store.sqlite")).unwrap();
-    // The bug shows through alloc and through realloc: one or two groups.
+    // The bug shows through alloc, alloc-zeroed and realloc: a group each.
     let (id, kind): (String, String) = db
         .query_row(
             "SELECT id, kind FROM crash_group ORDER BY first_seen LIMIT 1",

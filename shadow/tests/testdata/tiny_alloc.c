@@ -1,6 +1,6 @@
 /* A tiny C allocator with a `t_` prefix, for the dylib adapter's tests:
  * a header before every block records its size, as many real allocators do.
- * Built with -DPLANTED_BUG, blocks of 24 bytes come back 8 bytes short of
+ * Built with -DPLANTED_BUG, blocks of 17 to 32 bytes come back 8 bytes short of
  * 16-byte alignment. */
 #include <errno.h>
 #include <stdint.h>
@@ -22,7 +22,7 @@ static void *raw_of(void *p) { return (char *)p - ((size_t *)p)[-2]; }
 void *t_malloc(size_t size) {
     if (size > PTRDIFF_MAX - HEADER) return NULL;
 #ifdef PLANTED_BUG
-    if (size == 24) return wrap(malloc(size + HEADER + 8), size, HEADER + 8);
+    if (size > 16 && size <= 32) return wrap(malloc(size + HEADER + 8), size, HEADER + 8);
 #endif
     return wrap(malloc(size + HEADER), size, HEADER);
 }
