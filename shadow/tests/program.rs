@@ -82,7 +82,11 @@ fn decoding_reaches_allocator_edges() {
 fn emitted_test_carries_the_program_text() {
     let program =
         common::program("target alloc_ops\nalloc size=24 align=8\nrealloc slot=0 to=double\n");
-    let test = program.to_rust_test("replays_overlap", "zoo:double-issue");
+    let test = Program::rust_test(
+        std::slice::from_ref(&program),
+        "replays_overlap",
+        "zoo:double-issue",
+    );
     assert!(test.contains("#[test]\nfn replays_overlap()"), "{test}");
     assert!(test.contains(&program.to_string()), "{test}");
     assert!(

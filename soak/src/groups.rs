@@ -261,11 +261,8 @@ pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<P
             state::copy_atomic(file, &work.join("history").join(file.file_name().unwrap()))?;
         }
     }
-    let programs = inputs
-        .iter()
-        .map(|i| crate::repro::read_program(g.target()?, i))
-        .collect::<Result<Vec<_>>>()?;
-    let test = shadow::Program::sequence_test(&programs, &test_name(&g.row), &g.slot.allocator);
+    let programs = crate::repro::read_programs(g.target()?, &inputs)?;
+    let test = shadow::Program::rust_test(&programs, &test_name(&g.row), &g.slot.allocator);
     state::write_atomic(&work.join("test.rs"), test.as_bytes())?;
     let files = inputs
         .iter()

@@ -376,7 +376,10 @@ fn with_history(
         Ok(None) => return Ok(None),
         Err(e) => {
             // The crash is still filed, as flaky: a bad history loses nothing.
-            eprintln!("allocsoak: {e:#}; {} is filed without its history", artifact.display());
+            eprintln!(
+                "allocsoak: {e:#}; {} is filed without its history",
+                artifact.display()
+            );
             return Ok(None);
         }
     };
@@ -508,10 +511,9 @@ fn repro_command(
 /// The program the input decodes to, the failing op marked; after the
 /// programs of the inputs it needs before it, when it does.
 fn program_text(target: Target, before: &[PathBuf], input: &Path, log: &str) -> Result<String> {
-    let mut programs = Vec::with_capacity(before.len() + 1);
-    for file in before.iter().map(PathBuf::as_path).chain([input]) {
-        programs.push(crate::repro::read_program(target, file)?);
-    }
+    let mut inputs = before.to_vec();
+    inputs.push(input.to_path_buf());
+    let programs = crate::repro::read_programs(target, &inputs)?;
     Ok(render::sequence_text(&programs, log))
 }
 

@@ -46,7 +46,7 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
     let replay = replayer
         .replay(&inputs, true)
         .with_context(|| format!("failed to run {}; run `just build`", binary.display()))?;
-    let programs = read_programs(case)?;
+    let programs = read_programs(case.target, &case.inputs)?;
     let slot = format!("{}/{}", case.target, case.allocator);
     let signature = replay.signature(&slot);
     let files = case
@@ -125,17 +125,14 @@ pub fn read_program(target: Target, input: &Path) -> Result<shadow::Program> {
     Ok(shadow::Program::decode(target, &data))
 }
 
-/// The programs the case's inputs decode to, in replay order.
-pub fn read_programs(case: &Case) -> Result<Vec<shadow::Program>> {
-    case.inputs
-        .iter()
-        .map(|i| read_program(case.target, i))
-        .collect()
+/// The programs input files decode to, in replay order.
+pub fn read_programs(target: Target, inputs: &[PathBuf]) -> Result<Vec<shadow::Program>> {
+    inputs.iter().map(|i| read_program(target, i)).collect()
 }
 
 /// Writes the case's programs as a standalone `#[test]` to `path`.
 pub fn emit_test(case: &Case, path: &Path) -> Result<()> {
-    let test =
-        shadow::Program::sequence_test(&read_programs(case)?, &case.test_name, &case.allocator);
+    let programs = read_programs(case.target, &case.inputs)?;
+    let test = shadow::Program::rust_test(&programs, &case.test_name, &case.allocator);
     crate::state::write_atomic(path, test.as_bytes())
 }

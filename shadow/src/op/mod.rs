@@ -391,16 +391,12 @@ impl Program {
         Program { target, ops }
     }
 
-    /// The program as a standalone Rust test that replays it with no fuzz
-    /// engine, against `allocator` (a name `allocator::by_name` accepts).
-    pub fn to_rust_test(&self, test_name: &str, allocator: &str) -> String {
-        Program::sequence_test(std::slice::from_ref(self), test_name, allocator)
-    }
-
-    /// Programs as one standalone Rust test that runs them in order on one
-    /// allocator instance: a bug that needs the state earlier programs
-    /// left (as the inputs of one fuzz process leave it) replays too.
-    pub fn sequence_test(programs: &[Program], test_name: &str, allocator: &str) -> String {
+    /// Programs as one standalone Rust test that replays them with no fuzz
+    /// engine, in order on one instance of `allocator` (a name
+    /// `allocator::by_name` accepts): a bug that needs the state earlier
+    /// programs left (as the inputs of one fuzz process leave it) replays
+    /// too. Most tests are one program.
+    pub fn rust_test(programs: &[Program], test_name: &str, allocator: &str) -> String {
         let what = match programs.len() {
             1 => "one op program".to_string(),
             n => {
