@@ -21,8 +21,10 @@ pub fn run(
     reference: &'static dyn Allocator,
     mode: Mode,
 ) {
-    let mut a = Executor::new(under_test, mode);
-    let mut b = Executor::new(reference, mode);
+    // One seed base: both sides fill a block with the same pattern.
+    let seed_base = crate::executor::next_seed_base();
+    let mut a = Executor::with_seed_base(under_test, mode, seed_base);
+    let mut b = Executor::with_seed_base(reference, mode, seed_base);
     let same_classes = under_test.size_classes() == Some("mimalloc");
     let zero_differs = under_test.realloc_to_zero() != reference.realloc_to_zero();
     for (i, op) in program.ops.iter().enumerate() {
@@ -73,9 +75,9 @@ pub fn run(
                     ));
                 }
                 // Both sides filled the layout of the requested size (equal, checked above).
-                if let Some(m) =
-                    unsafe { pattern::compare(bb.ptr as *const u8, ba.ptr as *const u8, ba.size) }
-                {
+                if let Some(m) = unsafe {
+                    pattern::compare(bb.ptr as *const u8, ba.ptr as *const u8, ba.size, ba.seed)
+                } {
                     fail(format!(
                         "contents differ at offset {}: mimalloc {:#04x}, under test {:#04x}",
                         m.offset, m.expected, m.found

@@ -5,15 +5,28 @@
 //! pattern at the same offsets, and two blocks never share a pattern (a block
 //! handed out twice, or a free-list link written into it, shows as a
 //! mismatch). Every range is asked of ASan first, where the fuzz binary has
-//! it ([`crate::sanitizer::accessible`]). Blocks up to [`FULL_CHECK`] bytes carry the pattern everywhere;
-//! larger ones at the head, the tail and [`SAMPLES`] strided windows, which
-//! keeps a 32 MiB block as cheap to check as a 4 KiB one.
+//! it ([`crate::sanitizer::accessible`]).
+//!
+//! Which bytes carry the pattern is the block's [`layout`], a function of
+//! its length and seed, so filling a block and checking it later (or the
+//! prefix realloc kept) see the same ranges. Blocks up to [`FULL_CHECK`]
+//! bytes carry it everywhere, and so does one larger block in
+//! [`WHOLE_ONE_IN`] (fewer past 1 MiB), picked by its seed; the others at
+//! the head, the tail
+//! and [`SAMPLES`] windows, one at a seed-chosen place in each of as many
+//! equal strata. Every byte of a large block is thus checked in some
+//! programs, while a 32 MiB block usually costs what a 4 KiB one does.
 
 /// Blocks up to this size are filled and checked in full.
 pub const FULL_CHECK: usize = 4096;
+/// One block larger than [`FULL_CHECK`] in this many (by seed) is filled
+/// and checked in full; of blocks over [`WHOLE_ONE_IN`] × 64 KiB, fewer, so
+/// that a whole check costs a large block 64 KiB on average.
+pub const WHOLE_ONE_IN: u64 = 16;
+const WHOLE_BYTES: usize = 64 << 10;
 /// Bytes at each end of a large block that are filled and checked.
 const EDGE: usize = 1024;
-/// Number of strided windows between the ends of a large block.
+/// Number of windows between the ends of a large block.
 pub const SAMPLES: usize = 32;
 const WINDOW: usize = 64;
 
@@ -36,15 +49,47 @@ pub fn byte(seed: u64, offset: usize) -> u8 {
     word(seed, offset / 8).to_le_bytes()[offset % 8]
 }
 
-/// The ranges of a `len`-byte block that carry the pattern, in order.
-pub fn layout(len: usize) -> impl Iterator<Item = (usize, usize)> {
-    let full = len <= FULL_CHECK;
+/// splitmix64's finalizer: the seed's `k`-th draw.
+#[inline]
+fn draw(seed: u64, k: u64) -> u64 {
+    let mut z = seed ^ k.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Whether a block carries the pattern everywhere.
+pub fn is_whole(len: usize, seed: u64) -> bool {
+    let one_in = WHOLE_ONE_IN.max((len / WHOLE_BYTES) as u64);
+    len <= FULL_CHECK || draw(seed, u64::MAX) % one_in == 0
+}
+
+/// The ranges of a `len`-byte block with `seed` that carry the pattern,
+/// in order, not overlapping. A window starts at a seed-chosen offset of
+/// its stratum and wraps to the stratum's start, so each byte of a large
+/// block is in a window for the same share of seeds.
+pub fn layout(len: usize, seed: u64) -> impl Iterator<Item = (usize, usize)> {
+    let full = is_whole(len, seed);
     let head = if full { (0, len) } else { (0, EDGE) };
-    let stride = (len / (SAMPLES + 1)) & !7;
-    let windows = (1..=SAMPLES)
-        .filter(move |_| !full)
-        .map(move |k| (k * stride, k * stride + WINDOW))
-        .filter(move |&(a, b)| a >= EDGE && b <= len - EDGE);
+    let middle = if full { 0 } else { len - 2 * EDGE };
+    let stride = middle / SAMPLES;
+    let windows = (0..SAMPLES)
+        .filter(move |_| !full && stride >= WINDOW)
+        .flat_map(move |k| {
+            let start = EDGE + k * stride;
+            // The last stratum takes the remainder, up to the tail.
+            let end = if k == SAMPLES - 1 {
+                len - EDGE
+            } else {
+                start + stride
+            };
+            let a = start + (draw(seed, k as u64) % (end - start) as u64) as usize;
+            match (a + WINDOW).checked_sub(end) {
+                None | Some(0) => [Some((a, a + WINDOW)), None],
+                Some(wrapped) => [Some((start, start + wrapped)), Some((a, end))],
+            }
+        })
+        .flatten();
     let tail = (!full).then(|| (len - EDGE, len));
     std::iter::once(head).chain(windows).chain(tail)
 }
@@ -106,7 +151,7 @@ pub unsafe fn check_range(base: *const u8, from: usize, to: usize, seed: u64) ->
 /// # Safety
 /// The block must be writable for `len` bytes.
 pub unsafe fn fill(base: *mut u8, len: usize, seed: u64) {
-    for (a, b) in layout(len) {
+    for (a, b) in layout(len, seed) {
         fill_range(base, a, b, seed);
     }
 }
@@ -117,17 +162,17 @@ pub unsafe fn fill(base: *mut u8, len: usize, seed: u64) {
 /// # Safety
 /// The block must be readable for `min(len, limit)` bytes.
 pub unsafe fn check(base: *const u8, len: usize, limit: usize, seed: u64) -> Option<Mismatch> {
-    layout(len)
+    layout(len, seed)
         .map(|(a, b)| (a.min(limit), b.min(limit)))
         .find_map(|(a, b)| check_range(base, a, b, seed))
 }
 
-/// Checks that the layout of a `len`-byte block reads zero.
+/// Checks that the layout of a `len`-byte block with `seed` reads zero.
 ///
 /// # Safety
 /// The block must be readable for `len` bytes.
-pub unsafe fn check_zero(base: *const u8, len: usize) -> Option<Mismatch> {
-    for (a, b) in layout(len) {
+pub unsafe fn check_zero(base: *const u8, len: usize, seed: u64) -> Option<Mismatch> {
+    for (a, b) in layout(len, seed) {
         for i in a..crate::sanitizer::accessible(base, a, b) {
             let found = *base.add(i);
             if found != 0 {
@@ -142,13 +187,14 @@ pub unsafe fn check_zero(base: *const u8, len: usize) -> Option<Mismatch> {
     None
 }
 
-/// Compares two blocks over the layout of `len` bytes; returns the first
-/// offset where they differ, with `a`'s byte as expected.
+/// Compares two blocks over the layout of `len` bytes with `seed`;
+/// returns the first offset where they differ, with `a`'s byte as
+/// expected.
 ///
 /// # Safety
 /// Both blocks must be readable for `len` bytes.
-pub unsafe fn compare(a: *const u8, b: *const u8, len: usize) -> Option<Mismatch> {
-    for (from, to) in layout(len) {
+pub unsafe fn compare(a: *const u8, b: *const u8, len: usize, seed: u64) -> Option<Mismatch> {
+    for (from, to) in layout(len, seed) {
         let to = crate::sanitizer::accessible(a, from, to);
         let to = crate::sanitizer::accessible(b, from, to);
         let (sa, sb) = (
@@ -173,17 +219,43 @@ mod tests {
 
     #[test]
     fn layout_covers_small_blocks_fully_and_bounds_large_ones() {
-        assert_eq!(layout(100).collect::<Vec<_>>(), vec![(0, 100)]);
-        assert_eq!(layout(0).collect::<Vec<_>>(), vec![(0, 0)]);
-        let big: Vec<_> = layout(32 << 20).collect();
-        let covered: usize = big.iter().map(|(a, b)| b - a).sum();
-        assert!(covered <= 2 * EDGE + SAMPLES * WINDOW, "covered {covered}");
-        assert_eq!(big.first(), Some(&(0, EDGE)));
-        assert_eq!(big.last(), Some(&((32 << 20) - EDGE, 32 << 20)));
+        assert_eq!(layout(100, 1).collect::<Vec<_>>(), vec![(0, 100)]);
+        assert_eq!(layout(0, 1).collect::<Vec<_>>(), vec![(0, 0)]);
+        for len in [4097, 10_000, 1 << 20, 32 << 20] {
+            for seed in (0..64).filter(|&s| !is_whole(len, s)) {
+                let big: Vec<_> = layout(len, seed).collect();
+                let covered: usize = big.iter().map(|(a, b)| b - a).sum();
+                assert_eq!(
+                    covered,
+                    2 * EDGE + SAMPLES * WINDOW,
+                    "len {len} seed {seed}"
+                );
+                assert_eq!(big.first(), Some(&(0, EDGE)));
+                assert_eq!(big.last(), Some(&(len - EDGE, len)));
+                assert!(
+                    big.windows(2).all(|w| w[0].1 <= w[1].0),
+                    "ranges overlap: {big:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn over_many_blocks_every_byte_of_a_large_one_is_checked() {
+        // A hole of 16 bytes anywhere in a 1 MiB block: the seeds that
+        // check it, out of 4096.
+        let len = 1 << 20;
+        let whole = (0..4096).filter(|&s| is_whole(len, s)).count();
         assert!(
-            big.windows(2).all(|w| w[0].1 <= w[1].0),
-            "ranges overlap: {big:?}"
+            (4096 / 32..4096 / 8).contains(&whole),
+            "{whole} whole blocks"
         );
+        for hole in [EDGE, len / 3, len / 2 + 5, len - EDGE - 16] {
+            let seen = (0..4096u64)
+                .filter(|&s| layout(len, s).any(|(a, b)| a < hole + 16 && hole < b))
+                .count();
+            assert!(seen > whole, "hole at {hole}: seen by {seen} seeds");
+        }
     }
 
     #[test]
@@ -194,7 +266,7 @@ mod tests {
             let base = unsafe { buf.as_mut_ptr().add(1) };
             unsafe { fill(base, len, 42) };
             assert_eq!(unsafe { check(base, len, len, 42) }, None);
-            for (a, b) in layout(len) {
+            for (a, b) in layout(len, 42) {
                 for off in [a, b - 1, (a + b) / 2] {
                     unsafe { *base.add(off) ^= 0x5a };
                     let m = unsafe { check(base, len, len, 42) }.expect("flip not found");

@@ -6,9 +6,19 @@ mod common;
 
 use shadow::allocator::zoo::Bug;
 
-/// A program that walks into `bug`, in the text form.
-fn reaching(bug: Bug) -> &'static str {
-    match bug {
+/// A program that walks into `bug`, in the text form. A bug in a large
+/// block is only seen where that block's seed puts a window (or checks it
+/// whole), so its program walks in many times.
+fn reaching(bug: Bug) -> String {
+    let text = match bug {
+        Bug::LargeReallocHole => {
+            return "target alloc_ops\n".to_string()
+                + &"alloc size=70000 align=8\nrealloc slot=newest to=double\n".repeat(60)
+        }
+        Bug::LargeDirtyZeroed => {
+            return "target alloc_ops\n".to_string()
+                + &"alloc size=140000 align=8 zeroed\nfree slot=newest\n".repeat(150)
+        }
         Bug::SmallUnderalign => "target alloc_ops\nalloc size=8 align=16\n",
         Bug::SizeEqAlign => "target alloc_ops\nalloc size=4096 align=4096\n",
         Bug::DoubleIssue => "target alloc_ops\nalloc size=40 align=8\nfree slot=0\nalloc size=40 align=8\nalloc size=40 align=8\n",
@@ -26,7 +36,8 @@ fn reaching(bug: Bug) -> &'static str {
         Bug::TinyReallocShort => "target alloc_ops\nalloc size=12 align=8\nrealloc slot=0 to=double\n",
         Bug::LatentCorruption => "target alloc_ops\nalloc size=3100 align=8\nfree slot=0\n",
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
-    }
+    };
+    text.to_string()
 }
 
 /// What the shadow model alone reports for the bug, in-process. `None`:
@@ -52,7 +63,7 @@ fn in_process_kind(bug: Bug) -> Option<&'static str> {
 fn every_planted_bug_is_reported_with_its_kind() {
     let mut missed = Vec::new();
     for bug in Bug::ALL {
-        let program = common::program(reaching(bug));
+        let program = common::program(&reaching(bug));
         assert_eq!(
             common::kind(&program, "system"),
             None,
@@ -91,7 +102,7 @@ fn bugs_stay_hidden_off_their_condition() {
 
 #[test]
 fn latent_corruption_crashes_a_later_program_not_its_own() {
-    let damage = common::program(reaching(Bug::LatentCorruption));
+    let damage = common::program(&reaching(Bug::LatentCorruption));
     let later = common::program("target alloc_ops\nalloc size=24 align=8\n");
     // An instance of its own: the bug's state outlives a program.
     let zoo = "zoo:latent-corruption@system";

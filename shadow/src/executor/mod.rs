@@ -87,8 +87,23 @@ pub struct Executor {
     pub stats: Stats,
 }
 
+/// A fresh seed base for each program, so memory a previous program left
+/// behind never already holds the pattern this one expects.
+pub fn next_seed_base() -> u64 {
+    static PROGRAMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PROGRAMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    n.wrapping_mul(0xA076_1D64_78BD_642F)
+}
+
 impl Executor {
+    /// An executor whose blocks' seeds start at a fresh base.
     pub fn new(alloc: &'static dyn Allocator, mode: Mode) -> Executor {
+        Executor::with_seed_base(alloc, mode, next_seed_base())
+    }
+
+    /// An executor whose blocks' seeds follow from `seed_base` (the two
+    /// sides of a differential run share one).
+    pub fn with_seed_base(alloc: &'static dyn Allocator, mode: Mode, seed_base: u64) -> Executor {
         // A report from the end of the last program (its blocks released
         // without checks) is not this program's.
         crate::sanitizer::clear();
@@ -102,7 +117,7 @@ impl Executor {
             op_index: 0,
             op: None,
             site: Site::bare("none"),
-            next_seed: 0,
+            next_seed: seed_base,
             pending: None,
             race: Section::default(),
             raced: Vec::new(),
@@ -425,7 +440,7 @@ impl Executor {
         let base = p as *mut u8;
         match origin {
             Origin::Fresh { zeroed: true } => {
-                if let Some(mismatch) = unsafe { pattern::check_zero(base, size) } {
+                if let Some(mismatch) = unsafe { pattern::check_zero(base, size, block.seed) } {
                     self.flag(Violation::Zeroed {
                         ptr: p,
                         size,

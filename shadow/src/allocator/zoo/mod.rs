@@ -66,10 +66,16 @@ pub enum Bug {
     /// panics: in a later input than the one that did the damage, so only
     /// the two replayed in order in one process reproduce it.
     LatentCorruption,
+    /// Growing a block of 64 KiB or more leaves 256 bytes of the old
+    /// contents uncopied, between where fixed windows would look.
+    LargeReallocHole,
+    /// Zeroed requests of 128 KiB or more come back with 64 dirty bytes,
+    /// between where fixed windows would look.
+    LargeDirtyZeroed,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 17] = [
+    pub const ALL: [Bug; 19] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -87,6 +93,8 @@ impl Bug {
         Bug::TinyReallocShort,
         Bug::RacyFreeList,
         Bug::LatentCorruption,
+        Bug::LargeReallocHole,
+        Bug::LargeDirtyZeroed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -108,6 +116,8 @@ impl Bug {
             Bug::TinyReallocShort => "tiny-realloc-short",
             Bug::RacyFreeList => "racy-free-list",
             Bug::LatentCorruption => "latent-corruption",
+            Bug::LargeReallocHole => "large-realloc-hole",
+            Bug::LargeDirtyZeroed => "large-dirty-zeroed",
         }
     }
 
@@ -147,7 +157,10 @@ impl Bug {
             Bug::StaleLink => &["contents", "realloc-prefix"],
             Bug::XthreadWrongFree | Bug::HeapDeleteDrops => &["heap-use-after-free"],
             Bug::LeakOnShrink => &["leak"],
-            Bug::MisalignedReallocShort | Bug::TinyReallocShort => &["realloc-prefix"],
+            Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
+                &["realloc-prefix"]
+            }
+            Bug::LargeDirtyZeroed => &["zeroed"],
             Bug::PanicClass | Bug::LatentCorruption => &["panic"],
             // A block on the list twice is handed out to two owners; which
             // check sees it first depends on what they do with it.
@@ -181,6 +194,16 @@ const PANIC_CLASS: RangeInclusive<usize> = 2049..=3072;
 const TINY_REALLOC: RangeInclusive<usize> = 9..=16;
 const RACY: RangeInclusive<usize> = 257..=1024;
 const LATENT: RangeInclusive<usize> = 3073..=3584;
+const LARGE_HOLE_MIN: usize = 64 << 10;
+const LARGE_DIRTY_MIN: usize = 128 << 10;
+
+/// An offset of a `len`-byte block, with `width` bytes after it, that the
+/// fixed windows checks used before (the head, the tail and 32 64-byte
+/// windows at multiples of `len / 33`) never looked at: only windows at
+/// seed-chosen places, or a whole-block check, see a bug planted there.
+fn between_fixed_windows(len: usize) -> usize {
+    16 * ((len / 33) & !7) + 128
+}
 
 /// `LatentCorruption`'s state, which outlives a program: that is the bug.
 const CLEAN: u8 = 0;
@@ -382,6 +405,13 @@ impl Allocator for Zoo {
             self.has(Bug::TinyReallocShort) && TINY_REALLOC.contains(&old) && new_size > old;
         let grows_misaligned =
             self.has(Bug::MisalignedReallocShort) && new_size > old && self.is_shifted(p);
+        if self.has(Bug::LargeReallocHole) && old >= LARGE_HOLE_MIN && new_size > old {
+            let q = self.base.realloc(p, old, align, new_size);
+            if !q.is_null() {
+                std::ptr::write_bytes(q.add(between_fixed_windows(old)), 0, 256);
+            }
+            return q;
+        }
         if !(grows_large
             || grows_tiny
             || grows_misaligned
@@ -547,6 +577,13 @@ impl Zoo {
             };
             if zeroed && !p.is_null() {
                 std::ptr::write_bytes(p, 0, size);
+            }
+            return p;
+        }
+        if zeroed && self.has(Bug::LargeDirtyZeroed) && size >= LARGE_DIRTY_MIN {
+            let p = self.base.alloc(size, align, true);
+            if !p.is_null() {
+                std::ptr::write_bytes(p.add(between_fixed_windows(size)), 0xa5, 64);
             }
             return p;
         }
