@@ -61,7 +61,7 @@ fn draw(seed: u64, k: u64) -> u64 {
 /// Whether a block carries the pattern everywhere.
 pub fn is_whole(len: usize, seed: u64) -> bool {
     let one_in = WHOLE_ONE_IN.max((len / WHOLE_BYTES) as u64);
-    len <= FULL_CHECK || draw(seed, u64::MAX) % one_in == 0
+    len <= FULL_CHECK || draw(seed, u64::MAX).is_multiple_of(one_in)
 }
 
 /// The ranges of a `len`-byte block with `seed` that carry the pattern,

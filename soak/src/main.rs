@@ -351,35 +351,7 @@ fn run(command: Command) -> Result<bool> {
             allocator,
             emit_test,
         } => {
-            let case = if what.len() > 1 || std::path::Path::new(&what[0]).is_file() {
-                let target = target.context(
-                    "an input file needs --target (alloc_ops, heap_api, mt_ops or diff_mimalloc)",
-                )?;
-                soak::config::check_allocator(&allocator)?;
-                if let Some(missing) = what.iter().find(|w| !std::path::Path::new(w).is_file()) {
-                    bail!("{missing} is not a file; give a group id alone, or input files");
-                }
-                repro::Case {
-                    inputs: what.iter().map(PathBuf::from).collect(),
-                    target,
-                    allocator: allocator.clone(),
-                    tolerate: None,
-                    group: None,
-                    test_name: "allocsoak_repro".into(),
-                }
-            } else {
-                let state = StateDir::open_to_read(&state)?;
-                let store = Store::open(&state.store())?;
-                let g = groups::Group::find(&state, &store, &what[0])?;
-                repro::Case {
-                    inputs: g.inputs()?,
-                    target: g.target()?,
-                    allocator: g.slot.allocator.clone(),
-                    tolerate: g.tolerate(),
-                    group: Some(g.row.id.clone()),
-                    test_name: groups::test_name(&g.row),
-                }
-            };
+            let case = repro::Case::find(&what, &state, target, &allocator)?;
             let config = Config::load(&project.root().join("soak.toml"))?;
             let binary = groups::binary(&project, case.target, &case.allocator)?;
             let shown = repro::replay(&case, &binary, &config)?;

@@ -6,12 +6,15 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use report::Signature;
 use shadow::Target;
 use triage::replay::Replayer;
 
 use crate::config::Config;
+use crate::groups::{self, Group};
+use crate::state::StateDir;
+use crate::store::Store;
 
 /// What to replay.
 pub struct Case {
@@ -24,6 +27,47 @@ pub struct Case {
     pub group: Option<String>,
     /// The emitted test's name.
     pub test_name: String,
+}
+
+impl Case {
+    /// The case `what` names: a group id (or unique prefix) in the state
+    /// dir `state`, or input files of `target` to replay on `allocator`.
+    pub fn find(
+        what: &[String],
+        state: &Path,
+        target: Option<Target>,
+        allocator: &str,
+    ) -> Result<Case> {
+        let files = what.len() > 1 || what.first().is_some_and(|w| Path::new(w).is_file());
+        if !files {
+            let state = StateDir::open_to_read(state)?;
+            let store = Store::open(&state.store())?;
+            let g = Group::find(&state, &store, &what[0])?;
+            return Ok(Case {
+                inputs: g.inputs()?,
+                target: g.target()?,
+                allocator: g.slot.allocator.clone(),
+                tolerate: g.tolerate(),
+                group: Some(g.row.id.clone()),
+                test_name: groups::test_name(&g.row),
+            });
+        }
+        let target = target.context(
+            "an input file needs --target (alloc_ops, heap_api, mt_ops or diff_mimalloc)",
+        )?;
+        crate::config::check_allocator(allocator)?;
+        if let Some(missing) = what.iter().find(|w| !Path::new(w).is_file()) {
+            bail!("{missing} is not a file; give a group id alone, or input files");
+        }
+        Ok(Case {
+            inputs: what.iter().map(PathBuf::from).collect(),
+            target,
+            allocator: allocator.to_string(),
+            tolerate: None,
+            group: None,
+            test_name: "allocsoak_repro".into(),
+        })
+    }
 }
 
 /// What the replay showed.
