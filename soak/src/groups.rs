@@ -9,7 +9,7 @@ use shadow::Target;
 use triage::replay::Replayer;
 
 use crate::config::Config;
-use crate::intake::utc;
+use crate::group_page::utc;
 use crate::project::{Build, Project};
 use crate::state::{self, StateDir};
 use crate::store::{GroupRow, SlotRow, Store};
@@ -202,7 +202,7 @@ pub fn verify(
         };
         store.set_status(&g.row.id, after)?;
         if let Some(row) = store.group(&g.row.id)? {
-            crate::intake::write_report(state, store, &row)?;
+            crate::group_page::write_report(state, store, &row)?;
         }
         verdicts.push(Verdict {
             id: g.row.id.clone(),
@@ -264,16 +264,11 @@ pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<P
     let programs = crate::repro::read_programs(g.target()?, &inputs)?;
     let test = shadow::Program::rust_test(&programs, &test_name(&g.row), &g.slot.allocator);
     state::write_atomic(&work.join("test.rs"), test.as_bytes())?;
-    let files = inputs
+    let name = |i: &PathBuf| i.file_name().unwrap().to_string_lossy().into_owned();
+    let files = history
         .iter()
-        .map(|i| {
-            let name = i.file_name().unwrap().to_string_lossy();
-            if i.parent().is_some_and(|p| p.ends_with("history")) {
-                format!("history/{name}")
-            } else {
-                name.into_owned()
-            }
-        })
+        .map(|i| format!("history/{}", name(i)))
+        .chain([name(&g.input())])
         .collect::<Vec<_>>()
         .join(" ");
     let readme = format!(

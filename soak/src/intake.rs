@@ -268,7 +268,7 @@ pub fn file(
             }
         }
         if let Some(g) = store.group(&id)? {
-            write_report(state, &store, &g)?;
+            crate::group_page::write_report(state, &store, &g)?;
         }
         return Ok(Filed {
             group_id: id,
@@ -354,7 +354,7 @@ pub fn file(
         store.set_status(&id, "flaky")?;
     }
     if let Some(g) = store.group(&id)? {
-        write_report(state, &store, &g)?;
+        crate::group_page::write_report(state, &store, &g)?;
     }
     Ok(Filed {
         group_id: id,
@@ -523,125 +523,4 @@ fn stack_text(log: &str) -> String {
         .iter()
         .map(|f| format!("{f}\n"))
         .collect()
-}
-
-/// Writes `crashes/<id>/REPORT.md` from the store and the folder.
-pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()> {
-    let dir = state.crash_group(&g.id);
-    let slot = store.slot_by_id(g.slot_id)?;
-    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-    let log = read("replay.log");
-    let what = log
-        .lines()
-        .find(|l| {
-            l.contains("allocsoak violation:")
-                || l.contains("ERROR: ")
-                || l.contains("Assertion")
-                || l.contains("assertion")
-        })
-        .unwrap_or(&g.title)
-        .trim();
-    // The frames inside the harness and the allocator; stack.txt has all.
-    let stack = report::stack(&log)
-        .iter()
-        .filter(|f| !f.is_noise())
-        .take(12)
-        .map(|f| f.to_string())
-        .collect::<Vec<_>>()
-        .join("\n");
-    let program = read("program.txt");
-    let inputs = crate::corpus::count_files(&dir.join("inputs"))?;
-    let record = toml::from_str::<GroupFile>(&read("group.toml")).ok();
-    let race = record
-        .as_ref()
-        .and_then(|g| g.race_rate.as_ref())
-        .map_or_else(String::new, |rate| {
-            format!(
-                "| reproduces | {rate} (its program races threads: replay it several times) |\n"
-            )
-        });
-    let history = record.as_ref().map_or(0, |g| g.history);
-    let needs = if history > 0 {
-        let shrunk = record
-            .as_ref()
-            .and_then(|g| g.history_shrunk.as_ref())
-            .map_or_else(String::new, |s| format!("; shrunk from {s}"));
-        format!("| needs its history | the {history} input(s) in `history/`, replayed before it in one process (alone it does not crash){shrunk} |\n")
-    } else {
-        String::new()
-    };
-    let text = format!(
-        "# {title}\n\n\
-         | | |\n| --- | --- |\n\
-         | kind | `{kind}` |\n\
-         | signature | `{sig}` |\n\
-         | group | `{id}` |\n\
-         | slot | {target} / {allocator} / {engine} |\n\
-         | first seen | {first} |\n\
-         | last seen | {last} |\n\
-         | count | {count} |\n\
-         | status | {status} |\n\
-         {race}{needs}\n\
-         ## Reproduce\n\n```sh\n{repro}\n```\n\n\
-         ## What\n\n```text\n{what}\n```\n\n\
-         ## Where\n\n```text\n{stack}\n```\n\n\
-         ## {which}\n\n```text\n{program}```\n\n\
-         ## Files\n\n\
-         - `original`: the input the fuzzer wrote; `minimized`: the minimized input (when minimizing kept the signature)\n\
-         - `program.txt`, `stack.txt`, `replay.log` (the replay the above is read from), `engine.log`\n\
-         - `history/`: the inputs replayed before `original`, in order, in one process (only for a crash that needs them)\n\
-         - `inputs/`: {inputs} more raw inputs with this signature\n",
-        title = g.title,
-        kind = g.kind,
-        sig = g.signature.replace('\n', " · "),
-        id = g.id,
-        target = slot.target,
-        allocator = slot.allocator,
-        engine = slot.engine,
-        first = utc(g.first_seen),
-        last = utc(g.last_seen),
-        count = g.count,
-        status = g.status,
-        repro = g.repro,
-        which = match (history, g.minimized.is_some()) {
-            (0, true) => "Program (minimized input)".to_string(),
-            (0, false) => "Program (original input)".to_string(),
-            (n, _) => format!("Programs ({n} from history/, then the crash input, in one process)"),
-        },
-    );
-    state::write_atomic(&dir.join("REPORT.md"), text.as_bytes())
-}
-
-/// `YYYY-MM-DD HH:MM:SS UTC` from unix seconds.
-pub fn utc(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(1_795_392_000), "2026-11-23 00:00:00 UTC");
-        assert_eq!(utc(951_782_400 + 3661), "2000-02-29 01:01:01 UTC");
-    }
 }

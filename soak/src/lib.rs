@@ -5,7 +5,8 @@
 //! - [`daemon`]: the soak: [`state::StateDir`] and its [`store::Store`],
 //!   [`scheduler`] draws, [`slice`]s merged by [`corpus`] and filed by
 //!   [`intake`] (a crash that needs the inputs before it through
-//!   [`sequence`]), progress by [`status`], systemd by [`notify`].
+//!   [`sequence`]) into pages ([`group_page`]), progress by [`status`],
+//!   systemd by [`notify`].
 //! - [`groups`], [`repro`]: triage of what a soak filed: list, verify,
 //!   export, replay.
 //! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
@@ -17,6 +18,7 @@ pub mod bench;
 pub mod config;
 pub mod corpus;
 pub mod daemon;
+pub mod group_page;
 pub mod groups;
 pub mod instrumentation;
 pub mod intake;

@@ -52,7 +52,7 @@ pub fn render(
         (None, Some((_, _, _, ended, _))) => {
             let ended = ended.map_or_else(
                 || "was killed".to_string(),
-                |t| format!("ended {}", crate::intake::utc(t)),
+                |t| format!("ended {}", crate::group_page::utc(t)),
             );
             write!(out, "soak: not running (last soak {ended})")?;
             false

@@ -90,19 +90,7 @@ fn a_crash_that_needs_the_input_before_it_is_filed_with_that_sequence() {
 fn triage_replays_the_sequence(state: &Path, id: &str) {
     let dir = tempfile::tempdir().unwrap();
     let test_file = dir.path().join("emitted.rs");
-    let out = allocsoak()
-        .args(["repro", id, "--state"])
-        .arg(state)
-        .arg("--emit-test")
-        .arg(&test_file)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "repro must fail while it reproduces: {text}"
-    );
+    let text = common::repro_group(state, id, &test_file);
     assert!(
         text.contains("2 programs, in order in one process")
             && text.contains("fails here")

@@ -337,19 +337,7 @@ fn triage_the_group(state: &Path, id: &str) {
 
     let dir = tempfile::tempdir().unwrap();
     let test_file = dir.path().join("emitted.rs");
-    let out = allocsoak()
-        .args(["repro", &id[..8], "--state"])
-        .arg(state)
-        .arg("--emit-test")
-        .arg(&test_file)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "repro must fail while it reproduces: {text}"
-    );
+    let text = common::repro_group(state, &id[..8], &test_file);
     assert!(
         text.contains("fails here") && text.contains("alignment"),
         "{text}"

@@ -86,6 +86,25 @@ pub fn repro(command: &str) -> Output {
     Command::new("sh").arg("-c").arg(command).output().unwrap()
 }
 
+/// `allocsoak repro <group> --emit-test <test_file>` on the state dir: it
+/// must exit 1 (the group reproduces); returns what it printed.
+pub fn repro_group(state: &Path, group: &str, test_file: &Path) -> String {
+    let out = allocsoak()
+        .args(["repro", group, "--state"])
+        .arg(state)
+        .arg("--emit-test")
+        .arg(test_file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "repro must fail while it reproduces: {text}"
+    );
+    text
+}
+
 /// Compiles the emitted test in a crate of its own, with `shadow` as its
 /// only dependency, and runs it on the zoo allocator it names (it fails
 /// with a `kind` violation) and on `system` (it passes).

@@ -7,182 +7,18 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use super::{Allocator, EmulatedHeaps, HeapId, Heaps, ReallocToZero};
 
+mod bug;
 mod racy_list;
 
+pub use bug::{parse_bugs, Bug};
+
 use racy_list::RacyList;
-
-/// A planted bug.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bug {
-    /// size <= 8 with align 16 comes back 8-aligned.
-    SmallUnderalign,
-    /// size == align == 4096 comes back 2048-aligned.
-    SizeEqAlign,
-    /// 33..=48-byte blocks: a freed block is handed out again while live.
-    DoubleIssue,
-    /// 97..=128-byte blocks report 8 bytes more usable than they have.
-    UsableOversize,
-    /// Growing a block of >= 256 bytes copies 8 bytes too few.
-    ShortReallocCopy,
-    /// Zeroed 200..=256-byte requests after a free in that class are dirty.
-    DirtyZeroed,
-    /// calloc's count * size wraps to a small block.
-    CallocWrap,
-    /// Requests within 64 KiB of isize::MAX succeed.
-    HugeSuccess,
-    /// 65..=96-byte free list: a stale link written into a live block.
-    StaleLink,
-    /// A cross-thread free of a 129..=256-byte block frees the freeing
-    /// thread's newest block instead.
-    XthreadWrongFree,
-    /// Deleting a heap with 3 or more blocks frees its largest block.
-    HeapDeleteDrops,
-    /// Shrinking a >= 1 KiB block below half leaks the old block.
-    LeakOnShrink,
-    /// Growing a block the allocator handed out misaligned copies 8 bytes
-    /// too few: a bug only programs that pass a misaligned block (another
-    /// bug's violation) reach.
-    MisalignedReallocShort,
-    /// Requests of 2049..=3072 bytes panic in the size-class lookup.
-    PanicClass,
-    /// Growing a 9..=16-byte block copies one byte too few: a second
-    /// realloc-prefix bug, in another size tier than `ShortReallocCopy`.
-    TinyReallocShort,
-    /// 257..=1024-byte blocks live on a free list whose push and pop are a
-    /// load and a store instead of a compare-and-swap: only two threads
-    /// inside the allocator at once can lose an update (a live block then
-    /// comes back from the list).
-    RacyFreeList,
-    /// Freeing a 3073..=3584-byte block queues a deferred flush; the flush,
-    /// at the allocator's next quiet point (a program's end), corrupts the
-    /// size-class table, and the next allocation of 64 bytes or less
-    /// panics: in a later input than the one that did the damage, so only
-    /// the two replayed in order in one process reproduce it.
-    LatentCorruption,
-    /// Growing a block of 64 KiB or more leaves 256 bytes of the old
-    /// contents uncopied, between where fixed windows would look.
-    LargeReallocHole,
-    /// Zeroed requests of 128 KiB or more come back with 64 dirty bytes,
-    /// between where fixed windows would look.
-    LargeDirtyZeroed,
-}
-
-impl Bug {
-    pub const ALL: [Bug; 19] = [
-        Bug::SmallUnderalign,
-        Bug::SizeEqAlign,
-        Bug::DoubleIssue,
-        Bug::UsableOversize,
-        Bug::ShortReallocCopy,
-        Bug::DirtyZeroed,
-        Bug::CallocWrap,
-        Bug::HugeSuccess,
-        Bug::StaleLink,
-        Bug::XthreadWrongFree,
-        Bug::HeapDeleteDrops,
-        Bug::LeakOnShrink,
-        Bug::MisalignedReallocShort,
-        Bug::PanicClass,
-        Bug::TinyReallocShort,
-        Bug::RacyFreeList,
-        Bug::LatentCorruption,
-        Bug::LargeReallocHole,
-        Bug::LargeDirtyZeroed,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Bug::SmallUnderalign => "small-underalign",
-            Bug::SizeEqAlign => "size-eq-align",
-            Bug::DoubleIssue => "double-issue",
-            Bug::UsableOversize => "usable-oversize",
-            Bug::ShortReallocCopy => "short-realloc-copy",
-            Bug::DirtyZeroed => "dirty-zeroed",
-            Bug::CallocWrap => "calloc-wrap",
-            Bug::HugeSuccess => "huge-success",
-            Bug::StaleLink => "stale-link",
-            Bug::XthreadWrongFree => "xthread-wrong-free",
-            Bug::HeapDeleteDrops => "heap-delete-drops",
-            Bug::LeakOnShrink => "leak-on-shrink",
-            Bug::MisalignedReallocShort => "misaligned-realloc-short",
-            Bug::PanicClass => "panic-class",
-            Bug::TinyReallocShort => "tiny-realloc-short",
-            Bug::RacyFreeList => "racy-free-list",
-            Bug::LatentCorruption => "latent-corruption",
-            Bug::LargeReallocHole => "large-realloc-hole",
-            Bug::LargeDirtyZeroed => "large-dirty-zeroed",
-        }
-    }
-
-    /// The bug this one hides behind and the tolerate pattern that gets
-    /// past it: the zoo plants both and runs with that pattern, as a soak
-    /// does once the first is filed.
-    pub fn behind(self) -> Option<(Bug, &'static str)> {
-        match self {
-            Bug::MisalignedReallocShort => Some((Bug::SmallUnderalign, "alignment in *")),
-            _ => None,
-        }
-    }
-
-    /// The target whose ops reach the bug.
-    pub fn target(self) -> crate::Target {
-        match self {
-            Bug::XthreadWrongFree | Bug::RacyFreeList => crate::Target::MtOps,
-            Bug::HeapDeleteDrops => crate::Target::HeapApi,
-            _ => crate::Target::AllocOps,
-        }
-    }
-
-    /// The finding kinds the bug may show up as: violation kinds, or the
-    /// sanitizer's error type where ASan sees it first. The first is the
-    /// usual one.
-    pub fn expected_kinds(self) -> &'static [&'static str] {
-        match self {
-            Bug::SmallUnderalign | Bug::SizeEqAlign => &["alignment"],
-            Bug::DoubleIssue => &["overlap"],
-            Bug::UsableOversize => &["heap-buffer-overflow"],
-            Bug::ShortReallocCopy => &["realloc-prefix"],
-            Bug::DirtyZeroed => &["zeroed"],
-            Bug::CallocWrap => &["calloc-overflow"],
-            Bug::HugeSuccess => &["impossible-success"],
-            // The stale link lands in whatever block was popped last; when
-            // that block is a realloc's new home, the realloc check sees it.
-            Bug::StaleLink => &["contents", "realloc-prefix"],
-            Bug::XthreadWrongFree | Bug::HeapDeleteDrops => &["heap-use-after-free"],
-            Bug::LeakOnShrink => &["leak"],
-            Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
-                &["realloc-prefix"]
-            }
-            Bug::LargeDirtyZeroed => &["zeroed"],
-            Bug::PanicClass | Bug::LatentCorruption => &["panic"],
-            // A block on the list twice is handed out to two owners; which
-            // check sees it first depends on what they do with it.
-            Bug::RacyFreeList => &["overlap", "contents", "realloc-prefix"],
-        }
-    }
-
-    /// Whether the bug must make the process fail (a leak need not).
-    pub fn must_crash(self) -> bool {
-        self != Bug::LeakOnShrink
-    }
-}
-
-impl FromStr for Bug {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Bug, String> {
-        Bug::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
-            let all: Vec<_> = Bug::ALL.iter().map(|b| b.name()).collect();
-            format!("unknown zoo bug `{s}`; expected one of {}", all.join(", "))
-        })
-    }
-}
 
 const DOUBLE_ISSUE: RangeInclusive<usize> = 33..=48;
 const STALE_LINK: RangeInclusive<usize> = 65..=96;
@@ -197,8 +33,8 @@ const LATENT: RangeInclusive<usize> = 3073..=3584;
 const LARGE_HOLE_MIN: usize = 64 << 10;
 const LARGE_DIRTY_MIN: usize = 128 << 10;
 
-/// An offset of a `len`-byte block, with `width` bytes after it, that the
-/// fixed windows checks used before (the head, the tail and 32 64-byte
+/// An offset of a `len`-byte block, with a few hundred bytes after it,
+/// that the fixed windows checks used before (the head, the tail and 32 64-byte
 /// windows at multiples of `len / 33`) never looked at: only windows at
 /// seed-chosen places, or a whole-block check, see a bug planted there.
 fn between_fixed_windows(len: usize) -> usize {
@@ -238,11 +74,6 @@ pub struct Zoo {
     racy: RacyList,
     /// `LatentCorruption`: `CLEAN`, `FLUSH_QUEUED` or `CORRUPT`.
     latent: AtomicU8,
-}
-
-/// Parses `bug` or `bug+bug+...`.
-pub fn parse_bugs(spec: &str) -> Result<Vec<Bug>, String> {
-    spec.split('+').map(str::parse).collect()
 }
 
 impl Zoo {
