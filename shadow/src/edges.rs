@@ -66,7 +66,17 @@ pub enum ArbSize {
     /// A size the program asked for before: a second block of the same
     /// class, where free-list and reuse bugs live.
     Recent(u8),
+    /// Above [`crate::model::MAX_BLOCK`] and below [`IMPOSSIBLE_FROM`]:
+    /// 2^32 and a little either side (a size truncated to 32 bits), and
+    /// 2^e ± 1 for 64 MiB to 2^62 (a header added to it, or rounded up,
+    /// overflows near the top). The executor asks for it, touches its head
+    /// and tail pages and frees it at once.
+    Huge(u8, Delta),
 }
+
+/// Offsets from 2^32 a huge request takes: what a 32-bit size field
+/// truncates to a tiny, a small or a page-sized block.
+const AROUND_4G: [isize; 8] = [-4096, -16, -1, 0, 1, 16, 4096, 65536];
 
 /// The last few sizes a program decoded, for [`ArbSize::Recent`].
 #[derive(Default)]
@@ -106,6 +116,10 @@ impl ArbSize {
             ArbSize::Threshold(i, d) => d.apply(THRESHOLDS[usize::from(i) % THRESHOLDS.len()]),
             ArbSize::Impossible(i) => IMPOSSIBLE[usize::from(i) % IMPOSSIBLE.len()],
             ArbSize::Recent(k) => history.recent(k).unwrap_or(usize::from(k)),
+            ArbSize::Huge(b, d) => match b % 3 {
+                0 => (1usize << 32).wrapping_add_signed(AROUND_4G[usize::from(b / 3) % 8]),
+                _ => d.apply(1 << (26 + u32::from(b) % 37)),
+            },
         };
         history.push(size);
         size
@@ -144,6 +158,17 @@ pub fn size_align(size: ArbSize, align: ArbAlign, history: &mut History) -> (usi
             let n = 1 << exponent(k, 0, 22);
             (n, n)
         }
+    }
+}
+
+/// A bulk op's block count from one byte: 2^k - 1, 2^k or 2^k + 1 for
+/// 16 to 4096, around the block counts of allocator pages and slabs.
+pub fn bulk_count(byte: u8) -> usize {
+    let n = 1usize << (4 + u32::from(byte) % 9);
+    match (byte / 9) % 3 {
+        0 => n - 1,
+        1 => n,
+        _ => n + 1,
     }
 }
 

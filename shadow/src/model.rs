@@ -6,6 +6,9 @@ use crate::allocator::{HeapId, LiveBlock};
 
 /// Most live blocks a program holds; allocations beyond are skipped.
 pub const MAX_LIVE_BLOCKS: usize = 256;
+/// Most live blocks a program holds through bulk allocations: enough to
+/// fill a mimalloc page of 16-byte blocks (4096) and more.
+pub const MAX_LIVE_BULK: usize = 8192;
 /// Most bytes a program requests in all (allocs, reallocs, callocs). Keeps
 /// a correct allocator far below libFuzzer's RSS limit (ASan's quarantine
 /// adds up to 256 MiB on top), and one program to a few milliseconds: big
@@ -70,6 +73,11 @@ impl ShadowHeap {
         self.blocks.len() < MAX_LIVE_BLOCKS && self.fits_resize(size)
     }
 
+    /// Whether one more block of a bulk allocation stays within the caps.
+    pub fn fits_bulk(&self, size: usize) -> bool {
+        self.blocks.len() < MAX_LIVE_BULK && self.fits_resize(size)
+    }
+
     /// Whether resizing a block to `size` stays within the caps.
     pub fn fits_resize(&self, size: usize) -> bool {
         size <= MAX_BLOCK && self.requested + size <= MAX_PROGRAM_BYTES
@@ -115,6 +123,25 @@ impl ShadowHeap {
         let b = self.blocks.remove(i);
         self.intervals.remove(&b.ptr);
         b
+    }
+
+    /// Removes the blocks at `indices` (distinct) and returns them in
+    /// that order; the others keep their order.
+    pub fn remove_many(&mut self, indices: &[usize]) -> Vec<Block> {
+        let taken: Vec<Block> = indices.iter().map(|&i| self.blocks[i]).collect();
+        let mut gone = vec![false; self.blocks.len()];
+        for &i in indices {
+            gone[i] = true;
+        }
+        let mut k = 0;
+        self.blocks.retain(|_| {
+            k += 1;
+            !gone[k - 1]
+        });
+        for b in &taken {
+            self.intervals.remove(&b.ptr);
+        }
+        taken
     }
 
     /// The live blocks as validators see them.
@@ -163,6 +190,20 @@ mod tests {
         // A zero-size block still owns its address.
         s.insert(block(5000, 0), true).unwrap();
         assert_eq!(s.insert(block(5000, 0), true).unwrap_err().ptr, 5000);
+    }
+
+    #[test]
+    fn remove_many_keeps_the_order_of_the_rest() {
+        let mut s = ShadowHeap::default();
+        for k in 0..6 {
+            s.insert(block(1000 * (k + 1), 10), true).unwrap();
+        }
+        let gone: Vec<usize> = s.remove_many(&[4, 1, 2]).iter().map(|b| b.ptr).collect();
+        assert_eq!(gone, [5000, 2000, 3000], "returned in the order asked");
+        let left: Vec<usize> = s.blocks().iter().map(|b| b.ptr).collect();
+        assert_eq!(left, [1000, 4000, 6000]);
+        assert!(s.insert(block(2000, 10), true).is_ok(), "intervals freed");
+        assert!(s.insert(block(4005, 1), true).is_err(), "the rest still owned");
     }
 
     #[test]

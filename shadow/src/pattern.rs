@@ -167,21 +167,31 @@ pub unsafe fn check(base: *const u8, len: usize, limit: usize, seed: u64) -> Opt
         .find_map(|(a, b)| check_range(base, a, b, seed))
 }
 
-/// Checks that the layout of a `len`-byte block with `seed` reads zero.
+/// Checks that the layout of a `len`-byte block with `seed` reads zero
+/// from offset `from` on (0 for a fresh block; the old usable size after
+/// a zeroed realloc).
 ///
 /// # Safety
 /// The block must be readable for `len` bytes.
-pub unsafe fn check_zero(base: *const u8, len: usize, seed: u64) -> Option<Mismatch> {
-    for (a, b) in layout(len, seed) {
-        for i in a..crate::sanitizer::accessible(base, a, b) {
-            let found = *base.add(i);
-            if found != 0 {
-                return Some(Mismatch {
-                    offset: i,
-                    expected: 0,
-                    found,
-                });
-            }
+pub unsafe fn check_zero(base: *const u8, len: usize, from: usize, seed: u64) -> Option<Mismatch> {
+    layout(len, seed)
+        .filter(|&(_, b)| b > from)
+        .find_map(|(a, b)| check_zero_range(base, a.max(from), b))
+}
+
+/// Checks that `[from, to)` of the block at `base` reads zero.
+///
+/// # Safety
+/// `base + from .. base + to` must be readable.
+unsafe fn check_zero_range(base: *const u8, from: usize, to: usize) -> Option<Mismatch> {
+    for i in from..crate::sanitizer::accessible(base, from, to) {
+        let found = *base.add(i);
+        if found != 0 {
+            return Some(Mismatch {
+                offset: i,
+                expected: 0,
+                found,
+            });
         }
     }
     None

@@ -79,6 +79,14 @@ pub enum Violation {
         size: usize,
         mismatch: Mismatch,
     },
+    /// A fresh block's usable size is not what the allocator's good-size
+    /// call (`mi_good_size`, `nallocx`) promised for the request.
+    GoodSize {
+        ptr: usize,
+        size: usize,
+        good: usize,
+        usable: usize,
+    },
     /// Realloc broke its contract in another way (wrong result kind).
     Realloc {
         ptr: usize,
@@ -113,6 +121,7 @@ impl Violation {
             Violation::Contents { .. } => "contents",
             Violation::ReallocPrefix { .. } => "realloc-prefix",
             Violation::Zeroed { .. } => "zeroed",
+            Violation::GoodSize { .. } => "good-size",
             Violation::Realloc { .. } => "realloc",
             Violation::HeapVisit { .. } => "heap-visit",
             Violation::HeapOwned { .. } => "heap-owned",
@@ -134,6 +143,7 @@ impl Violation {
             self,
             Violation::Alignment { .. }
                 | Violation::UsableSize { .. }
+                | Violation::GoodSize { .. }
                 | Violation::Zeroed { .. }
                 | Violation::Null { .. }
         )
@@ -177,7 +187,8 @@ pub fn size_bucket(size: usize) -> &'static str {
         0..=64 => "0..64",
         65..=4096 => "65..4K",
         4097..=262_144 => "4K..256K",
-        _ if size < crate::edges::IMPOSSIBLE_FROM => "256K..",
+        _ if size <= crate::model::MAX_BLOCK => "256K..",
+        _ if size < crate::edges::IMPOSSIBLE_FROM => "64M..",
         _ => "impossible",
     }
 }
@@ -280,6 +291,15 @@ impl fmt::Display for Violation {
                     mismatch(m)
                 )
             }
+            Violation::GoodSize {
+                ptr,
+                size,
+                good,
+                usable,
+            } => write!(
+                f,
+                "block {ptr:#x} size {size} usable {usable}, but good size {good}"
+            ),
             Violation::Realloc { ptr, new_size, why } => {
                 write!(f, "realloc {ptr:#x} to {new_size}: {why}")
             }

@@ -35,6 +35,16 @@ fn reaching(bug: Bug) -> String {
         Bug::PanicClass => "target alloc_ops\nalloc size=2500 align=8\n",
         Bug::TinyReallocShort => "target alloc_ops\nalloc size=12 align=8\nrealloc slot=0 to=double\n",
         Bug::LatentCorruption => "target alloc_ops\nalloc size=3100 align=8\nfree slot=0\n",
+        Bug::HugeTruncate => "target alloc_ops\nalloc size=4294967312 align=8\n",
+        Bug::FullPageReissue => "target alloc_ops\nbulk-alloc size=56 align=8 count=1100\n",
+        Bug::RezallocDirty => "target alloc_ops\nalloc size=600 align=8\nrealloc-zeroed slot=0 to=2000\n",
+        Bug::ExpandOverclaims => "target alloc_ops\nalloc size=600 align=8\nresize-in-place slot=0 to=1000 extra=0\n",
+        Bug::SizedFreeReissue => "target alloc_ops\nalloc size=1500 align=8\nfree-sized slot=0\nalloc size=1500 align=8\nalloc size=1500 align=8\n",
+        Bug::PlainReallocMisaligns => "target alloc_ops\nalloc size=100 align=64\nrealloc-plain slot=0 to=200\n",
+        Bug::ReallocNullFails => "target alloc_ops\nrealloc-null size=32\n",
+        Bug::FreeNullPanics => "target alloc_ops\nfree-null\n",
+        Bug::GoodSizeLies => "target alloc_ops\nalloc size=120 align=8\n",
+        Bug::PurgeDropsLive => "target alloc_ops\nalloc size=20000 align=8\npurge delay=now force\n",
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
     };
     text.to_string()

@@ -8,7 +8,7 @@ use std::ptr;
 
 use libloading::Library;
 
-use super::{malloc_serves, Allocator, ReallocToZero};
+use super::{malloc_serves, Allocator, Extras, ReallocToZero};
 
 type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
 type Free = unsafe extern "C" fn(*mut c_void);
@@ -175,5 +175,31 @@ impl Allocator for Dylib {
             Aligned::None => MALLOC_ALIGN,
             _ => crate::edges::MAX_ALIGN,
         }
+    }
+
+    fn extras(&self) -> Option<&dyn Extras> {
+        Some(self)
+    }
+}
+
+/// C's realloc edge cases, where the library has `realloc`.
+impl Extras for Dylib {
+    unsafe fn realloc_plain(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        _align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        self.realloc.map(|f| f(p.cast(), new_size).cast())
+    }
+
+    unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
+        self.realloc.map(|f| f(ptr::null_mut(), size).cast())
+    }
+
+    unsafe fn free_null(&self) -> bool {
+        (self.free)(ptr::null_mut());
+        true
     }
 }

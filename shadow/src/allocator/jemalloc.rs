@@ -1,11 +1,13 @@
 //! jemalloc through tikv-jemalloc-sys (prefixed `_rjem_` symbols, so it runs
-//! beside the process's malloc): the `*allocx` family and sized free.
+//! beside the process's malloc): the `*allocx` family, and the extras
+//! (`rallocx` with `MALLOCX_ZERO`, `xallocx`, `sdallocx`, `nallocx`, decay
+//! settings and purges).
 
 use std::ffi::{c_int, c_void};
 
 use tikv_jemalloc_sys as je;
 
-use super::{Allocator, LiveBlock};
+use super::{Allocator, Extras, InPlace, LiveBlock, PurgeDelay};
 use crate::edges::IMPOSSIBLE_FROM;
 
 pub struct Jemalloc;
@@ -57,16 +59,17 @@ impl Allocator for Jemalloc {
         je::rallocx(p.cast(), new_size, flags).cast()
     }
 
-    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        if size == 0 {
-            je::free(p.cast())
-        } else {
-            je::sdallocx(p.cast(), size, flags(align, false))
-        }
+    /// Unsized: `sdallocx` is the `free-sized` op's.
+    unsafe fn free(&self, p: *mut u8, _size: usize, _align: usize) {
+        je::dallocx(p.cast(), 0)
     }
 
     unsafe fn usable_size(&self, p: *mut u8, _size: usize, align: usize) -> usize {
         je::sallocx(p as *const c_void, flags(align, false))
+    }
+
+    fn extras(&self) -> Option<&dyn Extras> {
+        Some(self)
     }
 
     /// What jemalloc says a block is (`sallocx`) must be what it says such a
@@ -87,5 +90,126 @@ impl Allocator for Jemalloc {
             }
         }
         Ok(())
+    }
+}
+
+/// `MALLCTL_ARENAS_ALL`: `arena.<i>` names every arena.
+const ARENAS_ALL: u32 = 4096;
+
+/// Writes `value` to the mallctl `name`; `false` if jemalloc refuses.
+unsafe fn mallctl_set<T>(name: &str, mut value: T) -> bool {
+    let name = std::ffi::CString::new(name).expect("mallctl name");
+    let newp = (&mut value as *mut T).cast();
+    je::mallctl(name.as_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), newp, std::mem::size_of::<T>()) == 0
+}
+
+/// Runs the mallctl `name` that neither reads nor writes (a purge, a flush).
+unsafe fn mallctl_run(name: &str) -> bool {
+    let name = std::ffi::CString::new(name).expect("mallctl name");
+    let null = std::ptr::null_mut();
+    je::mallctl(name.as_ptr(), null, std::ptr::null_mut(), null, 0) == 0
+}
+
+/// Reads the mallctl `name`.
+unsafe fn mallctl_get<T: Default>(name: &str) -> Option<T> {
+    let name = std::ffi::CString::new(name).expect("mallctl name");
+    let mut value = T::default();
+    let mut len = std::mem::size_of::<T>();
+    let oldp = (&mut value as *mut T).cast();
+    (je::mallctl(name.as_ptr(), oldp, &mut len, std::ptr::null_mut(), 0) == 0).then_some(value)
+}
+
+impl Extras for Jemalloc {
+    /// `rallocx` with `MALLOCX_ZERO`: bytes past the old real size read zero.
+    unsafe fn realloc_zeroed(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        if classic(new_size) {
+            // Undefined for *allocx; an impossible size is refused here.
+            return Some(std::ptr::null_mut());
+        }
+        Some(je::rallocx(p.cast(), new_size, flags(align, true)).cast())
+    }
+
+    /// `xallocx`: the real size it returns is at least `new_size` when the
+    /// resize worked, else the block's old real size.
+    unsafe fn resize_in_place(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+        extra: usize,
+    ) -> Option<InPlace> {
+        if classic(new_size) || classic(new_size.saturating_add(extra)) {
+            return None;
+        }
+        let real = je::xallocx(p.cast(), new_size, extra, flags(align, false));
+        Some(match real >= new_size {
+            true => InPlace::Resized {
+                ptr: p as usize,
+                owned: real,
+            },
+            false => InPlace::Unchanged,
+        })
+    }
+
+    unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {
+        if size == 0 {
+            return false;
+        }
+        je::sdallocx(p.cast(), size, flags(align, false));
+        true
+    }
+
+    unsafe fn realloc_plain(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        _align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        Some(je::realloc(p.cast(), new_size).cast())
+    }
+
+    unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
+        Some(je::realloc(std::ptr::null_mut(), size).cast())
+    }
+
+    unsafe fn free_null(&self) -> bool {
+        je::free(std::ptr::null_mut());
+        true
+    }
+
+    fn good_size(&self, size: usize, align: usize) -> Option<usize> {
+        (!classic(size)).then(|| unsafe { je::nallocx(size, flags(align, false)) })
+    }
+
+    /// Sets the calling thread's arena's dirty and muzzy decay, flushes
+    /// its tcache on `force`, and purges (`force`) or decays every arena.
+    fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
+        let ms: isize = match delay {
+            PurgeDelay::Immediate => 0,
+            PurgeDelay::Millis(ms) => ms as isize,
+            PurgeDelay::Never => -1,
+        };
+        unsafe {
+            let Some(arena) = mallctl_get::<u32>("thread.arena") else {
+                return false;
+            };
+            for what in ["dirty", "muzzy"] {
+                mallctl_set(&format!("arena.{arena}.{what}_decay_ms"), ms);
+            }
+            if force {
+                mallctl_run("thread.tcache.flush");
+            }
+            let verb = if force { "purge" } else { "decay" };
+            mallctl_run(&format!("arena.{ARENAS_ALL}.{verb}"));
+        }
+        true
     }
 }

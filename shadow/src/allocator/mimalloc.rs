@@ -1,5 +1,6 @@
 //! C mimalloc through libmimalloc-sys (`extended`): the aligned family, the
-//! heap API, `mi_usable_size`, and `mi_register_error`.
+//! heap API, `mi_usable_size`, `mi_register_error`, and the extras (zeroed
+//! realloc, `mi_expand`, sized free, `mi_good_size`, purge settings).
 //!
 //! The secure and debug flavors are compile-time (the sys crate links one
 //! copy per build), so the name of this adapter is the flavor of the build.
@@ -9,7 +10,9 @@ use std::sync::Mutex;
 
 use libmimalloc_sys as mi;
 
-use super::{malloc_serves, Allocator, HeapId, Heaps, LiveBlock, ReallocToZero};
+use super::{
+    malloc_serves, Allocator, Extras, HeapId, Heaps, InPlace, LiveBlock, PurgeDelay, ReallocToZero,
+};
 
 #[cfg(feature = "mimalloc-secure")]
 pub const NAME: &str = "mimalloc-secure";
@@ -90,6 +93,10 @@ impl Allocator for Mimalloc {
         Some(self)
     }
 
+    fn extras(&self) -> Option<&dyn Extras> {
+        Some(self)
+    }
+
     /// Every live block is in mimalloc's memory, and a block of a heap is
     /// owned by that heap. (Default-heap blocks may belong to another
     /// thread's heap, so only the region is checked for them.)
@@ -139,11 +146,13 @@ impl Heaps for Mimalloc {
     }
 
     unsafe fn alloc_in(&self, h: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        if zeroed {
-            mi::mi_heap_zalloc_aligned(heap(h), size, align).cast()
-        } else {
-            mi::mi_heap_malloc_aligned(heap(h), size, align).cast()
+        match (malloc_serves(size, align), zeroed) {
+            (true, false) => mi::mi_heap_malloc(heap(h), size),
+            (true, true) => mi::mi_heap_zalloc(heap(h), size),
+            (false, false) => mi::mi_heap_malloc_aligned(heap(h), size, align),
+            (false, true) => mi::mi_heap_zalloc_aligned(heap(h), size, align),
         }
+        .cast()
     }
 
     unsafe fn realloc_in(
@@ -154,7 +163,11 @@ impl Heaps for Mimalloc {
         align: usize,
         new_size: usize,
     ) -> *mut u8 {
-        mi::mi_heap_realloc_aligned(heap(h), p.cast(), new_size, align).cast()
+        if malloc_serves(new_size, align) {
+            mi::mi_heap_realloc(heap(h), p.cast(), new_size).cast()
+        } else {
+            mi::mi_heap_realloc_aligned(heap(h), p.cast(), new_size, align).cast()
+        }
     }
 
     unsafe fn free_in(&self, _h: HeapId, p: *mut u8, _size: usize, _align: usize) {
@@ -182,5 +195,102 @@ impl Heaps for Mimalloc {
 
     fn contains(&self, h: HeapId, p: usize) -> Option<bool> {
         Some(unsafe { mi::mi_heap_check_owned(heap(h), p as *const c_void) })
+    }
+}
+
+/// `mi_option_purge_delay` in mimalloc 2's option enum (the sys crate does
+/// not name it).
+const PURGE_DELAY: mi::mi_option_t = 15;
+/// Largest request whose usable size `mi_good_size` gives exactly: the
+/// small and medium bins (`MI_MEDIUM_OBJ_SIZE_MAX`).
+const GOOD_SIZE_MAX: usize = 64 << 10;
+
+impl Extras for Mimalloc {
+    /// `mi_rezalloc` for odd sizes, `mi_recalloc(p, n / 2, 2)` for even
+    /// ones; their aligned forms for over-aligned blocks. (mimalloc zeroes
+    /// from the old usable size on, whatever the block was allocated with.)
+    unsafe fn realloc_zeroed(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let p = p.cast();
+        let q = match (malloc_serves(new_size, align), new_size.is_multiple_of(2)) {
+            (true, false) => mi::mi_rezalloc(p, new_size),
+            (true, true) => mi::mi_recalloc(p, new_size / 2, 2),
+            (false, false) => mi::mi_rezalloc_aligned(p, new_size, align),
+            (false, true) => mi::mi_recalloc_aligned(p, new_size / 2, 2, align),
+        };
+        Some(q.cast())
+    }
+
+    /// `mi_expand`: fits in the block's usable size, or null (always null
+    /// in builds with padding).
+    unsafe fn resize_in_place(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        _align: usize,
+        new_size: usize,
+        _extra: usize,
+    ) -> Option<InPlace> {
+        let q = mi::mi_expand(p.cast(), new_size);
+        Some(match q.is_null() {
+            true => InPlace::Unchanged,
+            false => InPlace::Resized {
+                ptr: q as usize,
+                owned: new_size,
+            },
+        })
+    }
+
+    unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {
+        match malloc_serves(size, align) {
+            true => mi::mi_free_size(p.cast(), size),
+            false => mi::mi_free_size_aligned(p.cast(), size, align),
+        }
+        true
+    }
+
+    unsafe fn realloc_plain(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        _align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        Some(mi::mi_realloc(p.cast(), new_size).cast())
+    }
+
+    unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
+        Some(mi::mi_realloc(std::ptr::null_mut(), size).cast())
+    }
+
+    unsafe fn free_null(&self) -> bool {
+        mi::mi_free(std::ptr::null_mut());
+        true
+    }
+
+    /// Exact for the small and medium bins of a release build: padding
+    /// (debug and secure builds) makes the usable size smaller, and large
+    /// blocks round to what the segment gives.
+    fn good_size(&self, size: usize, align: usize) -> Option<usize> {
+        let exact = NAME == "mimalloc" && size <= GOOD_SIZE_MAX && malloc_serves(size, align);
+        exact.then(|| unsafe { mi::mi_good_size(size) })
+    }
+
+    fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
+        let ms = match delay {
+            PurgeDelay::Immediate => 0,
+            PurgeDelay::Millis(ms) => ms.into(),
+            PurgeDelay::Never => -1,
+        };
+        unsafe {
+            mi::mi_option_set(PURGE_DELAY, ms);
+            mi::mi_collect(force);
+        }
+        true
     }
 }

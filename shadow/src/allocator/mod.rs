@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 mod dylib;
+mod extras;
 mod global;
 mod heaps;
 #[cfg(feature = "jemalloc")]
@@ -17,6 +18,7 @@ mod mimalloc;
 mod system;
 pub mod zoo;
 
+pub use extras::{Extras, InPlace, PurgeDelay};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
 
@@ -117,6 +119,12 @@ pub trait Allocator: Send + Sync {
     /// The allocator's own heap API, if it has one. Without one, programs
     /// run heap ops on an emulation that only tracks block membership.
     fn heaps(&self) -> Option<&dyn Heaps> {
+        None
+    }
+
+    /// The calls the allocator has beyond alloc / realloc / free (zeroed
+    /// realloc, in-place resize, sized free, purge, ...), if any.
+    fn extras(&self) -> Option<&dyn Extras> {
         None
     }
 

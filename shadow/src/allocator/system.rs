@@ -3,7 +3,7 @@
 
 use std::ptr;
 
-use super::{malloc_serves, Allocator, LiveBlock, ReallocToZero};
+use super::{malloc_serves, Allocator, Extras, LiveBlock, PurgeDelay, ReallocToZero};
 
 pub struct System;
 
@@ -72,6 +72,10 @@ impl Allocator for System {
         libc::malloc_usable_size(p.cast())
     }
 
+    fn extras(&self) -> Option<&dyn Extras> {
+        Some(self)
+    }
+
     /// mallinfo2 must account for at least the bytes the program holds.
     /// Under a sanitizer, malloc is the sanitizer's and glibc's arenas stay
     /// empty: nothing to compare.
@@ -89,5 +93,35 @@ impl Allocator for System {
             "mallinfo2 reports {in_use} bytes in use, but {} live blocks hold {held}",
             live.len()
         ))
+    }
+}
+
+/// C's realloc edge cases, and `malloc_trim` as the purge.
+impl Extras for System {
+    unsafe fn realloc_plain(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        _align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        Some(libc::realloc(p.cast(), new_size).cast())
+    }
+
+    unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
+        Some(libc::realloc(ptr::null_mut(), size).cast())
+    }
+
+    unsafe fn free_null(&self) -> bool {
+        libc::free(ptr::null_mut());
+        true
+    }
+
+    /// glibc has no purge delay to set; `malloc_trim(0)` returns what it can.
+    fn purge(&self, _delay: PurgeDelay, force: bool) -> bool {
+        if force {
+            unsafe { libc::malloc_trim(0) };
+        }
+        true
     }
 }

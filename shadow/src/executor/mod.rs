@@ -2,6 +2,7 @@
 
 use crate::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, ReallocToZero};
 use crate::edges::IMPOSSIBLE_FROM;
+use crate::model::MAX_BLOCK;
 use crate::guard::{self, Panicked};
 use crate::model::{Block, ShadowHeap};
 use crate::op::{NewSize, Op, Program};
@@ -9,8 +10,10 @@ use crate::pattern;
 use crate::violation::{self, Report, Site, Violation};
 use crate::workers::WorkerPool;
 
+mod more;
 mod race;
 
+use more::ReallocCall;
 use race::Section;
 
 /// Validators run after every this many ops, and at the end.
@@ -46,12 +49,21 @@ enum On {
     Worker(usize),
 }
 
-/// What a new block is: a fresh allocation, the result of a realloc, or a
-/// block a race section's worker already wrote the pattern of `seed` into.
+/// What a new block is: a fresh allocation, the result of a realloc (of a
+/// zeroed realloc: `zero_from` is where the bytes that must read zero
+/// start), or a block a race section's worker already wrote the pattern of
+/// `seed` into.
 enum Origin {
-    Fresh { zeroed: bool },
-    Realloc(Block),
-    Raced { seed: u64 },
+    Fresh {
+        zeroed: bool,
+    },
+    Realloc {
+        old: Block,
+        zero_from: Option<usize>,
+    },
+    Raced {
+        seed: u64,
+    },
 }
 
 /// Counts of what a program did.
@@ -83,6 +95,10 @@ pub struct Executor {
     /// Blocks a race section returned that are not yet checked and tracked
     /// (the next to adopt is last).
     raced: Vec<Block>,
+    /// Inside a bulk allocation: the bulk cap on live blocks applies.
+    bulk: bool,
+    /// Huge requests made so far (each is freed at once).
+    huge_requests: usize,
     finished: bool,
     pub stats: Stats,
 }
@@ -121,6 +137,8 @@ impl Executor {
             pending: None,
             race: Section::default(),
             raced: Vec::new(),
+            bulk: false,
+            huge_requests: 0,
             finished: false,
             stats: Stats::default(),
         }
@@ -255,13 +273,33 @@ impl Executor {
             Op::Free { slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.free_block(i, On::Main))
             }
-            Op::Realloc { slot: s, to } => {
-                slot(self, s).map_or(Outcome::Skipped, |i| self.realloc_block(i, to, On::Main))
-            }
+            Op::Realloc { slot: s, to } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.realloc_block(i, to, On::Main, ReallocCall::Plain)
+            }),
             Op::UsableSize { slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.probe_usable(i))
             }
             Op::Calloc { count, size } => self.calloc(count, size),
+            Op::BulkAlloc { size, align, count } => self.bulk_alloc(size, align, count),
+            Op::BulkFree {
+                slot: s,
+                count,
+                order,
+            } => slot(self, s).map_or(Outcome::Skipped, |i| self.bulk_free(i, count, order)),
+            Op::ReallocZeroed { slot: s, to } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.realloc_block(i, to, On::Main, ReallocCall::Zeroed)
+            }),
+            Op::ResizeInPlace { slot: s, to, extra } => slot(self, s)
+                .map_or(Outcome::Skipped, |i| self.resize_in_place(i, to, extra)),
+            Op::FreeSized { slot: s } => {
+                slot(self, s).map_or(Outcome::Skipped, |i| self.free_sized(i))
+            }
+            Op::ReallocPlain { slot: s, to } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.realloc_block(i, to, On::Main, ReallocCall::Unaligned)
+            }),
+            Op::ReallocNull { size } => self.realloc_null(size),
+            Op::FreeNull => self.free_null(),
+            Op::Purge { delay, force } => self.purge(delay, force),
             Op::HeapNew => self.heap_new(),
             Op::HeapDelete { heap } => self.heap_delete(heap),
             Op::HeapDestroy { heap } => self.heap_destroy(heap),
@@ -303,7 +341,7 @@ impl Executor {
                 slot: s,
                 to,
             } => slot(self, s).map_or(Outcome::Skipped, |i| {
-                self.realloc_block(i, to, On::Worker(worker))
+                self.realloc_block(i, to, On::Worker(worker), ReallocCall::Plain)
             }),
             Op::WorkerCheck { worker, slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.worker_check(i, worker))
@@ -348,9 +386,29 @@ impl Executor {
         on: On,
     ) -> Outcome {
         let impossible = size >= IMPOSSIBLE_FROM;
-        if align > self.alloc.max_align() || (!impossible && !self.shadow.fits(size)) {
+        if size > MAX_BLOCK && !impossible && align <= self.alloc.max_align() {
+            return self.huge(size, align, zeroed, heap, on);
+        }
+        let room = match self.bulk {
+            true => self.shadow.fits_bulk(size),
+            false => self.shadow.fits(size),
+        };
+        if align > self.alloc.max_align() || (!impossible && !room) {
             return Outcome::Skipped;
         }
+        let p = self.alloc_call(size, align, zeroed, heap, on);
+        self.adopt_fresh(p, size, align, zeroed, heap)
+    }
+
+    /// Asks the allocator for a block (in `heap`, if given, on `on`).
+    fn alloc_call(
+        &mut self,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+        heap: Option<HeapId>,
+        on: On,
+    ) -> usize {
         let api = match (heap.is_some() && self.emulated.is_none(), zeroed) {
             (true, false) => "heap-alloc",
             (true, true) => "heap-alloc-zeroed",
@@ -358,14 +416,27 @@ impl Executor {
             (false, true) => "alloc-zeroed",
         };
         self.site = Site::new(api, size, align);
-        let p = match heap {
+        match heap {
             None => self.call(on, move |a| unsafe {
                 a.alloc(size, align, zeroed) as usize
             }),
             Some(h) => {
                 self.guarded(|| unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize })
             }
-        };
+        }
+    }
+
+    /// Checks what a request for a fresh block returned (`p`, or null)
+    /// and tracks the block.
+    fn adopt_fresh(
+        &mut self,
+        p: usize,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+        heap: Option<HeapId>,
+    ) -> Outcome {
+        let impossible = size >= IMPOSSIBLE_FROM;
         if impossible {
             if p != 0 && self.checked {
                 self.fail(Violation::ImpossibleSuccess {
@@ -416,6 +487,9 @@ impl Executor {
         }
         block.usable =
             self.guarded(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) });
+        if let (Origin::Fresh { .. }, None) = (&origin, heap) {
+            self.check_good_size(&block);
+        }
         if block.usable < size {
             self.flag(Violation::UsableSize {
                 ptr: p,
@@ -440,7 +514,7 @@ impl Executor {
         let base = p as *mut u8;
         match origin {
             Origin::Fresh { zeroed: true } => {
-                if let Some(mismatch) = unsafe { pattern::check_zero(base, size, block.seed) } {
+                if let Some(mismatch) = unsafe { pattern::check_zero(base, size, 0, block.seed) } {
                     self.flag(Violation::Zeroed {
                         ptr: p,
                         size,
@@ -462,7 +536,7 @@ impl Executor {
                 }
                 return Outcome::Live(index);
             }
-            Origin::Realloc(old) => {
+            Origin::Realloc { old, zero_from } => {
                 if let Some(mismatch) =
                     unsafe { pattern::check(base, old.extent, old.size.min(size), old.seed) }
                 {
@@ -471,6 +545,15 @@ impl Executor {
                         new: p,
                         old_size: old.size,
                         new_size: size,
+                        mismatch,
+                    });
+                }
+                let dirty = zero_from
+                    .and_then(|from| unsafe { pattern::check_zero(base, size, from, block.seed) });
+                if let Some(mismatch) = dirty {
+                    self.flag(Violation::Zeroed {
+                        ptr: p,
+                        size,
                         mismatch,
                     });
                 }
@@ -509,6 +592,12 @@ impl Executor {
             self.verify(&b, "before free");
         }
         self.shadow.remove(i);
+        self.free_call(b, on);
+        Outcome::Done
+    }
+
+    /// Frees a block no longer tracked, through its heap if it has one.
+    fn free_call(&mut self, b: Block, on: On) {
         match b.heap {
             Some(h) => {
                 self.site = Site::new(self.heap_api("heap-free", "free"), b.size, b.align);
@@ -524,36 +613,60 @@ impl Executor {
                 });
             }
         }
-        Outcome::Done
     }
 
-    fn realloc_block(&mut self, i: usize, to: NewSize, on: On) -> Outcome {
+    /// Resizes block `i` with the realloc `call` names; a call the
+    /// allocator does not have, or a size its contract leaves undefined,
+    /// is skipped.
+    fn realloc_block(&mut self, i: usize, to: NewSize, on: On, call: ReallocCall) -> Outcome {
         let b = self.shadow.blocks()[i];
         let new = to.resolve(b.size);
-        let semantics = self.alloc.realloc_to_zero();
+        let semantics = match call {
+            ReallocCall::Plain => self.alloc.realloc_to_zero(),
+            _ => ReallocToZero::Undefined,
+        };
         let impossible = new >= IMPOSSIBLE_FROM;
+        let extras = self.alloc.extras();
         if (new == 0 && semantics == ReallocToZero::Undefined)
             || (!impossible && !self.shadow.fits_resize(new))
+            || (call != ReallocCall::Plain && (b.heap.is_some() || extras.is_none()))
         {
             return Outcome::Skipped;
         }
         if self.checked {
             self.verify(&b, "before realloc");
         }
-        let api = match (b.heap.is_some() && self.emulated.is_none(), new) {
-            (_, 0) => "realloc-zero",
-            (false, _) => "realloc",
-            (true, _) => "heap-realloc",
+        let api = match (call, b.heap.is_some() && self.emulated.is_none(), new) {
+            (ReallocCall::Zeroed, _, _) => "realloc-zeroed",
+            (ReallocCall::Unaligned, _, _) => "realloc-plain",
+            (_, _, 0) => "realloc-zero",
+            (_, false, _) => "realloc",
+            (_, true, _) => "heap-realloc",
         };
         self.site = Site::new(api, b.size, b.align);
-        let q = match b.heap {
-            Some(h) => self.guarded(|| unsafe {
-                self.heaps()
-                    .realloc_in(h, b.ptr as *mut u8, b.size, b.align, new) as usize
+        let p = b.ptr as *mut u8;
+        let q = match (call, b.heap, extras) {
+            (ReallocCall::Plain, Some(h), _) => self.guarded(|| unsafe {
+                self.heaps().realloc_in(h, p, b.size, b.align, new) as usize
             }),
-            None => self.call(on, move |a| unsafe {
+            (ReallocCall::Plain, None, _) => self.call(on, move |a| unsafe {
                 a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
             }),
+            (ReallocCall::Zeroed, _, Some(x)) => {
+                let q = self.guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) });
+                match q {
+                    Some(q) => q as usize,
+                    None => return Outcome::Skipped,
+                }
+            }
+            (ReallocCall::Unaligned, _, Some(x)) => {
+                let q = self.guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) });
+                match q {
+                    Some(q) => q as usize,
+                    None => return Outcome::Skipped,
+                }
+            }
+            (_, _, None) => unreachable!("skipped above"),
         };
         if q == 0 || impossible {
             if impossible && q != 0 && self.checked {
@@ -587,7 +700,12 @@ impl Executor {
             return Outcome::Done;
         }
         let old = self.shadow.remove(i);
-        self.adopt(q, new, b.align, b.heap, Origin::Realloc(old))
+        let (align, zero_from) = match call {
+            ReallocCall::Plain => (b.align, None),
+            ReallocCall::Zeroed => (b.align, Some(b.usable)),
+            ReallocCall::Unaligned => (more::malloc_align(new), None),
+        };
+        self.adopt(q, new, align, b.heap, Origin::Realloc { old, zero_from })
     }
 
     /// Asks for the usable size and writes all of it.

@@ -11,8 +11,9 @@ use std::str::FromStr;
 
 use arbitrary::{Arbitrary, Unstructured};
 
+pub use crate::allocator::PurgeDelay;
 pub use crate::edges::NewSize;
-use crate::edges::{size_align, ArbAlign, ArbCount, ArbNewSize, ArbSize, History};
+use crate::edges::{bulk_count, size_align, ArbAlign, ArbCount, ArbNewSize, ArbSize, History};
 
 /// Most ops one program runs; longer inputs are cut here.
 pub const MAX_OPS: usize = 384;
@@ -103,6 +104,54 @@ pub enum Op {
         count: usize,
         size: usize,
     },
+    /// `count` blocks of one size and alignment in a row: enough to fill
+    /// an allocator's page or slab, or its thread cache (a program holds
+    /// up to [`crate::model::MAX_LIVE_BULK`] blocks this way).
+    BulkAlloc {
+        size: usize,
+        align: usize,
+        count: usize,
+    },
+    /// Frees up to `count` live blocks from `slot` on, in `order`: a whole
+    /// page freed (page retire), or every other block of it (a page left
+    /// half full).
+    BulkFree {
+        slot: usize,
+        count: usize,
+        order: BulkOrder,
+    },
+    /// Zeroed realloc: the bytes past the old usable size read zero.
+    ReallocZeroed {
+        slot: usize,
+        to: NewSize,
+    },
+    /// In-place resize to `to`, and up to `extra` bytes more if it can.
+    ResizeInPlace {
+        slot: usize,
+        to: NewSize,
+        extra: usize,
+    },
+    /// Sized free, with the size and alignment the block was asked with.
+    FreeSized {
+        slot: usize,
+    },
+    /// Plain C realloc of any block, an over-aligned one included: the
+    /// result only has malloc's alignment.
+    ReallocPlain {
+        slot: usize,
+        to: NewSize,
+    },
+    /// `realloc(NULL, size)`, which is `malloc(size)`.
+    ReallocNull {
+        size: usize,
+    },
+    /// `free(NULL)`, which does nothing.
+    FreeNull,
+    /// Sets the purge delay and purges; every live block must be intact.
+    Purge {
+        delay: PurgeDelay,
+        force: bool,
+    },
     HeapNew,
     HeapDelete {
         heap: usize,
@@ -190,7 +239,33 @@ pub enum Op {
     },
 }
 
+/// The order a bulk free frees its blocks in.
+#[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BulkOrder {
+    /// Oldest first.
+    Forward,
+    /// Newest first.
+    Reverse,
+    /// Every other block, oldest first.
+    Alternate,
+}
+
 impl Op {
+    /// Whether the op makes one of the optional calls
+    /// ([`crate::allocator::Extras`]).
+    pub fn is_extra(&self) -> bool {
+        matches!(
+            self,
+            Op::ReallocZeroed { .. }
+                | Op::ResizeInPlace { .. }
+                | Op::FreeSized { .. }
+                | Op::ReallocPlain { .. }
+                | Op::ReallocNull { .. }
+                | Op::FreeNull
+                | Op::Purge { .. }
+        )
+    }
+
     /// Whether the op is part of a race section.
     pub fn is_race(&self) -> bool {
         matches!(
@@ -211,7 +286,37 @@ enum ArbBasicOp {
     Realloc(u8, ArbNewSize),
     UsableSize(u8),
     Calloc(ArbCount, ArbSize),
+    More(ArbMoreOp),
+    Bulk(ArbBulkOp),
 }
+
+/// The calls beyond alloc / realloc / free (see [`crate::allocator::Extras`]).
+#[derive(Arbitrary)]
+enum ArbMoreOp {
+    ReallocZeroed(u8, ArbNewSize),
+    ResizeInPlace(u8, ArbNewSize, u8),
+    FreeSized(u8),
+    ReallocPlain(u8, ArbNewSize),
+    ReallocNull(ArbSize),
+    FreeNull,
+    Purge(u8, bool),
+}
+
+#[derive(Arbitrary)]
+enum ArbBulkOp {
+    Alloc(ArbSize, ArbAlign, u8),
+    Free(u8, u8, BulkOrder),
+}
+
+/// Extra bytes an in-place resize asks for on top.
+const EXTRAS: [usize; 5] = [0, 1, 16, 4096, 64 << 10];
+/// Purge delays: at once, soon, later, never.
+const DELAYS: [PurgeDelay; 4] = [
+    PurgeDelay::Immediate,
+    PurgeDelay::Millis(10),
+    PurgeDelay::Millis(1000),
+    PurgeDelay::Never,
+];
 
 #[derive(Arbitrary)]
 enum ArbHeapOp {
@@ -272,6 +377,51 @@ impl ArbBasicOp {
                     size,
                 }
             }
+            ArbBasicOp::More(op) => op.lower(h),
+            ArbBasicOp::Bulk(ArbBulkOp::Alloc(size, align, n)) => {
+                let (size, align) = size_align(size, align, h);
+                Op::BulkAlloc {
+                    size,
+                    align,
+                    count: bulk_count(n),
+                }
+            }
+            ArbBasicOp::Bulk(ArbBulkOp::Free(slot, n, order)) => Op::BulkFree {
+                slot: slot_of(slot),
+                count: bulk_count(n),
+                order,
+            },
+        }
+    }
+}
+
+impl ArbMoreOp {
+    fn lower(self, h: &mut History) -> Op {
+        match self {
+            ArbMoreOp::ReallocZeroed(slot, to) => Op::ReallocZeroed {
+                slot: slot_of(slot),
+                to: to.resolve(h),
+            },
+            ArbMoreOp::ResizeInPlace(slot, to, extra) => Op::ResizeInPlace {
+                slot: slot_of(slot),
+                to: to.resolve(h),
+                extra: EXTRAS[usize::from(extra) % EXTRAS.len()],
+            },
+            ArbMoreOp::FreeSized(slot) => Op::FreeSized {
+                slot: slot_of(slot),
+            },
+            ArbMoreOp::ReallocPlain(slot, to) => Op::ReallocPlain {
+                slot: slot_of(slot),
+                to: to.resolve(h),
+            },
+            ArbMoreOp::ReallocNull(size) => Op::ReallocNull {
+                size: size.resolve(h),
+            },
+            ArbMoreOp::FreeNull => Op::FreeNull,
+            ArbMoreOp::Purge(delay, force) => Op::Purge {
+                delay: DELAYS[usize::from(delay) % DELAYS.len()],
+                force,
+            },
         }
     }
 }
@@ -384,6 +534,9 @@ impl Program {
                 Target::MtOps => u.arbitrary::<ArbThreadOp>().map(|op| op.lower(h)),
             };
             match op {
+                // Both sides of a differential run must make the same
+                // calls, and the extras differ from allocator to allocator.
+                Ok(op) if target == Target::DiffMimalloc && op.is_extra() => {}
                 Ok(op) => ops.push(op),
                 Err(_) => break,
             }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{NewSize, Op, Program, NEWEST};
+use super::{BulkOrder, NewSize, Op, Program, PurgeDelay, NEWEST};
 
 /// A slot as program text: a number, or `newest`.
 struct SlotText(usize);
@@ -27,6 +27,22 @@ fn fmt_new_size(to: &NewSize) -> String {
         NewSize::Double => "double".into(),
         NewSize::Half => "half".into(),
         NewSize::Zero => "zero".into(),
+    }
+}
+
+fn fmt_order(order: BulkOrder) -> &'static str {
+    match order {
+        BulkOrder::Forward => "forward",
+        BulkOrder::Reverse => "reverse",
+        BulkOrder::Alternate => "alternate",
+    }
+}
+
+fn fmt_delay(delay: PurgeDelay) -> String {
+    match delay {
+        PurgeDelay::Immediate => "now".into(),
+        PurgeDelay::Millis(ms) => ms.to_string(),
+        PurgeDelay::Never => "never".into(),
     }
 }
 
@@ -53,6 +69,42 @@ impl fmt::Display for Op {
             ),
             Op::UsableSize { slot } => write!(f, "usable-size slot={}", SlotText(*slot)),
             Op::Calloc { count, size } => write!(f, "calloc count={count} size={size}"),
+            Op::BulkAlloc { size, align, count } => {
+                write!(f, "bulk-alloc size={size} align={align} count={count}")
+            }
+            Op::BulkFree { slot, count, order } => write!(
+                f,
+                "bulk-free slot={} count={count} order={}",
+                SlotText(*slot),
+                fmt_order(*order)
+            ),
+            Op::ReallocZeroed { slot, to } => write!(
+                f,
+                "realloc-zeroed slot={} to={}",
+                SlotText(*slot),
+                fmt_new_size(to)
+            ),
+            Op::ResizeInPlace { slot, to, extra } => write!(
+                f,
+                "resize-in-place slot={} to={} extra={extra}",
+                SlotText(*slot),
+                fmt_new_size(to)
+            ),
+            Op::FreeSized { slot } => write!(f, "free-sized slot={}", SlotText(*slot)),
+            Op::ReallocPlain { slot, to } => write!(
+                f,
+                "realloc-plain slot={} to={}",
+                SlotText(*slot),
+                fmt_new_size(to)
+            ),
+            Op::ReallocNull { size } => write!(f, "realloc-null size={size}"),
+            Op::FreeNull => write!(f, "free-null"),
+            Op::Purge { delay, force } => write!(
+                f,
+                "purge delay={}{}",
+                fmt_delay(*delay),
+                if *force { " force" } else { "" }
+            ),
             Op::HeapNew => write!(f, "heap-new"),
             Op::HeapDelete { heap } => write!(f, "heap-delete heap={heap}"),
             Op::HeapDestroy { heap } => write!(f, "heap-destroy heap={heap}"),
@@ -215,6 +267,45 @@ fn parse_op(line: &str) -> Result<Op, String> {
         "calloc" => Op::Calloc {
             count: num("count")?,
             size: num("size")?,
+        },
+        "bulk-alloc" => Op::BulkAlloc {
+            size: num("size")?,
+            align: num("align")?,
+            count: num("count")?,
+        },
+        "bulk-free" => Op::BulkFree {
+            slot: slot()?,
+            count: num("count")?,
+            order: match *fields.get("order").ok_or("missing `order=`")? {
+                "forward" => BulkOrder::Forward,
+                "reverse" => BulkOrder::Reverse,
+                "alternate" => BulkOrder::Alternate,
+                _ => return Err("`order` is forward, reverse or alternate".into()),
+            },
+        },
+        "realloc-zeroed" => Op::ReallocZeroed {
+            slot: slot()?,
+            to: to()?,
+        },
+        "resize-in-place" => Op::ResizeInPlace {
+            slot: slot()?,
+            to: to()?,
+            extra: num("extra")?,
+        },
+        "free-sized" => Op::FreeSized { slot: slot()? },
+        "realloc-plain" => Op::ReallocPlain {
+            slot: slot()?,
+            to: to()?,
+        },
+        "realloc-null" => Op::ReallocNull { size: num("size")? },
+        "free-null" => Op::FreeNull,
+        "purge" => Op::Purge {
+            delay: match *fields.get("delay").ok_or("missing `delay=`")? {
+                "now" => PurgeDelay::Immediate,
+                "never" => PurgeDelay::Never,
+                ms => PurgeDelay::Millis(ms.parse().map_err(|_| "bad `delay=`")?),
+            },
+            force: flag("force"),
         },
         "heap-new" => Op::HeapNew,
         "heap-delete" => Op::HeapDelete { heap: num("heap")? },

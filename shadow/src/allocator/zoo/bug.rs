@@ -57,10 +57,38 @@ pub enum Bug {
     /// Zeroed requests of 128 KiB or more come back with 64 dirty bytes,
     /// between where fixed windows would look.
     LargeDirtyZeroed,
+    /// A request of 4 GiB or more is served with its size truncated to 32
+    /// bits: only huge requests reach it.
+    HugeTruncate,
+    /// Once 1024 blocks of 49..=64 bytes are live (a full page), the next
+    /// one is the newest live one again: only bulk ops hold that many.
+    FullPageReissue,
+    /// A zeroed realloc growing a block to 1 KiB or more leaves the last
+    /// 16 bytes of the grown part dirty.
+    RezallocDirty,
+    /// An in-place resize of a 512..=1024-byte block claims up to twice
+    /// its usable size.
+    ExpandOverclaims,
+    /// A sized free of a 1025..=2048-byte block keeps it cached, and the
+    /// cache hands it out without taking it off.
+    SizedFreeReissue,
+    /// A plain realloc of a block aligned to 64 or more returns a block 8
+    /// bytes off malloc's alignment.
+    PlainReallocMisaligns,
+    /// `realloc(NULL, n)` for 1..=64 bytes returns null.
+    ReallocNullFails,
+    /// `free(NULL)` panics.
+    FreeNullPanics,
+    /// The good size of a 100..=200-byte request is the request rounded up
+    /// to 16, whatever the block really gets.
+    GoodSizeLies,
+    /// A purge with delay 0 zeroes the pages inside the newest live block
+    /// of 4 KiB or more.
+    PurgeDropsLive,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 19] = [
+    pub const ALL: [Bug; 29] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -80,6 +108,16 @@ impl Bug {
         Bug::LatentCorruption,
         Bug::LargeReallocHole,
         Bug::LargeDirtyZeroed,
+        Bug::HugeTruncate,
+        Bug::FullPageReissue,
+        Bug::RezallocDirty,
+        Bug::ExpandOverclaims,
+        Bug::SizedFreeReissue,
+        Bug::PlainReallocMisaligns,
+        Bug::ReallocNullFails,
+        Bug::FreeNullPanics,
+        Bug::GoodSizeLies,
+        Bug::PurgeDropsLive,
     ];
 
     pub fn name(self) -> &'static str {
@@ -103,6 +141,16 @@ impl Bug {
             Bug::LatentCorruption => "latent-corruption",
             Bug::LargeReallocHole => "large-realloc-hole",
             Bug::LargeDirtyZeroed => "large-dirty-zeroed",
+            Bug::HugeTruncate => "huge-truncate",
+            Bug::FullPageReissue => "full-page-reissue",
+            Bug::RezallocDirty => "rezalloc-dirty",
+            Bug::ExpandOverclaims => "expand-overclaims",
+            Bug::SizedFreeReissue => "sized-free-reissue",
+            Bug::PlainReallocMisaligns => "plain-realloc-misaligns",
+            Bug::ReallocNullFails => "realloc-null-fails",
+            Bug::FreeNullPanics => "free-null-panics",
+            Bug::GoodSizeLies => "good-size-lies",
+            Bug::PurgeDropsLive => "purge-drops-live",
         }
     }
 
@@ -145,7 +193,14 @@ impl Bug {
             Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
                 &["realloc-prefix"]
             }
-            Bug::LargeDirtyZeroed => &["zeroed"],
+            Bug::LargeDirtyZeroed | Bug::RezallocDirty => &["zeroed"],
+            Bug::HugeTruncate | Bug::ExpandOverclaims => &["usable-size"],
+            Bug::FullPageReissue | Bug::SizedFreeReissue => &["overlap"],
+            Bug::PlainReallocMisaligns => &["alignment"],
+            Bug::ReallocNullFails => &["null"],
+            Bug::FreeNullPanics => &["panic"],
+            Bug::GoodSizeLies => &["good-size"],
+            Bug::PurgeDropsLive => &["contents"],
             Bug::PanicClass | Bug::LatentCorruption => &["panic"],
             // A block on the list twice is handed out to two owners; which
             // check sees it first depends on what they do with it.

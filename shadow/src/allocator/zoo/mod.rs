@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
-use super::{Allocator, EmulatedHeaps, HeapId, Heaps, ReallocToZero};
+use super::{Allocator, EmulatedHeaps, Extras, HeapId, Heaps, ReallocToZero};
 
 mod bug;
+mod extras;
 mod racy_list;
 
 pub use bug::{parse_bugs, Bug};
@@ -32,6 +33,10 @@ const RACY: RangeInclusive<usize> = 257..=1024;
 const LATENT: RangeInclusive<usize> = 3073..=3584;
 const LARGE_HOLE_MIN: usize = 64 << 10;
 const LARGE_DIRTY_MIN: usize = 128 << 10;
+const FULL_PAGE: RangeInclusive<usize> = 49..=64;
+/// Live blocks of `FULL_PAGE` at which `FullPageReissue` fires.
+const FULL_PAGE_BLOCKS: usize = 1024;
+const SIZED_FREE: RangeInclusive<usize> = 1025..=2048;
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -62,6 +67,13 @@ struct State {
     /// thread's newest live block.
     owners: HashMap<usize, (ThreadId, usize, usize)>,
     newest: HashMap<ThreadId, usize>,
+    /// FullPageReissue: live blocks of the class, and the newest one.
+    live_64: usize,
+    newest_64: usize,
+    /// SizedFreeReissue: blocks a sized free kept, newest last.
+    sized_cached: Vec<usize>,
+    /// PurgeDropsLive: the newest live block of 4 KiB or more.
+    last_large: Option<(usize, usize)>,
 }
 
 /// A correct allocator with planted bugs.
@@ -215,6 +227,9 @@ impl Allocator for Zoo {
         self.class_of(size);
         let p = self.alloc_inner(size, align, zeroed);
         self.track_owner(p, size, align);
+        if !p.is_null() {
+            self.track_class(p, size, align);
+        }
         p
     }
 
@@ -287,6 +302,7 @@ impl Allocator for Zoo {
         if self.wrong_free(p, size) {
             return;
         }
+        self.untrack_class(p, size, align);
         if self.has(Bug::DirtyZeroed) && DIRTY_ZEROED.contains(&size) {
             self.state().freed_256 = true;
         }
@@ -330,6 +346,10 @@ impl Allocator for Zoo {
         Some(&self.heaps)
     }
 
+    fn extras(&self) -> Option<&dyn Extras> {
+        Some(self)
+    }
+
     fn max_align(&self) -> usize {
         self.base.max_align()
     }
@@ -349,6 +369,7 @@ impl Allocator for Zoo {
         );
         let mut st = self.state();
         let cached = std::mem::take(&mut st.cached_48);
+        let sized = std::mem::take(&mut st.sized_cached);
         let mut link = std::mem::take(&mut st.list_head);
         *st = State::default();
         drop(st);
@@ -358,6 +379,9 @@ impl Allocator for Zoo {
             }
             for p in cached {
                 self.base.free(p as *mut u8, *DOUBLE_ISSUE.end(), 16);
+            }
+            for p in sized {
+                self.base.free(p as *mut u8, *SIZED_FREE.end(), 16);
             }
             while link != 0 {
                 let next = *(link as *const usize);
@@ -372,6 +396,24 @@ impl Zoo {
     unsafe fn alloc_inner(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&size) {
             return self.base.alloc(64, align, false);
+        }
+        if self.has(Bug::HugeTruncate) && size > u32::MAX as usize && !HUGE_SUCCESS.contains(&size) {
+            return self.base.alloc(size as u32 as usize, align, zeroed);
+        }
+        if align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size) {
+            let st = self.state();
+            if st.live_64 >= FULL_PAGE_BLOCKS && st.newest_64 != 0 {
+                return st.newest_64 as *mut u8;
+            }
+        }
+        if align <= 16 && self.has(Bug::SizedFreeReissue) && SIZED_FREE.contains(&size) {
+            // The bug: the cached block is handed out but stays cached.
+            if let Some(&p) = self.state().sized_cached.last() {
+                if zeroed {
+                    std::ptr::write_bytes(p as *mut u8, 0, size);
+                }
+                return p as *mut u8;
+            }
         }
         if self.has(Bug::SmallUnderalign) && size <= 8 && align == 16 {
             return self.shifted(size, 16, 8, zeroed);
@@ -427,6 +469,41 @@ impl Zoo {
             return self.base.alloc(size, align, false);
         }
         self.base.alloc(size, align, zeroed)
+    }
+}
+
+impl Zoo {
+    /// Counts a new block for `FullPageReissue` and `PurgeDropsLive`.
+    fn track_class(&self, p: *mut u8, size: usize, align: usize) {
+        let full_page = align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size);
+        let large = self.has(Bug::PurgeDropsLive) && size >= 4096;
+        if !(full_page || large) {
+            return;
+        }
+        let mut st = self.state();
+        if full_page && st.newest_64 != p as usize {
+            st.live_64 += 1;
+            st.newest_64 = p as usize;
+        }
+        if large {
+            st.last_large = Some((p as usize, size));
+        }
+    }
+
+    /// Forgets a block `track_class` counted, and takes it off the sized
+    /// free cache.
+    fn untrack_class(&self, p: *mut u8, size: usize, align: usize) {
+        let mut st = self.state();
+        if align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size) {
+            st.live_64 = st.live_64.saturating_sub(1);
+            if st.newest_64 == p as usize {
+                st.newest_64 = 0;
+            }
+        }
+        if st.last_large.is_some_and(|(q, _)| q == p as usize) {
+            st.last_large = None;
+        }
+        st.sized_cached.retain(|&q| q != p as usize);
     }
 }
 

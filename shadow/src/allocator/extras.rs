@@ -1,0 +1,119 @@
+//! The calls an allocator offers beyond alloc / realloc / free, each
+//! optional: programs skip an op whose call the allocator does not have.
+//! The invariant each one is held to is in the README's API table.
+
+/// What an in-place resize did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InPlace {
+    /// The block is still at `ptr` (which must be where it was) and holds
+    /// at least `owned` bytes, which the caller now owns.
+    Resized { ptr: usize, owned: usize },
+    /// The block could not be resized in place and is as it was.
+    Unchanged,
+}
+
+/// How long freed memory may stay with the allocator before it goes back
+/// to the OS: mimalloc's `purge_delay`, jemalloc's `dirty_decay_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PurgeDelay {
+    /// Purged as it is freed.
+    Immediate,
+    /// After this many milliseconds.
+    Millis(u32),
+    /// Never (until an explicit purge).
+    Never,
+}
+
+/// The optional calls. Every method has a default meaning "not in this
+/// API" (`None` or `false`), so an adapter implements what it has.
+pub trait Extras: Send + Sync {
+    /// A realloc whose bytes past the old block's usable size read zero
+    /// (`mi_rezalloc`, `mi_recalloc` and their aligned forms; jemalloc's
+    /// `rallocx` with `MALLOCX_ZERO`). Null: failed, the block is as it was.
+    ///
+    /// # Safety
+    /// As for [`super::Allocator`]: a pointer is a live block of this
+    /// allocator, with the size and alignment it was allocated with.
+    unsafe fn realloc_zeroed(
+        &self,
+        _ptr: *mut u8,
+        _old_size: usize,
+        _align: usize,
+        _new_size: usize,
+    ) -> Option<*mut u8> {
+        None
+    }
+
+    /// Resizes the block in place to at least `new_size` bytes, and to
+    /// `new_size + extra` if it can (`mi_expand`, jemalloc's `xallocx`).
+    ///
+    /// # Safety
+    /// As for [`super::Allocator`]: a pointer is a live block of this
+    /// allocator, with the size and alignment it was allocated with.
+    unsafe fn resize_in_place(
+        &self,
+        _ptr: *mut u8,
+        _old_size: usize,
+        _align: usize,
+        _new_size: usize,
+        _extra: usize,
+    ) -> Option<InPlace> {
+        None
+    }
+
+    /// Frees with the size and alignment the block was asked with
+    /// (`mi_free_size_aligned`, `sdallocx`). `false`: not in the API.
+    ///
+    /// # Safety
+    /// As for [`super::Allocator`]: a pointer is a live block of this
+    /// allocator, with the size and alignment it was allocated with.
+    unsafe fn free_sized(&self, _ptr: *mut u8, _size: usize, _align: usize) -> bool {
+        false
+    }
+
+    /// Plain C-style realloc of a block allocated with any alignment
+    /// (`realloc`, `mi_realloc`): the result only has malloc's alignment.
+    ///
+    /// # Safety
+    /// As for [`super::Allocator`]: a pointer is a live block of this
+    /// allocator, with the size and alignment it was allocated with.
+    unsafe fn realloc_plain(
+        &self,
+        _ptr: *mut u8,
+        _old_size: usize,
+        _align: usize,
+        _new_size: usize,
+    ) -> Option<*mut u8> {
+        None
+    }
+
+    /// `realloc(NULL, size)`: a fresh block, as `malloc(size)` gives.
+    ///
+    /// # Safety
+    /// As for [`super::Allocator`]: a pointer is a live block of this
+    /// allocator, with the size and alignment it was allocated with.
+    unsafe fn realloc_null(&self, _size: usize) -> Option<*mut u8> {
+        None
+    }
+
+    /// `free(NULL)`: does nothing. `false`: not in the API.
+    ///
+    /// # Safety
+    /// As for [`super::Allocator`]: a pointer is a live block of this
+    /// allocator, with the size and alignment it was allocated with.
+    unsafe fn free_null(&self) -> bool {
+        false
+    }
+
+    /// The usable size a fresh request of `size` and `align` gets, where
+    /// the API promises it exactly (`mi_good_size`, `nallocx`).
+    fn good_size(&self, _size: usize, _align: usize) -> Option<usize> {
+        None
+    }
+
+    /// Sets the purge delay and purges what is due (`force`: everything
+    /// freed). Live blocks must not change. `false`: not in the API.
+    fn purge(&self, _delay: PurgeDelay, _force: bool) -> bool {
+        false
+    }
+}

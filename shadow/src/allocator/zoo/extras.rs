@@ -1,0 +1,122 @@
+//! The zoo's extras, built on its own alloc / realloc / free (so the
+//! blocks other bugs manage stay the zoo's), with their planted bugs.
+
+use std::ops::RangeInclusive;
+
+use super::{Bug, Zoo, SIZED_FREE};
+use crate::allocator::{Allocator, Extras, InPlace, PurgeDelay};
+
+const REZALLOC_DIRTY_MIN: usize = 1024;
+const EXPAND_OVERCLAIMS: RangeInclusive<usize> = 512..=1024;
+const PLAIN_REALLOC_MISALIGNS_MIN: usize = 64;
+const REALLOC_NULL_FAILS: RangeInclusive<usize> = 1..=64;
+const GOOD_SIZE_LIES: RangeInclusive<usize> = 100..=200;
+const PAGE: usize = 4096;
+
+impl Extras for Zoo {
+    /// A realloc, then zeros from the old usable size on.
+    unsafe fn realloc_zeroed(
+        &self,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let old_usable = self.usable_size(p, old, align);
+        let q = self.realloc(p, old, align, new_size);
+        if !q.is_null() && new_size > old_usable {
+            std::ptr::write_bytes(q.add(old_usable), 0, new_size - old_usable);
+            if self.has(Bug::RezallocDirty) && new_size >= REZALLOC_DIRTY_MIN {
+                let dirty = (new_size - old_usable).min(16);
+                std::ptr::write_bytes(q.add(new_size - dirty), 0xa5, dirty);
+            }
+        }
+        Some(q)
+    }
+
+    /// `mi_expand`'s contract: within the usable size, or unchanged.
+    unsafe fn resize_in_place(
+        &self,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+        _extra: usize,
+    ) -> Option<InPlace> {
+        let usable = self.usable_size(p, old, align);
+        let limit = match self.has(Bug::ExpandOverclaims) && EXPAND_OVERCLAIMS.contains(&old) {
+            true => 2 * usable,
+            false => usable,
+        };
+        Some(match new_size <= limit {
+            true => InPlace::Resized {
+                ptr: p as usize,
+                owned: new_size,
+            },
+            false => InPlace::Unchanged,
+        })
+    }
+
+    unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {
+        if align <= 16 && self.has(Bug::SizedFreeReissue) && SIZED_FREE.contains(&size) {
+            self.untrack_class(p, size, align);
+            self.state().sized_cached.push(p as usize);
+            return true;
+        }
+        self.free(p, size, align);
+        true
+    }
+
+    /// A fresh block with malloc's alignment, the contents copied over.
+    unsafe fn realloc_plain(
+        &self,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let q = match self.has(Bug::PlainReallocMisaligns) && align >= PLAIN_REALLOC_MISALIGNS_MIN {
+            true => self.shifted(new_size, 16, 8, false),
+            false => self.alloc(new_size, 1, false),
+        };
+        if !q.is_null() {
+            std::ptr::copy_nonoverlapping(p, q, old.min(new_size));
+            self.free(p, old, align);
+        }
+        Some(q)
+    }
+
+    unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
+        if self.has(Bug::ReallocNullFails) && REALLOC_NULL_FAILS.contains(&size) {
+            return Some(std::ptr::null_mut());
+        }
+        Some(self.alloc(size, 1, false))
+    }
+
+    unsafe fn free_null(&self) -> bool {
+        if self.has(Bug::FreeNullPanics) {
+            panic!("zoo: free(NULL) dereferenced its header");
+        }
+        true
+    }
+
+    /// Promises nothing, unless the lie is planted.
+    fn good_size(&self, size: usize, _align: usize) -> Option<usize> {
+        (self.has(Bug::GoodSizeLies) && GOOD_SIZE_LIES.contains(&size))
+            .then(|| size.next_multiple_of(16))
+    }
+
+    /// Nothing to purge, unless the bug drops a live block's pages.
+    fn purge(&self, delay: PurgeDelay, _force: bool) -> bool {
+        if self.has(Bug::PurgeDropsLive) && delay == PurgeDelay::Immediate {
+            if let Some((p, size)) = self.state().last_large {
+                let first = p.next_multiple_of(PAGE);
+                let end = (p + size) / PAGE * PAGE;
+                if end > first {
+                    unsafe { std::ptr::write_bytes(first as *mut u8, 0, end - first) };
+                }
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,302 @@
+//! The ops beyond alloc / realloc / free: the allocator's optional calls
+//! ([`crate::allocator::Extras`]), bulk ops that fill pages and slabs, and
+//! huge requests. Each op is skipped where the allocator lacks its call.
+
+use super::{Executor, On, Origin, Outcome};
+use crate::allocator::{InPlace, PurgeDelay};
+use crate::edges::IMPOSSIBLE_FROM;
+use crate::model::{Block, MAX_PROGRAM_BYTES};
+use crate::op::{BulkOrder, NewSize};
+use crate::pattern;
+use crate::violation::{Site, Violation};
+
+/// Most huge requests (over [`crate::model::MAX_BLOCK`]) one program
+/// makes; each is freed as soon as it is checked.
+const MAX_HUGE: usize = 2;
+/// The head and tail of a huge block that are touched: one page each.
+const PAGE: usize = 4096;
+
+/// Which realloc a resize calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReallocCall {
+    /// [`crate::allocator::Allocator::realloc`] (or the heap's), which
+    /// keeps the block's alignment.
+    Plain,
+    /// The zeroed realloc: bytes past the old usable size read zero.
+    Zeroed,
+    /// C's plain realloc of a block of any alignment.
+    Unaligned,
+}
+
+/// The alignment C's `malloc(size)` promises: 16 on x86-64, 8 for blocks
+/// of 8 bytes or less (see [`crate::allocator::malloc_serves`]).
+pub(super) fn malloc_align(size: usize) -> usize {
+    if size > 8 {
+        16
+    } else {
+        8
+    }
+}
+
+impl Executor {
+    /// A fresh block's usable size must be what the allocator's good-size
+    /// call promises for its request, where it promises one.
+    pub(super) fn check_good_size(&self, b: &Block) {
+        let Some(extras) = self.alloc.extras() else {
+            return;
+        };
+        let good = self.guarded(|| extras.good_size(b.size, b.align));
+        if let Some(good) = good.filter(|&g| g != b.usable) {
+            self.flag(Violation::GoodSize {
+                ptr: b.ptr,
+                size: b.size,
+                good,
+                usable: b.usable,
+            });
+        }
+    }
+
+    /// `count` blocks of one size and alignment, until one fails or the
+    /// program's caps are reached. An over-aligned block may take its
+    /// alignment in memory, so the byte cap counts that too.
+    pub(super) fn bulk_alloc(&mut self, size: usize, align: usize, count: usize) -> Outcome {
+        let count = count.min(MAX_PROGRAM_BYTES / size.max(align).max(1));
+        self.bulk = true;
+        let mut outcome = Outcome::Skipped;
+        for _ in 0..count {
+            match self.alloc_block(size, align, false, None, On::Main) {
+                Outcome::Live(_) => outcome = Outcome::Done,
+                other => {
+                    if outcome == Outcome::Skipped {
+                        outcome = other;
+                    }
+                    break;
+                }
+            }
+        }
+        self.bulk = false;
+        outcome
+    }
+
+    /// Frees up to `count` blocks from index `first` on, in `order`. Every
+    /// block is checked first; then the frees run back to back.
+    pub(super) fn bulk_free(&mut self, first: usize, count: usize, order: BulkOrder) -> Outcome {
+        let n = self.shadow.len();
+        let picked: Vec<usize> = match order {
+            BulkOrder::Forward => (first..n).take(count).collect(),
+            BulkOrder::Reverse => (first..n).take(count).rev().collect(),
+            BulkOrder::Alternate => (first..n).step_by(2).take(count).collect(),
+        };
+        if self.checked {
+            for &i in &picked {
+                self.verify(&self.shadow.blocks()[i], "before free");
+            }
+        }
+        for b in self.shadow.remove_many(&picked) {
+            self.free_call(b, On::Main);
+        }
+        Outcome::Done
+    }
+
+    /// Resizes block `i` in place: either it stays where it is and holds
+    /// what the call says (then it is checked as a realloc result), or it
+    /// is unchanged, usable size and contents alike.
+    pub(super) fn resize_in_place(&mut self, i: usize, to: NewSize, extra: usize) -> Outcome {
+        let b = self.shadow.blocks()[i];
+        let new = to.resolve(b.size);
+        let Some(extras) = self.alloc.extras() else {
+            return Outcome::Skipped;
+        };
+        if b.heap.is_some() || new == 0 || !self.shadow.fits_resize(new.saturating_add(extra)) {
+            return Outcome::Skipped;
+        }
+        if self.checked {
+            self.verify(&b, "before an in-place resize");
+        }
+        self.site = Site::new("resize-in-place", b.size, b.align);
+        let p = b.ptr as *mut u8;
+        let result = self.guarded(|| unsafe {
+            extras.resize_in_place(p, b.size, b.align, new, extra)
+        });
+        match result {
+            None => Outcome::Skipped,
+            Some(InPlace::Unchanged) => {
+                if self.checked {
+                    let usable = self
+                        .guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
+                    if usable != b.usable {
+                        self.flag(Violation::UsableSize {
+                            ptr: b.ptr,
+                            size: b.size,
+                            usable,
+                            why: "changed by an in-place resize that failed",
+                        });
+                    }
+                    self.verify(&b, "after a failed in-place resize");
+                }
+                Outcome::Failed
+            }
+            Some(InPlace::Resized { ptr, owned }) => {
+                if self.checked && (ptr != b.ptr || owned < new) {
+                    self.fail(Violation::Realloc {
+                        ptr: b.ptr,
+                        new_size: new,
+                        why: if ptr != b.ptr {
+                            "an in-place resize moved the block"
+                        } else {
+                            "an in-place resize gave fewer bytes than asked"
+                        },
+                    });
+                }
+                let old = self.shadow.remove(i);
+                let origin = Origin::Realloc {
+                    old,
+                    zero_from: None,
+                };
+                self.adopt(b.ptr, owned, b.align, None, origin)
+            }
+        }
+    }
+
+    /// Frees block `i` with the sized call, where the allocator has one.
+    pub(super) fn free_sized(&mut self, i: usize) -> Outcome {
+        let b = self.shadow.blocks()[i];
+        let Some(extras) = self.alloc.extras() else {
+            return Outcome::Skipped;
+        };
+        if b.heap.is_some() {
+            return Outcome::Skipped;
+        }
+        if self.checked {
+            self.verify(&b, "before free");
+        }
+        self.site = Site::new("free-sized", b.size, b.align);
+        let p = b.ptr as *mut u8;
+        if !self.guarded(|| unsafe { extras.free_sized(p, b.size, b.align) }) {
+            return Outcome::Skipped;
+        }
+        self.shadow.remove(i);
+        Outcome::Done
+    }
+
+    /// `realloc(NULL, size)`: checked as `malloc(size)` would be.
+    pub(super) fn realloc_null(&mut self, size: usize) -> Outcome {
+        let Some(extras) = self.alloc.extras() else {
+            return Outcome::Skipped;
+        };
+        let impossible = size >= IMPOSSIBLE_FROM;
+        if !impossible && !self.shadow.fits(size) {
+            return Outcome::Skipped;
+        }
+        let align = malloc_align(size);
+        self.site = Site::new("realloc-null", size, align);
+        match self.guarded(|| unsafe { extras.realloc_null(size) }) {
+            Some(p) => self.adopt_fresh(p as usize, size, align, false, None),
+            None => Outcome::Skipped,
+        }
+    }
+
+    /// `free(NULL)` must do nothing: a crash or a panic is a finding.
+    pub(super) fn free_null(&mut self) -> Outcome {
+        let Some(extras) = self.alloc.extras() else {
+            return Outcome::Skipped;
+        };
+        self.site = Site::bare("free-null");
+        match self.guarded(|| unsafe { extras.free_null() }) {
+            true => Outcome::Done,
+            false => Outcome::Skipped,
+        }
+    }
+
+    /// Sets the purge delay and purges; every live block must be intact.
+    pub(super) fn purge(&mut self, delay: PurgeDelay, force: bool) -> Outcome {
+        let Some(extras) = self.alloc.extras() else {
+            return Outcome::Skipped;
+        };
+        self.site = Site::bare("purge");
+        if !self.guarded(|| extras.purge(delay, force)) {
+            return Outcome::Skipped;
+        }
+        if self.checked {
+            for b in self.shadow.blocks() {
+                self.verify(b, "after a purge");
+            }
+        }
+        Outcome::Done
+    }
+
+    /// A request between [`crate::model::MAX_BLOCK`] and the impossible
+    /// sizes: it may fail cleanly; if it succeeds, the block is aligned,
+    /// has at least `size` usable bytes, overlaps no live block, and its
+    /// head and tail pages take a write. Only those pages are touched; the
+    /// block is freed at once. Zeroed huge requests are skipped: an
+    /// allocator may zero gigabytes by hand (Rust's default
+    /// `alloc_zeroed` does), which no run can afford.
+    pub(super) fn huge(
+        &mut self,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+        heap: Option<crate::allocator::HeapId>,
+        on: On,
+    ) -> Outcome {
+        if zeroed || self.huge_requests >= MAX_HUGE {
+            return Outcome::Skipped;
+        }
+        self.huge_requests += 1;
+        // Drawn whatever the answer, so the two sides of a differential
+        // run stay in step when only one serves the request.
+        let seed = self.seed();
+        let p = self.alloc_call(size, align, zeroed, heap, on);
+        if p == 0 {
+            return Outcome::Failed;
+        }
+        let block = Block {
+            ptr: p,
+            size,
+            align,
+            usable: size,
+            extent: 0,
+            seed,
+            heap,
+        };
+        if self.checked {
+            // Freed unchecked by `Drop` if a violation ends the program.
+            self.pending = Some(block);
+            self.touch_huge(&block);
+            self.pending = None;
+        }
+        self.free_call(block, on);
+        Outcome::Done
+    }
+
+    fn touch_huge(&mut self, b: &Block) {
+        if !b.ptr.is_multiple_of(b.align) {
+            self.flag(Violation::Alignment {
+                ptr: b.ptr,
+                size: b.size,
+                align: b.align,
+            });
+        }
+        let p = b.ptr as *mut u8;
+        let usable = self.guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
+        if usable < b.size {
+            self.flag(Violation::UsableSize {
+                ptr: b.ptr,
+                size: b.size,
+                usable,
+                why: "less than requested",
+            });
+        }
+        // Tolerated: only the bytes both the request and the answer cover.
+        let len = usable.min(b.size);
+        if let Some(other) = self.shadow.overlapping(b.ptr, b.ptr + len.max(1)) {
+            self.overlap(*b, other);
+        }
+        let head = (0, PAGE.min(len));
+        let tail = (len.saturating_sub(PAGE).max(head.1), len);
+        for (from, to) in [head, tail] {
+            unsafe { pattern::fill_range(p, from, to, b.seed) };
+        }
+    }
+}
