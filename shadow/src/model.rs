@@ -203,7 +203,10 @@ mod tests {
         let left: Vec<usize> = s.blocks().iter().map(|b| b.ptr).collect();
         assert_eq!(left, [1000, 4000, 6000]);
         assert!(s.insert(block(2000, 10), true).is_ok(), "intervals freed");
-        assert!(s.insert(block(4005, 1), true).is_err(), "the rest still owned");
+        assert!(
+            s.insert(block(4005, 1), true).is_err(),
+            "the rest still owned"
+        );
     }
 
     #[test]

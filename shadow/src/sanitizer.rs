@@ -73,6 +73,12 @@ pub fn install(is_poisoned: RegionIsPoisoned) {
     let _ = IS_POISONED.set(is_poisoned);
 }
 
+/// Whether the process runs under ASan (the fuzz builds), where the C
+/// allocators are built with it too.
+pub fn active() -> bool {
+    IS_POISONED.get().is_some()
+}
+
 /// How much of `[base + from, base + to)` the harness may touch: `to`
 /// when ASan poisons none of it; else the first poisoned offset, after a
 /// one-byte read there has made ASan report it (see the module docs).

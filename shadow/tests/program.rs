@@ -104,3 +104,47 @@ fn bad_program_text_names_the_line() {
     let err = "alloc size=24 align=8\n".parse::<Program>().unwrap_err();
     assert!(err.contains("target"), "{err}");
 }
+
+#[test]
+fn decoding_reaches_bulk_ops_huge_sizes_and_every_optional_call() {
+    let mut seen = std::collections::BTreeSet::new();
+    let (mut full_page, mut around_4g, mut far_huge) = (false, false, false);
+    for data in common::inputs(7, 3000, 512) {
+        for op in Program::decode(Target::AllocOps, &data).ops {
+            let text = op.to_string();
+            seen.insert(text.split(' ').next().unwrap().to_string());
+            match op {
+                Op::BulkAlloc { count, .. } => full_page |= count >= 4096,
+                Op::Alloc { size, .. } => {
+                    around_4g |= size > 1 << 32 && size <= (1 << 32) + 65536;
+                    far_huge |= size >= 1 << 40 && size < shadow::edges::IMPOSSIBLE_FROM;
+                }
+                _ => {}
+            }
+        }
+    }
+    for name in [
+        "bulk-alloc",
+        "bulk-free",
+        "realloc-zeroed",
+        "resize-in-place",
+        "free-sized",
+        "realloc-plain",
+        "realloc-null",
+        "free-null",
+        "purge",
+    ] {
+        assert!(seen.contains(name), "{name} is never decoded");
+    }
+    assert!(full_page, "a bulk allocation of a page's worth of blocks");
+    assert!(around_4g, "a size just past 2^32 (a 32-bit truncation)");
+    assert!(far_huge, "a huge size far past any machine's memory");
+}
+
+#[test]
+fn a_differential_program_makes_only_calls_both_sides_have() {
+    for data in common::inputs(8, 500, 512) {
+        let program = Program::decode(Target::DiffMimalloc, &data);
+        assert!(program.ops.iter().all(|op| !op.is_extra()), "{program}");
+    }
+}

@@ -72,6 +72,11 @@ impl Allocator for Jemalloc {
         Some(self)
     }
 
+    /// The next program starts with the process's decay times.
+    fn reset(&self) {
+        unsafe { set_decay(None) };
+    }
+
     /// What jemalloc says a block is (`sallocx`) must be what it says such a
     /// request gets (`nallocx`): sized free relies on it.
     fn validate(&self, live: &[LiveBlock]) -> Result<(), String> {
@@ -100,7 +105,13 @@ const ARENAS_ALL: u32 = 4096;
 unsafe fn mallctl_set<T>(name: &str, mut value: T) -> bool {
     let name = std::ffi::CString::new(name).expect("mallctl name");
     let newp = (&mut value as *mut T).cast();
-    je::mallctl(name.as_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), newp, std::mem::size_of::<T>()) == 0
+    je::mallctl(
+        name.as_ptr(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        newp,
+        std::mem::size_of::<T>(),
+    ) == 0
 }
 
 /// Runs the mallctl `name` that neither reads nor writes (a purge, a flush).
@@ -117,6 +128,18 @@ unsafe fn mallctl_get<T: Default>(name: &str) -> Option<T> {
     let mut len = std::mem::size_of::<T>();
     let oldp = (&mut value as *mut T).cast();
     (je::mallctl(name.as_ptr(), oldp, &mut len, std::ptr::null_mut(), 0) == 0).then_some(value)
+}
+
+/// Sets the calling thread's arena's dirty and muzzy decay times to `ms`,
+/// or back to the process's options (`opt.*_decay_ms`).
+unsafe fn set_decay(ms: Option<isize>) -> bool {
+    let Some(arena) = mallctl_get::<u32>("thread.arena") else {
+        return false;
+    };
+    ["dirty", "muzzy"].into_iter().all(|what| {
+        let ms = ms.or_else(|| mallctl_get::<isize>(&format!("opt.{what}_decay_ms")));
+        ms.is_some_and(|ms| mallctl_set(&format!("arena.{arena}.{what}_decay_ms"), ms))
+    })
 }
 
 impl Extras for Jemalloc {
@@ -198,11 +221,8 @@ impl Extras for Jemalloc {
             PurgeDelay::Never => -1,
         };
         unsafe {
-            let Some(arena) = mallctl_get::<u32>("thread.arena") else {
+            if !set_decay(Some(ms)) {
                 return false;
-            };
-            for what in ["dirty", "muzzy"] {
-                mallctl_set(&format!("arena.{arena}.{what}_decay_ms"), ms);
             }
             if force {
                 mallctl_run("thread.tcache.flush");

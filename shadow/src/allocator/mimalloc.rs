@@ -37,12 +37,18 @@ unsafe extern "C" fn on_error(code: c_int, _arg: *mut c_void) {
     slot.get_or_insert_with(|| format!("mimalloc reported {what}, errno {code}"));
 }
 
-pub struct Mimalloc;
+pub struct Mimalloc {
+    /// The purge delay the process started with; a program's `purge` op
+    /// changes it for that program only.
+    default_purge_delay: std::ffi::c_long,
+}
 
 impl Mimalloc {
     pub fn new() -> Mimalloc {
         unsafe { mi::mi_register_error(Some(on_error), std::ptr::null_mut()) };
-        Mimalloc
+        Mimalloc {
+            default_purge_delay: unsafe { mi::mi_option_get(PURGE_DELAY) },
+        }
     }
 }
 
@@ -119,6 +125,11 @@ impl Allocator for Mimalloc {
 
     fn take_error(&self) -> Option<String> {
         ERROR.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The next program starts with the process's purge delay.
+    fn reset(&self) {
+        unsafe { mi::mi_option_set(PURGE_DELAY, self.default_purge_delay) };
     }
 }
 
@@ -273,11 +284,13 @@ impl Extras for Mimalloc {
         true
     }
 
-    /// Exact for the small and medium bins of a release build: padding
-    /// (debug and secure builds) makes the usable size smaller, and large
-    /// blocks round to what the segment gives.
+    /// Exact for the small and medium bins of a release build without
+    /// ASan: padding (debug and secure builds, and ASan tracking in the
+    /// fuzz builds) makes the usable size smaller, and large blocks round
+    /// to what the segment gives.
     fn good_size(&self, size: usize, align: usize) -> Option<usize> {
-        let exact = NAME == "mimalloc" && size <= GOOD_SIZE_MAX && malloc_serves(size, align);
+        let padded = NAME != "mimalloc" || crate::sanitizer::active();
+        let exact = !padded && size <= GOOD_SIZE_MAX && malloc_serves(size, align);
         exact.then(|| unsafe { mi::mi_good_size(size) })
     }
 

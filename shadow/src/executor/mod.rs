@@ -2,8 +2,8 @@
 
 use crate::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, ReallocToZero};
 use crate::edges::IMPOSSIBLE_FROM;
-use crate::model::MAX_BLOCK;
 use crate::guard::{self, Panicked};
+use crate::model::MAX_BLOCK;
 use crate::model::{Block, ShadowHeap};
 use crate::op::{NewSize, Op, Program};
 use crate::pattern;
@@ -289,8 +289,9 @@ impl Executor {
             Op::ReallocZeroed { slot: s, to } => slot(self, s).map_or(Outcome::Skipped, |i| {
                 self.realloc_block(i, to, On::Main, ReallocCall::Zeroed)
             }),
-            Op::ResizeInPlace { slot: s, to, extra } => slot(self, s)
-                .map_or(Outcome::Skipped, |i| self.resize_in_place(i, to, extra)),
+            Op::ResizeInPlace { slot: s, to, extra } => {
+                slot(self, s).map_or(Outcome::Skipped, |i| self.resize_in_place(i, to, extra))
+            }
             Op::FreeSized { slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.free_sized(i))
             }

@@ -2,19 +2,58 @@
 //! ([`crate::allocator::Extras`]), bulk ops that fill pages and slabs, and
 //! huge requests. Each op is skipped where the allocator lacks its call.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
 use super::{Executor, On, Origin, Outcome};
 use crate::allocator::{InPlace, PurgeDelay};
 use crate::edges::IMPOSSIBLE_FROM;
-use crate::model::{Block, MAX_PROGRAM_BYTES};
+use crate::model::Block;
 use crate::op::{BulkOrder, NewSize};
 use crate::pattern;
 use crate::violation::{Site, Violation};
 
+/// Most bytes one bulk allocation asks for: enough to fill a page or a
+/// slab of any small or medium class several times over (mimalloc's small
+/// pages are 64 KiB, its medium ones 512 KiB), while a bulk of large
+/// blocks stays a few mappings.
+const BULK_BYTES: usize = 1 << 20;
 /// Most huge requests (over [`crate::model::MAX_BLOCK`]) one program
 /// makes; each is freed as soon as it is checked.
 const MAX_HUGE: usize = 2;
 /// The head and tail of a huge block that are touched: one page each.
 const PAGE: usize = 4096;
+/// Largest huge request under ASan: just past 2^32, where 32-bit
+/// truncations show. An allocator built with ASan poisons a block's
+/// shadow, an eighth of its size, so a 64 GiB block costs 8 GiB of
+/// writes; the builds without ASan (the tests, honggfuzz) go up to 2^62.
+const HUGE_UNDER_ASAN: usize = (1 << 32) + (1 << 16);
+
+/// The time huge requests may take under ASan, where a served 4 GiB block
+/// costs an instrumented allocator about a second of shadow writes: a
+/// second, plus this share of the process's run time. A request that
+/// would go over is skipped. Fresh processes (a replay) always have the
+/// second; without ASan huge requests cost microseconds and always run.
+const HUGE_SHARE: f64 = 0.02;
+
+/// Whether a huge request may run now, under ASan's time budget.
+fn huge_budget_left() -> bool {
+    let (start, spent) = huge_clock();
+    let spent = Duration::from_nanos(spent.load(Ordering::Relaxed));
+    spent < Duration::from_secs(1) + start.elapsed().mul_f64(HUGE_SHARE)
+}
+
+/// Counts the time since `clock` against the budget.
+fn spend(clock: Instant) {
+    let took = clock.elapsed().as_nanos() as u64;
+    huge_clock().1.fetch_add(took, Ordering::Relaxed);
+}
+
+fn huge_clock() -> &'static (Instant, AtomicU64) {
+    static CLOCK: OnceLock<(Instant, AtomicU64)> = OnceLock::new();
+    CLOCK.get_or_init(|| (Instant::now(), AtomicU64::new(0)))
+}
 
 /// Which realloc a resize calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,11 +95,11 @@ impl Executor {
         }
     }
 
-    /// `count` blocks of one size and alignment, until one fails or the
-    /// program's caps are reached. An over-aligned block may take its
-    /// alignment in memory, so the byte cap counts that too.
+    /// `count` blocks of one size and alignment, up to [`BULK_BYTES`]
+    /// (an over-aligned block may take its alignment in memory, so that
+    /// counts), until one fails or the program's caps are reached.
     pub(super) fn bulk_alloc(&mut self, size: usize, align: usize, count: usize) -> Outcome {
-        let count = count.min(MAX_PROGRAM_BYTES / size.max(align).max(1));
+        let count = count.min(BULK_BYTES / size.max(align).max(1)).max(1);
         self.bulk = true;
         let mut outcome = Outcome::Skipped;
         for _ in 0..count {
@@ -107,7 +146,13 @@ impl Executor {
         let Some(extras) = self.alloc.extras() else {
             return Outcome::Skipped;
         };
-        if b.heap.is_some() || new == 0 || !self.shadow.fits_resize(new.saturating_add(extra)) {
+        // A zero-size block has no bytes to keep (ASan poisons it whatever
+        // its usable size says), so only a real realloc may grow it.
+        if b.heap.is_some()
+            || b.size == 0
+            || new == 0
+            || !self.shadow.fits_resize(new.saturating_add(extra))
+        {
             return Outcome::Skipped;
         }
         if self.checked {
@@ -115,15 +160,14 @@ impl Executor {
         }
         self.site = Site::new("resize-in-place", b.size, b.align);
         let p = b.ptr as *mut u8;
-        let result = self.guarded(|| unsafe {
-            extras.resize_in_place(p, b.size, b.align, new, extra)
-        });
+        let result =
+            self.guarded(|| unsafe { extras.resize_in_place(p, b.size, b.align, new, extra) });
         match result {
             None => Outcome::Skipped,
             Some(InPlace::Unchanged) => {
                 if self.checked {
-                    let usable = self
-                        .guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
+                    let usable =
+                        self.guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
                     if usable != b.usable {
                         self.flag(Violation::UsableSize {
                             ptr: b.ptr,
@@ -240,15 +284,19 @@ impl Executor {
         heap: Option<crate::allocator::HeapId>,
         on: On,
     ) -> Outcome {
-        if zeroed || self.huge_requests >= MAX_HUGE {
+        let asan = crate::sanitizer::active();
+        let unaffordable = asan && (size > HUGE_UNDER_ASAN || !huge_budget_left());
+        if zeroed || unaffordable || self.huge_requests >= MAX_HUGE {
             return Outcome::Skipped;
         }
         self.huge_requests += 1;
+        let clock = Instant::now();
         // Drawn whatever the answer, so the two sides of a differential
         // run stay in step when only one serves the request.
         let seed = self.seed();
         let p = self.alloc_call(size, align, zeroed, heap, on);
         if p == 0 {
+            spend(clock);
             return Outcome::Failed;
         }
         let block = Block {
@@ -267,6 +315,7 @@ impl Executor {
             self.pending = None;
         }
         self.free_call(block, on);
+        spend(clock);
         Outcome::Done
     }
 

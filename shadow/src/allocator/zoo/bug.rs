@@ -60,8 +60,9 @@ pub enum Bug {
     /// A request of 4 GiB or more is served with its size truncated to 32
     /// bits: only huge requests reach it.
     HugeTruncate,
-    /// Once 1024 blocks of 49..=64 bytes are live (a full page), the next
-    /// one is the newest live one again: only bulk ops hold that many.
+    /// Once 512 blocks of 17..=256 bytes are live (a full page), the next
+    /// of the newest one's size is that block again: only bulk ops hold
+    /// that many.
     FullPageReissue,
     /// A zeroed realloc growing a block to 1 KiB or more leaves the last
     /// 16 bytes of the grown part dirty.
@@ -69,9 +70,10 @@ pub enum Bug {
     /// An in-place resize of a 512..=1024-byte block claims up to twice
     /// its usable size.
     ExpandOverclaims,
-    /// A sized free of a 1025..=2048-byte block keeps it cached, and the
-    /// cache hands it out without taking it off.
-    SizedFreeReissue,
+    /// A sized free of a 65..=4096-byte block files it on one list for
+    /// the whole range: the next request in the range gets it, too small
+    /// if it asks for more.
+    SizedFreeMisclass,
     /// A plain realloc of a block aligned to 64 or more returns a block 8
     /// bytes off malloc's alignment.
     PlainReallocMisaligns,
@@ -112,7 +114,7 @@ impl Bug {
         Bug::FullPageReissue,
         Bug::RezallocDirty,
         Bug::ExpandOverclaims,
-        Bug::SizedFreeReissue,
+        Bug::SizedFreeMisclass,
         Bug::PlainReallocMisaligns,
         Bug::ReallocNullFails,
         Bug::FreeNullPanics,
@@ -145,7 +147,7 @@ impl Bug {
             Bug::FullPageReissue => "full-page-reissue",
             Bug::RezallocDirty => "rezalloc-dirty",
             Bug::ExpandOverclaims => "expand-overclaims",
-            Bug::SizedFreeReissue => "sized-free-reissue",
+            Bug::SizedFreeMisclass => "sized-free-misclass",
             Bug::PlainReallocMisaligns => "plain-realloc-misaligns",
             Bug::ReallocNullFails => "realloc-null-fails",
             Bug::FreeNullPanics => "free-null-panics",
@@ -194,8 +196,8 @@ impl Bug {
                 &["realloc-prefix"]
             }
             Bug::LargeDirtyZeroed | Bug::RezallocDirty => &["zeroed"],
-            Bug::HugeTruncate | Bug::ExpandOverclaims => &["usable-size"],
-            Bug::FullPageReissue | Bug::SizedFreeReissue => &["overlap"],
+            Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::SizedFreeMisclass => &["usable-size"],
+            Bug::FullPageReissue => &["overlap"],
             Bug::PlainReallocMisaligns => &["alignment"],
             Bug::ReallocNullFails => &["null"],
             Bug::FreeNullPanics => &["panic"],

@@ -58,8 +58,9 @@ impl Extras for Zoo {
     }
 
     unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {
-        if align <= 16 && self.has(Bug::SizedFreeReissue) && SIZED_FREE.contains(&size) {
+        if align <= 16 && self.has(Bug::SizedFreeMisclass) && SIZED_FREE.contains(&size) {
             self.untrack_class(p, size, align);
+            // The bug: one list for the whole range, whatever the size.
             self.state().sized_cached.push(p as usize);
             return true;
         }

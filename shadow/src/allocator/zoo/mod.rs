@@ -33,10 +33,10 @@ const RACY: RangeInclusive<usize> = 257..=1024;
 const LATENT: RangeInclusive<usize> = 3073..=3584;
 const LARGE_HOLE_MIN: usize = 64 << 10;
 const LARGE_DIRTY_MIN: usize = 128 << 10;
-const FULL_PAGE: RangeInclusive<usize> = 49..=64;
+const FULL_PAGE: RangeInclusive<usize> = 17..=256;
 /// Live blocks of `FULL_PAGE` at which `FullPageReissue` fires.
-const FULL_PAGE_BLOCKS: usize = 1024;
-const SIZED_FREE: RangeInclusive<usize> = 1025..=2048;
+const FULL_PAGE_BLOCKS: usize = 512;
+const SIZED_FREE: RangeInclusive<usize> = 65..=4096;
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -67,10 +67,11 @@ struct State {
     /// thread's newest live block.
     owners: HashMap<usize, (ThreadId, usize, usize)>,
     newest: HashMap<ThreadId, usize>,
-    /// FullPageReissue: live blocks of the class, and the newest one.
-    live_64: usize,
-    newest_64: usize,
-    /// SizedFreeReissue: blocks a sized free kept, newest last.
+    /// FullPageReissue: live blocks of the classes, and the newest one
+    /// with its size.
+    live_small: usize,
+    newest_small: (usize, usize),
+    /// SizedFreeMisclass: blocks a sized free filed, newest last.
     sized_cached: Vec<usize>,
     /// PurgeDropsLive: the newest live block of 4 KiB or more.
     last_large: Option<(usize, usize)>,
@@ -397,20 +398,25 @@ impl Zoo {
         if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&size) {
             return self.base.alloc(64, align, false);
         }
-        if self.has(Bug::HugeTruncate) && size > u32::MAX as usize && !HUGE_SUCCESS.contains(&size) {
+        if self.has(Bug::HugeTruncate) && size > u32::MAX as usize && !HUGE_SUCCESS.contains(&size)
+        {
             return self.base.alloc(size as u32 as usize, align, zeroed);
         }
         if align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size) {
             let st = self.state();
-            if st.live_64 >= FULL_PAGE_BLOCKS && st.newest_64 != 0 {
-                return st.newest_64 as *mut u8;
+            if st.live_small >= FULL_PAGE_BLOCKS && st.newest_small.1 == size {
+                return st.newest_small.0 as *mut u8;
             }
         }
-        if align <= 16 && self.has(Bug::SizedFreeReissue) && SIZED_FREE.contains(&size) {
-            // The bug: the cached block is handed out but stays cached.
-            if let Some(&p) = self.state().sized_cached.last() {
+        if align <= 16 && self.has(Bug::SizedFreeMisclass) && SIZED_FREE.contains(&size) {
+            let filed = self.state().sized_cached.pop();
+            if let Some(p) = filed {
                 if zeroed {
-                    std::ptr::write_bytes(p as *mut u8, 0, size);
+                    std::ptr::write_bytes(
+                        p as *mut u8,
+                        0,
+                        size.min(self.base.usable_size(p as *mut u8, 0, 16)),
+                    );
                 }
                 return p as *mut u8;
             }
@@ -481,9 +487,9 @@ impl Zoo {
             return;
         }
         let mut st = self.state();
-        if full_page && st.newest_64 != p as usize {
-            st.live_64 += 1;
-            st.newest_64 = p as usize;
+        if full_page && st.newest_small.0 != p as usize {
+            st.live_small += 1;
+            st.newest_small = (p as usize, size);
         }
         if large {
             st.last_large = Some((p as usize, size));
@@ -495,9 +501,9 @@ impl Zoo {
     fn untrack_class(&self, p: *mut u8, size: usize, align: usize) {
         let mut st = self.state();
         if align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size) {
-            st.live_64 = st.live_64.saturating_sub(1);
-            if st.newest_64 == p as usize {
-                st.newest_64 = 0;
+            st.live_small = st.live_small.saturating_sub(1);
+            if st.newest_small.0 == p as usize {
+                st.newest_small = (0, 0);
             }
         }
         if st.last_large.is_some_and(|(q, _)| q == p as usize) {
