@@ -67,10 +67,10 @@ pub enum Bug {
     /// A zeroed realloc growing a block to 1 KiB or more leaves the last
     /// 16 bytes of the grown part dirty.
     RezallocDirty,
-    /// An in-place resize of a 512..=1024-byte block claims up to twice
+    /// An in-place resize of a 65..=4096-byte block claims up to twice
     /// its usable size.
     ExpandOverclaims,
-    /// A sized free of a 65..=4096-byte block files it on one list for
+    /// A sized free of a 17..=8192-byte block files it on one list for
     /// the whole range: the next request in the range gets it, too small
     /// if it asks for more.
     SizedFreeMisclass,

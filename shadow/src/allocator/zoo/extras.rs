@@ -7,7 +7,7 @@ use super::{Bug, Zoo, SIZED_FREE};
 use crate::allocator::{Allocator, Extras, InPlace, PurgeDelay};
 
 const REZALLOC_DIRTY_MIN: usize = 1024;
-const EXPAND_OVERCLAIMS: RangeInclusive<usize> = 512..=1024;
+const EXPAND_OVERCLAIMS: RangeInclusive<usize> = 65..=4096;
 const PLAIN_REALLOC_MISALIGNS_MIN: usize = 64;
 const REALLOC_NULL_FAILS: RangeInclusive<usize> = 1..=64;
 const GOOD_SIZE_LIES: RangeInclusive<usize> = 100..=200;

@@ -36,7 +36,7 @@ const LARGE_DIRTY_MIN: usize = 128 << 10;
 const FULL_PAGE: RangeInclusive<usize> = 17..=256;
 /// Live blocks of `FULL_PAGE` at which `FullPageReissue` fires.
 const FULL_PAGE_BLOCKS: usize = 512;
-const SIZED_FREE: RangeInclusive<usize> = 65..=4096;
+const SIZED_FREE: RangeInclusive<usize> = 17..=8192;
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -273,6 +273,10 @@ impl Allocator for Zoo {
             if !q.is_null() && self.has(Bug::XthreadWrongFree) {
                 self.state().owners.remove(&(p as usize));
                 self.track_owner(q, new_size, align);
+            }
+            if !q.is_null() {
+                self.untrack_class(p, old, align);
+                self.track_class(q, new_size, align);
             }
             return q;
         }
