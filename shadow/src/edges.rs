@@ -61,17 +61,17 @@ pub enum ArbSize {
     Quarter(u8, u8, Delta),
     /// 4 KiB, 64 KiB, 512 KiB, 4 MiB, 32 MiB, ± 1.
     Threshold(u8, Delta),
-    /// Near `isize::MAX` or `usize::MAX`: must fail.
-    Impossible(u8),
+    /// Near `isize::MAX` or `usize::MAX`, which must fail (half the
+    /// bytes), or huge (the other half): above
+    /// [`crate::model::MAX_BLOCK`] and below [`IMPOSSIBLE_FROM`], 2^32 and
+    /// a little either side (a size truncated to 32 bits), and 2^e ± 1 for
+    /// 64 MiB to 2^62 (a header added to it, or rounded up, overflows near
+    /// the top). The executor asks for a huge size, touches its head and
+    /// tail pages and frees it at once.
+    Impossible(u8, Delta),
     /// A size the program asked for before: a second block of the same
     /// class, where free-list and reuse bugs live.
     Recent(u8),
-    /// Above [`crate::model::MAX_BLOCK`] and below [`IMPOSSIBLE_FROM`]:
-    /// 2^32 and a little either side (a size truncated to 32 bits), and
-    /// 2^e ± 1 for 64 MiB to 2^62 (a header added to it, or rounded up,
-    /// overflows near the top). The executor asks for it, touches its head
-    /// and tail pages and frees it at once.
-    Huge(u8, Delta),
 }
 
 /// Offsets from 2^32 a huge request takes: what a 32-bit size field
@@ -114,15 +114,21 @@ impl ArbSize {
                 d.apply((1 << e) + usize::from(1 + q % 3) * (1 << (e - 2)))
             }
             ArbSize::Threshold(i, d) => d.apply(THRESHOLDS[usize::from(i) % THRESHOLDS.len()]),
-            ArbSize::Impossible(i) => IMPOSSIBLE[usize::from(i) % IMPOSSIBLE.len()],
+            ArbSize::Impossible(i, _) if i < 128 => IMPOSSIBLE[usize::from(i) % IMPOSSIBLE.len()],
+            ArbSize::Impossible(b, d) => huge(b - 128, d),
             ArbSize::Recent(k) => history.recent(k).unwrap_or(usize::from(k)),
-            ArbSize::Huge(b, d) => match b % 3 {
-                0 => (1usize << 32).wrapping_add_signed(AROUND_4G[usize::from(b / 3) % 8]),
-                _ => d.apply(1 << (26 + u32::from(b) % 37)),
-            },
         };
         history.push(size);
         size
+    }
+}
+
+/// A huge size from a byte in 0..128: around 2^32 for a third of them,
+/// else 2^e ± 1 for e in 26..=62.
+fn huge(b: u8, d: Delta) -> usize {
+    match b % 3 {
+        0 => (1usize << 32).wrapping_add_signed(AROUND_4G[usize::from(b / 3) % 8]),
+        _ => d.apply(1 << (26 + u32::from(b) % 37)),
     }
 }
 

@@ -286,13 +286,16 @@ enum ArbBasicOp {
     Realloc(u8, ArbNewSize),
     UsableSize(u8),
     Calloc(ArbCount, ArbSize),
+    /// One op in seven: the basic ones stay where most bugs are.
     More(ArbMoreOp),
-    Bulk(ArbBulkOp),
 }
 
-/// The calls beyond alloc / realloc / free (see [`crate::allocator::Extras`]).
+/// Bulk ops and the calls beyond alloc / realloc / free (see
+/// [`crate::allocator::Extras`]).
 #[derive(Arbitrary)]
 enum ArbMoreOp {
+    BulkAlloc(ArbSize, ArbAlign, u8),
+    BulkFree(u8, u8, BulkOrder),
     ReallocZeroed(u8, ArbNewSize),
     ResizeInPlace(u8, ArbNewSize, u8),
     FreeSized(u8),
@@ -300,12 +303,6 @@ enum ArbMoreOp {
     ReallocNull(ArbSize),
     FreeNull,
     Purge(u8, bool),
-}
-
-#[derive(Arbitrary)]
-enum ArbBulkOp {
-    Alloc(ArbSize, ArbAlign, u8),
-    Free(u8, u8, BulkOrder),
 }
 
 /// Extra bytes an in-place resize asks for on top.
@@ -378,19 +375,6 @@ impl ArbBasicOp {
                 }
             }
             ArbBasicOp::More(op) => op.lower(h),
-            ArbBasicOp::Bulk(ArbBulkOp::Alloc(size, align, n)) => {
-                let (size, align) = size_align(size, align, h);
-                Op::BulkAlloc {
-                    size,
-                    align,
-                    count: bulk_count(n),
-                }
-            }
-            ArbBasicOp::Bulk(ArbBulkOp::Free(slot, n, order)) => Op::BulkFree {
-                slot: slot_of(slot),
-                count: bulk_count(n),
-                order,
-            },
         }
     }
 }
@@ -398,6 +382,19 @@ impl ArbBasicOp {
 impl ArbMoreOp {
     fn lower(self, h: &mut History) -> Op {
         match self {
+            ArbMoreOp::BulkAlloc(size, align, n) => {
+                let (size, align) = size_align(size, align, h);
+                Op::BulkAlloc {
+                    size,
+                    align,
+                    count: bulk_count(n),
+                }
+            }
+            ArbMoreOp::BulkFree(slot, n, order) => Op::BulkFree {
+                slot: slot_of(slot),
+                count: bulk_count(n),
+                order,
+            },
             ArbMoreOp::ReallocZeroed(slot, to) => Op::ReallocZeroed {
                 slot: slot_of(slot),
                 to: to.resolve(h),
