@@ -31,7 +31,7 @@
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use tikv_jemalloc_sys as je;
 
@@ -79,9 +79,11 @@ pub struct Book {
     pool: Mutex<Vec<u32>>,
     live: Box<[AtomicUsize]>,
     orphaned: Box<[AtomicBool]>,
+    /// The orphans, for the sweep.
+    orphans: Mutex<Vec<u32>>,
     /// How many arenas are orphans: the plain free path looks pointers up
     /// only while this is nonzero.
-    orphans: AtomicUsize,
+    orphan_count: AtomicUsize,
 }
 
 impl Book {
@@ -90,7 +92,8 @@ impl Book {
             pool: Mutex::new(Vec::new()),
             live: (0..ARENAS).map(|_| AtomicUsize::new(0)).collect(),
             orphaned: (0..ARENAS).map(|_| AtomicBool::new(false)).collect(),
-            orphans: AtomicUsize::new(0),
+            orphans: Mutex::new(Vec::new()),
+            orphan_count: AtomicUsize::new(0),
         }
     }
 
@@ -98,7 +101,7 @@ impl Book {
     /// new tcache, or `None` (and the arena back in the pool) when jemalloc
     /// refuses either.
     pub fn create(&self) -> Option<Heap> {
-        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let pooled = lock(&self.pool).pop();
         let arena = pooled.or_else(|| ctl::read_unsigned("arenas.create"))?;
         match ctl::read_unsigned("tcache.create") {
             Some(tcache) => Some(Heap { arena, tcache }),
@@ -115,10 +118,7 @@ impl Book {
         ctl::arena_verb(arena, "reset");
         ctl::arena_verb(arena, "purge");
         self.live[arena as usize].store(0, Relaxed);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(arena);
+        lock(&self.pool).push(arena);
     }
 
     pub fn allocated(&self, heap: Heap) {
@@ -138,7 +138,8 @@ impl Book {
         if self.live[heap.arena as usize].load(Relaxed) == 0 {
             self.retire(heap.arena);
         } else if !self.orphaned[heap.arena as usize].swap(true, Relaxed) {
-            self.orphans.fetch_add(1, Relaxed);
+            lock(&self.orphans).push(heap.arena);
+            self.orphan_count.fetch_add(1, Relaxed);
         }
     }
 
@@ -151,7 +152,7 @@ impl Book {
     /// The extra free flags for `ptr`: `MALLOCX_TCACHE_NONE` when an
     /// orphan holds it (see the module docs), else none.
     pub fn free_flags(&self, ptr: usize) -> c_int {
-        if self.orphans.load(Relaxed) == 0 {
+        if self.orphan_count.load(Relaxed) == 0 {
             return 0;
         }
         match ctl::arena_of(ptr) {
@@ -171,14 +172,17 @@ impl Book {
     /// use any more: the executor calls `reset` after a program
     /// freed everything (or, past a tolerated violation, released it).
     pub fn sweep(&self) {
-        if self.orphans.load(Relaxed) == 0 {
+        if self.orphan_count.load(Relaxed) == 0 {
             return;
         }
-        for (arena, orphaned) in self.orphaned.iter().enumerate() {
-            if orphaned.swap(false, Relaxed) {
-                self.retire(arena as u32);
-                self.orphans.fetch_sub(1, Relaxed);
-            }
+        for arena in std::mem::take(&mut *lock(&self.orphans)) {
+            self.orphaned[arena as usize].store(false, Relaxed);
+            self.orphan_count.fetch_sub(1, Relaxed);
+            self.retire(arena);
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
