@@ -208,7 +208,7 @@ fn bundled() -> Vec<(&'static str, Make)> {
     #[cfg(feature = "mimalloc")]
     list.push((mimalloc::NAME, || Box::new(mimalloc::Mimalloc::new())));
     #[cfg(feature = "jemalloc")]
-    list.push(("jemalloc", || Box::new(jemalloc::Jemalloc)));
+    list.push(("jemalloc", || Box::new(jemalloc::Jemalloc::new())));
     list
 }
 

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::{Mutex, MutexGuard};
 
+use shadow::allocator::Allocator;
 use shadow::{Program, Target};
 
 /// Deterministic pseudo-random fuzz inputs (xorshift), so failures replay.
@@ -25,20 +26,29 @@ pub fn inputs(seed: u64, count: usize, max_len: usize) -> Vec<Vec<u8>> {
 }
 
 /// Runs `program` and returns the violation line it panicked with, if any.
-/// Programs on one allocator run one at a time: an allocator is one shared
-/// instance (a zoo keeps state across calls), as in a fuzz process.
 pub fn violation(program: &Program, allocator: &str) -> Option<String> {
     let alloc = shadow::allocator::by_name(allocator).expect("allocator");
-    let lock = {
-        static LOCKS: Mutex<BTreeMap<String, Arc<Mutex<()>>>> = Mutex::new(BTreeMap::new());
-        LOCKS
-            .lock()
-            .unwrap()
-            .entry(allocator.to_string())
-            .or_default()
-            .clone()
-    };
-    let _one_at_a_time = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = exclusive(allocator);
+    caught(program, alloc)
+}
+
+/// Holds `allocator` for the caller alone. Programs on one allocator run one
+/// at a time: an allocator is one shared instance (a zoo keeps state across
+/// calls, jemalloc's reset discards the arenas of deleted heaps), as in a
+/// fuzz process.
+pub fn exclusive(allocator: &str) -> MutexGuard<'static, ()> {
+    static LOCKS: Mutex<BTreeMap<String, &'static Mutex<()>>> = Mutex::new(BTreeMap::new());
+    let lock: &'static Mutex<()> = LOCKS
+        .lock()
+        .unwrap()
+        .entry(allocator.to_string())
+        .or_insert_with(|| Box::leak(Box::default()));
+    lock.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `program` on `alloc` (the caller holds it [`exclusive`]ly) and
+/// returns the violation line it panicked with, if any.
+pub fn caught(program: &Program, alloc: &'static dyn Allocator) -> Option<String> {
     quiet_panics();
     catch_unwind(AssertUnwindSafe(|| shadow::run(program, alloc)))
         .err()

@@ -1,0 +1,97 @@
+//! The `mallctl` calls the heap API makes, typed: each returns `None` or
+//! `false` when jemalloc refuses (a nonzero return).
+
+use std::ffi::{c_void, CString};
+use std::mem::size_of;
+use std::sync::OnceLock;
+
+use tikv_jemalloc_sys as je;
+
+fn name(n: &str) -> CString {
+    CString::new(n).expect("mallctl names have no NUL")
+}
+
+/// A read-only value: `arenas.create`, `tcache.create` (`unsigned`),
+/// `thread.arena`, `opt.dirty_decay_ms` (`ssize_t`).
+pub fn read<T: Default>(n: &str) -> Option<T> {
+    let mut value = T::default();
+    let mut len = size_of::<T>();
+    let rc = unsafe {
+        je::mallctl(
+            name(n).as_ptr(),
+            (&mut value as *mut T).cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    (rc == 0 && len == size_of::<T>()).then_some(value)
+}
+
+/// `arenas.create`, `tcache.create`: a read-only `unsigned`.
+pub fn read_unsigned(n: &str) -> Option<u32> {
+    read(n)
+}
+
+/// A write-only value: `tcache.flush`, `tcache.destroy` (`unsigned`),
+/// `arena.<i>.dirty_decay_ms` (`ssize_t`).
+pub fn write<T>(n: &str, mut value: T) -> bool {
+    let rc = unsafe {
+        je::mallctl(
+            name(n).as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            (&mut value as *mut T).cast(),
+            size_of::<T>(),
+        )
+    };
+    rc == 0
+}
+
+/// `tcache.flush`, `tcache.destroy`: a write-only `unsigned`.
+pub fn write_unsigned(n: &str, value: u32) -> bool {
+    write(n, value)
+}
+
+/// Neither read nor write: `thread.tcache.flush`, `arena.<i>.purge`.
+pub fn run(n: &str) -> bool {
+    let null = std::ptr::null_mut();
+    unsafe { je::mallctl(name(n).as_ptr(), null, std::ptr::null_mut(), null, 0) == 0 }
+}
+
+/// `arena.<i>.destroy`, `.reset`, `.purge`, `.decay`.
+pub fn arena_verb(arena: u32, verb: &str) -> bool {
+    run(&format!("arena.{arena}.{verb}"))
+}
+
+/// `arenas.lookup` (`unsigned` out, `void *` in): the arena that holds
+/// `ptr`, `None` when jemalloc knows no block there (5.3 looks the pointer
+/// up with `emap_full_alloc_ctx_try_lookup`, so a foreign pointer is a
+/// clean refusal, not a crash). The name is translated once: the free
+/// path calls this while deleted heaps hold blocks.
+pub fn arena_of(ptr: usize) -> Option<u32> {
+    static MIB: OnceLock<Option<[usize; 2]>> = OnceLock::new();
+    let mib = MIB.get_or_init(|| {
+        let mut mib = [0usize; 2];
+        let mut len = mib.len();
+        let rc = unsafe {
+            je::mallctlnametomib(name("arenas.lookup").as_ptr(), mib.as_mut_ptr(), &mut len)
+        };
+        (rc == 0 && len == mib.len()).then_some(mib)
+    });
+    let mib = mib.as_ref()?;
+    let mut arena: u32 = 0;
+    let mut len = size_of::<u32>();
+    let mut p = ptr as *mut c_void;
+    let rc = unsafe {
+        je::mallctlbymib(
+            mib.as_ptr(),
+            mib.len(),
+            (&mut arena as *mut u32).cast(),
+            &mut len,
+            (&mut p as *mut *mut c_void).cast(),
+            size_of::<*mut c_void>(),
+        )
+    };
+    (rc == 0).then_some(arena)
+}

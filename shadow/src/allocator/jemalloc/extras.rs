@@ -1,0 +1,117 @@
+//! jemalloc's calls beyond alloc / realloc / free.
+
+use tikv_jemalloc_sys as je;
+
+use super::{classic, ctl, flags, Jemalloc};
+use crate::allocator::{Extras, InPlace, PurgeDelay};
+
+/// `MALLCTL_ARENAS_ALL`: `arena.<i>` names every arena.
+const ARENAS_ALL: u32 = 4096;
+
+/// Sets the calling thread's arena's dirty and muzzy decay times to `ms`,
+/// or back to the process's options (`opt.*_decay_ms`).
+pub(super) fn set_decay(ms: Option<isize>) -> bool {
+    let Some(arena) = ctl::read::<u32>("thread.arena") else {
+        return false;
+    };
+    ["dirty", "muzzy"].into_iter().all(|what| {
+        let ms = ms.or_else(|| ctl::read::<isize>(&format!("opt.{what}_decay_ms")));
+        ms.is_some_and(|ms| ctl::write(&format!("arena.{arena}.{what}_decay_ms"), ms))
+    })
+}
+
+impl Extras for Jemalloc {
+    /// `rallocx` with `MALLOCX_ZERO`: bytes past the old real size read zero.
+    unsafe fn realloc_zeroed(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        if classic(new_size) {
+            // Undefined for *allocx; an impossible size is refused here.
+            return Some(std::ptr::null_mut());
+        }
+        let flags = flags(align, true) | self.arenas.free_flags(p as usize);
+        Some(je::rallocx(p.cast(), new_size, flags).cast())
+    }
+
+    /// `xallocx`: the real size it returns is at least `new_size` when the
+    /// resize worked, else the block's old real size.
+    unsafe fn resize_in_place(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+        extra: usize,
+    ) -> Option<InPlace> {
+        if classic(new_size) || classic(new_size.saturating_add(extra)) {
+            return None;
+        }
+        let real = je::xallocx(p.cast(), new_size, extra, flags(align, false));
+        Some(match real >= new_size {
+            true => InPlace::Resized {
+                ptr: p as usize,
+                owned: real,
+            },
+            false => InPlace::Unchanged,
+        })
+    }
+
+    unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {
+        if size == 0 {
+            return false;
+        }
+        let flags = flags(align, false) | self.arenas.free_flags(p as usize);
+        je::sdallocx(p.cast(), size, flags);
+        true
+    }
+
+    unsafe fn realloc_plain(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        _align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        // A deleted heap's block must skip the tcaches: `rallocx` can say so.
+        let orphan = self.arenas.free_flags(p as usize);
+        if orphan != 0 && !classic(new_size) {
+            return Some(je::rallocx(p.cast(), new_size, orphan).cast());
+        }
+        Some(je::realloc(p.cast(), new_size).cast())
+    }
+
+    unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
+        Some(je::realloc(std::ptr::null_mut(), size).cast())
+    }
+
+    unsafe fn free_null(&self) -> bool {
+        je::free(std::ptr::null_mut());
+        true
+    }
+
+    fn good_size(&self, size: usize, align: usize) -> Option<usize> {
+        (!classic(size)).then(|| unsafe { je::nallocx(size, flags(align, false)) })
+    }
+
+    /// Sets the calling thread's arena's decay times, flushes its tcache
+    /// on `force`, and purges (`force`) or decays every arena.
+    fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
+        let ms: isize = match delay {
+            PurgeDelay::Immediate => 0,
+            PurgeDelay::Millis(ms) => ms as isize,
+            PurgeDelay::Never => -1,
+        };
+        if !set_decay(Some(ms)) {
+            return false;
+        }
+        if force {
+            ctl::run("thread.tcache.flush");
+        }
+        ctl::arena_verb(ARENAS_ALL, if force { "purge" } else { "decay" });
+        true
+    }
+}

@@ -1,0 +1,221 @@
+//! jemalloc through tikv-jemalloc-sys (prefixed `_rjem_` symbols, so it runs
+//! beside the process's malloc): the `*allocx` family, explicit arenas with
+//! explicit tcaches as its heap API ([`heaps`]), and the extras ([`extras`]:
+//! `rallocx` with `MALLOCX_ZERO`, `xallocx`, `sdallocx`, `nallocx`, decay
+//! times and purges).
+
+use std::ffi::{c_int, c_void};
+
+use tikv_jemalloc_sys as je;
+
+use super::{Allocator, Extras, HeapId, Heaps, LiveBlock};
+use crate::edges::IMPOSSIBLE_FROM;
+
+mod ctl;
+mod extras;
+mod heaps;
+
+use heaps::{Book, Heap};
+
+pub struct Jemalloc {
+    arenas: Book,
+}
+
+impl Jemalloc {
+    pub fn new() -> Jemalloc {
+        Jemalloc {
+            arenas: Book::new(),
+        }
+    }
+}
+
+fn flags(align: usize, zeroed: bool) -> c_int {
+    je::MALLOCX_ALIGN(align) | if zeroed { je::MALLOCX_ZERO } else { 0 }
+}
+
+/// The `*allocx` calls are undefined for size 0 and for sizes that overflow
+/// a size class; those go through the classic API, which fails cleanly.
+fn classic(size: usize) -> bool {
+    size == 0 || size >= IMPOSSIBLE_FROM
+}
+
+/// Resizes a block with `*allocx` (`new_size` not [`classic`]). Even sizes
+/// try to resize in place first, so both paths are covered. Only an exact
+/// class change counts: sized free (`sdallocx`) later needs
+/// `nallocx(new_size) == sallocx(p)`, and an in-place shrink that could not
+/// shrink leaves the block in its old class.
+unsafe fn resize(p: *mut u8, new_size: usize, flags: c_int) -> *mut u8 {
+    if new_size.is_multiple_of(2)
+        && je::xallocx(p.cast(), new_size, 0, flags) == je::nallocx(new_size, flags)
+    {
+        return p;
+    }
+    je::rallocx(p.cast(), new_size, flags).cast()
+}
+
+impl Allocator for Jemalloc {
+    fn name(&self) -> &str {
+        "jemalloc"
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        if !classic(size) {
+            return je::mallocx(size, flags(align, zeroed)).cast();
+        }
+        let mut p = std::ptr::null_mut();
+        if je::posix_memalign(&mut p, align.max(std::mem::size_of::<usize>()), size) != 0 {
+            return std::ptr::null_mut();
+        }
+        p.cast()
+    }
+
+    unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
+        je::calloc(count, size).cast()
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, _old: usize, align: usize, new_size: usize) -> *mut u8 {
+        if classic(new_size) {
+            return je::realloc(p.cast(), new_size).cast();
+        }
+        resize(
+            p,
+            new_size,
+            flags(align, false) | self.arenas.free_flags(p as usize),
+        )
+    }
+
+    /// Unsized: `sdallocx` is the `free-sized` op's ([`extras`]).
+    unsafe fn free(&self, p: *mut u8, _size: usize, _align: usize) {
+        je::dallocx(p.cast(), self.arenas.free_flags(p as usize))
+    }
+
+    unsafe fn usable_size(&self, p: *mut u8, _size: usize, align: usize) -> usize {
+        je::sallocx(p as *const c_void, flags(align, false))
+    }
+
+    fn heaps(&self) -> Option<&dyn Heaps> {
+        Some(self)
+    }
+
+    fn extras(&self) -> Option<&dyn Extras> {
+        Some(self)
+    }
+
+    /// What jemalloc says a block is (`sallocx`) must be what it says such a
+    /// request gets (`nallocx`): sized free relies on it. (Arena and tcache
+    /// flags change neither, so heap blocks are asked with their alignment
+    /// alone.) A heap's block must be in the heap's arena.
+    fn validate(&self, live: &[LiveBlock]) -> Result<(), String> {
+        for b in live.iter().filter(|b| !classic(b.size)) {
+            let (real, promised) = unsafe {
+                (
+                    je::sallocx(b.ptr as *const c_void, flags(b.align, false)),
+                    je::nallocx(b.size, flags(b.align, false)),
+                )
+            };
+            if real != promised {
+                return Err(format!(
+                    "sallocx({:#x}) = {real} but nallocx({}, align {}) = {promised}",
+                    b.ptr, b.size, b.align
+                ));
+            }
+        }
+        for b in live {
+            let Some(h) = b.heap.map(Heap::of) else {
+                continue;
+            };
+            let arena = ctl::arena_of(b.ptr);
+            if arena != Some(h.arena) {
+                return Err(format!(
+                    "arenas.lookup({:#x}) = {arena:?}, but the block (size {}) was allocated in arena {}",
+                    b.ptr, b.size, h.arena
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resets the arenas of deleted heaps (their blocks are all freed by
+    /// now) into the pool new heaps take arenas from; the next program
+    /// starts with the process's decay times.
+    fn reset(&self) {
+        self.arenas.sweep();
+        extras::set_decay(None);
+    }
+}
+
+/// Heap blocks use `*allocx` alone (there is no classic call that names an
+/// arena): size 0 asks for 1 byte, the block `malloc(0)` gets in jemalloc,
+/// and is freed unsized; impossible sizes, undefined for `*allocx`, fail
+/// without a call.
+impl Heaps for Jemalloc {
+    fn new_heap(&self) -> Option<HeapId> {
+        self.arenas.create().map(Heap::id)
+    }
+
+    unsafe fn alloc_in(&self, h: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        if size >= IMPOSSIBLE_FROM {
+            return std::ptr::null_mut();
+        }
+        let heap = Heap::of(h);
+        let p = je::mallocx(size.max(1), flags(align, zeroed) | heap.flags());
+        if !p.is_null() {
+            self.arenas.allocated(heap);
+        }
+        p.cast()
+    }
+
+    unsafe fn realloc_in(
+        &self,
+        h: HeapId,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> *mut u8 {
+        if new_size >= IMPOSSIBLE_FROM {
+            return std::ptr::null_mut();
+        }
+        resize(
+            p,
+            new_size.max(1),
+            flags(align, false) | Heap::of(h).flags(),
+        )
+    }
+
+    unsafe fn free_in(&self, h: HeapId, p: *mut u8, size: usize, align: usize) {
+        let heap = Heap::of(h);
+        self.arenas.freed(heap);
+        if size == 0 {
+            je::dallocx(p.cast(), heap.tcache_flag())
+        } else {
+            je::sdallocx(p.cast(), size, flags(align, false) | heap.tcache_flag())
+        }
+    }
+
+    unsafe fn delete(&self, h: HeapId) {
+        self.arenas.delete(Heap::of(h))
+    }
+
+    unsafe fn destroy(&self, h: HeapId) {
+        self.arenas.destroy(Heap::of(h))
+    }
+
+    /// Flushes the heap's tcache into its arena, then purges the arena's
+    /// unused dirty pages (`force`) or lets them decay.
+    fn collect(&self, h: HeapId, force: bool) {
+        let heap = Heap::of(h);
+        ctl::write_unsigned("tcache.flush", heap.tcache);
+        ctl::arena_verb(heap.arena, if force { "purge" } else { "decay" });
+    }
+
+    /// jemalloc cannot enumerate an arena's blocks.
+    fn visit(&self, _h: HeapId) -> Option<Vec<(usize, usize)>> {
+        None
+    }
+
+    /// Whether `arenas.lookup` puts `p` in the heap's arena.
+    fn contains(&self, h: HeapId, p: usize) -> Option<bool> {
+        Some(ctl::arena_of(p) == Some(Heap::of(h).arena))
+    }
+}

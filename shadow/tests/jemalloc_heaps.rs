@@ -1,0 +1,273 @@
+//! jemalloc's heap API (explicit arenas with explicit tcaches): a heap's
+//! blocks are in its arena and nowhere else, heap-visit's ownership check
+//! sees a block allocated outside its heap, arenas are reused rather than
+//! leaked, and a deleted heap's blocks never outlive its arena in a tcache.
+#![cfg(feature = "jemalloc")]
+
+mod common;
+
+use shadow::allocator::{by_name, Allocator, HeapId, Heaps, LiveBlock, ReallocToZero};
+use shadow::Target;
+
+fn jemalloc() -> &'static dyn Allocator {
+    by_name("jemalloc").expect("jemalloc is in this build")
+}
+
+fn heaps() -> &'static dyn Heaps {
+    jemalloc().heaps().expect("jemalloc has a heap API")
+}
+
+/// Writes `len` bytes of `byte` and reads them back.
+unsafe fn touch(p: *mut u8, len: usize, byte: u8) {
+    std::ptr::write_bytes(p, byte, len);
+    assert!(std::slice::from_raw_parts(p, len) == vec![byte; len].as_slice());
+}
+
+/// The process's mapped address space, in MiB.
+fn mapped_mib() -> u64 {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    let bytes: u64 = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.split_once('-'))
+        .map(|(a, b)| u64::from_str_radix(b, 16).unwrap() - u64::from_str_radix(a, 16).unwrap())
+        .sum();
+    bytes >> 20
+}
+
+#[test]
+fn a_heaps_blocks_are_in_its_arena_and_no_other() {
+    let _jemalloc = common::exclusive("jemalloc");
+    let (je, heaps) = (jemalloc(), heaps());
+    let (a, b) = (heaps.new_heap().unwrap(), heaps.new_heap().unwrap());
+    // Size 0, small (tcache bins), large within the tcache (32 KiB), large,
+    // above the 8 MiB that default requests send to the huge arena, and
+    // over-aligned ones.
+    let requests = [
+        (0, 1),
+        (1, 1),
+        (24, 8),
+        (4096, 8),
+        (20_000, 8),
+        (100_000, 16),
+        (9 << 20, 8),
+        (64, 4096),
+        (3000, 1 << 21),
+    ];
+    for (size, align) in requests {
+        unsafe {
+            let p = heaps.alloc_in(a, size, align, size % 2 == 0);
+            assert!(
+                !p.is_null() && (p as usize).is_multiple_of(align),
+                "{size} {align}"
+            );
+            touch(p, size, 0xa5);
+            assert_eq!(heaps.contains(a, p as usize), Some(true), "{size} {align}");
+            assert_eq!(heaps.contains(b, p as usize), Some(false), "{size} {align}");
+            let q = heaps.realloc_in(a, p, size, align, size * 2 + 1);
+            assert!(!q.is_null());
+            assert_eq!(heaps.contains(a, q as usize), Some(true), "{size} {align}");
+            heaps.free_in(a, q, size * 2 + 1, align);
+
+            let d = je.alloc(size, align, false);
+            assert!(!d.is_null());
+            assert_eq!(heaps.contains(a, d as usize), Some(false), "{size} {align}");
+            je.free(d, size, align);
+        }
+    }
+    unsafe {
+        heaps.destroy(a);
+        heaps.destroy(b);
+    }
+}
+
+#[test]
+fn heaps_reuse_arenas_instead_of_leaking_them() {
+    // jemalloc has 4095 arena indices, and a destroyed arena would leave
+    // 2 MiB of address space mapped: 5000 heaps destroyed and 5000 deleted
+    // (their arenas reset once their blocks are freed) need neither more
+    // indices nor more address space than a few.
+    let _jemalloc = common::exclusive("jemalloc");
+    let (je, heaps) = (jemalloc(), heaps());
+    let blocks = [(100, 8), (50_000, 8), (1 << 20, 4 << 20)];
+    let before = mapped_mib();
+    for i in 0..5000 {
+        let h = heaps
+            .new_heap()
+            .unwrap_or_else(|| panic!("destroy: no arena for heap {i}"));
+        unsafe {
+            for (n, (size, align)) in blocks.into_iter().enumerate() {
+                touch(heaps.alloc_in(h, size, align, false), size, n as u8);
+            }
+            heaps.destroy(h);
+        }
+    }
+    for i in 0..5000 {
+        let h = heaps
+            .new_heap()
+            .unwrap_or_else(|| panic!("delete + reset: no arena for heap {i}"));
+        unsafe {
+            let live: Vec<_> = blocks
+                .into_iter()
+                .map(|(size, align)| (heaps.alloc_in(h, size, align, false), size, align))
+                .collect();
+            // Deleting keeps the blocks: their arena lives on, an orphan.
+            heaps.delete(h);
+            for (p, size, align) in live {
+                touch(p, size, 7);
+                je.free(p, size, align);
+            }
+        }
+        // The program freed everything: the orphan goes back to the pool.
+        je.reset();
+    }
+    let grown = mapped_mib().saturating_sub(before);
+    assert!(
+        grown < 256,
+        "10000 heaps grew the mapped address space by {grown} MiB"
+    );
+}
+
+/// Program texts run in order on one thread (its tcache) and the shared
+/// workers (theirs).
+fn run_in_order(texts: &[&str]) {
+    let _jemalloc = common::exclusive("jemalloc");
+    for text in texts {
+        let program = common::program(text);
+        if let Some(v) = common::caught(&program, jemalloc()) {
+            panic!("false alarm: {v}\nprogram:\n{program}");
+        }
+    }
+}
+
+#[test]
+fn a_deleted_heaps_blocks_never_outlive_its_arena_in_a_tcache() {
+    // The first program frees a deleted heap's blocks on the main thread
+    // and on a worker; its end destroys the arena. Had a thread's tcache
+    // kept one, the second program's allocations of those sizes would get
+    // memory of a destroyed arena.
+    run_in_order(&[
+        "target mt_ops
+heap-new
+heap-alloc heap=0 size=40 align=8
+heap-alloc heap=0 size=40 align=8
+heap-alloc heap=0 size=20000 align=8
+heap-alloc heap=0 size=20000 align=8
+heap-delete heap=0
+worker-free worker=0 slot=0
+worker-free worker=0 slot=0
+free slot=0
+realloc slot=0 to=double
+",
+        "target mt_ops
+worker-alloc worker=0 size=40 align=8
+worker-alloc worker=0 size=20000 align=8
+alloc size=40 align=8
+alloc size=20000 align=8
+worker-check worker=1 slot=0
+worker-check worker=1 slot=1
+",
+    ]);
+}
+
+#[test]
+fn heap_programs_run_clean() {
+    // heap_api programs beyond the clean test's 150: in 600, some 3,000
+    // heaps are deleted holding blocks, and their blocks freed past the tcaches.
+    for seed in [31, 32] {
+        common::assert_clean(Target::HeapApi, "jemalloc", seed, 300);
+    }
+}
+
+/// jemalloc with one planted bug: heap blocks come from the default arena.
+/// Its contents, alignment, usable sizes and frees are all right, so only
+/// an ownership check can tell.
+struct Misplaced;
+
+impl Allocator for Misplaced {
+    fn name(&self) -> &str {
+        "jemalloc-misplaced"
+    }
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        jemalloc().alloc(size, align, zeroed)
+    }
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
+        jemalloc().realloc(p, old, align, new)
+    }
+    fn realloc_to_zero(&self) -> ReallocToZero {
+        jemalloc().realloc_to_zero()
+    }
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        jemalloc().free(p, size, align)
+    }
+    unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
+        jemalloc().usable_size(p, size, align)
+    }
+    fn heaps(&self) -> Option<&dyn Heaps> {
+        Some(self)
+    }
+    fn validate(&self, live: &[LiveBlock]) -> Result<(), String> {
+        jemalloc().validate(live)
+    }
+    fn reset(&self) {
+        jemalloc().reset()
+    }
+}
+
+impl Heaps for Misplaced {
+    fn new_heap(&self) -> Option<HeapId> {
+        heaps().new_heap()
+    }
+    unsafe fn alloc_in(&self, _h: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        jemalloc().alloc(size, align, zeroed)
+    }
+    unsafe fn realloc_in(
+        &self,
+        _h: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new: usize,
+    ) -> *mut u8 {
+        jemalloc().realloc(p, old, align, new)
+    }
+    unsafe fn free_in(&self, _h: HeapId, p: *mut u8, size: usize, align: usize) {
+        jemalloc().free(p, size, align)
+    }
+    unsafe fn delete(&self, h: HeapId) {
+        heaps().delete(h)
+    }
+    unsafe fn destroy(&self, h: HeapId) {
+        heaps().destroy(h)
+    }
+    fn collect(&self, h: HeapId, force: bool) {
+        heaps().collect(h, force)
+    }
+    fn visit(&self, h: HeapId) -> Option<Vec<(usize, usize)>> {
+        heaps().visit(h)
+    }
+    fn contains(&self, h: HeapId, p: usize) -> Option<bool> {
+        heaps().contains(h, p)
+    }
+}
+
+#[test]
+fn heap_visit_sees_a_block_allocated_outside_its_heap() {
+    let program = common::program(
+        "target heap_api
+heap-new
+heap-alloc heap=0 size=40 align=8
+alloc size=40 align=8
+heap-visit heap=0
+",
+    );
+    let _jemalloc = common::exclusive("jemalloc");
+    assert_eq!(common::caught(&program, jemalloc()), None);
+    let misplaced: &'static dyn Allocator = Box::leak(Box::new(Misplaced));
+    let line = common::caught(&program, misplaced).expect("a violation");
+    assert_eq!(
+        shadow::violation::kind_of(&line),
+        Some("heap-owned"),
+        "{line}"
+    );
+    assert!(line.contains("(heap-visit)"), "{line}");
+}
