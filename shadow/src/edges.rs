@@ -167,14 +167,19 @@ pub fn size_align(size: ArbSize, align: ArbAlign, history: &mut History) -> (usi
     }
 }
 
-/// A bulk op's block count from one byte: 2^k - 1, 2^k or 2^k + 1 for
-/// 16 to 4096, around the block counts of allocator pages and slabs.
+/// A bulk op's block count from one byte: 2^k - 1, 2^k or 2^k + 1, around
+/// the block counts of allocator pages and slabs. Mostly 16 to 512 (a
+/// jemalloc slab or thread cache); one byte in eight 1024 to 4096 (a
+/// mimalloc page of the smallest classes), which cost more to fill.
 pub fn bulk_count(byte: u8) -> usize {
-    let n = 1usize << (4 + u32::from(byte) % 9);
-    match (byte / 9) % 3 {
-        0 => n - 1,
-        1 => n,
-        _ => n + 1,
+    let k = match byte < 224 {
+        true => 4 + u32::from(byte) % 6,
+        false => 10 + u32::from(byte) % 3,
+    };
+    match (byte / 6) % 3 {
+        0 => (1 << k) - 1,
+        1 => 1 << k,
+        _ => (1 << k) + 1,
     }
 }
 
