@@ -121,9 +121,21 @@ fn a_sanitizer_report_is_got_past_once_filed() {
     let out = soak_alloc_ops(&state, allocator, "90", &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
-    assert_eq!(
-        kinds(&state),
-        vec!["heap-buffer-overflow", "zeroed"],
+    // Both bugs are filed. The oversized usable size is also reached by an
+    // in-place resize, which the zoo grants up to the usable size it lies
+    // about: ASan's overflow there, or the shadow's `usable-size` once the
+    // block's new size leaves the lying tier. Nothing else is filed.
+    let found = kinds(&state);
+    assert!(
+        found.contains(&"heap-buffer-overflow".to_string())
+            && found.contains(&"zeroed".to_string()),
+        "{filed:?}\n{stdout}"
+    );
+    assert!(
+        filed.iter().all(
+            |g| matches!(g.1.as_str(), "heap-buffer-overflow" | "zeroed")
+                || g.4.starts_with("usable-size in resize-in-place ")
+        ),
         "{filed:?}\n{stdout}"
     );
     let asan = filed
@@ -151,10 +163,12 @@ fn two_realloc_bugs_in_two_size_tiers_are_two_groups() {
     let out = soak_alloc_ops(&state, allocator, "60", &["--slice-secs", "20"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let titles: Vec<String> = groups(&state).into_iter().map(|g| g.4).collect();
+    // Through any of the realloc calls (`realloc`, `realloc-zeroed`,
+    // `realloc-plain`): the zoo's optional calls resize with its realloc.
     assert!(
         titles
             .iter()
-            .all(|t| t.starts_with("realloc-prefix in realloc ")),
+            .all(|t| t.starts_with("realloc-prefix in realloc")),
         "{titles:?}"
     );
     // The tiny bug in the 0..64 tier (once per alignment tier it shows
