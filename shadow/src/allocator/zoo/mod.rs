@@ -402,7 +402,9 @@ impl Zoo {
         if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&size) {
             return self.base.alloc(64, align, false);
         }
-        if self.has(Bug::HugeTruncate) && size > u32::MAX as usize && !HUGE_SUCCESS.contains(&size)
+        if self.has(Bug::HugeTruncate)
+            && size > u32::MAX as usize
+            && size < crate::edges::IMPOSSIBLE_FROM
         {
             return self.base.alloc(size as u32 as usize, align, zeroed);
         }
