@@ -24,6 +24,18 @@ pub enum PurgeDelay {
     Never,
 }
 
+impl PurgeDelay {
+    /// The delay in milliseconds as mimalloc's `purge_delay` and jemalloc's
+    /// `*_decay_ms` both take it: 0 at once, -1 never.
+    pub fn millis(self) -> i32 {
+        match self {
+            PurgeDelay::Immediate => 0,
+            PurgeDelay::Millis(ms) => ms.try_into().unwrap_or(i32::MAX),
+            PurgeDelay::Never => -1,
+        }
+    }
+}
+
 /// The optional calls. Every method has a default meaning "not in this
 /// API" (`None` or `false`), so an adapter implements what it has.
 pub trait Extras: Send + Sync {

@@ -304,13 +304,8 @@ impl Extras for Mimalloc {
     }
 
     fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
-        let ms = match delay {
-            PurgeDelay::Immediate => 0,
-            PurgeDelay::Millis(ms) => ms.into(),
-            PurgeDelay::Never => -1,
-        };
         unsafe {
-            mi::mi_option_set(PURGE_DELAY, ms);
+            mi::mi_option_set(PURGE_DELAY, delay.millis().into());
             mi::mi_collect(force);
         }
         true

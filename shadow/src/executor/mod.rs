@@ -3,8 +3,7 @@
 use crate::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, ReallocToZero};
 use crate::edges::IMPOSSIBLE_FROM;
 use crate::guard::{self, Panicked};
-use crate::model::MAX_BLOCK;
-use crate::model::{Block, ShadowHeap};
+use crate::model::{Block, ShadowHeap, MAX_BLOCK};
 use crate::op::{NewSize, Op, Program};
 use crate::pattern;
 use crate::violation::{self, Report, Site, Violation};

@@ -100,12 +100,7 @@ impl Extras for Jemalloc {
     /// Sets the calling thread's arena's decay times, flushes its tcache
     /// on `force`, and purges (`force`) or decays every arena.
     fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
-        let ms: isize = match delay {
-            PurgeDelay::Immediate => 0,
-            PurgeDelay::Millis(ms) => ms as isize,
-            PurgeDelay::Never => -1,
-        };
-        if !set_decay(Some(ms)) {
+        if !set_decay(Some(delay.millis() as isize)) {
             return false;
         }
         if force {
