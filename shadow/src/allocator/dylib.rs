@@ -20,10 +20,15 @@ type AlignSize = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 
 /// How the library allocates with alignment, best first.
 enum Aligned {
+    /// `posix_memalign(&p, align, size)`: any size.
     PosixMemalign(PosixMemalign),
-    /// `aligned_alloc` / `memalign`: (align, size).
-    AlignFirst(AlignSize),
-    /// mimalloc's `mi_malloc_aligned`: (size, align).
+    /// `memalign(align, size)`: any size.
+    Memalign(AlignSize),
+    /// C11 `aligned_alloc(align, size)`: `size` must be a multiple of
+    /// `align`, so the adapter rounds it up (the block is then larger than
+    /// asked, which a usable size may say).
+    AlignedAlloc(AlignSize),
+    /// mimalloc's `mi_malloc_aligned(size, align)`: any size.
     SizeFirst(AlignSize),
     None,
 }
@@ -78,10 +83,10 @@ impl Dylib {
         unsafe {
             let aligned = if let Some(f) = own_symbol(&lib, &own, prefix, "posix_memalign") {
                 Aligned::PosixMemalign(f)
-            } else if let Some(f) = own_symbol(&lib, &own, prefix, "aligned_alloc")
-                .or_else(|| own_symbol(&lib, &own, prefix, "memalign"))
-            {
-                Aligned::AlignFirst(f)
+            } else if let Some(f) = own_symbol(&lib, &own, prefix, "memalign") {
+                Aligned::Memalign(f)
+            } else if let Some(f) = own_symbol(&lib, &own, prefix, "aligned_alloc") {
+                Aligned::AlignedAlloc(f)
             } else if let Some(f) = own_symbol(&lib, &own, prefix, "malloc_aligned") {
                 Aligned::SizeFirst(f)
             } else {
@@ -110,7 +115,11 @@ impl Dylib {
                     _ => ptr::null_mut(),
                 }
             }
-            Aligned::AlignFirst(f) => f(align, size).cast(),
+            Aligned::Memalign(f) => f(align, size).cast(),
+            Aligned::AlignedAlloc(f) => match size.checked_next_multiple_of(align) {
+                Some(rounded) => f(align, rounded).cast(),
+                None => ptr::null_mut(),
+            },
             Aligned::SizeFirst(f) => f(size, align).cast(),
             Aligned::None => ptr::null_mut(),
         }
@@ -122,8 +131,17 @@ impl Allocator for Dylib {
         &self.name
     }
 
+    /// A zeroed request malloc's alignment serves is the library's own
+    /// `calloc`, so a calloc that fails to zero is caught. C has no aligned
+    /// calloc: an over-aligned zeroed request (or any, when the library has
+    /// no `calloc`) is zeroed here, after its aligned allocation, and the
+    /// library's zeroing goes unchecked there.
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        let p = if malloc_serves(size, align) {
+        let plain = malloc_serves(size, align);
+        if let (true, true, Some(calloc)) = (zeroed, plain, self.calloc) {
+            return calloc(1, size).cast();
+        }
+        let p = if plain {
             (self.malloc)(size).cast()
         } else {
             self.aligned(size, align)
