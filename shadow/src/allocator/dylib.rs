@@ -19,7 +19,7 @@ type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32
 type AlignSize = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 
 /// How the library allocates with alignment, best first.
-enum Aligned {
+enum AlignedApi {
     /// `posix_memalign(&p, align, size)`: any size.
     PosixMemalign(PosixMemalign),
     /// `memalign(align, size)`: any size.
@@ -40,7 +40,7 @@ pub struct Dylib {
     calloc: Option<Calloc>,
     realloc: Option<Realloc>,
     usable: Option<Usable>,
-    aligned: Aligned,
+    aligned: AlignedApi,
     _lib: Library,
 }
 
@@ -82,15 +82,15 @@ impl Dylib {
         };
         unsafe {
             let aligned = if let Some(f) = own_symbol(&lib, &own, prefix, "posix_memalign") {
-                Aligned::PosixMemalign(f)
+                AlignedApi::PosixMemalign(f)
             } else if let Some(f) = own_symbol(&lib, &own, prefix, "memalign") {
-                Aligned::Memalign(f)
+                AlignedApi::Memalign(f)
             } else if let Some(f) = own_symbol(&lib, &own, prefix, "aligned_alloc") {
-                Aligned::AlignedAlloc(f)
+                AlignedApi::AlignedAlloc(f)
             } else if let Some(f) = own_symbol(&lib, &own, prefix, "malloc_aligned") {
-                Aligned::SizeFirst(f)
+                AlignedApi::SizeFirst(f)
             } else {
-                Aligned::None
+                AlignedApi::None
             };
             Ok(Dylib {
                 name: format!("dylib:{spec}"),
@@ -108,20 +108,20 @@ impl Dylib {
 
     unsafe fn aligned(&self, size: usize, align: usize) -> *mut u8 {
         match self.aligned {
-            Aligned::PosixMemalign(f) => {
+            AlignedApi::PosixMemalign(f) => {
                 let mut p = ptr::null_mut();
                 match f(&mut p, align.max(std::mem::size_of::<usize>()), size) {
                     0 => p.cast(),
                     _ => ptr::null_mut(),
                 }
             }
-            Aligned::Memalign(f) => f(align, size).cast(),
-            Aligned::AlignedAlloc(f) => match size.checked_next_multiple_of(align) {
+            AlignedApi::Memalign(f) => f(align, size).cast(),
+            AlignedApi::AlignedAlloc(f) => match size.checked_next_multiple_of(align) {
                 Some(rounded) => f(align, rounded).cast(),
                 None => ptr::null_mut(),
             },
-            Aligned::SizeFirst(f) => f(size, align).cast(),
-            Aligned::None => ptr::null_mut(),
+            AlignedApi::SizeFirst(f) => f(size, align).cast(),
+            AlignedApi::None => ptr::null_mut(),
         }
     }
 }
@@ -190,7 +190,7 @@ impl Allocator for Dylib {
 
     fn max_align(&self) -> usize {
         match self.aligned {
-            Aligned::None => MALLOC_ALIGN,
+            AlignedApi::None => MALLOC_ALIGN,
             _ => crate::edges::MAX_ALIGN,
         }
     }
