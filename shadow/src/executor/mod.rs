@@ -84,6 +84,9 @@ pub struct Executor {
     /// (the next to adopt is last).
     raced: Vec<Block>,
     finished: bool,
+    /// The reference side of a differential run: its violations name the
+    /// reference allocator, not the allocator under test.
+    reference: bool,
     pub stats: Stats,
 }
 
@@ -122,8 +125,17 @@ impl Executor {
             race: Section::default(),
             raced: Vec::new(),
             finished: false,
+            reference: false,
             stats: Stats::default(),
         }
+    }
+
+    /// Makes this the reference side of a differential run: its violation
+    /// lines end `[reference allocator <name>]`, so they are never taken for
+    /// the allocator under test's ([`report::key::key_of`] keeps the suffix).
+    pub fn as_reference(mut self) -> Executor {
+        self.reference = true;
+        self
     }
 
     /// Runs every op, then frees what is left. Panics with an
@@ -162,7 +174,9 @@ impl Executor {
             site: self.site,
             violation,
         };
-        format!("{report} [allocator {}]", self.alloc.name())
+        use report::key::{REFERENCE, UNDER_TEST};
+        let by = if self.reference { REFERENCE } else { UNDER_TEST };
+        format!("{report}{by}{}]", self.alloc.name())
     }
 
     /// Ends the program at a violation (quietly when it is tolerated).
