@@ -137,7 +137,11 @@ mod tests {
         let key = key_of(&reference).unwrap();
         assert_eq!(key, format!("{want} [reference allocator mimalloc]"));
         assert_eq!(reference_of(&reference), Some("mimalloc"));
-        assert_eq!(reference_of(&key), Some("mimalloc"), "the key still names it");
+        assert_eq!(
+            reference_of(&key),
+            Some("mimalloc"),
+            "the key still names it"
+        );
         assert_eq!(reference_of(&under_test), None);
         let panic = "allocsoak violation: panic: op #1 `alloc size=2500 align=8` (alloc size 65..4K align ..16): allocator panicked: index 43 @ src/x.rs:12 [reference allocator mimalloc-debug]";
         assert_eq!(
@@ -149,7 +153,11 @@ mod tests {
             key_of(diff).as_deref(),
             Some("diff in alloc size 65..4K align ..16: usable size N but mimalloc's is N")
         );
-        assert_eq!(reference_of(diff), None, "a diff is the allocator under test's");
+        assert_eq!(
+            reference_of(diff),
+            None,
+            "a diff is the allocator under test's"
+        );
     }
 
     #[test]

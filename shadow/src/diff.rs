@@ -48,8 +48,8 @@ pub fn run(
     let seed_base = crate::executor::next_seed_base();
     let mut a = Executor::with_seed_base(under_test, mode, seed_base);
     let mut b = Executor::with_seed_base(reference, mode, seed_base).as_reference();
-    let same_classes =
-        under_test.size_classes().is_some() && under_test.size_classes() == reference.size_classes();
+    let same_classes = under_test.size_classes().is_some()
+        && under_test.size_classes() == reference.size_classes();
     let mut stats = Stats::default();
     let mut in_step = true;
     for (i, op) in program.ops.iter().enumerate() {

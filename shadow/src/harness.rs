@@ -69,7 +69,10 @@ fn default_reference() -> Result<&'static str, String> {
     #[cfg(feature = "mimalloc")]
     return Ok(allocator::MIMALLOC);
     #[cfg(not(feature = "mimalloc"))]
-    Err("ALLOCSOAK_REFERENCE: unset, and this build has no mimalloc; name a reference allocator".into())
+    Err(
+        "ALLOCSOAK_REFERENCE: unset, and this build has no mimalloc; name a reference allocator"
+            .into(),
+    )
 }
 
 /// Runs one program in `mode`; the differential target runs both sides.

@@ -175,19 +175,25 @@ fn a_violation_of_the_reference_names_the_reference() {
     let line = diff_line(double_issue, reference, by_name("system").unwrap())
         .expect("the overlap is found");
     assert!(line.ends_with("[allocator zoo:double-issue]"), "{line}");
-    assert!(!shadow::violation::key_of(&line).unwrap().contains("reference"));
+    assert!(!shadow::violation::key_of(&line)
+        .unwrap()
+        .contains("reference"));
 }
 
 #[test]
 fn a_bad_reference_name_is_a_one_line_error() {
-    let err = shadow::harness::reference_named(Some("nosuch")).err().unwrap();
+    let err = shadow::harness::reference_named(Some("nosuch"))
+        .err()
+        .unwrap();
     assert!(
         err.starts_with("ALLOCSOAK_REFERENCE: unknown allocator `nosuch`"),
         "{err}"
     );
     assert!(!err.contains('\n'), "{err}");
     assert_eq!(
-        shadow::harness::reference_named(Some("system")).unwrap().name(),
+        shadow::harness::reference_named(Some("system"))
+            .unwrap()
+            .name(),
         "system"
     );
     assert_eq!(

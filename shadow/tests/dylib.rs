@@ -70,7 +70,11 @@ fn a_calloc_that_does_not_zero_is_caught() {
         "target alloc_ops\ncalloc count=5 size=8\n",
     ] {
         let program = common::program(text);
-        assert_eq!(common::kind(&program, &name).as_deref(), Some("zeroed"), "{text}");
+        assert_eq!(
+            common::kind(&program, &name).as_deref(),
+            Some("zeroed"),
+            "{text}"
+        );
     }
 }
 

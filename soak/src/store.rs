@@ -323,9 +323,10 @@ impl Store {
                AND g.tolerance_key IS NOT NULL AND g.status != 'fixed'
              ORDER BY g.id",
         )?;
-        let rows = stmt.query_map(params![allocator, report::key::REFERENCE.trim_start()], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
+        let rows = stmt.query_map(
+            params![allocator, report::key::REFERENCE.trim_start()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -436,7 +437,9 @@ mod tests {
         let found_in = store
             .slot("diff_mimalloc", "zoo:x", "libfuzzer", 1.0)
             .unwrap();
-        store.slot("diff_mimalloc", "system", "libfuzzer", 1.0).unwrap();
+        store
+            .slot("diff_mimalloc", "system", "libfuzzer", 1.0)
+            .unwrap();
         let group = |id: &str, key: &str| GroupRow {
             id: id.into(),
             signature: key.into(),

@@ -175,7 +175,11 @@ impl Executor {
             violation,
         };
         use report::key::{REFERENCE, UNDER_TEST};
-        let by = if self.reference { REFERENCE } else { UNDER_TEST };
+        let by = if self.reference {
+            REFERENCE
+        } else {
+            UNDER_TEST
+        };
         format!("{report}{by}{}]", self.alloc.name())
     }
 
