@@ -70,32 +70,20 @@ pub fn run(
         match (oa, ob) {
             (Outcome::Live(x), Outcome::Live(y)) => {
                 let (ba, bb) = (a.shadow().blocks()[x], b.shadow().blocks()[y]);
-                // Only a fresh, binned block with natural alignment has a
-                // usable size that follows from the request alone: a realloc
-                // may stay in place, an aligned block may start anywhere in
-                // its slot, a huge one is rounded to the OS mapping.
-                let fresh = matches!(
-                    op,
-                    Op::Alloc { .. }
-                        | Op::Calloc { .. }
-                        | Op::HeapAlloc { .. }
-                        | Op::WorkerAlloc { .. }
-                );
                 let binned = ba.size <= BINNED_MAX && malloc_serves(ba.size, ba.align);
-                if same_classes && fresh && binned && ba.usable != bb.usable {
+                if same_classes && fresh(op) && binned && ba.usable != bb.usable {
+                    let detail = format!(
+                        "usable size {} but {}'s class for size {} is {}",
+                        ba.usable,
+                        reference.name(),
+                        ba.size,
+                        bb.usable
+                    );
                     let report = Report {
                         op_index: i,
                         op: op.to_string(),
                         site: a.site(),
-                        violation: Violation::Diff {
-                            detail: format!(
-                                "usable size {} but {}'s class for size {} is {}",
-                                ba.usable,
-                                reference.name(),
-                                ba.size,
-                                bb.usable
-                            ),
-                        },
+                        violation: Violation::Diff { detail },
                     };
                     crate::violation::raise(format!(
                         "{report}{}{}, reference {}]",
@@ -125,6 +113,17 @@ pub fn run(
     a.finish(program.ops.len());
     b.finish(program.ops.len());
     stats
+}
+
+/// Whether `op` makes a fresh block: only a fresh, binned block with
+/// natural alignment has a usable size that follows from the request alone
+/// (a realloc may stay in place, an aligned block may start anywhere in its
+/// slot, a huge one is rounded to the OS mapping).
+fn fresh(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Alloc { .. } | Op::Calloc { .. } | Op::HeapAlloc { .. } | Op::WorkerAlloc { .. }
+    )
 }
 
 /// Whether both sides' APIs can run `op`: an alignment both support, and
