@@ -64,14 +64,15 @@ pub fn run(
             Outcome::Failed => stats.failed += 1,
             _ => {}
         }
-        if mode == Mode::Bare || !in_step {
+        if !in_step {
             continue;
         }
         match (oa, ob) {
             (Outcome::Live(x), Outcome::Live(y)) => {
                 let (ba, bb) = (a.shadow().blocks()[x], b.shadow().blocks()[y]);
                 let binned = ba.size <= BINNED_MAX && malloc_serves(ba.size, ba.align);
-                if same_classes && fresh(op) && binned && ba.usable != bb.usable {
+                let checked = mode == Mode::Checked;
+                if checked && same_classes && fresh(op) && binned && ba.usable != bb.usable {
                     let detail = format!(
                         "usable size {} but {}'s class for size {} is {}",
                         ba.usable,
