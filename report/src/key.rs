@@ -1,6 +1,8 @@
 //! Violation lines and their keys: the one part of a crash log allocsoak
 //! writes itself. `shadow` prints a violation as
-//! `allocsoak violation: <kind>: op #<i> `<op>` (<site>): <message>`;
+//! `allocsoak violation: <kind>: op #<i> `<op>` (<site>): <message>`,
+//! then who raised it: `[allocator <name>]` (the allocator under test) or,
+//! on the reference side of `diff_mimalloc`, `[reference allocator <name>]`;
 //! [`key_of`] turns the line into the key both tolerance (in `shadow`) and
 //! signatures ([`crate::Signature`]) use, so the two always agree on what
 //! one bug is.
@@ -10,6 +12,11 @@ pub const MARK: &str = "allocsoak violation: ";
 /// Separates the part of a message the key keeps verbatim (a panic's
 /// `file:line`, whose numbers tell two panics apart).
 pub const KEEP: &str = " @ ";
+/// Ends a line the allocator under test raised: ` [allocator <name>]`.
+pub const UNDER_TEST: &str = " [allocator ";
+/// Ends a line the reference side of `diff_mimalloc` raised:
+/// ` [reference allocator <name>]`.
+pub const REFERENCE: &str = " [reference allocator ";
 
 /// Pulls the kind out of a violation line (from a panic message or a log).
 pub fn kind_of(line: &str) -> Option<&str> {
@@ -19,7 +26,10 @@ pub fn kind_of(line: &str) -> Option<&str> {
 
 /// The key of a violation line: `<kind> in <site>: <message>`, with every
 /// number in the message replaced by `N` (but what follows ` @ `, a
-/// panic's location) and the allocator suffix dropped. The site is the
+/// panic's location) and the allocator suffix dropped; a line the
+/// reference allocator raised keeps its suffix (` [reference allocator
+/// <name>]`, verbatim), so the reference's bug is never grouped with, or
+/// tolerated as, the allocator under test's. The site is the
 /// allocator call with the block's size and alignment buckets ([`Site`]);
 /// a panic names its own frame, so its key is `panic: <message>` with no
 /// site (one panic reached through alloc and realloc is one bug).
@@ -39,18 +49,26 @@ pub fn key_of(line: &str) -> Option<String> {
         }
         None => ("?".to_string(), rest),
     };
-    let message = match message.rfind(" [allocator ") {
-        Some(i) => &message[..i],
-        None => message,
+    let (message, raised_by) = match (message.rfind(REFERENCE), message.rfind(UNDER_TEST)) {
+        (Some(i), _) => (&message[..i], message[i..].trim_end()),
+        (None, Some(i)) => (&message[..i], ""),
+        (None, None) => (message, ""),
     };
     let message = match message.rsplit_once(KEEP) {
-        Some((text, kept)) => format!("{}{KEEP}{kept}", numbers_to_n(text.trim())),
-        None => numbers_to_n(message.trim()),
+        Some((text, kept)) => format!("{}{KEEP}{kept}{raised_by}", numbers_to_n(text.trim())),
+        None => format!("{}{raised_by}", numbers_to_n(message.trim())),
     };
     if kind == "panic" {
         return Some(format!("panic: {message}"));
     }
     Some(format!("{kind} in {site}: {message}"))
+}
+
+/// The reference allocator that raised a violation line (or key), or
+/// `None` when the allocator under test did.
+pub fn reference_of(line: &str) -> Option<&str> {
+    let rest = &line[line.rfind(REFERENCE)? + REFERENCE.len()..];
+    rest.split_once(']').map(|(name, _)| name)
 }
 
 /// The op family of a line without a site: `heap-alloc` and `worker-alloc`
@@ -105,6 +123,41 @@ mod tests {
             Some("validator in end: heap corrupt at N")
         );
         assert_eq!(key_of("no violation here"), None);
+    }
+
+    #[test]
+    fn a_reference_side_line_keys_apart_and_names_the_reference() {
+        let line = |by: &str| {
+            format!("allocsoak violation: overlap: op #3 `alloc size=40 align=8` (alloc size 0..64 align ..16): block 0x10+40 overlaps live block 0x10+40 [{by}]")
+        };
+        let under_test = line("allocator zoo:double-issue");
+        let reference = line("reference allocator mimalloc");
+        let want = "overlap in alloc size 0..64 align ..16: block N+N overlaps live block N+N";
+        assert_eq!(key_of(&under_test).as_deref(), Some(want));
+        let key = key_of(&reference).unwrap();
+        assert_eq!(key, format!("{want} [reference allocator mimalloc]"));
+        assert_eq!(reference_of(&reference), Some("mimalloc"));
+        assert_eq!(
+            reference_of(&key),
+            Some("mimalloc"),
+            "the key still names it"
+        );
+        assert_eq!(reference_of(&under_test), None);
+        let panic = "allocsoak violation: panic: op #1 `alloc size=2500 align=8` (alloc size 65..4K align ..16): allocator panicked: index 43 @ src/x.rs:12 [reference allocator mimalloc-debug]";
+        assert_eq!(
+            key_of(panic).as_deref(),
+            Some("panic: allocator panicked: index N @ src/x.rs:12 [reference allocator mimalloc-debug]")
+        );
+        let diff = "allocsoak violation: diff: op #0 `alloc size=100 align=8` (alloc size 65..4K align ..16): usable size 104 but mimalloc's is 112 [allocator port, reference mimalloc]";
+        assert_eq!(
+            key_of(diff).as_deref(),
+            Some("diff in alloc size 65..4K align ..16: usable size N but mimalloc's is N")
+        );
+        assert_eq!(
+            reference_of(diff),
+            None,
+            "a diff is the allocator under test's"
+        );
     }
 
     #[test]

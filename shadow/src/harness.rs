@@ -2,6 +2,8 @@
 //! the environment once per process, decodes, runs.
 //!
 //! - `ALLOCSOAK_ALLOCATOR`: allocator name (default `system`).
+//! - `ALLOCSOAK_REFERENCE`: the allocator `diff_mimalloc` compares against
+//!   (default: the mimalloc this build links, `mimalloc` in a plain build).
 //! - `ALLOCSOAK_MODE`: `checked` (default) or `bare` (no shadow model: the
 //!   cost floor for `just bench`).
 //! - `ALLOCSOAK_TOLERATE`: a file of violation keys (or `prefix*`
@@ -43,17 +45,34 @@ fn config() -> &'static Config {
     })
 }
 
-/// The allocator `diff_mimalloc` compares against.
+/// The allocator `diff_mimalloc` compares against: the one
+/// `ALLOCSOAK_REFERENCE` names, read once per process; `Err` is a one-line
+/// message for a bad name.
 pub fn reference() -> Result<&'static dyn Allocator, String> {
+    static REFERENCE: OnceLock<Result<&'static dyn Allocator, String>> = OnceLock::new();
+    REFERENCE
+        .get_or_init(|| reference_named(std::env::var("ALLOCSOAK_REFERENCE").ok().as_deref()))
+        .clone()
+}
+
+/// The reference `name` names, or by default the mimalloc flavor this
+/// build links (`mimalloc`, `mimalloc-secure` or `mimalloc-debug`).
+pub fn reference_named(name: Option<&str>) -> Result<&'static dyn Allocator, String> {
+    let name = match name {
+        Some(name) => name,
+        None => default_reference()?,
+    };
+    allocator::by_name(name).map_err(|e| format!("ALLOCSOAK_REFERENCE: {e}"))
+}
+
+fn default_reference() -> Result<&'static str, String> {
     #[cfg(feature = "mimalloc")]
-    return allocator::by_name(
-        allocator::bundled_names()
-            .into_iter()
-            .find(|n| n.starts_with("mimalloc"))
-            .unwrap(),
-    );
+    return Ok(allocator::MIMALLOC);
     #[cfg(not(feature = "mimalloc"))]
-    Err("diff_mimalloc needs a build with the `mimalloc` feature".into())
+    Err(
+        "ALLOCSOAK_REFERENCE: unset, and this build has no mimalloc; name a reference allocator"
+            .into(),
+    )
 }
 
 /// Runs one program in `mode`; the differential target runs both sides.
@@ -61,11 +80,7 @@ pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode)
     match program.target {
         Target::DiffMimalloc => {
             let reference = reference().unwrap_or_else(|e| panic!("{e}"));
-            crate::diff::run(program, alloc, reference, mode);
-            Stats {
-                ops: program.ops.len(),
-                ..Stats::default()
-            }
+            crate::diff::run(program, alloc, reference, mode)
         }
         _ => Executor::new(alloc, mode).run(program),
     }
@@ -74,6 +89,12 @@ pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode)
 /// One fuzz input for `target`.
 pub fn fuzz(target: Target, data: &[u8]) {
     let config = config();
+    if target == Target::DiffMimalloc {
+        if let Err(e) = reference() {
+            eprintln!("allocsoak: {e}");
+            std::process::exit(2)
+        }
+    }
     crate::history::record(data);
     let program = Program::decode(target, data);
     crate::violation::tolerate(|| {

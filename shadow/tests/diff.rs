@@ -1,22 +1,95 @@
-//! `diff_mimalloc` reports disagreements with C mimalloc as `diff`.
+//! `diff_mimalloc` reports disagreements with the reference (C mimalloc) as
+//! `diff`, never a difference both APIs allow, and names the side that
+//! raised a violation.
 
 mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use shadow::allocator::{Allocator, GlobalAllocAdapter};
-use shadow::Mode;
+use shadow::allocator::{by_name, Allocator, GlobalAllocAdapter, ReallocToZero};
+use shadow::{Mode, Program, Target};
 
-fn diff_kind(text: &str, under_test: &'static dyn Allocator) -> Option<String> {
-    let program = common::program(text);
-    let reference = shadow::harness::reference().expect("mimalloc in this build");
+/// The violation line a differential run of `text` panics with, if any.
+fn diff_line(
+    text: &str,
+    under_test: &'static dyn Allocator,
+    reference: &'static dyn Allocator,
+) -> Option<String> {
+    run(&common::program(text), under_test, reference)
+}
+
+fn run(
+    program: &Program,
+    under_test: &'static dyn Allocator,
+    reference: &'static dyn Allocator,
+) -> Option<String> {
     common::quiet_panics();
     catch_unwind(AssertUnwindSafe(|| {
-        shadow::diff::run(&program, under_test, reference, Mode::Checked)
+        shadow::diff::run(program, under_test, reference, Mode::Checked);
     }))
     .err()
     .map(|e| e.downcast_ref::<String>().cloned().unwrap_or_default())
-    .map(|line| shadow::violation::kind_of(&line).unwrap_or("").to_string())
+}
+
+fn kind(line: &Option<String>) -> Option<&str> {
+    line.as_deref()
+        .map(|l| shadow::violation::kind_of(l).unwrap_or(""))
+}
+
+fn mimalloc() -> &'static dyn Allocator {
+    shadow::harness::reference().expect("mimalloc in this build")
+}
+
+/// An allocator under test that differs from mimalloc only where C lets
+/// it: `inner`'s blocks, but null for every size-0 request, realloc to 0
+/// frees, and no alignment past 16.
+struct Picky {
+    inner: &'static dyn Allocator,
+    classes: Option<&'static str>,
+}
+
+impl Allocator for Picky {
+    fn name(&self) -> &str {
+        "picky"
+    }
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        match size {
+            0 => std::ptr::null_mut(),
+            _ => self.inner.alloc(size, align, zeroed),
+        }
+    }
+    unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
+        match count.checked_mul(size) {
+            Some(0) => std::ptr::null_mut(),
+            _ => self.inner.calloc(count, size),
+        }
+    }
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
+        if new == 0 {
+            self.inner.free(p, old, align);
+            return std::ptr::null_mut();
+        }
+        self.inner.realloc(p, old, align, new)
+    }
+    fn realloc_to_zero(&self) -> ReallocToZero {
+        ReallocToZero::Frees
+    }
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        self.inner.free(p, size, align)
+    }
+    unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
+        self.inner.usable_size(p, size, align)
+    }
+    fn size_classes(&self) -> Option<&'static str> {
+        self.classes
+    }
+    fn max_align(&self) -> usize {
+        16
+    }
+}
+
+fn picky(inner: &'static dyn Allocator, classes: Option<&'static str>) -> &'static dyn Allocator {
+    Box::leak(Box::new(Picky { inner, classes }))
 }
 
 #[test]
@@ -31,6 +104,100 @@ fn a_port_claiming_mimalloc_size_classes_must_match_them() {
         dlmalloc::GlobalDlmalloc,
     )));
     let text = "target diff_mimalloc\nalloc size=100 align=8\n";
-    assert_eq!(diff_kind(text, port).as_deref(), Some("diff"));
-    assert_eq!(diff_kind(text, plain), None);
+    let line = diff_line(text, port, mimalloc());
+    assert_eq!(kind(&line), Some("diff"), "{line:?}");
+    assert!(
+        line.as_deref()
+            .unwrap()
+            .ends_with("[allocator port, reference mimalloc]"),
+        "a disagreement is the allocator under test's: {line:?}"
+    );
+    assert_eq!(diff_line(text, plain, mimalloc()), None);
+}
+
+#[test]
+fn what_c_allows_either_way_is_no_diff() {
+    // A skip for an alignment past the allocator under test's API, and null
+    // for size 0 where mimalloc returns a block, are no disagreement.
+    let under_test = picky(by_name("system").unwrap(), None);
+    let text = "target diff_mimalloc\nalloc size=40 align=4096\nalloc size=0 align=8\n\
+                calloc count=0 size=8\nalloc size=24 align=8\nrealloc slot=0 to=48\n\
+                usable-size slot=newest\nfree slot=0\nalloc size=100 align=64\n";
+    assert_eq!(diff_line(text, under_test, mimalloc()), None);
+    for data in common::inputs(21, 150, 2048) {
+        let program = Program::decode(Target::DiffMimalloc, &data);
+        if let Some(line) = run(&program, under_test, mimalloc()) {
+            panic!("false alarm: {line}\nprogram:\n{program}");
+        }
+    }
+}
+
+#[test]
+fn legal_differences_keep_the_sides_in_step() {
+    // After an alignment only mimalloc runs and a size-0 request only
+    // mimalloc serves, both sides still hold the same blocks (none: the
+    // free has nothing to act on, on either side), so a usable size after
+    // them is still compared.
+    let port = picky(
+        Box::leak(Box::new(GlobalAllocAdapter::new(
+            "port",
+            dlmalloc::GlobalDlmalloc,
+        ))),
+        Some("mimalloc"),
+    );
+    let text = "target diff_mimalloc\nalloc size=40 align=4096\nalloc size=0 align=8\n\
+                free slot=0\nalloc size=100 align=8\n";
+    let line = diff_line(text, port, mimalloc());
+    assert_eq!(kind(&line), Some("diff"), "{line:?}");
+    assert!(line.as_deref().unwrap().contains("op #3 "), "{line:?}");
+}
+
+#[test]
+fn a_violation_of_the_reference_names_the_reference() {
+    // The reference hands out a block twice; the allocator under test is
+    // correct. The line, and its key, must blame the reference.
+    let double_issue = "target diff_mimalloc\nalloc size=40 align=8\nfree slot=0\n\
+                        alloc size=40 align=8\nalloc size=40 align=8\n";
+    let reference = by_name("zoo:double-issue").unwrap();
+    let line = diff_line(double_issue, by_name("system").unwrap(), reference)
+        .expect("the reference's overlap is found");
+    assert_eq!(kind(&Some(line.clone())), Some("overlap"), "{line}");
+    assert!(
+        line.ends_with("[reference allocator zoo:double-issue]"),
+        "{line}"
+    );
+    let key = shadow::violation::key_of(&line).unwrap();
+    assert!(
+        key.ends_with("[reference allocator zoo:double-issue]"),
+        "the key keeps who raised it: {key}"
+    );
+    // The same bug in the allocator under test is its own.
+    let line = diff_line(double_issue, reference, by_name("system").unwrap())
+        .expect("the overlap is found");
+    assert!(line.ends_with("[allocator zoo:double-issue]"), "{line}");
+    assert!(!shadow::violation::key_of(&line)
+        .unwrap()
+        .contains("reference"));
+}
+
+#[test]
+fn a_bad_reference_name_is_a_one_line_error() {
+    let err = shadow::harness::reference_named(Some("nosuch"))
+        .err()
+        .unwrap();
+    assert!(
+        err.starts_with("ALLOCSOAK_REFERENCE: unknown allocator `nosuch`"),
+        "{err}"
+    );
+    assert!(!err.contains('\n'), "{err}");
+    assert_eq!(
+        shadow::harness::reference_named(Some("system"))
+            .unwrap()
+            .name(),
+        "system"
+    );
+    assert_eq!(
+        shadow::harness::reference_named(None).unwrap().name(),
+        shadow::allocator::MIMALLOC
+    );
 }

@@ -1,6 +1,7 @@
 //! A C allocator loaded from a shared library (`dylib:path:prefix`): a tiny
-//! allocator the test compiles runs clean, and the same source with a
-//! planted bug is caught.
+//! allocator the test compiles runs clean, the same source with a planted
+//! bug is caught, zeroed requests reach its own calloc, and an
+//! `aligned_alloc`-only library is only asked for sizes C11 allows.
 
 mod common;
 
@@ -57,4 +58,33 @@ fn a_missing_library_or_symbol_is_a_clear_error() {
         err.contains("has no `malloc`") && err.contains("prefix"),
         "{err}"
     );
+}
+
+#[test]
+fn a_calloc_that_does_not_zero_is_caught() {
+    let lib = build("tiny_alloc_dirty_calloc", &["-DDIRTY_CALLOC"]);
+    let name = format!("dylib:{}:t_", lib.display());
+    // A zeroed request malloc's alignment serves is the library's calloc.
+    for text in [
+        "target alloc_ops\nalloc size=40 align=8 zeroed\n",
+        "target alloc_ops\ncalloc count=5 size=8\n",
+    ] {
+        let program = common::program(text);
+        assert_eq!(
+            common::kind(&program, &name).as_deref(),
+            Some("zeroed"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn aligned_alloc_is_asked_only_for_multiples_of_the_alignment() {
+    let lib = build("tiny_alloc_aligned_alloc", &["-DALIGNED_ALLOC_ONLY"]);
+    let name = format!("dylib:{}:t_", lib.display());
+    let program = common::program(
+        "target alloc_ops\nalloc size=40 align=64\nalloc size=100 align=32 zeroed\nrealloc slot=0 to=double\n",
+    );
+    assert_eq!(common::violation(&program, &name), None);
+    common::assert_clean(Target::AllocOps, &name, 12, 100);
 }

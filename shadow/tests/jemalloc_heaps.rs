@@ -133,7 +133,7 @@ fn run_in_order(texts: &[&str]) {
     let _jemalloc = common::exclusive("jemalloc");
     for text in texts {
         let program = common::program(text);
-        if let Some(v) = common::caught(&program, jemalloc()) {
+        if let Some(v) = common::caught(&program, jemalloc()).err() {
             panic!("false alarm: {v}\nprogram:\n{program}");
         }
     }
@@ -261,9 +261,9 @@ heap-visit heap=0
 ",
     );
     let _jemalloc = common::exclusive("jemalloc");
-    assert_eq!(common::caught(&program, jemalloc()), None);
+    assert_eq!(common::caught(&program, jemalloc()).err(), None);
     let misplaced: &'static dyn Allocator = Box::leak(Box::new(Misplaced));
-    let line = common::caught(&program, misplaced).expect("a violation");
+    let line = common::caught(&program, misplaced).expect_err("a violation");
     assert_eq!(
         shadow::violation::kind_of(&line),
         Some("heap-owned"),

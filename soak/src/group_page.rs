@@ -54,6 +54,11 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
     } else {
         String::new()
     };
+    // A violation the reference side of diff_mimalloc raised is the
+    // reference's bug, found on this slot.
+    let raised_by = report::key::reference_of(&g.signature).map_or_else(String::new, |r| {
+        format!("| raised by | the reference allocator `{r}`, not the allocator under test |\n")
+    });
     let text = format!(
         "# {title}\n\n\
          | | |\n| --- | --- |\n\
@@ -61,6 +66,7 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
          | signature | `{sig}` |\n\
          | group | `{id}` |\n\
          | slot | {target} / {allocator} / {engine} |\n\
+         {raised_by}\
          | first seen | {first} |\n\
          | last seen | {last} |\n\
          | count | {count} |\n\
@@ -121,6 +127,48 @@ pub fn utc(secs: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bug_of_the_reference_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open_for_soak(&dir.path().join("state")).unwrap();
+        let store = Store::open(&state.store()).unwrap();
+        let slot = store
+            .slot("diff_mimalloc", "zoo:x", "libfuzzer", 1.0)
+            .unwrap();
+        let key = "overlap in alloc size 0..64 align ..16: block N+N overlaps live block N+N";
+        let page = |id: &str, signature: String| {
+            let g = GroupRow {
+                id: id.into(),
+                signature,
+                kind: "overlap".into(),
+                title: key.into(),
+                tolerance_key: Some(key.into()),
+                slot_id: slot.id,
+                first_seen: 0,
+                last_seen: 0,
+                count: 1,
+                status: "new".into(),
+                minimized: None,
+                repro: String::new(),
+            };
+            std::fs::create_dir_all(state.crash_group(id)).unwrap();
+            write_report(&state, &store, &g).unwrap();
+            std::fs::read_to_string(state.crash_group(id).join("REPORT.md")).unwrap()
+        };
+        let reference = page(
+            "a",
+            format!("overlap\n{key} [reference allocator mimalloc]"),
+        );
+        assert!(
+            reference.contains(
+                "| raised by | the reference allocator `mimalloc`, not the allocator under test |"
+            ),
+            "{reference}"
+        );
+        let own = page("b", format!("overlap\n{key}"));
+        assert!(!own.contains("raised by"), "{own}");
+    }
 
     #[test]
     fn utc_dates() {

@@ -311,15 +311,22 @@ impl Store {
         Ok(())
     }
 
-    /// The violation keys of an allocator's groups not marked fixed: what
-    /// its slices tolerate.
+    /// The violation keys its slices tolerate: those of the allocator's
+    /// groups not marked fixed, and of every group a reference allocator
+    /// raised (`diff_mimalloc`'s other side), whichever slot found it: such
+    /// a key ends `[reference allocator <name>]` and matches only a
+    /// violation of that reference, never one of the allocator under test.
     pub fn tolerated_keys(&self, allocator: &str) -> Result<Vec<(String, String)>> {
         let mut stmt = self.conn.prepare(
             "SELECT g.id, g.tolerance_key FROM crash_group g JOIN slot s ON s.id = g.slot_id
-             WHERE s.allocator = ?1 AND g.tolerance_key IS NOT NULL AND g.status != 'fixed'
+             WHERE (s.allocator = ?1 OR instr(g.tolerance_key, ?2) > 0)
+               AND g.tolerance_key IS NOT NULL AND g.status != 'fixed'
              ORDER BY g.id",
         )?;
-        let rows = stmt.query_map([allocator], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows = stmt.query_map(
+            params![allocator, report::key::REFERENCE.trim_start()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -421,6 +428,46 @@ mod tests {
                 .weight,
             0.25
         );
+    }
+
+    #[test]
+    fn a_reference_allocators_bug_is_tolerated_in_every_slot_and_no_other_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("store.sqlite")).unwrap();
+        let found_in = store
+            .slot("diff_mimalloc", "zoo:x", "libfuzzer", 1.0)
+            .unwrap();
+        store
+            .slot("diff_mimalloc", "system", "libfuzzer", 1.0)
+            .unwrap();
+        let group = |id: &str, key: &str| GroupRow {
+            id: id.into(),
+            signature: key.into(),
+            kind: "overlap".into(),
+            title: key.into(),
+            tolerance_key: Some(key.into()),
+            slot_id: found_in.id,
+            first_seen: 0,
+            last_seen: 0,
+            count: 1,
+            status: "new".into(),
+            minimized: None,
+            repro: String::new(),
+        };
+        let own = "overlap in alloc size 0..64 align ..16: block N+N overlaps live block N+N";
+        let reference = format!("{own} [reference allocator mimalloc]");
+        store.insert_group(&group("a", own)).unwrap();
+        store.insert_group(&group("b", &reference)).unwrap();
+        let keys = |allocator| -> Vec<String> {
+            store
+                .tolerated_keys(allocator)
+                .unwrap()
+                .into_iter()
+                .map(|(_, k)| k)
+                .collect()
+        };
+        assert_eq!(keys("zoo:x"), vec![own.to_string(), reference.clone()]);
+        assert_eq!(keys("system"), vec![reference]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! The daemon under SIGKILL at random moments, merges and minimizations
-//! included: no merged corpus input and no crash artifact is ever lost,
-//! and the store always opens. And the systemd notify protocol against a
-//! fake NOTIFY_SOCKET.
+//! The daemon under SIGKILL at random moments and in the middle of merges
+//! and filings (minimizations included), which it counts from what each
+//! kill left on disk: no merged corpus input and no crash artifact is ever
+//! lost, and the store always opens. And the systemd notify protocol
+//! against a fake NOTIFY_SOCKET.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -83,27 +84,57 @@ fn pending_artifacts(state: &Path) -> usize {
         .sum()
 }
 
-/// Waits until a merge or a minimization is under way (or `limit` passes).
-fn busy_moment(state: &Path, limit: Duration) {
+/// What a daemon was in the middle of.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Busy {
+    /// A corpus merge: building the next generation, or dropping the last.
+    Merging,
+    /// Filing a new crash group, in its temporary folder (minimizing, most
+    /// of the time).
+    Filing,
+}
+
+/// The alloc_ops corpus generations other than the current one.
+fn other_generations(state: &Path) -> BTreeSet<String> {
+    let current = std::fs::read_link(state.join("corpus/alloc_ops"))
+        .ok()
+        .and_then(|t| Some(t.file_name()?.to_string_lossy().into_owned()));
+    std::fs::read_dir(state.join("corpus"))
+        .map(|d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .filter(|n| n.starts_with(".alloc_ops.g") && Some(n) != current.as_ref())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the daemon `pid` is in the middle of, by what it has on disk: a
+/// corpus generation that was not there when it started (`before`, which
+/// holds what earlier kills left) is a merge's; a `crashes/.tmp-<pid>-…`
+/// folder (intake's temporary name) is a filing's. Read after a kill, it
+/// is what the kill interrupted.
+fn busy(state: &Path, pid: u32, before: &BTreeSet<String>) -> Vec<Busy> {
+    let mut out = Vec::new();
+    if other_generations(state).difference(before).next().is_some() {
+        out.push(Busy::Merging);
+    }
+    let ours = format!(".tmp-{pid}-");
+    let filing = std::fs::read_dir(state.join("crashes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .any(|e| e.file_name().to_string_lossy().starts_with(&ours))
+        })
+        .unwrap_or(false);
+    if filing {
+        out.push(Busy::Filing);
+    }
+    out
+}
+
+/// Waits until the daemon `pid` is `what` (or `limit` passes).
+fn busy_moment(state: &Path, pid: u32, before: &BTreeSet<String>, what: Busy, limit: Duration) {
     let start = Instant::now();
-    while start.elapsed() < limit {
-        let merging = std::fs::read_dir(state.join("corpus"))
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .filter(|e| e.file_name().to_string_lossy().starts_with(".alloc_ops.g"))
-                    .count()
-                    > 1
-            })
-            .unwrap_or(false);
-        let filing = std::fs::read_dir(state.join("crashes"))
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .any(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
-            })
-            .unwrap_or(false);
-        if merging || filing {
-            return;
-        }
+    while start.elapsed() < limit && !busy(state, pid, before).contains(&what) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -116,18 +147,27 @@ fn sigkill_at_any_moment_loses_nothing() {
     let mut seen = BTreeSet::new();
     let mut pending = 0;
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let (mut merges, mut filings) = (0, 0);
     for round in 0..12 {
+        let before = other_generations(&state);
         let mut child = start(&state, "600");
-        if round % 2 == 0 {
-            busy_moment(&state, Duration::from_secs(15));
-        } else {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            std::thread::sleep(Duration::from_millis(300 + x % 6000));
+        let pid = child.id();
+        match round % 4 {
+            0 => busy_moment(&state, pid, &before, Busy::Filing, Duration::from_secs(15)),
+            2 => busy_moment(&state, pid, &before, Busy::Merging, Duration::from_secs(15)),
+            _ => {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                std::thread::sleep(Duration::from_millis(300 + x % 6000));
+            }
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
+        let interrupted = busy(&state, pid, &before);
+        eprintln!("round {round}: the kill interrupted {interrupted:?}");
+        merges += usize::from(interrupted.contains(&Busy::Merging));
+        filings += usize::from(interrupted.contains(&Busy::Filing));
         let now = kept(&state);
         let lost: Vec<_> = seen.difference(&now).collect();
         assert!(lost.is_empty(), "round {round}: lost {lost:?}");
@@ -145,6 +185,12 @@ fn sigkill_at_any_moment_loses_nothing() {
             .unwrap();
         assert_eq!(check, "ok", "round {round}");
     }
+    // The kills must have hit what is fragile, or the rounds proved little.
+    assert!(
+        merges >= 1 && filings >= 1,
+        "of 12 kills, {merges} landed during a merge and {filings} during a filing; \
+         each needs at least one"
+    );
     // A clean run finishes what the kills left: nothing waits in scratch,
     // everything seen is still there, and both bugs are on file.
     let mut last = start(&state, "40");

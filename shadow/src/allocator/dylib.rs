@@ -19,11 +19,16 @@ type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32
 type AlignSize = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 
 /// How the library allocates with alignment, best first.
-enum Aligned {
+enum AlignedApi {
+    /// `posix_memalign(&p, align, size)`: any size.
     PosixMemalign(PosixMemalign),
-    /// `aligned_alloc` / `memalign`: (align, size).
-    AlignFirst(AlignSize),
-    /// mimalloc's `mi_malloc_aligned`: (size, align).
+    /// `memalign(align, size)`: any size.
+    Memalign(AlignSize),
+    /// C11 `aligned_alloc(align, size)`: `size` must be a multiple of
+    /// `align`, so the adapter rounds it up (the block is then larger than
+    /// asked, which a usable size may say).
+    AlignedAlloc(AlignSize),
+    /// mimalloc's `mi_malloc_aligned(size, align)`: any size.
     SizeFirst(AlignSize),
     None,
 }
@@ -35,7 +40,7 @@ pub struct Dylib {
     calloc: Option<Calloc>,
     realloc: Option<Realloc>,
     usable: Option<Usable>,
-    aligned: Aligned,
+    aligned: AlignedApi,
     _lib: Library,
 }
 
@@ -77,15 +82,15 @@ impl Dylib {
         };
         unsafe {
             let aligned = if let Some(f) = own_symbol(&lib, &own, prefix, "posix_memalign") {
-                Aligned::PosixMemalign(f)
-            } else if let Some(f) = own_symbol(&lib, &own, prefix, "aligned_alloc")
-                .or_else(|| own_symbol(&lib, &own, prefix, "memalign"))
-            {
-                Aligned::AlignFirst(f)
+                AlignedApi::PosixMemalign(f)
+            } else if let Some(f) = own_symbol(&lib, &own, prefix, "memalign") {
+                AlignedApi::Memalign(f)
+            } else if let Some(f) = own_symbol(&lib, &own, prefix, "aligned_alloc") {
+                AlignedApi::AlignedAlloc(f)
             } else if let Some(f) = own_symbol(&lib, &own, prefix, "malloc_aligned") {
-                Aligned::SizeFirst(f)
+                AlignedApi::SizeFirst(f)
             } else {
-                Aligned::None
+                AlignedApi::None
             };
             Ok(Dylib {
                 name: format!("dylib:{spec}"),
@@ -103,16 +108,20 @@ impl Dylib {
 
     unsafe fn aligned(&self, size: usize, align: usize) -> *mut u8 {
         match self.aligned {
-            Aligned::PosixMemalign(f) => {
+            AlignedApi::PosixMemalign(f) => {
                 let mut p = ptr::null_mut();
                 match f(&mut p, align.max(std::mem::size_of::<usize>()), size) {
                     0 => p.cast(),
                     _ => ptr::null_mut(),
                 }
             }
-            Aligned::AlignFirst(f) => f(align, size).cast(),
-            Aligned::SizeFirst(f) => f(size, align).cast(),
-            Aligned::None => ptr::null_mut(),
+            AlignedApi::Memalign(f) => f(align, size).cast(),
+            AlignedApi::AlignedAlloc(f) => match size.checked_next_multiple_of(align) {
+                Some(rounded) => f(align, rounded).cast(),
+                None => ptr::null_mut(),
+            },
+            AlignedApi::SizeFirst(f) => f(size, align).cast(),
+            AlignedApi::None => ptr::null_mut(),
         }
     }
 }
@@ -122,8 +131,17 @@ impl Allocator for Dylib {
         &self.name
     }
 
+    /// A zeroed request malloc's alignment serves is the library's own
+    /// `calloc`, so a calloc that fails to zero is caught. C has no aligned
+    /// calloc: an over-aligned zeroed request (or any, when the library has
+    /// no `calloc`) is zeroed here, after its aligned allocation, and the
+    /// library's zeroing goes unchecked there.
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        let p = if malloc_serves(size, align) {
+        let plain = malloc_serves(size, align);
+        if let (true, true, Some(calloc)) = (zeroed, plain, self.calloc) {
+            return calloc(1, size).cast();
+        }
+        let p = if plain {
             (self.malloc)(size).cast()
         } else {
             self.aligned(size, align)
@@ -172,7 +190,7 @@ impl Allocator for Dylib {
 
     fn max_align(&self) -> usize {
         match self.aligned {
-            Aligned::None => MALLOC_ALIGN,
+            AlignedApi::None => MALLOC_ALIGN,
             _ => crate::edges::MAX_ALIGN,
         }
     }

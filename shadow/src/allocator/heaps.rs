@@ -1,7 +1,12 @@
 //! A heap API for allocators that have none: a heap is the set of blocks
 //! allocated in it, destroy frees them one by one, delete forgets the set.
+//!
+//! Deterministic: destroy frees a heap's blocks in the order they were
+//! allocated (a realloc keeps its block's place), never in an order that
+//! depends on addresses or hashing, so a `heap_api` program makes the same
+//! allocator calls in every process and replays and minimizes exactly.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use super::{Allocator, HeapId, Heaps, ReallocToZero};
@@ -12,11 +17,20 @@ pub struct EmulatedHeaps {
     state: Mutex<State>,
 }
 
+/// A live block of an emulated heap.
+#[derive(Clone, Copy)]
+struct Member {
+    ptr: usize,
+    size: usize,
+    align: usize,
+}
+
 #[derive(Default)]
 struct State {
     next: HeapId,
-    /// Per heap: block address -> (size, align).
-    heaps: HashMap<HeapId, HashMap<usize, (usize, usize)>>,
+    /// Per heap: its blocks in allocation order. A heap holds at most a
+    /// program's live blocks (256), so a linear search is cheap.
+    heaps: BTreeMap<HeapId, Vec<Member>>,
 }
 
 impl EmulatedHeaps {
@@ -39,7 +53,7 @@ impl EmulatedHeaps {
             .get(&heap)
             .into_iter()
             .flatten()
-            .map(|(&p, &(s, a))| (p, s, a))
+            .map(|m| (m.ptr, m.size, m.align))
             .collect();
         v.sort_unstable();
         v
@@ -51,18 +65,18 @@ impl Heaps for EmulatedHeaps {
         let mut st = self.state();
         st.next += 1;
         let id = st.next;
-        st.heaps.insert(id, HashMap::new());
+        st.heaps.insert(id, Vec::new());
         Some(id)
     }
 
     unsafe fn alloc_in(&self, heap: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         let p = self.inner.alloc(size, align, zeroed);
         if !p.is_null() {
-            self.state()
-                .heaps
-                .entry(heap)
-                .or_default()
-                .insert(p as usize, (size, align));
+            self.state().heaps.entry(heap).or_default().push(Member {
+                ptr: p as usize,
+                size,
+                align,
+            });
         }
         p
     }
@@ -81,9 +95,24 @@ impl Heaps for EmulatedHeaps {
         if !q.is_null() || freed {
             let mut st = self.state();
             let set = st.heaps.entry(heap).or_default();
-            set.remove(&(p as usize));
-            if !q.is_null() {
-                set.insert(q as usize, (new_size, align));
+            let at = set.iter().position(|m| m.ptr == p as usize);
+            match (at, q.is_null()) {
+                (Some(i), false) => {
+                    set[i] = Member {
+                        ptr: q as usize,
+                        size: new_size,
+                        align,
+                    }
+                }
+                (Some(i), true) => {
+                    set.remove(i);
+                }
+                (None, false) => set.push(Member {
+                    ptr: q as usize,
+                    size: new_size,
+                    align,
+                }),
+                (None, true) => {}
             }
         }
         q
@@ -91,7 +120,7 @@ impl Heaps for EmulatedHeaps {
 
     unsafe fn free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
         if let Some(set) = self.state().heaps.get_mut(&heap) {
-            set.remove(&(p as usize));
+            set.retain(|m| m.ptr != p as usize);
         }
         self.inner.free(p, size, align)
     }
@@ -102,8 +131,8 @@ impl Heaps for EmulatedHeaps {
 
     unsafe fn destroy(&self, heap: HeapId) {
         let blocks = self.state().heaps.remove(&heap).unwrap_or_default();
-        for (p, (size, align)) in blocks {
-            self.inner.free(p as *mut u8, size, align);
+        for m in blocks {
+            self.inner.free(m.ptr as *mut u8, m.size, m.align);
         }
     }
 
@@ -123,7 +152,60 @@ impl Heaps for EmulatedHeaps {
             self.state()
                 .heaps
                 .get(&heap)
-                .is_some_and(|s| s.contains_key(&p)),
+                .is_some_and(|s| s.iter().any(|m| m.ptr == p)),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::allocator::by_name;
+
+    /// `system`, recording the address of every free.
+    struct Recording {
+        frees: Mutex<Vec<usize>>,
+    }
+
+    impl Allocator for Recording {
+        fn name(&self) -> &str {
+            "recording"
+        }
+        unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+            by_name("system").unwrap().alloc(size, align, zeroed)
+        }
+        unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
+            by_name("system").unwrap().realloc(p, old, align, new)
+        }
+        unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+            self.frees.lock().unwrap().push(p as usize);
+            by_name("system").unwrap().free(p, size, align)
+        }
+    }
+
+    #[test]
+    fn destroy_frees_in_allocation_order() {
+        let rec: &'static Recording = Box::leak(Box::new(Recording {
+            frees: Mutex::new(Vec::new()),
+        }));
+        let heaps = EmulatedHeaps::new(rec);
+        let h = heaps.new_heap().unwrap();
+        let mut order = Vec::new();
+        for i in 0..64 {
+            // Sizes that scatter the blocks over size classes, so address
+            // order is not allocation order either.
+            let size = [24, 5000, 40, 300, 100_000][i % 5] + i;
+            order.push(unsafe { heaps.alloc_in(h, size, 8, false) } as usize);
+        }
+        // A realloc keeps its block's place; a freed block leaves the order.
+        let grown = unsafe { heaps.realloc_in(h, order[3] as *mut u8, 303, 8, 9000) } as usize;
+        order[3] = grown;
+        unsafe { heaps.free_in(h, order[10] as *mut u8, 24 + 10, 8) };
+        order.remove(10);
+        rec.frees.lock().unwrap().clear();
+        unsafe { heaps.destroy(h) };
+        assert_eq!(*rec.frees.lock().unwrap(), order);
     }
 }

@@ -21,6 +21,9 @@ pub mod zoo;
 pub use extras::{Extras, InPlace, PurgeDelay};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
+/// The name of the mimalloc flavor this build links.
+#[cfg(feature = "mimalloc")]
+pub use mimalloc::NAME as MIMALLOC;
 
 /// Whether plain `malloc(size)` already meets `align`. C promises the
 /// alignment of any object that fits the size, capped at 16 on x86-64: a

@@ -99,6 +99,9 @@ pub struct Executor {
     /// Huge requests made so far (each is freed at once).
     huge_requests: usize,
     finished: bool,
+    /// The reference side of a differential run: its violations name the
+    /// reference allocator, not the allocator under test.
+    reference: bool,
     pub stats: Stats,
 }
 
@@ -139,8 +142,17 @@ impl Executor {
             bulk: false,
             huge_requests: 0,
             finished: false,
+            reference: false,
             stats: Stats::default(),
         }
+    }
+
+    /// Makes this the reference side of a differential run: its violation
+    /// lines end `[reference allocator <name>]`, so they are never taken for
+    /// the allocator under test's ([`report::key::key_of`] keeps the suffix).
+    pub fn as_reference(mut self) -> Executor {
+        self.reference = true;
+        self
     }
 
     /// Runs every op, then frees what is left. Panics with an
@@ -179,7 +191,13 @@ impl Executor {
             site: self.site,
             violation,
         };
-        format!("{report} [allocator {}]", self.alloc.name())
+        use report::key::{REFERENCE, UNDER_TEST};
+        let by = if self.reference {
+            REFERENCE
+        } else {
+            UNDER_TEST
+        };
+        format!("{report}{by}{}]", self.alloc.name())
     }
 
     /// Ends the program at a violation (quietly when it is tolerated).

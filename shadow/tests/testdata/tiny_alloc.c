@@ -1,7 +1,10 @@
 /* A tiny C allocator with a `t_` prefix, for the dylib adapter's tests:
  * a header before every block records its size, as many real allocators do.
  * Built with -DPLANTED_BUG, blocks of 17 to 32 bytes come back 8 bytes short of
- * 16-byte alignment. */
+ * 16-byte alignment; with -DDIRTY_CALLOC, calloc does not zero (it fills
+ * with 0xa5, as reused memory might hold); with -DALIGNED_ALLOC_ONLY, its
+ * aligned API is C11's aligned_alloc alone, strict about its precondition
+ * (size a multiple of the alignment), as C11 lets an implementation be. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,7 +39,11 @@ size_t t_malloc_usable_size(void *p) { return p ? ((size_t *)p)[-1] : 0; }
 void *t_calloc(size_t n, size_t size) {
     if (size && n > SIZE_MAX / size) return NULL;
     void *p = t_malloc(n * size);
+#ifdef DIRTY_CALLOC
+    if (p) memset(p, 0xa5, n * size);
+#else
     if (p) memset(p, 0, n * size);
+#endif
     return p;
 }
 
@@ -51,11 +58,24 @@ void *t_realloc(void *p, size_t size) {
     return q;
 }
 
-int t_posix_memalign(void **out, size_t align, size_t size) {
-    if (size > PTRDIFF_MAX - align - HEADER) return ENOMEM;
+static void *aligned(size_t align, size_t size) {
+    if (size > PTRDIFF_MAX - align - HEADER) return NULL;
     char *raw = malloc(size + align + HEADER);
-    if (!raw) return ENOMEM;
+    if (!raw) return NULL;
     uintptr_t start = ((uintptr_t)raw + HEADER + align - 1) & ~(uintptr_t)(align - 1);
-    *out = wrap(raw, size, start - (uintptr_t)raw);
+    return wrap(raw, size, start - (uintptr_t)raw);
+}
+
+#ifdef ALIGNED_ALLOC_ONLY
+void *t_aligned_alloc(size_t align, size_t size) {
+    if (size % align != 0) { errno = EINVAL; return NULL; }
+    return aligned(align, size);
+}
+#else
+int t_posix_memalign(void **out, size_t align, size_t size) {
+    void *p = aligned(align, size);
+    if (!p) return ENOMEM;
+    *out = p;
     return 0;
 }
+#endif
