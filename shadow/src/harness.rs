@@ -12,6 +12,10 @@
 //!   ends its program quietly (see [`crate::violation`]).
 //! - `ALLOCSOAK_HISTORY`: a file that keeps the last inputs the process
 //!   ran, for a crash that needs them (see [`crate::history`]).
+//! - `ALLOCSOAK_TEXT_INPUTS=1`: an input that is op program text (as
+//!   `program.txt` and a minimized crash hold it) runs as written; any
+//!   other input decodes as fuzz bytes. Replays set it; fuzzing does not,
+//!   so no fuzzer spends its time in the text parser.
 
 use std::sync::OnceLock;
 
@@ -22,6 +26,7 @@ use crate::op::{Program, Target};
 struct Config {
     alloc: &'static dyn Allocator,
     mode: Mode,
+    text_inputs: bool,
 }
 
 fn config() -> &'static Config {
@@ -41,7 +46,16 @@ fn config() -> &'static Config {
                 "ALLOCSOAK_MODE: unknown mode `{other}`; use `checked` or `bare`"
             )),
         };
-        Config { alloc, mode }
+        let text_inputs = match std::env::var("ALLOCSOAK_TEXT_INPUTS").as_deref() {
+            Err(_) | Ok("0") => false,
+            Ok("1") => true,
+            Ok(other) => exit(format!("ALLOCSOAK_TEXT_INPUTS: `{other}` is not 0 or 1")),
+        };
+        Config {
+            alloc,
+            mode,
+            text_inputs,
+        }
     })
 }
 
@@ -96,7 +110,13 @@ pub fn fuzz(target: Target, data: &[u8]) {
         }
     }
     crate::history::record(data);
-    let program = Program::decode(target, data);
+    let program = match config.text_inputs {
+        true => Program::from_input(target, data).unwrap_or_else(|e| {
+            eprintln!("allocsoak: {e}");
+            std::process::exit(2)
+        }),
+        false => Program::decode(target, data),
+    };
     crate::violation::tolerate(|| {
         run_program(&program, config.alloc, config.mode);
     });

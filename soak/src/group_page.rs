@@ -54,6 +54,10 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
     } else {
         String::new()
     };
+    let minimized = record
+        .as_ref()
+        .and_then(|g| g.minimized_ops.as_ref())
+        .map_or_else(String::new, |m| format!("| minimized | {m} |\n"));
     // A violation the reference side of diff_mimalloc raised is the
     // reference's bug, found on this slot.
     let raised_by = report::key::reference_of(&g.signature).map_or_else(String::new, |r| {
@@ -71,13 +75,13 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
          | last seen | {last} |\n\
          | count | {count} |\n\
          | status | {status} |\n\
-         {race}{needs}\n\
+         {race}{needs}{minimized}\n\
          ## Reproduce\n\n```sh\n{repro}\n```\n\n\
          ## What\n\n```text\n{what}\n```\n\n\
          ## Where\n\n```text\n{stack}\n```\n\n\
          ## {which}\n\n```text\n{program}```\n\n\
          ## Files\n\n\
-         - `original`: the input the fuzzer wrote; `minimized`: the minimized input (when minimizing kept the signature)\n\
+         - `original`: the input the fuzzer wrote; `minimized`: the minimized program as text (when a smaller program fails the same way)\n\
          - `program.txt`, `stack.txt`, `replay.log` (the replay the above is read from), `engine.log`\n\
          - `history/`: the inputs replayed before `original`, in order, in one process (only for a crash that needs them)\n\
          - `inputs/`: {inputs} more raw inputs with this signature\n",
@@ -94,7 +98,7 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         status = g.status,
         repro = g.repro,
         which = match (history, g.minimized.is_some()) {
-            (0, true) => "Program (minimized input)".to_string(),
+            (0, true) => "Program (minimized)".to_string(),
             (0, false) => "Program (original input)".to_string(),
             (n, _) => format!("Programs ({n} from history/, then the crash input, in one process)"),
         },

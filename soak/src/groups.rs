@@ -277,8 +277,8 @@ pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<P
          Found by allocsoak on {target} / {allocator}. `REPORT.md` has the details.\n\n\
          - `program.txt`: the op program (the failing op is marked); each op is one allocator call.\n\
          - `test.rs`: the program as a standalone Rust `#[test]` (needs allocsoak's `shadow` crate as a dev-dependency).\n\
-         - `minimized` / `original`: the fuzz inputs{needs}; replay on allocsoak's fuzz binary:\n\n\
-         ```sh\n{tolerate}ALLOCSOAK_ALLOCATOR='{allocator}' fuzz_targets/target/asan/x86_64-unknown-linux-gnu/release/{target} {files}\n```\n",
+         - `minimized` / `original`: the minimized program as text / the fuzz input{needs}; replay on allocsoak's fuzz binary:\n\n\
+         ```sh\n{tolerate}ALLOCSOAK_TEXT_INPUTS=1 ALLOCSOAK_ALLOCATOR='{allocator}' fuzz_targets/target/asan/x86_64-unknown-linux-gnu/release/{target} {files}\n```\n",
         id = g.row.id,
         title = g.row.title,
         target = g.slot.target,

@@ -1,6 +1,7 @@
 //! The crash pipeline, one artifact at a time:
 //! reproduce (alone, else after the inputs its process ran before it:
-//! [`crate::sequence`]) → sign → deduplicate → minimize → file.
+//! [`crate::sequence`]) → sign → deduplicate → minimize ([`crate::minimize`])
+//! → file.
 //!
 //! Every artifact ends in `crashes/<signature>/`, moved there by rename
 //! (the original of a new group, or `inputs/` of a known one), so none is
@@ -8,7 +9,6 @@
 //! place whole before the store hears of it.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use anyhow::{Context, Result};
 use report::Signature;
@@ -26,11 +26,6 @@ const TRIES: usize = 3;
 /// Replays of an artifact whose program has a race section: every one
 /// runs, and the group reports how many reproduced.
 const RACE_TRIES: usize = 20;
-/// Seconds `-minimize_crash` may take per new group, and runs per
-/// attempt (libFuzzer otherwise spends all the seconds on a tiny input).
-const MINIMIZE_SECS: u64 = 10;
-const MINIMIZE_RUNS: u64 = 2000;
-
 /// What intake needs to know about the slot an artifact came from.
 pub struct Source<'a> {
     pub target: Target,
@@ -82,6 +77,9 @@ pub struct GroupFile {
     /// What shrinking the history did (`41 inputs to 1 in 2.3 s (9 replays)`).
     #[serde(default)]
     pub history_shrunk: Option<String>,
+    /// What minimizing the program did (`384 ops to 3 in 4.1 s (57 replays)`).
+    #[serde(default)]
+    pub minimized_ops: Option<String>,
 }
 
 impl Source<'_> {
@@ -172,46 +170,6 @@ fn sign(src: &Source, replay: &Replay, engine_log: &str) -> Signature {
         })
 }
 
-/// Minimizes a new group's input; keeps the result only when it still
-/// reproduces with the same signature.
-fn minimize(
-    src: &Source,
-    input: &Path,
-    sig: &Signature,
-    work: &Path,
-) -> Result<Option<(PathBuf, Replay)>> {
-    if matches!(sig.kind.as_str(), "timeout" | "oom") {
-        return Ok(None);
-    }
-    // libFuzzer keeps any smaller crash, even of another bug: the result
-    // goes aside and becomes `minimized` only when its signature holds.
-    let candidate = work.join("minimize-candidate");
-    src.replayer()
-        .command(&[input], true)
-        .arg("-minimize_crash=1")
-        .arg(format!("-runs={MINIMIZE_RUNS}"))
-        .arg(format!("-max_total_time={MINIMIZE_SECS}"))
-        .arg(format!("-exact_artifact_path={}", candidate.display()))
-        .stderr(Stdio::null())
-        .status()
-        .with_context(|| format!("failed to run {}", src.binary.display()))?;
-    if !candidate.is_file() {
-        return Ok(None);
-    }
-    let replay = src.replay(&[&candidate], true)?;
-    if replay
-        .signature(&src.slot_label())
-        .is_some_and(|s| s.id() == sig.id())
-    {
-        let out = work.join("minimized");
-        std::fs::rename(&candidate, &out)?;
-        Ok(Some((out, replay)))
-    } else {
-        std::fs::remove_file(&candidate)?;
-        Ok(None)
-    }
-}
-
 /// Files one artifact (a libFuzzer `crash-`, `leak-`, `timeout-` or `oom-`
 /// file); `engine_log` is the log of the run that wrote it.
 pub fn file(
@@ -285,23 +243,30 @@ pub fn file(
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
     // A crash that needs its history keeps the few inputs it needs, in
-    // `history/`; its input is not minimized (libFuzzer's minimizer replays
-    // it alone, where it does not crash).
+    // `history/`, and its program is minimized replayed after them.
     let shrunk = match &history {
-        Some(h) => Some(h.shrink(&src.replayer(), artifact, &src.slot_label(), &id)?),
+        Some(h) => Some(h.shrink(&src.replayer(), artifact, &src.slot_label(), &sig)?),
         None => None,
     };
     let before = match &shrunk {
         Some(s) => keep_history(&s.inputs, &work)?,
         None => Vec::new(),
     };
-    let minimized = if reproduced && history.is_none() {
-        minimize(src, artifact, &sig, &work)?
-    } else {
-        None
+    let minimized = match reproduced {
+        true => crate::minimize::minimize(
+            &src.replayer(),
+            src.target,
+            &src.slot_label(),
+            &before,
+            artifact,
+            &sig,
+            shrunk.as_ref().map_or(&replay.log, |s| &s.replay.log),
+            &work,
+        )?,
+        false => None,
     };
     let (shown_input, shown_log) = match (&minimized, &shrunk) {
-        (Some((path, replay)), _) => (path.clone(), replay.log.as_str()),
+        (Some(m), _) => (m.path.clone(), m.replay.log.as_str()),
         (None, Some(shrunk)) => (artifact.to_path_buf(), shrunk.replay.log.as_str()),
         (None, None) => (
             artifact.to_path_buf(),
@@ -333,6 +298,7 @@ pub fn file(
         race_rate: reproduction.race_rate(),
         history: before.len(),
         history_shrunk: shrunk.as_ref().map(|s| s.summary()),
+        minimized_ops: minimized.as_ref().map(|m| m.summary()),
     };
     state::write_atomic(
         &work.join("group.toml"),
@@ -472,6 +438,8 @@ fn move_file(from: &Path, to: &Path) -> Result<()> {
 /// it needs before the crash (`history/`, in the group's folder `dir`; now
 /// at `before`) and the crash input (now at `input`), plus the tolerate
 /// file only when they need it (a known bug would otherwise fire first).
+/// A minimized input is op program text, which the binary runs as written
+/// under `ALLOCSOAK_TEXT_INPUTS=1`.
 fn repro_command(
     src: &Source,
     dir: &Path,
@@ -500,8 +468,13 @@ fn repro_command(
     } else {
         format!("ALLOCSOAK_TOLERATE={} ", dir.join("tolerate").display())
     };
+    let text = if minimized {
+        "ALLOCSOAK_TEXT_INPUTS=1 "
+    } else {
+        ""
+    };
     Ok(format!(
-        "{tolerate}ALLOCSOAK_ALLOCATOR='{}' {} {}",
+        "{tolerate}{text}ALLOCSOAK_ALLOCATOR='{}' {} {}",
         src.allocator,
         src.binary.display(),
         files.join(" ")

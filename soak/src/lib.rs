@@ -5,8 +5,8 @@
 //! - [`daemon`]: the soak: [`state::StateDir`] and its [`store::Store`],
 //!   [`scheduler`] draws, [`slice`]s merged by [`corpus`] and filed by
 //!   [`intake`] (a crash that needs the inputs before it through
-//!   [`sequence`]) into pages ([`group_page`]), progress by [`status`],
-//!   systemd by [`notify`].
+//!   [`sequence`], its program made small by [`minimize`]) into pages
+//!   ([`group_page`]), progress by [`status`], systemd by [`notify`].
 //! - [`groups`], [`repro`]: triage of what a soak filed: list, verify,
 //!   export, replay.
 //! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
@@ -23,6 +23,7 @@ pub mod groups;
 pub mod instrumentation;
 pub mod intake;
 pub mod libfuzzer;
+pub mod minimize;
 pub mod notify;
 pub mod pass;
 pub mod project;

@@ -166,7 +166,8 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
 pub fn read_program(target: Target, input: &Path) -> Result<shadow::Program> {
     let data =
         std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
-    Ok(shadow::Program::decode(target, &data))
+    shadow::Program::from_input(target, &data)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))
 }
 
 /// The programs input files decode to, in replay order.

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use report::Signature;
 use triage::ddmin::ddmin;
 use triage::replay::{Replay, Replayer};
 
@@ -83,14 +84,14 @@ impl History {
     }
 
     /// The fewest inputs of the history that, replayed before the crash
-    /// input, still reproduce the group `id`: the shortest suffix that
+    /// input, still reproduce the group of `sig`: the shortest suffix that
     /// does (doubling its length), then ddmin within it.
     pub fn shrink(
         &self,
         replayer: &Replayer,
         artifact: &Path,
         slot: &str,
-        id: &str,
+        sig: &Signature,
     ) -> Result<Shrunk> {
         let start = Instant::now();
         let deadline = start + Duration::from_secs(SHRINK_SECS);
@@ -101,10 +102,18 @@ impl History {
                 return false;
             }
             replays += 1;
-            match replay(replayer, before, artifact) {
-                Ok(r) => r.signature(slot).is_some_and(|s| s.id() == id),
+            let inputs: Vec<&Path> = before
+                .iter()
+                .map(PathBuf::as_path)
+                .chain([artifact])
+                .collect();
+            match replayer.fails_as(&inputs, sig, slot) {
+                Ok(same) => same,
                 Err(e) => {
-                    failure = Some(e);
+                    failure = Some(anyhow::Error::new(e).context(format!(
+                        "failed to run {}; run `just build`",
+                        replayer.binary.display()
+                    )));
                     false
                 }
             }

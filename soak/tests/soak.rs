@@ -65,6 +65,12 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
     );
     let program = std::fs::read_to_string(group.join("program.txt")).unwrap();
     assert!(program.contains("fails here"), "{program}");
+    // Minimized as a program: text, down to the one misaligned request.
+    let minimized = std::fs::read_to_string(group.join("minimized")).unwrap();
+    let minimized: shadow::Program = minimized.parse().expect("minimized is op program text");
+    assert!(minimized.ops.len() <= 2, "{minimized}");
+    let report = std::fs::read_to_string(group.join("REPORT.md")).unwrap();
+    assert!(report.contains("| minimized | "), "{report}");
     let corpus = count(&state, "SELECT MAX(corpus_size) FROM slice");
     assert!(corpus > 0, "nothing merged");
     triage_the_group(&state, id);

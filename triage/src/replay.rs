@@ -43,12 +43,13 @@ impl Replay {
 }
 
 impl Replayer<'_> {
-    /// The command that replays `inputs` in order in one process, as a
-    /// user would type it.
+    /// The command that replays `inputs` (fuzz bytes or op program text)
+    /// in order in one process, as a user would type it.
     pub fn command(&self, inputs: &[&Path], tolerate: bool) -> Command {
         let mut cmd = engine_command(self.binary);
         cmd.env("ALLOCSOAK_ALLOCATOR", self.allocator)
             .env("ALLOCSOAK_MODE", "checked")
+            .env("ALLOCSOAK_TEXT_INPUTS", "1")
             .arg(format!("-timeout={}", self.timeout_secs))
             .arg(format!("-rss_limit_mb={}", self.rss_limit_mb))
             .args(inputs)
@@ -67,6 +68,25 @@ impl Replayer<'_> {
         let log = String::from_utf8_lossy(&out.stderr).into_owned();
         let reproduced = !out.status.success() && report::kind(&log).is_some();
         Ok(Replay { log, reproduced })
+    }
+}
+
+impl Replayer<'_> {
+    /// Whether replaying `inputs` (with the tolerate file) fails as `sig`
+    /// on `slot`: the question a search asks many times. A signature
+    /// without frames (an `allocsoak violation:` line, an engine finding)
+    /// needs no stack, so the process dies at its abort without
+    /// libFuzzer's stack dump or Rust's backtrace (both symbolized), in a
+    /// seventh of the time.
+    pub fn fails_as(&self, inputs: &[&Path], sig: &Signature, slot: &str) -> io::Result<bool> {
+        let mut cmd = self.command(inputs, true);
+        if sig.frames.is_empty() {
+            cmd.arg("-handle_abrt=0").env("RUST_BACKTRACE", "0");
+        }
+        let out = cmd.output()?;
+        let log = String::from_utf8_lossy(&out.stderr);
+        Ok(!out.status.success()
+            && Signature::from_log(&log, slot).is_some_and(|s| s.id() == sig.id()))
     }
 }
 

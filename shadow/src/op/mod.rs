@@ -575,4 +575,5 @@ impl Program {
     }
 }
 
+mod simpler;
 mod text;

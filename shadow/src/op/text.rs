@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{BulkOrder, NewSize, Op, Program, PurgeDelay, NEWEST};
+use super::{BulkOrder, NewSize, Op, Program, PurgeDelay, Target, NEWEST};
 
 /// A slot as program text: a number, or `newest`.
 struct SlotText(usize);
@@ -214,7 +214,34 @@ impl FromStr for Program {
     }
 }
 
-fn parse_op(line: &str) -> Result<Op, String> {
+impl Program {
+    /// The program an input file holds: op program text, when its first
+    /// line that is not blank or a comment is a `target` line (for
+    /// `target`), else fuzz bytes decoded for `target`.
+    pub fn from_input(target: Target, data: &[u8]) -> Result<Program, String> {
+        let text = std::str::from_utf8(data).ok().filter(|t| {
+            t.lines()
+                .map(|l| l.split('#').next().unwrap_or("").trim())
+                .find(|l| !l.is_empty())
+                .is_some_and(|l| l.starts_with("target "))
+        });
+        let Some(text) = text else {
+            return Ok(Program::decode(target, data));
+        };
+        let program: Program = text
+            .parse()
+            .map_err(|e| format!("input is not an op program: {e}"))?;
+        if program.target != target {
+            return Err(format!(
+                "the input is a {} program; replay it on the {} fuzz binary",
+                program.target, program.target
+            ));
+        }
+        Ok(program)
+    }
+}
+
+pub(super) fn parse_op(line: &str) -> Result<Op, String> {
     let mut words = line.split_whitespace();
     let name = words.next().ok_or("empty op")?;
     let mut fields = std::collections::HashMap::new();
