@@ -1,6 +1,6 @@
 //! Runs a libFuzzer binary on one allocator and reads back what happened.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -209,4 +209,24 @@ mod tests {
         );
         assert_eq!(progress("#1 no coverage here\n"), None);
     }
+}
+
+/// The findings libFuzzer wrote: crash, leak, timeout and OOM inputs.
+/// (Slow-unit reports are not findings and stay in the scratch.)
+pub fn artifacts(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        if ["crash-", "leak-", "timeout-", "oom-"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
 }

@@ -61,16 +61,8 @@ pub fn run(
 
 /// The newest crash, leak, timeout or OOM input libFuzzer wrote to `dir`.
 fn newest_artifact(dir: &std::path::Path) -> Option<PathBuf> {
-    std::fs::read_dir(dir)
+    crate::libfuzzer::artifacts(dir)
         .ok()?
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            ["crash-", "leak-", "timeout-", "oom-"]
-                .iter()
-                .any(|p| name.starts_with(p))
-        })
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .map(|e| e.path())
+        .into_iter()
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
 }

@@ -197,7 +197,7 @@ pub fn finish(
         rss_limit_mb: soak.config.rss_limit_mb,
     };
     let (mut new_groups, mut repeats, mut findings) = (0, 0, 0);
-    for artifact in artifacts(&scratch.join("artifacts"))? {
+    for artifact in crate::libfuzzer::artifacts(&scratch.join("artifacts"))? {
         let filed = match intake::file(&soak.state, &soak.store, &src, &artifact, &log) {
             Ok(f) => f,
             Err(e) => {
@@ -276,26 +276,6 @@ pub fn finish(
 /// What ended the engine: a finding's kind, or `time`.
 fn libfuzzer_outcome(log: &str) -> String {
     report::kind(log).unwrap_or_else(|| "time".into())
-}
-
-/// The findings libFuzzer wrote: crash, leak, timeout and OOM inputs.
-/// (Slow-unit reports are not findings and stay in the scratch.)
-fn artifacts(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let name = path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        if ["crash-", "leak-", "timeout-", "oom-"]
-            .iter()
-            .any(|p| name.starts_with(p))
-        {
-            found.push(path);
-        }
-    }
-    found.sort();
-    Ok(found)
 }
 
 /// The tolerated-violation counts a log reports (`allocsoak tolerated: N × key`,
