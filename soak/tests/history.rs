@@ -66,10 +66,12 @@ fn a_crash_that_needs_the_input_before_it_is_filed_with_that_sequence() {
             && report.contains("# input 2 of 2: the crash input"),
         "{report}"
     );
+    // The crash program is minimized too, replayed after its history.
     assert!(
-        command.contains("history/000000") && command.ends_with("/original"),
+        command.contains("history/000000") && command.ends_with("/minimized"),
         "{command}"
     );
+    assert!(report.contains("| minimized | "), "{report}");
     let replayed = repro(command);
     assert!(
         !replayed.status.success()
