@@ -14,7 +14,7 @@ use triage::replay::{Replay, Replayer};
 
 /// Seconds minimizing one new group's program may take; past it the
 /// program is kept as far as it got.
-const MINIMIZE_SECS: u64 = 30;
+const MINIMIZE_SECS: u64 = 10;
 
 /// What minimizing kept, and what it took.
 pub struct Minimized {
