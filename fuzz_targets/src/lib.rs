@@ -23,15 +23,26 @@ pub use honggfuzz;
 /// aborts unless the report is tolerated (`halt_on_error=0`, and every
 /// report, not only the first at each place: `suppress_equal_pcs=0`; see
 /// `shadow::sanitizer`). `ASAN_OPTIONS` set by the caller still wins.
-#[macro_export]
-macro_rules! asan_defaults {
-    ($extra:literal) => {
-        concat!(
-            "allocator_may_return_null=1:max_allocation_size_mb=256:detect_leaks=1:halt_on_error=0:suppress_equal_pcs=0",
-            $extra,
-            "\0"
-        )
+///
+/// LeakSanitizer misreads the state of `mt_ops`' worker threads that
+/// outlive an input (thread-exit ops restart them mid-input) as leaks:
+/// `mt_ops` leaves leaks to `alloc_ops` and to the RSS-drift monitor.
+#[doc(hidden)]
+pub fn asan_defaults(target: shadow::Target) -> *const std::ffi::c_char {
+    macro_rules! options {
+        ($leaks:literal) => {
+            concat!(
+                "allocator_may_return_null=1:max_allocation_size_mb=256:halt_on_error=0:suppress_equal_pcs=0:detect_leaks=",
+                $leaks,
+                "\0"
+            )
+        };
+    }
+    let options = match target {
+        shadow::Target::MtOps => options!("0"),
+        _ => options!("1"),
     };
+    options.as_ptr().cast()
 }
 
 #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
@@ -80,17 +91,20 @@ pub fn init() {
     }
 }
 
-/// Defines the entry point for a target; `$asan` adds sanitizer options.
+/// Defines the entry point for a target: `target!(AllocOps)`, or
+/// `target!(AllocOps, my_glue::register)` to call `register()` (which
+/// declares allocators with `shadow::allocator::declare`) before the first
+/// input, as the glue crate of a config's `[[allocator]]` entries does.
 #[macro_export]
 macro_rules! target {
     ($target:ident) => {
-        $crate::target!($target, "");
+        $crate::target!($target, $crate::no_declarations);
     };
-    ($target:ident, $asan:literal) => {
+    ($target:ident, $register:path) => {
         // Defined in the binary itself: the linker drops it from a library.
         #[no_mangle]
         pub extern "C" fn __asan_default_options() -> *const std::ffi::c_char {
-            $crate::asan_defaults!($asan).as_ptr().cast()
+            $crate::asan_defaults($crate::shadow::Target::$target)
         }
 
         #[no_mangle]
@@ -99,12 +113,13 @@ macro_rules! target {
         }
 
         #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
-        $crate::libfuzzer_sys::fuzz_target!(init: $crate::init(), |data: &[u8]| {
+        $crate::libfuzzer_sys::fuzz_target!(init: { $register(); $crate::init() }, |data: &[u8]| {
             $crate::shadow::harness::fuzz($crate::shadow::Target::$target, data)
         });
 
         #[cfg(feature = "honggfuzz")]
         fn main() {
+            $register();
             loop {
                 $crate::honggfuzz::fuzz!(|data: &[u8]| {
                     $crate::shadow::harness::fuzz($crate::shadow::Target::$target, data)
@@ -113,3 +128,7 @@ macro_rules! target {
         }
     };
 }
+
+/// The register step of a target that declares no allocators.
+#[doc(hidden)]
+pub fn no_declarations() {}

@@ -86,6 +86,7 @@ fn emitted_test_carries_the_program_text() {
         std::slice::from_ref(&program),
         "replays_overlap",
         "zoo:double-issue",
+        "",
     );
     assert!(test.contains("#[test]\nfn replays_overlap()"), "{test}");
     assert!(test.contains(&program.to_string()), "{test}");

@@ -1,11 +1,13 @@
 //! The soak's configuration: the committed `soak.toml`, then the command
 //! line's overrides.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use shadow::Target;
+
+use crate::declared::Declared;
 
 /// The engines a slot can run. libFuzzer is the only one the soak drives
 /// today (honggfuzz builds exist; `scripts/hfuzz-zoo` runs them).
@@ -17,9 +19,9 @@ pub struct Config {
     /// Targets crossed with `allocators` (default: all four).
     #[serde(default = "all_targets")]
     pub targets: Vec<String>,
-    /// Allocators crossed with `targets` (default: the bundled ones).
-    #[serde(default = "bundled")]
-    pub allocators: Vec<String>,
+    /// Allocators crossed with `targets` (default: the declared ones if
+    /// any, else the bundled ones); see [`Config::allocators`].
+    pub allocators: Option<Vec<String>>,
     /// Engine of the crossed slots (default: libfuzzer).
     #[serde(default = "libfuzzer")]
     pub engine: String,
@@ -38,6 +40,13 @@ pub struct Config {
     /// Extra slots, or weights for crossed ones.
     #[serde(default, rename = "slot")]
     pub slots: Vec<SlotConfig>,
+    /// Allocators of the author's own, linked in by a generated glue crate.
+    #[serde(default, rename = "allocator")]
+    pub declared: Vec<Declared>,
+    /// The file the config was read from: declared paths are relative to
+    /// its folder.
+    #[serde(skip)]
+    pub path: PathBuf,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -69,12 +78,6 @@ impl Slot {
 fn all_targets() -> Vec<String> {
     Target::ALL.iter().map(|t| t.name().to_string()).collect()
 }
-fn bundled() -> Vec<String> {
-    shadow::allocator::bundled_names()
-        .into_iter()
-        .map(String::from)
-        .collect()
-}
 fn libfuzzer() -> String {
     "libfuzzer".into()
 }
@@ -102,12 +105,74 @@ impl Config {
                 path.display()
             )
         })?;
-        toml::from_str(&text).map_err(|e| {
+        let mut config: Config = toml::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
                 "config {}: {}; fix the file (soak.toml in the checkout shows every key)",
                 path.display(),
                 e.message()
             )
+        })?;
+        config.path = std::path::absolute(path)
+            .with_context(|| format!("failed to resolve {}", path.display()))?;
+        for (i, d) in config.declared.iter().enumerate() {
+            d.check()
+                .with_context(|| format!("config {}", path.display()))?;
+            if config.declared[..i].iter().any(|o| o.name == d.name) {
+                bail!(
+                    "config {}: [[allocator]] `{}` is declared twice; give each a name of its own",
+                    path.display(),
+                    d.name
+                );
+            }
+        }
+        Ok(config)
+    }
+
+    /// The allocators crossed with the targets: the config's list, else
+    /// every declared allocator, else every bundled one.
+    pub fn allocators(&self) -> Vec<String> {
+        match &self.allocators {
+            Some(list) => list.clone(),
+            None if !self.declared.is_empty() => {
+                self.declared.iter().map(|d| d.name.clone()).collect()
+            }
+            None => shadow::allocator::bundled_names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        }
+    }
+
+    /// The folder declared paths are relative to.
+    pub fn base(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
+    /// What an emitted test runs first to have `allocator`: its declaration
+    /// when this config declares it, else nothing.
+    pub fn test_setup(&self, allocator: &str) -> String {
+        self.declared
+            .iter()
+            .find(|d| d.name == allocator)
+            .map_or_else(String::new, |d| d.test_setup(&self.path))
+    }
+
+    /// Checks an allocator name against this config's declarations too.
+    pub fn check_allocator(&self, name: &str) -> Result<()> {
+        if self.declared.iter().any(|d| d.name == name) {
+            return Ok(());
+        }
+        check_allocator(name).map_err(|e| {
+            if self.declared.is_empty() {
+                e
+            } else {
+                let names: Vec<&str> = self.declared.iter().map(|d| d.name.as_str()).collect();
+                anyhow::anyhow!(
+                    "{e:#}; declared in {}: {}",
+                    self.path.display(),
+                    names.join(", ")
+                )
+            }
         })
     }
 
@@ -116,12 +181,12 @@ impl Config {
     pub fn slots(&self) -> Result<Vec<Slot>> {
         let mut slots: Vec<Slot> = Vec::new();
         for t in &self.targets {
-            for a in &self.allocators {
-                slots.push(slot(t, a, &self.engine, 1.0)?);
+            for a in &self.allocators() {
+                slots.push(self.slot(t, a, &self.engine, 1.0)?);
             }
         }
         for s in &self.slots {
-            let new = slot(&s.target, &s.allocator, &s.engine, s.weight)?;
+            let new = self.slot(&s.target, &s.allocator, &s.engine, s.weight)?;
             match slots.iter_mut().find(|o| {
                 o.target == new.target && o.allocator == new.allocator && o.engine == new.engine
             }) {
@@ -137,32 +202,32 @@ impl Config {
         }
         Ok(slots)
     }
-}
 
-fn slot(target: &str, allocator: &str, engine: &str, weight: f64) -> Result<Slot> {
-    let target: Target = target.parse().map_err(anyhow::Error::msg)?;
-    check_allocator(allocator)?;
-    if !ENGINES.contains(&engine) {
-        bail!(
-            "unknown engine `{engine}`; use one of: {}",
-            ENGINES.join(", ")
-        );
+    fn slot(&self, target: &str, allocator: &str, engine: &str, weight: f64) -> Result<Slot> {
+        let target: Target = target.parse().map_err(anyhow::Error::msg)?;
+        self.check_allocator(allocator)?;
+        if !ENGINES.contains(&engine) {
+            bail!(
+                "unknown engine `{engine}`; use one of: {}",
+                ENGINES.join(", ")
+            );
+        }
+        if weight.is_nan() || weight <= 0.0 {
+            bail!("slot {target}/{allocator}: weight must be above 0, not {weight}");
+        }
+        Ok(Slot {
+            target,
+            allocator: allocator.to_string(),
+            engine: engine.to_string(),
+            weight,
+        })
     }
-    if weight.is_nan() || weight <= 0.0 {
-        bail!("slot {target}/{allocator}: weight must be above 0, not {weight}");
-    }
-    Ok(Slot {
-        target,
-        allocator: allocator.to_string(),
-        engine: engine.to_string(),
-        weight,
-    })
 }
 
 /// Checks an allocator name without loading it where it cannot load: an
 /// ASan-instrumented library loads only into the (ASan) fuzz binary, and
 /// the mimalloc flavors live in builds of their own.
-pub fn check_allocator(name: &str) -> Result<()> {
+fn check_allocator(name: &str) -> Result<()> {
     if let Some(spec) = name.strip_prefix("dylib:") {
         let path = spec
             .rsplit_once(':')
@@ -192,7 +257,10 @@ mod tests {
         let config =
             Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../soak.toml")).unwrap();
         let slots = config.slots().unwrap();
-        assert_eq!(slots.len(), config.targets.len() * config.allocators.len());
+        assert_eq!(
+            slots.len(),
+            config.targets.len() * config.allocators().len()
+        );
         assert!(slots
             .iter()
             .all(|s| s.engine == "libfuzzer" && s.weight == 1.0));
@@ -209,6 +277,23 @@ mod tests {
         assert_eq!(slots.len(), 2);
         assert_eq!(slots[0].weight, 3.0);
         assert_eq!(slots[1].label(), "mt_ops/zoo:double-issue");
+    }
+
+    #[test]
+    fn declared_allocators_are_the_default_slots_and_known_names() {
+        let config: Config = toml::from_str(
+            "targets = [\"alloc_ops\"]\n\
+             [[allocator]]\nname = \"mine\"\ncrate = \"mine\"\npath = \".\"\nstatic = \"mine::A\"\n",
+        )
+        .unwrap();
+        let slots = config.slots().unwrap();
+        assert_eq!(slots.len(), 1);
+        assert_eq!(slots[0].label(), "alloc_ops/mine");
+        assert!(config.check_allocator("system").is_ok());
+        let e = config.check_allocator("yours").unwrap_err().to_string();
+        assert!(e.contains("yours") && e.contains("mine"), "{e}");
+        assert!(config.test_setup("mine").contains("declare(\"mine\""));
+        assert_eq!(config.test_setup("system"), "");
     }
 
     #[test]

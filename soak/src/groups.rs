@@ -227,7 +227,13 @@ pub fn test_name(g: &GroupRow) -> String {
 /// Writes `<out>/allocsoak-<id>/` with everything an upstream bug report
 /// needs: the report, the inputs, the program text, the stack, the replay
 /// log and the emitted test, plus a README saying how to replay.
-pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<PathBuf> {
+pub fn export(
+    state: &StateDir,
+    store: &Store,
+    config: &Config,
+    id: &str,
+    out: &Path,
+) -> Result<PathBuf> {
     let g = Group::find(state, store, id)?;
     let bundle = out.join(format!("allocsoak-{}", g.row.id));
     if bundle.exists() {
@@ -262,7 +268,8 @@ pub fn export(state: &StateDir, store: &Store, id: &str, out: &Path) -> Result<P
         }
     }
     let programs = crate::repro::read_programs(g.target()?, &inputs)?;
-    let test = shadow::Program::rust_test(&programs, &test_name(&g.row), &g.slot.allocator);
+    let setup = config.test_setup(&g.slot.allocator);
+    let test = shadow::Program::rust_test(&programs, &test_name(&g.row), &g.slot.allocator, &setup);
     state::write_atomic(&work.join("test.rs"), test.as_bytes())?;
     let name = |i: &PathBuf| i.file_name().unwrap().to_string_lossy().into_owned();
     let files = history

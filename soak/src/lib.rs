@@ -1,6 +1,7 @@
 //! allocsoak's runner and soak daemon.
 //!
-//! - [`project::Project`]: where the fuzz package, seeds and builds live.
+//! - [`project::Project`]: where the fuzz package, seeds and builds live;
+//!   with a config's own allocators ([`declared`]), its generated glue.
 //! - [`libfuzzer::Run`]: one libFuzzer run on an allocator.
 //! - [`daemon`]: the soak: [`state::StateDir`] and its [`store::Store`],
 //!   [`scheduler`] draws, [`slice`]s merged by [`corpus`] and filed by
@@ -18,6 +19,7 @@ pub mod bench;
 pub mod config;
 pub mod corpus;
 pub mod daemon;
+pub mod declared;
 pub mod group_page;
 pub mod groups;
 pub mod instrumentation;

@@ -21,6 +21,10 @@ use soak::{bench, daemon, groups, instrumentation, pass, repro, status, zoo};
     about = "Coverage-guided fuzzing and soak testing for memory allocators"
 )]
 struct Cli {
+    /// The config: slots, limits and your own allocators (`[[allocator]]`).
+    /// Default: soak.toml in the checkout.
+    #[arg(long, global = true, env = "ALLOCSOAK_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -161,9 +165,6 @@ struct SoakArgs {
     /// Slices run at once. Default: one per core.
     #[arg(long)]
     jobs: Option<usize>,
-    /// The slot config. Default: soak.toml in the checkout.
-    #[arg(long)]
-    config: Option<PathBuf>,
     /// Replace the config's targets (repeatable).
     #[arg(long = "target")]
     targets: Vec<String>,
@@ -207,7 +208,8 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse().command) {
+    let cli = Cli::parse();
+    match run(cli.config, cli.command) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -226,22 +228,21 @@ fn or_all<T: Clone>(given: Vec<T>, all: &[T]) -> Vec<T> {
 }
 
 /// Checks allocator names before any build or run starts.
-fn allocators(given: Vec<String>, default: &[&str]) -> Result<Vec<String>> {
-    let names = or_all(
-        given,
-        &default.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-    );
+fn allocators(config: &Config, given: Vec<String>, default: &[String]) -> Result<Vec<String>> {
+    let names = or_all(given, default);
     for name in &names {
-        soak::config::check_allocator(name)?;
+        config.check_allocator(name)?;
     }
     Ok(names)
 }
 
-fn run(command: Command) -> Result<bool> {
+fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
     let project = Project::find()?;
+    let config = Config::load(&config_path.unwrap_or_else(|| project.root().join("soak.toml")))?;
+    let project = project.with_config(&config);
     match command {
         Command::Build { allocators: names } => {
-            let mut builds: Vec<Build> = allocators(names, &["system"])?
+            let mut builds: Vec<Build> = allocators(&config, names, &["system".into()])?
                 .iter()
                 .map(|a| Build::for_allocator(a))
                 .collect();
@@ -258,11 +259,10 @@ fn run(command: Command) -> Result<bool> {
                 allocators: names,
             },
         } => {
-            let bundled = shadow::allocator::bundled_names();
             let findings = pass::run(
                 &project,
                 &or_all(targets, &Target::ALL),
-                &allocators(names, &bundled)?,
+                &allocators(&config, names, &config.allocators())?,
                 secs,
             )?;
             println!("fuzz: {findings} findings");
@@ -296,12 +296,12 @@ fn run(command: Command) -> Result<bool> {
             let rows = bench::run(
                 &project,
                 &or_all(targets, &Target::ALL),
-                &allocators(names, &bench::ALLOCATORS)?,
+                &allocators(&config, names, &bench::ALLOCATORS.map(String::from))?,
                 secs,
             )?;
             Ok(!rows.is_empty())
         }
-        Command::Soak(args) => soak(project, args),
+        Command::Soak(args) => soak(project, config, args),
         Command::Status { state } => {
             let state = StateDir::open_to_read(&state)?;
             let store = Store::open(&state.store())?;
@@ -329,7 +329,6 @@ fn run(command: Command) -> Result<bool> {
                     print!("{}", groups::list(&state, &store, &filter)?);
                 }
                 Some(TriageAction::Verify) => {
-                    let config = Config::load(&project.root().join("soak.toml"))?;
                     for v in groups::verify(&project, &state, &store, &config)? {
                         println!(
                             "verify {} {} -> {} ({} of 3 replays reproduced)",
@@ -338,7 +337,7 @@ fn run(command: Command) -> Result<bool> {
                     }
                 }
                 Some(TriageAction::Export { id, out }) => {
-                    let bundle = groups::export(&state, &store, &id, &out)?;
+                    let bundle = groups::export(&state, &store, &config, &id, &out)?;
                     println!("export: {}", bundle.display());
                 }
             }
@@ -351,13 +350,12 @@ fn run(command: Command) -> Result<bool> {
             allocator,
             emit_test,
         } => {
-            let case = repro::Case::find(&what, &state, target, &allocator)?;
-            let config = Config::load(&project.root().join("soak.toml"))?;
+            let case = repro::Case::find(&what, &state, target, &allocator, &config)?;
             let binary = groups::binary(&project, case.target, &case.allocator)?;
             let shown = repro::replay(&case, &binary, &config)?;
             print!("{}", shown.text);
             if let Some(path) = emit_test {
-                repro::emit_test(&case, &path)?;
+                repro::emit_test(&case, &path, &config)?;
                 println!("emitted test: {}", path.display());
             }
             Ok(!shown.reproduced)
@@ -369,7 +367,8 @@ fn run(command: Command) -> Result<bool> {
             Ok(true)
         }
         Command::Instrumentation => {
-            let archives = project.c_archives(Build::Asan)?;
+            let mut archives = project.c_archives(Build::Asan)?;
+            archives.extend(project.declared_archives(Build::Asan)?);
             if archives.is_empty() {
                 bail!("no C allocator archives in the build; run `just build` first");
             }
@@ -390,17 +389,13 @@ fn run(command: Command) -> Result<bool> {
     }
 }
 
-fn soak(project: Project, args: SoakArgs) -> Result<bool> {
-    let config_path = args
-        .config
-        .unwrap_or_else(|| project.root().join("soak.toml"));
-    let mut config = Config::load(&config_path)?;
+fn soak(project: Project, mut config: Config, args: SoakArgs) -> Result<bool> {
     if !args.targets.is_empty() {
         config.targets = args.targets;
         config.slots.clear();
     }
     if !args.allocators.is_empty() {
-        config.allocators = args.allocators;
+        config.allocators = Some(args.allocators);
         config.slots.clear();
     }
     if let Some(engine) = args.engine {

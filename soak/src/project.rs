@@ -7,6 +7,9 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
+use crate::config::Config;
+use crate::declared::{Declared, Glue};
+
 /// A build of the fuzz targets. C allocators are compiled with clang's
 /// coverage instrumentation in every build, so the fuzzer sees their
 /// branches; ASan builds also instrument them with ASan and mimalloc's
@@ -56,6 +59,16 @@ const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 /// Knows every path in the project.
 pub struct Project {
     root: PathBuf,
+    /// The glue crate of a config's declared allocators, which the fuzz
+    /// targets are built from instead of `fuzz_targets/` when there is one.
+    declared: Option<DeclaredGlue>,
+}
+
+/// A config's declared allocators and where their glue goes.
+struct DeclaredGlue {
+    glue: Glue,
+    base: PathBuf,
+    list: Vec<Declared>,
 }
 
 impl Project {
@@ -74,15 +87,34 @@ impl Project {
                 root.display()
             );
         }
-        Ok(Project { root })
+        Ok(Project {
+            root,
+            declared: None,
+        })
+    }
+
+    /// The project as `config` sees it: with the config's declared
+    /// allocators, the fuzz targets are built from their glue crate.
+    pub fn with_config(mut self, config: &Config) -> Project {
+        self.declared = (!config.declared.is_empty()).then(|| DeclaredGlue {
+            glue: Glue::at(&self.root, &config.path),
+            base: config.base().to_path_buf(),
+            list: config.declared.clone(),
+        });
+        self
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
+    /// The fuzz package the binaries are built from: `fuzz_targets/`, or
+    /// the glue crate of the config's declared allocators.
     pub fn fuzz_dir(&self) -> PathBuf {
-        self.root.join("fuzz_targets")
+        match &self.declared {
+            Some(d) => d.glue.dir.clone(),
+            None => self.root.join("fuzz_targets"),
+        }
     }
 
     /// Committed seed inputs of a target.
@@ -142,10 +174,22 @@ impl Project {
         Ok(found)
     }
 
+    /// The static archives of the config's declared allocators in `build`
+    /// (each crate's rlib, each C allocator's archive); none without any.
+    pub fn declared_archives(&self, build: Build) -> Result<Vec<PathBuf>> {
+        match &self.declared {
+            Some(d) => Glue::archives(&self.build_dir(build).join(TRIPLE).join("release"), &d.list),
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Builds every fuzz target for `build` with cargo-fuzz (a no-op when
     /// cargo finds it fresh).
     pub fn build(&self, build: Build) -> Result<()> {
         let clang = clang()?;
+        if let Some(d) = &self.declared {
+            d.glue.write(&self.root, &d.base, &d.list)?;
+        }
         let mut cmd = Command::new("cargo");
         cmd.current_dir(&self.root)
             .args(["+nightly", "fuzz", "build", "--fuzz-dir"])

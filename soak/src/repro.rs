@@ -37,6 +37,7 @@ impl Case {
         state: &Path,
         target: Option<Target>,
         allocator: &str,
+        config: &Config,
     ) -> Result<Case> {
         let files = what.len() > 1 || what.first().is_some_and(|w| Path::new(w).is_file());
         if !files {
@@ -55,7 +56,7 @@ impl Case {
         let target = target.context(
             "an input file needs --target (alloc_ops, heap_api, mt_ops or diff_mimalloc)",
         )?;
-        crate::config::check_allocator(allocator)?;
+        config.check_allocator(allocator)?;
         if let Some(missing) = what.iter().find(|w| !Path::new(w).is_file()) {
             bail!("{missing} is not a file; give a group id alone, or input files");
         }
@@ -176,8 +177,9 @@ pub fn read_programs(target: Target, inputs: &[PathBuf]) -> Result<Vec<shadow::P
 }
 
 /// Writes the case's programs as a standalone `#[test]` to `path`.
-pub fn emit_test(case: &Case, path: &Path) -> Result<()> {
+pub fn emit_test(case: &Case, path: &Path, config: &Config) -> Result<()> {
     let programs = read_programs(case.target, &case.inputs)?;
-    let test = shadow::Program::rust_test(&programs, &case.test_name, &case.allocator);
+    let setup = config.test_setup(&case.allocator);
+    let test = shadow::Program::rust_test(&programs, &case.test_name, &case.allocator, &setup);
     crate::state::write_atomic(path, test.as_bytes())
 }

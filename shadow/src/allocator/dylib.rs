@@ -1,6 +1,8 @@
 //! A C allocator loaded from a shared library with dlopen:
 //! `dylib:/path/lib.so` (symbols `malloc`, `free`, ...) or
-//! `dylib:/path/lib.so:mi_` (symbols `mi_malloc`, `mi_free`, ...).
+//! `dylib:/path/lib.so:mi_` (symbols `mi_malloc`, `mi_free`, ...); or the
+//! same family linked into the binary ([`CFunctions`], from a config's C
+//! sources).
 
 use std::ffi::c_void;
 use std::path::Path;
@@ -10,13 +12,13 @@ use libloading::Library;
 
 use super::{malloc_serves, Allocator, Extras, ReallocToZero};
 
-type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
-type Free = unsafe extern "C" fn(*mut c_void);
-type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
-type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
-type Usable = unsafe extern "C" fn(*mut c_void) -> usize;
-type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32;
-type AlignSize = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
+pub type Free = unsafe extern "C" fn(*mut c_void);
+pub type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+pub type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+pub type Usable = unsafe extern "C" fn(*mut c_void) -> usize;
+pub type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32;
+pub type AlignSize = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 
 /// How the library allocates with alignment, best first.
 enum AlignedApi {
@@ -41,7 +43,29 @@ pub struct Dylib {
     realloc: Option<Realloc>,
     usable: Option<Usable>,
     aligned: AlignedApi,
-    _lib: Library,
+    /// The loaded library; `None` when the functions are linked in.
+    _lib: Option<Library>,
+}
+
+/// A C allocator's functions, linked into the binary: what the glue crate
+/// of a config's C allocator passes to [`super::linked_c`] (a C shim fills
+/// it from the allocator's symbols, so C and Rust agree on this layout).
+/// `None` is a function the allocator does not have; the aligned calls are
+/// tried in this order, as for a library.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CFunctions {
+    pub malloc: Malloc,
+    pub free: Free,
+    pub calloc: Option<Calloc>,
+    pub realloc: Option<Realloc>,
+    /// `malloc_usable_size` or `usable_size`.
+    pub usable_size: Option<Usable>,
+    pub posix_memalign: Option<PosixMemalign>,
+    pub memalign: Option<AlignSize>,
+    pub aligned_alloc: Option<AlignSize>,
+    /// `malloc_aligned(size, align)`, size first (mimalloc's order).
+    pub malloc_aligned: Option<AlignSize>,
 }
 
 /// What a library without an aligned API can still serve.
@@ -101,8 +125,33 @@ impl Dylib {
                 usable: own_symbol(&lib, &own, prefix, "malloc_usable_size")
                     .or_else(|| own_symbol(&lib, &own, prefix, "usable_size")),
                 aligned,
-                _lib: lib,
+                _lib: Some(lib),
             })
+        }
+    }
+
+    /// The functions `fns`, linked into the binary, under `name`.
+    pub fn linked(name: &str, fns: CFunctions) -> Dylib {
+        let aligned = if let Some(f) = fns.posix_memalign {
+            AlignedApi::PosixMemalign(f)
+        } else if let Some(f) = fns.memalign {
+            AlignedApi::Memalign(f)
+        } else if let Some(f) = fns.aligned_alloc {
+            AlignedApi::AlignedAlloc(f)
+        } else if let Some(f) = fns.malloc_aligned {
+            AlignedApi::SizeFirst(f)
+        } else {
+            AlignedApi::None
+        };
+        Dylib {
+            name: name.to_string(),
+            malloc: fns.malloc,
+            free: fns.free,
+            calloc: fns.calloc,
+            realloc: fns.realloc,
+            usable: fns.usable_size,
+            aligned,
+            _lib: None,
         }
     }
 

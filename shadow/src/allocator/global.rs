@@ -7,14 +7,25 @@ use super::Allocator;
 /// Wraps a `GlobalAlloc`. Zero-size requests become one byte (a zero-size
 /// `Layout` is undefined for `GlobalAlloc`); requests `Layout` rejects fail
 /// cleanly without reaching the allocator.
-pub struct GlobalAllocAdapter<A> {
+///
+/// The allocator is held by `&'static` reference, so a `static` allocator
+/// that is `Sync` but not `Send` (its type holds raw pointers, as many do)
+/// fits as well as a value.
+pub struct GlobalAllocAdapter<A: 'static> {
     name: &'static str,
-    inner: A,
+    inner: &'static A,
     size_classes: Option<&'static str>,
 }
 
-impl<A: GlobalAlloc + Send + Sync> GlobalAllocAdapter<A> {
+impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
+    /// Wraps a value, which lives for the rest of the process (an
+    /// allocator under test is never dropped: its blocks may outlive it).
     pub fn new(name: &'static str, inner: A) -> Self {
+        Self::of_static(name, Box::leak(Box::new(inner)))
+    }
+
+    /// Wraps a `static` allocator (`&MY_ALLOC`).
+    pub fn of_static(name: &'static str, inner: &'static A) -> Self {
         GlobalAllocAdapter {
             name,
             inner,
@@ -34,7 +45,7 @@ fn layout(size: usize, align: usize) -> Option<Layout> {
     Layout::from_size_align(size.max(1), align).ok()
 }
 
-impl<A: GlobalAlloc + Send + Sync> Allocator for GlobalAllocAdapter<A> {
+impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
     fn name(&self) -> &str {
         self.name
     }

@@ -2,11 +2,14 @@
 //!
 //! Names: `system`, `mimalloc` (and `mimalloc-secure` / `mimalloc-debug` in
 //! builds with those features), `jemalloc`, `dlmalloc`, `rlsf`,
-//! `dylib:/path/lib.so[:prefix]` and `zoo:<bug>[+<bug>...][@<base>]`.
+//! `dylib:/path/lib.so[:prefix]`, `zoo:<bug>[+<bug>...][@<base>]`, and the
+//! allocators a build declares with [`declare`] (an author's own, from the
+//! glue crate `allocsoak` generates out of a config's `[[allocator]]`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+mod api2;
 mod dylib;
 mod extras;
 mod global;
@@ -18,6 +21,8 @@ mod mimalloc;
 mod system;
 pub mod zoo;
 
+pub use api2::Api2Adapter;
+pub use dylib::CFunctions;
 pub use extras::{Extras, InPlace, PurgeDelay};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
@@ -187,11 +192,35 @@ pub trait Heaps: Send + Sync {
     fn contains(&self, heap: HeapId, ptr: usize) -> Option<bool>;
 }
 
-/// A constructor for a bundled allocator.
-type Make = fn() -> Box<dyn Allocator>;
+/// A constructor for a bundled or declared allocator.
+pub type Make = fn() -> Box<dyn Allocator>;
 
-/// The bundled allocators by name. To plug in a Rust `GlobalAlloc`, add one
-/// line here (see the README).
+static DECLARED: Mutex<Vec<(&'static str, Make)>> = Mutex::new(Vec::new());
+
+/// Registers an allocator under `name`, for [`by_name`] to find after the
+/// bundled ones. The glue crate of a config's `[[allocator]]` entries calls
+/// this before the first input runs; declaring a name twice keeps the first.
+pub fn declare(name: &'static str, make: Make) {
+    let mut list = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
+    if !list.iter().any(|(n, _)| *n == name) {
+        list.push((name, make));
+    }
+}
+
+/// Names registered with [`declare`] in this process.
+pub fn declared_names() -> Vec<&'static str> {
+    let list = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
+    list.iter().map(|(n, _)| *n).collect()
+}
+
+/// A C allocator linked into the binary (compiled from a config's `c`
+/// sources), under `name`: its functions, as `dylib:` would resolve them.
+pub fn linked_c(name: &'static str, fns: CFunctions) -> Box<dyn Allocator> {
+    Box::new(dylib::Dylib::linked(name, fns))
+}
+
+/// The bundled allocators by name. An author's allocator is declared in a
+/// config instead (see the README's "Plug in your allocator").
 fn bundled() -> Vec<(&'static str, Make)> {
     let mut list: Vec<(&'static str, Make)> = vec![
         ("system", || Box::new(system::System)),
@@ -241,12 +270,19 @@ pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
         Box::new(zoo::Zoo::new(name, bugs, by_name(base)?)?)
     } else if let Some((_, make)) = bundled().into_iter().find(|(n, _)| *n == name) {
         make()
+    } else if let Some(make) = declared_make(name) {
+        make()
     } else {
         return Err(unknown(name));
     };
     Ok(*cache()
         .entry(name.to_string())
         .or_insert_with(|| Box::leak(made)))
+}
+
+fn declared_make(name: &str) -> Option<Make> {
+    let list = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
+    list.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
 }
 
 fn unknown(name: &str) -> String {
@@ -258,8 +294,8 @@ fn unknown(name: &str) -> String {
             "allocator `{f}` is not in this build; build with `--features {f}` (the just recipes pick the build for you)"
         ),
         None => format!(
-            "unknown allocator `{name}`; expected one of {}, dylib:/path/lib.so[:prefix] or zoo:<bug>[@<base>] ({})",
-            bundled_names().join(", "),
+            "unknown allocator `{name}`; expected one of {}, dylib:/path/lib.so[:prefix] or zoo:<bug>[@<base>] ({}); an allocator of your own is declared in a config's [[allocator]] (see the README)",
+            bundled_names().into_iter().chain(declared_names()).collect::<Vec<_>>().join(", "),
             zoo::Bug::ALL.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
         ),
     }

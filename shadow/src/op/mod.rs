@@ -545,8 +545,14 @@ impl Program {
     /// engine, in order on one instance of `allocator` (a name
     /// `allocator::by_name` accepts): a bug that needs the state earlier
     /// programs left (as the inputs of one fuzz process leave it) replays
-    /// too. Most tests are one program.
-    pub fn rust_test(programs: &[Program], test_name: &str, allocator: &str) -> String {
+    /// too. Most tests are one program. `setup` is Rust the test runs
+    /// first (a declared allocator's `declare` line), or empty.
+    pub fn rust_test(
+        programs: &[Program],
+        test_name: &str,
+        allocator: &str,
+        setup: &str,
+    ) -> String {
         let what = match programs.len() {
             1 => "one op program".to_string(),
             n => {
@@ -564,6 +570,7 @@ impl Program {
              // it panics with an `allocsoak violation:` line while the bug is there.\n\
              #[test]\n\
              fn {test_name}() {{\n\
+             {setup}\
              \x20   let name = std::env::var(\"ALLOCSOAK_ALLOCATOR\").unwrap_or_else(|_| {allocator:?}.to_string());\n\
              \x20   let allocator = shadow::allocator::by_name(&name).expect(\"allocator\");\n\
              \x20   for text in [\n{texts}\x20   ] {{\n\

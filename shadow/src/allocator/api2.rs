@@ -1,0 +1,146 @@
+//! Any `allocator_api2` allocator (the trait bump and arena allocators
+//! implement: `allocate`, `grow`, `grow_zeroed`, `shrink`) as an allocator
+//! under test.
+
+use std::alloc::Layout;
+use std::ptr::{self, NonNull};
+use std::sync::Mutex;
+
+use allocator_api2::alloc::Allocator as Api2;
+
+use super::{Allocator, Extras};
+
+/// Wraps an `allocator_api2` allocator made by `make`. Such allocators are
+/// rarely `Sync` (a bump arena is a `Cell` of chunks), so every call holds
+/// a lock. When a program has freed everything, [`Allocator::reset`] drops
+/// the allocator and makes a fresh one, as an arena's owner would: a bump
+/// allocator never reuses freed memory, and the next program must not
+/// start with a full arena.
+///
+/// Zero-size requests become one byte (as for `GlobalAlloc`); requests
+/// `Layout` rejects fail cleanly without reaching the allocator.
+pub struct Api2Adapter<A> {
+    name: &'static str,
+    make: fn() -> A,
+    inner: Mutex<A>,
+}
+
+impl<A> Api2Adapter<A>
+where
+    A: Send,
+    for<'a> &'a A: Api2,
+{
+    pub fn new(name: &'static str, make: fn() -> A) -> Self {
+        Api2Adapter {
+            name,
+            make,
+            inner: Mutex::new(make()),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&A) -> R) -> R {
+        f(&self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+fn layout(size: usize, align: usize) -> Option<Layout> {
+    Layout::from_size_align(size.max(1), align).ok()
+}
+
+fn start(block: Result<NonNull<[u8]>, allocator_api2::alloc::AllocError>) -> *mut u8 {
+    block.map_or(ptr::null_mut(), |b| b.cast::<u8>().as_ptr())
+}
+
+impl<A> Api2Adapter<A>
+where
+    A: Send,
+    for<'a> &'a A: Api2,
+{
+    /// `grow` / `grow_zeroed` / `shrink` as the sizes ask. Null: failed,
+    /// and the block is as it was.
+    unsafe fn resize(
+        &self,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new: usize,
+        zero: bool,
+    ) -> *mut u8 {
+        let (Some(from), Some(to)) = (layout(old, align), layout(new, align)) else {
+            return ptr::null_mut();
+        };
+        let Some(p) = NonNull::new(p) else {
+            return ptr::null_mut();
+        };
+        let q = self.with(|a| {
+            if to.size() > from.size() && zero {
+                start(a.grow_zeroed(p, from, to))
+            } else if to.size() > from.size() {
+                start(a.grow(p, from, to))
+            } else {
+                start(a.shrink(p, from, to))
+            }
+        });
+        // A block of size 0 holds one byte the caller never owned, which
+        // grow_zeroed leaves as it was: the caller's byte 0 is new.
+        if zero && old == 0 && new > 0 && !q.is_null() {
+            *q = 0;
+        }
+        q
+    }
+}
+
+impl<A> Allocator for Api2Adapter<A>
+where
+    A: Send,
+    for<'a> &'a A: Api2,
+{
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let Some(l) = layout(size, align) else {
+            return ptr::null_mut();
+        };
+        self.with(|a| match zeroed {
+            false => start(a.allocate(l)),
+            true => start(a.allocate_zeroed(l)),
+        })
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+        self.resize(p, old, align, new_size, false)
+    }
+
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        if let (Some(l), Some(p)) = (layout(size, align), NonNull::new(p)) {
+            self.with(|a| a.deallocate(p, l))
+        }
+    }
+
+    fn extras(&self) -> Option<&dyn Extras> {
+        Some(self)
+    }
+
+    fn reset(&self) {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (self.make)();
+    }
+}
+
+/// `grow_zeroed` is the API's zeroed realloc.
+impl<A> Extras for Api2Adapter<A>
+where
+    A: Send,
+    for<'a> &'a A: Api2,
+{
+    unsafe fn realloc_zeroed(
+        &self,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        Some(self.resize(p, old, align, new_size, true))
+    }
+}

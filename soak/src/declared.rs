@@ -1,0 +1,545 @@
+//! Allocators declared in a config (`[[allocator]]`), never by editing
+//! allocsoak: a Rust crate (`GlobalAlloc` or `allocator_api2`) or C
+//! sources. [`Glue`] writes the build-local crate that links them into the
+//! fuzz targets and registers each name with `shadow::allocator::declare`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// One `[[allocator]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Declared {
+    /// The name slots, `--allocator` and reports use.
+    pub name: String,
+    /// The Rust package that holds the allocator (`crate`), with where it
+    /// comes from: `version` (crates.io), `path` (relative to the config
+    /// file) or `git` (with `rev` or `branch`).
+    #[serde(rename = "crate")]
+    pub krate: Option<String>,
+    pub version: Option<String>,
+    pub path: Option<PathBuf>,
+    pub git: Option<String>,
+    pub rev: Option<String>,
+    pub branch: Option<String>,
+    /// Cargo features of the crate (default: none).
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Whether the crate's default features are on (default: true).
+    pub default_features: Option<bool>,
+    /// More dependencies the expression needs, as Cargo writes them.
+    #[serde(default)]
+    pub dependencies: toml::Table,
+    /// An expression making the allocator (`talc::Talck::new(...)`).
+    pub new: Option<String>,
+    /// A `static` item that is the allocator (`my_alloc::GLOBAL`).
+    #[serde(rename = "static")]
+    pub static_item: Option<String>,
+    /// The trait it implements: `global-alloc` (default) or `allocator-api2`.
+    #[serde(default)]
+    pub api: Api,
+    /// A C allocator compiled from source, instead of a crate.
+    pub c: Option<CSources>,
+    /// `"mimalloc"` for a port that promises mimalloc's size classes
+    /// (`diff_mimalloc` then compares usable sizes).
+    pub size_classes: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    #[default]
+    GlobalAlloc,
+    AllocatorApi2,
+}
+
+/// A C allocator's sources, compiled as the bundled mimalloc and jemalloc
+/// are (the clang of nightly's LLVM, coverage and ASan).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CSources {
+    /// `.c` files, relative to the config file.
+    pub sources: Vec<PathBuf>,
+    /// Include directories, relative to the config file.
+    #[serde(default)]
+    pub include: Vec<PathBuf>,
+    /// `NAME` or `NAME=VALUE`.
+    #[serde(default)]
+    pub defines: Vec<String>,
+    /// More compiler flags.
+    #[serde(default)]
+    pub flags: Vec<String>,
+    /// The prefix of its functions (`my_` for `my_malloc`, `my_free`, ...).
+    /// Required: unprefixed `malloc` would replace the process's own.
+    pub prefix: String,
+}
+
+impl Declared {
+    /// Checks the entry says one thing each, so the glue cannot fail to
+    /// build for a reason the config could have named.
+    pub fn check(&self) -> Result<()> {
+        let name = &self.name;
+        let bad = |what: &str| anyhow::anyhow!("[[allocator]] `{name}`: {what}");
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(bad("a name is letters, digits, `-`, `_` and `.` only"));
+        }
+        if shadow::allocator::bundled_names().contains(&name.as_str())
+            || ["mimalloc-secure", "mimalloc-debug"].contains(&name.as_str())
+        {
+            return Err(bad("the name is a bundled allocator's; pick another"));
+        }
+        match (&self.c, &self.krate) {
+            (Some(c), None) => {
+                if c.sources.is_empty() {
+                    return Err(bad("c.sources lists no files"));
+                }
+                if c.prefix.is_empty()
+                    || !c
+                        .prefix
+                        .chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+                {
+                    return Err(bad("c.prefix must name the functions' prefix (`my_` for my_malloc); unprefixed malloc would replace the process's own (rename with defines = [\"malloc=my_malloc\", ...])"));
+                }
+                if self.new.is_some() || self.static_item.is_some() {
+                    return Err(bad("a C allocator takes no `new` or `static`"));
+                }
+            }
+            (None, Some(_)) => {
+                let sources = [&self.version, &self.git]
+                    .iter()
+                    .filter(|s| s.is_some())
+                    .count()
+                    + self.path.is_some() as usize;
+                if sources != 1 {
+                    return Err(bad("give the crate one of version, path or git"));
+                }
+                if (self.rev.is_some() || self.branch.is_some()) && self.git.is_none() {
+                    return Err(bad("rev and branch go with git"));
+                }
+                match (&self.new, &self.static_item, self.api) {
+                    (Some(_), Some(_), _) | (None, None, _) => {
+                        return Err(bad("give one of `new` (an expression) or `static` (an item)"))
+                    }
+                    (None, Some(_), Api::AllocatorApi2) => {
+                        return Err(bad("an allocator-api2 allocator is made fresh for each program: give `new`, not `static`"))
+                    }
+                    _ => {}
+                }
+            }
+            (Some(_), Some(_)) => return Err(bad("give `crate` or `c`, not both")),
+            (None, None) => return Err(bad("give `crate` (a Rust allocator) or `c` (C sources)")),
+        }
+        if self
+            .size_classes
+            .as_deref()
+            .is_some_and(|s| s != "mimalloc")
+        {
+            return Err(bad("size_classes knows only \"mimalloc\""));
+        }
+        Ok(())
+    }
+
+    /// A Rust identifier for generated items.
+    fn ident(&self) -> String {
+        self.name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect()
+    }
+
+    /// The crate's dependency entry, its paths made absolute from `base`.
+    fn dependency(&self, base: &Path) -> toml::Table {
+        let mut dep = toml::Table::new();
+        if let Some(v) = &self.version {
+            dep.insert("version".into(), v.clone().into());
+        }
+        if let Some(p) = &self.path {
+            dep.insert("path".into(), base.join(p).display().to_string().into());
+        }
+        for (key, value) in [
+            ("git", &self.git),
+            ("rev", &self.rev),
+            ("branch", &self.branch),
+        ] {
+            if let Some(v) = value {
+                dep.insert(key.into(), v.clone().into());
+            }
+        }
+        if !self.features.is_empty() {
+            dep.insert("features".into(), self.features.clone().into());
+        }
+        if let Some(d) = self.default_features {
+            dep.insert("default-features".into(), d.into());
+        }
+        dep
+    }
+
+    /// The lines an emitted test runs first to declare this allocator, with
+    /// what the test's crate needs to build them.
+    pub fn test_setup(&self, config: &Path) -> String {
+        let base = config.parent().unwrap_or(Path::new("."));
+        let needs = match (&self.krate, &self.c) {
+            (Some(k), _) => format!(
+                "    // `{}` is declared in {}: this test needs\n    // {k} = {} in [dev-dependencies].\n",
+                self.name,
+                config.display(),
+                toml::Value::Table(self.dependency(base))
+            ),
+            (None, _) => format!(
+                "    // `{}` is declared in {}: this test needs its C sources and\n    // allocsoak's shim compiled in (the glue's build.rs shows how).\n    extern \"C\" {{\n        fn allocsoak_c_{}() -> shadow::allocator::CFunctions;\n    }}\n",
+                self.name,
+                config.display(),
+                self.ident()
+            ),
+        };
+        format!("{needs}{}", self.registration())
+    }
+
+    /// The line of `register()` that declares this allocator.
+    fn registration(&self) -> String {
+        let name = &self.name;
+        let classes = match &self.size_classes {
+            Some(c) => format!(".with_size_classes({c:?})"),
+            None => String::new(),
+        };
+        let make = match (&self.c, self.api, &self.static_item, &self.new) {
+            (Some(_), ..) => format!(
+                "shadow::allocator::linked_c({name:?}, unsafe {{ allocsoak_c_{}() }})",
+                self.ident()
+            ),
+            (None, Api::AllocatorApi2, _, Some(new)) => {
+                format!("Box::new(shadow::allocator::Api2Adapter::new({name:?}, || {new}))")
+            }
+            (None, _, Some(item), _) => format!(
+                "Box::new(shadow::allocator::GlobalAllocAdapter::of_static({name:?}, &{item}){classes})"
+            ),
+            (None, _, None, Some(new)) => format!(
+                "Box::new(shadow::allocator::GlobalAllocAdapter::new({name:?}, {new}){classes})"
+            ),
+            _ => unreachable!("checked: a crate has new or static"),
+        };
+        format!("    shadow::allocator::declare({name:?}, || {make});\n")
+    }
+}
+
+/// The build-local crate that links the declared allocators into the fuzz
+/// targets: `<root>/target/allocsoak/declared/<config>-<hash>/`, one per
+/// config file, so the checkout itself stays as it was.
+pub struct Glue {
+    pub dir: PathBuf,
+}
+
+/// The package name of every glue crate.
+const PACKAGE: &str = "allocsoak-declared";
+
+impl Glue {
+    /// Where the glue of the config at `config_path` lives.
+    pub fn at(root: &Path, config_path: &Path) -> Glue {
+        let path = std::fs::canonicalize(config_path).unwrap_or_else(|_| config_path.to_path_buf());
+        let stem = path
+            .file_stem()
+            .map_or("config".into(), |s| s.to_string_lossy().into_owned());
+        // FNV-1a: stable across builds, unlike std's hasher.
+        let hash = path
+            .to_string_lossy()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+            });
+        Glue {
+            dir: root
+                .join("target/allocsoak/declared")
+                .join(format!("{stem}-{hash:016x}")),
+        }
+    }
+
+    /// Writes the crate for `declared` (paths relative to `base`, the config
+    /// file's folder), touching only files whose text changed so cargo
+    /// rebuilds only what it must.
+    pub fn write(&self, root: &Path, base: &Path, declared: &[Declared]) -> Result<()> {
+        let fuzz = root.join("fuzz_targets");
+        let mut files: Vec<(PathBuf, String)> = vec![
+            (self.dir.join("Cargo.toml"), manifest(root, base, declared)?),
+            (self.dir.join("src/lib.rs"), lib_rs(declared)),
+        ];
+        for target in shadow::Target::ALL {
+            let name = target.name();
+            files.push((
+                self.dir.join(format!("targets/{name}.rs")),
+                format!(
+                    "#![cfg_attr(not(feature = \"honggfuzz\"), no_main)]\nallocsoak_fuzz::target!({target:?}, {}::register);\n",
+                    PACKAGE.replace('-', "_")
+                ),
+            ));
+        }
+        let c: Vec<&Declared> = declared.iter().filter(|d| d.c.is_some()).collect();
+        if !c.is_empty() {
+            files.push((self.dir.join("build.rs"), build_rs(base, &c, &self.dir)));
+            for d in &c {
+                files.push((
+                    self.dir.join(format!("c/allocsoak_c_{}.c", d.ident())),
+                    c_shim(d),
+                ));
+            }
+        }
+        for (path, text) in files {
+            if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
+                continue;
+            }
+            let dir = path.parent().expect("glue files sit in a folder");
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("failed to create {}", dir.display()))?;
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, text)
+                .and_then(|_| std::fs::rename(&tmp, &path))
+                .with_context(|| format!("failed to write {}", path.display()))?;
+        }
+        // The versions the checkout's fuzz targets were tested with; cargo
+        // adds the declared crates to it.
+        let lock = self.dir.join("Cargo.lock");
+        if !lock.exists() {
+            std::fs::copy(fuzz.join("Cargo.lock"), &lock)
+                .with_context(|| format!("failed to write {}", lock.display()))?;
+        }
+        Ok(())
+    }
+
+    /// The static archives of the declared allocators in a build folder
+    /// (`<build>/x86_64-unknown-linux-gnu/release`): each crate's newest
+    /// rlib, each C allocator's archive. For the instrumentation check.
+    pub fn archives(release: &Path, declared: &[Declared]) -> Result<Vec<PathBuf>> {
+        let mut found = Vec::new();
+        for d in declared {
+            let (dir, prefix) = match (&d.krate, &d.c) {
+                (Some(k), _) => (release.join("deps"), format!("lib{}-", k.replace('-', "_"))),
+                (None, _) => (release.join("build"), String::new()),
+            };
+            let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+            let entries = std::fs::read_dir(&dir).with_context(|| {
+                format!("no build at {}; run `allocsoak build` first", dir.display())
+            })?;
+            for entry in entries {
+                let path = entry?.path();
+                let candidate = match &d.c {
+                    Some(_) => path.join(format!("out/libdeclared_{}.a", d.ident())),
+                    None => path.clone(),
+                };
+                let file = candidate
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned());
+                let matches = match &d.c {
+                    Some(_) => candidate.is_file(),
+                    None => file.is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".rlib")),
+                };
+                if matches {
+                    let time = candidate.metadata()?.modified()?;
+                    if newest.as_ref().is_none_or(|(t, _)| time > *t) {
+                        newest = Some((time, candidate));
+                    }
+                }
+            }
+            match newest {
+                Some((_, path)) => found.push(path),
+                None => bail!(
+                    "no build of the declared allocator `{}` in {}; run `allocsoak build` first",
+                    d.name,
+                    release.display()
+                ),
+            }
+        }
+        Ok(found)
+    }
+}
+
+fn manifest(root: &Path, base: &Path, declared: &[Declared]) -> Result<String> {
+    let fuzz = root.join("fuzz_targets");
+    let mut deps = toml::Table::new();
+    let path_dep = |p: PathBuf, default: bool| {
+        let mut t = toml::Table::new();
+        t.insert("path".into(), p.display().to_string().into());
+        if !default {
+            t.insert("default-features".into(), false.into());
+        }
+        toml::Value::Table(t)
+    };
+    deps.insert("allocsoak-fuzz".into(), path_dep(fuzz.clone(), false));
+    deps.insert("shadow".into(), path_dep(root.join("shadow"), true));
+    // The engines' macros expand into this crate, naming them.
+    for (name, version) in [("libfuzzer-sys", "0.4"), ("honggfuzz", "0.5")] {
+        let mut t = toml::Table::new();
+        t.insert("version".into(), version.into());
+        t.insert("optional".into(), true.into());
+        deps.insert(name.into(), toml::Value::Table(t));
+    }
+    for d in declared {
+        if let Some(k) = &d.krate {
+            let dep = toml::Value::Table(d.dependency(base));
+            match deps.get(k) {
+                Some(other) if *other != dep => bail!(
+                    "[[allocator]] `{}`: crate `{k}` is declared another way above (or is allocsoak's own); give every entry of one crate the same version, path, git and features",
+                    d.name
+                ),
+                _ => deps.insert(k.clone(), dep),
+            };
+        }
+        for (k, v) in &d.dependencies {
+            deps.insert(k.clone(), v.clone());
+        }
+    }
+    let features: toml::Table = toml::toml! {
+        default = ["libfuzzer"]
+        libfuzzer = ["dep:libfuzzer-sys", "allocsoak-fuzz/libfuzzer"]
+        honggfuzz = ["dep:honggfuzz", "allocsoak-fuzz/honggfuzz"]
+        mimalloc-secure = ["allocsoak-fuzz/mimalloc-secure"]
+        mimalloc-debug = ["allocsoak-fuzz/mimalloc-debug"]
+    };
+    let mut doc = toml::Table::new();
+    doc.insert(
+        "package".into(),
+        toml::Value::Table(toml::toml! {
+            name = "allocsoak-declared"
+            version = "0.0.0"
+            edition = "2021"
+            publish = false
+            description = "Generated by allocsoak from a config's [[allocator]] entries; rewritten on every build"
+            [metadata]
+            cargo-fuzz = true
+        }),
+    );
+    doc.insert("features".into(), toml::Value::Table(features));
+    doc.insert("dependencies".into(), toml::Value::Table(deps));
+    if declared.iter().any(|d| d.c.is_some()) {
+        doc.insert(
+            "build-dependencies".into(),
+            toml::Value::Table(toml::toml! { cc = "1" }),
+        );
+    }
+    let bins: Vec<toml::Value> = shadow::Target::ALL
+        .iter()
+        .map(|t| {
+            let mut b = toml::Table::new();
+            b.insert("name".into(), t.name().into());
+            b.insert("path".into(), format!("targets/{}.rs", t.name()).into());
+            for key in ["test", "doc", "bench"] {
+                b.insert(key.into(), false.into());
+            }
+            toml::Value::Table(b)
+        })
+        .collect();
+    doc.insert("bin".into(), toml::Value::Array(bins));
+    doc.insert(
+        "profile".into(),
+        toml::Value::Table(toml::toml! { [release] debug = 1 }),
+    );
+    doc.insert("workspace".into(), toml::Value::Table(toml::Table::new()));
+    Ok(format!(
+        "# Generated by allocsoak from a config's [[allocator]] entries; do not edit.\n{}",
+        toml::to_string(&doc)?
+    ))
+}
+
+fn lib_rs(declared: &[Declared]) -> String {
+    let mut text = String::from(
+        "//! Generated by allocsoak from a config's [[allocator]] entries; do not edit.\n\n",
+    );
+    let c: Vec<&Declared> = declared.iter().filter(|d| d.c.is_some()).collect();
+    if !c.is_empty() {
+        text.push_str("extern \"C\" {\n");
+        for d in c {
+            text.push_str(&format!(
+                "    fn allocsoak_c_{}() -> shadow::allocator::CFunctions;\n",
+                d.ident()
+            ));
+        }
+        text.push_str("}\n\n");
+    }
+    text.push_str("/// Declares the config's allocators to `shadow`.\npub fn register() {\n");
+    for d in declared {
+        text.push_str(&d.registration());
+    }
+    text.push_str("}\n");
+    text
+}
+
+fn build_rs(base: &Path, c: &[&Declared], glue: &Path) -> String {
+    let mut text = String::from(
+        "// Generated by allocsoak; do not edit. CC and CFLAGS come from `allocsoak build`.\nfn main() {\n",
+    );
+    for d in c {
+        let src = d.c.as_ref().expect("a C allocator");
+        let shim = glue.join(format!("c/allocsoak_c_{}.c", d.ident()));
+        let files: Vec<String> = std::iter::once(shim)
+            .chain(src.sources.iter().map(|s| base.join(s)))
+            .map(|f| f.display().to_string())
+            .collect();
+        for file in &files {
+            text.push_str(&format!(
+                "    println!(\"cargo:rerun-if-changed={file}\");\n"
+            ));
+        }
+        text.push_str("    cc::Build::new()\n");
+        for file in &files {
+            text.push_str(&format!("        .file({file:?})\n"));
+        }
+        for dir in &src.include {
+            let dir = base.join(dir).display().to_string();
+            text.push_str(&format!("        .include({dir:?})\n"));
+        }
+        for def in &src.defines {
+            let (k, v) = match def.split_once('=') {
+                Some((k, v)) => (k, format!("Some({v:?})")),
+                None => (def.as_str(), "None".into()),
+            };
+            text.push_str(&format!("        .define({k:?}, {v})\n"));
+        }
+        for flag in &src.flags {
+            text.push_str(&format!("        .flag({flag:?})\n"));
+        }
+        text.push_str(&format!("        .compile(\"declared_{}\");\n", d.ident()));
+    }
+    text.push_str("}\n");
+    text
+}
+
+/// The C function that hands the allocator's functions to Rust, in
+/// `shadow::allocator::CFunctions`' order. The optional ones are weak, so
+/// an allocator without them links and they read as null.
+fn c_shim(d: &Declared) -> String {
+    let p = &d.c.as_ref().expect("a C allocator").prefix;
+    let declarations = [
+        "void *{p}malloc(size_t)",
+        "void {p}free(void *)",
+        "void *{p}calloc(size_t, size_t) __attribute__((weak))",
+        "void *{p}realloc(void *, size_t) __attribute__((weak))",
+        "size_t {p}malloc_usable_size(void *) __attribute__((weak))",
+        "size_t {p}usable_size(void *) __attribute__((weak))",
+        "int {p}posix_memalign(void **, size_t, size_t) __attribute__((weak))",
+        "void *{p}memalign(size_t, size_t) __attribute__((weak))",
+        "void *{p}aligned_alloc(size_t, size_t) __attribute__((weak))",
+        "void *{p}malloc_aligned(size_t, size_t) __attribute__((weak))",
+    ];
+    let mut text = format!(
+        "/* Generated by allocsoak for `{}`; do not edit. */\n#include <stddef.h>\n\n",
+        d.name
+    );
+    for decl in declarations {
+        text.push_str(&format!("extern {};\n", decl.replace("{p}", p)));
+    }
+    text.push_str(&format!(
+        "\nstruct allocsoak_c_functions {{\n    void *malloc, *free, *calloc, *realloc, *usable_size,\n        *posix_memalign, *memalign, *aligned_alloc, *malloc_aligned;\n}};\n\n\
+         struct allocsoak_c_functions allocsoak_c_{id}(void) {{\n    struct allocsoak_c_functions f = {{\n\
+         \x20       (void *){p}malloc, (void *){p}free, (void *){p}calloc, (void *){p}realloc,\n\
+         \x20       {p}malloc_usable_size ? (void *){p}malloc_usable_size : (void *){p}usable_size,\n\
+         \x20       (void *){p}posix_memalign, (void *){p}memalign, (void *){p}aligned_alloc,\n\
+         \x20       (void *){p}malloc_aligned,\n    }};\n    return f;\n}}\n",
+        id = d.ident()
+    ));
+    text
+}

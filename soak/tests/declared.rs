@@ -1,0 +1,230 @@
+//! Your allocator, out of tree: a config in a temp dir declares a local
+//! Rust crate (a Sync-only static `GlobalAlloc`, clean and with a planted
+//! bug), a bump allocator from crates.io (`allocator_api2`) and a C
+//! allocator from source with a planted bug. `allocsoak --config` builds
+//! them into the fuzz targets, finds both planted bugs with the right kind,
+//! runs the clean ones clean, counts coverage counters inside the declared
+//! crate and the C sources, replays a finding with `repro`, and leaves the
+//! checkout as it was.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::allocsoak;
+
+/// The test's own copy of `testdata/declared`, outside the checkout.
+fn author_repo() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::temp_dir().join("allocsoak-test-declared");
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_dir(&manifest.join("tests/testdata/declared"), &dir);
+    std::fs::copy(
+        manifest.join("../shadow/tests/testdata/tiny_alloc.c"),
+        dir.join("tiny_alloc.c"),
+    )
+    .unwrap();
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let dest = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &dest);
+        } else {
+            std::fs::copy(&path, &dest).unwrap();
+        }
+    }
+}
+
+fn git_status() -> String {
+    let out = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=all"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git status failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn run(config: &Path, args: &[&str]) -> (Output, String) {
+    let out = allocsoak()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, text)
+}
+
+/// What `allocsoak fuzz` found per (target, allocator) line.
+fn found(text: &str) -> Vec<(String, String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut words = l.strip_prefix("fuzz ")?.split_whitespace();
+            let (target, allocator) = (words.next()?, words.next()?);
+            let found = words.find_map(|w| w.strip_prefix("found="))?;
+            Some((target.into(), allocator.into(), found.into()))
+        })
+        .collect()
+}
+
+#[test]
+fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let before = git_status();
+    let repo = author_repo();
+    let config = repo.join("allocsoak.toml");
+
+    let (out, text) = run(&config, &["build"]);
+    assert!(out.status.success(), "build failed:\n{text}");
+
+    // Both planted bugs, each with its kind.
+    let (out, text) = run(
+        &config,
+        &[
+            "fuzz",
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "planted-buggy",
+            "--allocator",
+            "tinyc",
+            "--secs",
+            "60",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "fuzz should report findings:\n{text}"
+    );
+    let found_bugs = found(&text);
+    assert_eq!(
+        found_bugs,
+        vec![
+            (
+                "alloc_ops".into(),
+                "planted-buggy".into(),
+                "realloc-prefix".into()
+            ),
+            ("alloc_ops".into(), "tinyc".into(), "zeroed".into()),
+        ],
+        "{text}"
+    );
+
+    // The finding replays by its declared name, from the input file.
+    let input = text
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Reproduce with: ALLOCSOAK_ALLOCATOR=planted-buggy ")
+        })
+        .and_then(|cmd| cmd.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no repro command for planted-buggy:\n{text}"))
+        .to_string();
+    let emitted = repo.join("emitted_test.rs");
+    let (out, replay) = run(
+        &config,
+        &[
+            "repro",
+            &input,
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "planted-buggy",
+            "--emit-test",
+            emitted.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "repro should reproduce:\n{replay}"
+    );
+    assert!(replay.contains("realloc-prefix"), "{replay}");
+    let test = std::fs::read_to_string(&emitted).unwrap();
+    assert!(
+        test.contains("declare(\"planted-buggy\"") && test.contains("planted::BUGGY"),
+        "the emitted test declares the allocator:\n{test}"
+    );
+
+    // The clean ones run clean on every target.
+    let (out, text) = run(
+        &config,
+        &[
+            "fuzz",
+            "--allocator",
+            "planted-clean",
+            "--allocator",
+            "bump",
+            "--secs",
+            "20",
+        ],
+    );
+    let clean = found(&text);
+    assert_eq!(clean.len(), 8, "4 targets x 2 allocators:\n{text}");
+    assert!(
+        out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
+        "clean allocators had findings:\n{text}"
+    );
+
+    // Coverage reaches the author's code: counters in the crate and the C sources.
+    let (out, text) = run(&config, &["instrumentation"]);
+    assert!(out.status.success(), "{text}");
+    for archive in ["/libplanted-", "/libdeclared_tinyc.a"] {
+        let counters = text
+            .lines()
+            .find(|l| l.contains(archive))
+            .and_then(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix("counters="))
+            })
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no instrumentation line for {archive}:\n{text}"));
+        assert!(counters > 0, "{archive} has no coverage counters:\n{text}");
+    }
+
+    assert_eq!(git_status(), before, "the checkout changed");
+}
+
+#[test]
+fn a_bad_declaration_is_a_one_line_error() {
+    let dir = std::env::temp_dir().join("allocsoak-test-declared-bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("allocsoak.toml");
+    for (text, says) in [
+        ("[[allocator]]\nname = \"x\"\n", "give `crate`"),
+        (
+            "[[allocator]]\nname = \"x\"\ncrate = \"y\"\nversion = \"1\"\n",
+            "give one of `new`",
+        ),
+        (
+            "[[allocator]]\nname = \"system\"\ncrate = \"y\"\nversion = \"1\"\nnew = \"y::Y\"\n",
+            "bundled",
+        ),
+        (
+            "[[allocator]]\nname = \"x\"\n[allocator.c]\nsources = [\"a.c\"]\nprefix = \"\"\n",
+            "c.prefix",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let (out, err) = run(&config, &["build"]);
+        assert_eq!(out.status.code(), Some(2), "{text}\n{err}");
+        assert!(
+            err.contains(says) && err.trim().lines().count() == 1,
+            "{text}\n{err}"
+        );
+    }
+}

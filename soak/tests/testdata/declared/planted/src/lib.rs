@@ -1,0 +1,52 @@
+//! A `GlobalAlloc` over the system allocator, declared the way an author
+//! would declare their own. It is `Sync` but not `Send` (it holds a raw
+//! pointer, as allocators that own a region do), so it fits only as a
+//! `static`. `BUGGY` has a planted bug: growing a block of 100 to 199
+//! bytes copies all but its last 8 bytes.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::ptr;
+
+pub struct Planted {
+    bug: bool,
+    /// Makes the type `!Send`, as a region pointer would.
+    _region: *const u8,
+}
+
+// Every call goes to the system allocator, which is thread-safe.
+unsafe impl Sync for Planted {}
+
+pub static CLEAN: Planted = Planted {
+    bug: false,
+    _region: ptr::null(),
+};
+
+pub static BUGGY: Planted = Planted {
+    bug: true,
+    _region: ptr::null(),
+};
+
+unsafe impl GlobalAlloc for Planted {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        System.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        System.dealloc(p, layout)
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = layout.size();
+        let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
+            return ptr::null_mut();
+        };
+        let q = System.alloc(new_layout);
+        if !q.is_null() {
+            let short = self.bug && (100..200).contains(&old) && new_size > old;
+            let copied = old.min(new_size) - if short { 8 } else { 0 };
+            ptr::copy_nonoverlapping(p, q, copied);
+            System.dealloc(p, layout);
+        }
+        q
+    }
+}
