@@ -143,16 +143,24 @@ impl Project {
         self.work_dir(what).join(name)
     }
 
+    /// One build folder for `fuzz_targets/` and every glue crate: a glue
+    /// build reuses what the plain build compiled (shadow, the bundled C
+    /// allocators, libFuzzer) and adds the declared allocators; its binaries
+    /// carry the glue's name ([`Glue::binary_name`]).
     fn build_dir(&self, build: Build) -> PathBuf {
-        self.fuzz_dir().join("target").join(build.name())
+        self.root.join("fuzz_targets/target").join(build.name())
     }
 
     /// The fuzz binary of `target` in `build`.
     pub fn binary(&self, build: Build, target: Target) -> PathBuf {
+        let name = match &self.declared {
+            Some(d) => d.glue.binary_name(target),
+            None => target.name().to_string(),
+        };
         self.build_dir(build)
             .join(TRIPLE)
             .join("release")
-            .join(target.name())
+            .join(name)
     }
 
     /// The static archives of the bundled C allocators in `build`
