@@ -81,7 +81,9 @@ unsafe extern "C" fn on_asan_report(text: *const std::ffi::c_char) {
 
 /// Hands ASan's reports to `shadow::sanitizer`, and lets it ask ASan
 /// before touching memory (libFuzzer builds are ASan builds; honggfuzz
-/// builds have no sanitizer).
+/// builds have no sanitizer); then loads the allocator, before libFuzzer
+/// lists the modules whose coverage it counts (see
+/// `shadow::harness::load`).
 #[doc(hidden)]
 pub fn init() {
     #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
@@ -89,6 +91,7 @@ pub fn init() {
         __asan_set_error_report_callback(on_asan_report);
         shadow::sanitizer::install(__asan_region_is_poisoned);
     }
+    shadow::harness::load();
 }
 
 /// Defines the entry point for a target: `target!(AllocOps)`, or

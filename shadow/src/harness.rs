@@ -59,6 +59,16 @@ fn config() -> &'static Config {
     })
 }
 
+/// Reads the environment and loads the allocator now rather than at the
+/// first input. libFuzzer targets call it from their init: a `dylib:`
+/// library built with coverage (`-fsanitize=fuzzer-no-link`) registers its
+/// counters as it loads, and libFuzzer counts them from then on, but lists
+/// the modules it fuzzes (`INFO: Loaded 2 modules ...`) once, after init;
+/// and a bad allocator name ends the process before fuzzing starts.
+pub fn load() {
+    config();
+}
+
 /// The allocator `diff_mimalloc` compares against: the one
 /// `ALLOCSOAK_REFERENCE` names, read once per process; `Err` is a one-line
 /// message for a bad name.

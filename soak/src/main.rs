@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use shadow::Target;
 use soak::config::Config;
@@ -82,7 +82,11 @@ enum Command {
         pairs: Pairs,
     },
     /// Check that the bundled C allocators carry coverage instrumentation.
-    Instrumentation,
+    Instrumentation {
+        /// Check this shared library (a `dylib:` allocator) instead (repeatable).
+        #[arg(long = "dylib")]
+        dylibs: Vec<PathBuf>,
+    },
     /// Soak: rotate slots in time slices until the duration ends or SIGINT/SIGTERM;
     /// grow corpora, file deduplicated, minimized crash groups under <state>/crashes/.
     Soak(SoakArgs),
@@ -366,26 +370,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
             print!("{}", shadow::Program::decode(target, &data));
             Ok(true)
         }
-        Command::Instrumentation => {
-            let mut archives = project.c_archives(Build::Asan)?;
-            archives.extend(project.declared_archives(Build::Asan)?);
-            if archives.is_empty() {
-                bail!("no C allocator archives in the build; run `just build` first");
-            }
-            let mut ok = true;
-            for archive in archives {
-                let c = instrumentation::count(&archive)?;
-                println!(
-                    "instrumentation {} counters={} objects={}/{}",
-                    archive.display(),
-                    c.counters,
-                    c.instrumented,
-                    c.objects
-                );
-                ok &= c.counters > 0;
-            }
-            Ok(ok)
-        }
+        Command::Instrumentation { dylibs } => instrumentation::check(&project, &dylibs),
     }
 }
 

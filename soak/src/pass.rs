@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use shadow::Target;
 
 use crate::libfuzzer::Run;
@@ -37,6 +37,18 @@ pub fn run(
                 )
             };
             let o = run.run()?;
+            if o.execs == 0 && o.kind.is_none() {
+                // Not a clean run: the binary ended before its first input,
+                // as when the allocator does not load.
+                let log = std::fs::read_to_string(&o.log).unwrap_or_default();
+                bail!(
+                    "fuzz {target} {allocator} ran no input: {} (log: {})",
+                    log.lines()
+                        .rfind(|l| !l.trim().is_empty())
+                        .unwrap_or("no output"),
+                    o.log.display()
+                );
+            }
             println!(
                 "fuzz {target} {allocator} execs={} execs_per_s={:.0} found={}",
                 o.execs,

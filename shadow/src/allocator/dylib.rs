@@ -95,7 +95,17 @@ impl Dylib {
             None => (spec, ""),
         };
         let lib = unsafe { Library::new(path) }.map_err(|e| {
-            format!("cannot load allocator library `{path}`: {e}; give an absolute path to a .so")
+            let e = e.to_string();
+            let sanitized = ["__asan_", "__sancov_", "__sanitizer_"]
+                .iter()
+                .any(|s| e.contains(&format!("undefined symbol: {s}")));
+            let hint = match sanitized {
+                // Only binaries that export their sanitizer runtime can
+                // resolve it (the fuzz builds: fuzz_targets/build.rs).
+                true => "a library built with -fsanitize loads only in the fuzz binaries, which export the sanitizer runtime (`allocsoak build` rebuilds them); build it plain for anything else",
+                false => "give an absolute path to a .so",
+            };
+            format!("cannot load allocator library `{path}`: {e}; {hint}")
         })?;
         let own =
             std::fs::canonicalize(path).map_err(|e| format!("cannot resolve `{path}`: {e}"))?;

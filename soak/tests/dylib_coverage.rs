@@ -1,0 +1,195 @@
+//! A C allocator built with the fuzzer's instrumentation as a shared
+//! library (`dylib:`), out of tree, end to end: its coverage counters are
+//! counted (`allocsoak instrumentation --dylib`), the fuzz binary loads it
+//! as a second coverage module whose edges add to `cov:`, `allocsoak fuzz`
+//! finds its planted bug with the right kind, and its fixed build runs
+//! clean. The fuzz binaries must be linked with `-rdynamic`
+//! (fuzz_targets/build.rs): without it such a library does not load.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use shadow::Target;
+use soak::project::{Build, Project};
+
+/// Compiles tiny_alloc.c into `dir` as `lib<name>.so`: instrumented as the
+/// README says (the project's clang, coverage and ASan), or plain.
+fn build_tiny(dir: &Path, name: &str, instrumented: bool, planted: bool) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = dir.join(format!("lib{name}.so"));
+    let mut cmd = match instrumented {
+        true => {
+            let clang = soak::project::clang().expect("clang matching nightly's LLVM (just setup)");
+            let mut cmd = Command::new(clang);
+            cmd.args([
+                "-fsanitize=fuzzer-no-link,address",
+                "-fsanitize-recover=address",
+            ]);
+            cmd
+        }
+        false => Command::new("cc"),
+    };
+    cmd.args(["-O1", "-fPIC", "-shared", "-o"])
+        .arg(&out)
+        .arg(root.join("shadow/tests/testdata/tiny_alloc.c"));
+    if planted {
+        cmd.arg("-DPLANTED_BUG");
+    }
+    assert!(cmd.status().unwrap().success(), "compiling {name} failed");
+    out
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn git_status(root: &Path) -> String {
+    let out = Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git status failed: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `allocsoak instrumentation --dylib <lib>`: whether it passed, and the
+/// counter count it printed.
+fn instrumentation(lib: &Path) -> (bool, u64) {
+    let out = common::allocsoak()
+        .args(["instrumentation", "--dylib"])
+        .arg(lib)
+        .output()
+        .unwrap();
+    let text = text(&out);
+    let counters = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("instrumentation {} counters=", lib.display())))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no counters line: {text}"));
+    (out.status.success(), counters)
+}
+
+/// What libFuzzer said running the committed alloc_ops seeds once each (no
+/// mutations) on `lib`: the modules line and the coverage after the seeds.
+fn seeds_run(project: &Project, lib: &Path, scratch: &Path) -> (String, u64) {
+    let corpus = scratch.join(lib.file_stem().unwrap());
+    std::fs::create_dir_all(&corpus).unwrap();
+    let out = Command::new(project.binary(Build::Asan, Target::AllocOps))
+        .env("ALLOCSOAK_ALLOCATOR", format!("dylib:{}:t_", lib.display()))
+        .env_remove("ALLOCSOAK_HISTORY")
+        .env_remove("ALLOCSOAK_TOLERATE")
+        .arg(&corpus)
+        .arg(project.seeds(Target::AllocOps))
+        .args(["-runs=0", "-seed=1"])
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(
+        out.status.success(),
+        "the seeds failed on {}: {log}",
+        lib.display()
+    );
+    let modules = log
+        .lines()
+        .find(|l| l.starts_with("INFO: Loaded "))
+        .unwrap_or_else(|| panic!("no modules line: {log}"))
+        .to_string();
+    let cov = soak::libfuzzer::progress(&log)
+        .unwrap_or_else(|| panic!("no coverage line: {log}"))
+        .cov;
+    (modules, cov)
+}
+
+/// `allocsoak fuzz --target alloc_ops --allocator dylib:<lib>:t_`.
+fn fuzz(lib: &Path, secs: u64) -> Output {
+    common::allocsoak()
+        .args(["fuzz", "--target", "alloc_ops", "--allocator"])
+        .arg(format!("dylib:{}:t_", lib.display()))
+        .args(["--secs", &secs.to_string()])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_instrumented_dylib_is_covered_and_its_bug_found() {
+    let _one = common::ONE_AT_A_TIME.lock().unwrap();
+    let project = Project::find().unwrap();
+    let before = git_status(project.root());
+    let dir = tempfile::tempdir().unwrap();
+    let planted = build_tiny(dir.path(), "planted", true, true);
+    let clean = build_tiny(dir.path(), "clean", true, false);
+    let plain = build_tiny(dir.path(), "plain", false, false);
+
+    // Counted in the file: the instrumented build has counters, the plain
+    // one none, which fails the check.
+    let (ok, counters) = instrumentation(&clean);
+    assert!(
+        ok && counters > 0,
+        "{counters} counters in {}",
+        clean.display()
+    );
+    assert_eq!(instrumentation(&plain), (false, 0));
+
+    // Found (this builds the fuzz binaries too, when they are stale).
+    let out = fuzz(&planted, 60);
+    let found = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{found}");
+    assert!(
+        found.contains(&format!(
+            "fuzz alloc_ops dylib:{}:t_ execs=",
+            planted.display()
+        )) && found.contains("found=alignment"),
+        "{found}"
+    );
+    assert!(
+        found.contains("Reproduce with: ALLOCSOAK_ALLOCATOR=dylib:"),
+        "{found}"
+    );
+
+    // Counted at run time: libFuzzer lists the library as a module of its
+    // own, with every counter the file has, and the library's edges add to
+    // the coverage the same inputs reach on the plain build.
+    let (modules, cov) = seeds_run(&project, &clean, dir.path());
+    assert!(
+        modules.starts_with("INFO: Loaded 2 modules")
+            && modules.contains(&format!(" {counters} [")),
+        "{modules}"
+    );
+    let (plain_modules, plain_cov) = seeds_run(&project, &plain, dir.path());
+    assert!(
+        plain_modules.starts_with("INFO: Loaded 1 module"),
+        "{plain_modules}"
+    );
+    assert!(
+        cov > plain_cov,
+        "cov {cov} on the instrumented build, {plain_cov} on the plain one"
+    );
+
+    // The fixed build runs clean.
+    let out = fuzz(&clean, 20);
+    let clean_run = text(&out);
+    assert!(
+        out.status.success() && clean_run.contains("found=none"),
+        "{clean_run}"
+    );
+
+    for lib in [&planted, &clean] {
+        let run = project.run_dir(
+            "fuzz",
+            &["alloc_ops", &format!("dylib:{}:t_", lib.display())],
+        );
+        let _ = std::fs::remove_dir_all(run);
+    }
+    assert_eq!(
+        git_status(project.root()),
+        before,
+        "the test changed the checkout"
+    );
+}
