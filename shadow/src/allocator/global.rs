@@ -11,6 +11,7 @@ pub struct GlobalAllocAdapter<A> {
     name: &'static str,
     inner: A,
     size_classes: Option<&'static str>,
+    arena_size: Option<usize>,
 }
 
 impl<A: GlobalAlloc + Send + Sync> GlobalAllocAdapter<A> {
@@ -19,6 +20,7 @@ impl<A: GlobalAlloc + Send + Sync> GlobalAllocAdapter<A> {
             name,
             inner,
             size_classes: None,
+            arena_size: None,
         }
     }
 
@@ -62,5 +64,22 @@ impl<A: GlobalAlloc + Send + Sync> Allocator for GlobalAllocAdapter<A> {
 
     fn size_classes(&self) -> Option<&'static str> {
         self.size_classes
+    }
+
+    fn arena(&self) -> Option<super::Arena> {
+        self.arena_size
+            .map(|size| super::Arena { size, free: None })
+    }
+}
+
+impl<A> GlobalAllocAdapter<A> {
+    /// Declares that the allocator serves every block from one region of
+    /// `size` bytes (see [`Allocator::arena`]): a request it cannot fit
+    /// may fail, and capacity it loses is a `capacity-leak`. A
+    /// `GlobalAlloc` keeps no count of free bytes the adapter can read, so
+    /// only the largest block served is compared.
+    pub fn with_arena(mut self, size: usize) -> Self {
+        self.arena_size = Some(size);
+        self
     }
 }
