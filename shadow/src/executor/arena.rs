@@ -73,13 +73,11 @@ impl Executor {
 
     /// What the allocator can serve now, if it declares a region.
     pub(super) fn capacity(&self) -> Option<Capacity> {
+        // The count is read before the probes, none of them live.
         let arena = self.guarded(|| self.alloc.arena())?;
-        // Measured before the probes: each is freed again, but a count
-        // taken between them would hold one.
-        let free = arena.free;
         Some(Capacity {
             largest: self.largest_servable(arena.size, PROBE_ALIGN),
-            free,
+            free: arena.free,
         })
     }
 
