@@ -30,6 +30,9 @@ pub struct FixedArena {
 }
 
 impl FixedArena {
+    /// A fresh region, all of it free. `by_name("arena")` makes one per
+    /// process; a test that needs a region no other test touches makes
+    /// its own.
     pub fn new() -> FixedArena {
         // Leaked: the region lives as long as the allocator, which `by_name`
         // keeps for the process.
