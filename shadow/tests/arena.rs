@@ -4,10 +4,11 @@
 
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::{Mutex, MutexGuard};
 
 use shadow::allocator::zoo::Zoo;
-use shadow::allocator::{Allocator, Arena, FixedArena};
+use shadow::allocator::{Allocator, Arena, FixedArena, GlobalAllocAdapter};
 
 /// Every allocator these tests name is `arena` or planted in it, one
 /// region: one test at a time, or a program would see another's blocks.
@@ -134,4 +135,44 @@ fn without_a_count_a_loss_that_splits_the_region_is_found_by_size_search() {
         line.starts_with("allocsoak violation: capacity-leak: op #3 `end of program` (end): largest block served "),
         "{line}"
     );
+}
+
+/// `arena`'s region through `GlobalAlloc`, as a user's fixed-region
+/// allocator would be plugged in.
+struct ViaGlobalAlloc(FixedArena);
+
+unsafe impl GlobalAlloc for ViaGlobalAlloc {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        self.0.alloc(l.size(), l.align(), false)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        self.0.free(p, l.size(), l.align())
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
+        self.0.realloc(p, l.size(), l.align(), new_size)
+    }
+}
+
+#[test]
+fn a_global_alloc_declared_an_arena_is_judged_by_size_search() {
+    let region = || ViaGlobalAlloc(FixedArena::new());
+    let declared: &'static dyn Allocator = Box::leak(Box::new(
+        GlobalAllocAdapter::new("global-arena", region()).with_arena(8 << 20),
+    ));
+    assert_eq!(
+        declared.arena(),
+        Some(Arena {
+            size: 8 << 20,
+            free: None
+        })
+    );
+    let program = common::program(&fill_fragment_and_overask());
+    if let Err(v) = common::caught(&program, declared) {
+        panic!("false alarm: {v}");
+    }
+    // Undeclared, the same refusals are `null`.
+    let undeclared: &'static dyn Allocator =
+        Box::leak(Box::new(GlobalAllocAdapter::new("global-region", region())));
+    let line = common::caught(&program, undeclared).expect_err("a null");
+    assert!(line.starts_with("allocsoak violation: null: "), "{line}");
 }
