@@ -8,7 +8,9 @@
 //! failure for every one that cannot. Both sides write the same patterns,
 //! so comparing their contents or their zeroed bytes adds nothing, and a
 //! request one side fails and the other serves is already the failing
-//! side's `null` (size 0 aside, where both are legal). What differs with
+//! side's `null` (size 0 aside, where both are legal, and a full fixed
+//! region's refusal, which its side judges: the comparison then ends as
+//! after a tolerated `null`). What differs with
 //! no side at fault alone is a usable size: an allocator under test that
 //! declares the reference's size classes (a mimalloc port,
 //! [`Allocator::size_classes`]) must give a fresh binned block the

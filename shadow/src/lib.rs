@@ -5,7 +5,8 @@
 //!   text, parses back, emits a Rust `#[test]`.
 //! - [`allocator::Allocator`]: the allocator under test, by name
 //!   ([`allocator::by_name`]): `system`, `mimalloc`, `jemalloc`, `dlmalloc`,
-//!   `rlsf`, `dylib:…`, `zoo:<bug>`.
+//!   `rlsf`, `arena` (a fixed region, [`allocator::Allocator::arena`]),
+//!   `dylib:…`, `zoo:<bug>`.
 //! - [`Executor`] with [`model::ShadowHeap`]: runs a program, panics with an
 //!   `allocsoak violation: <kind>: …` line ([`Violation`]) at the first
 //!   broken invariant; [`guard`] turns a panic inside the allocator into

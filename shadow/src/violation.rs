@@ -106,6 +106,14 @@ pub enum Violation {
     /// The allocator panicked inside a call; `location` is the panicking
     /// frame (`file:line`), kept whole in the key.
     Panic { message: String, location: String },
+    /// An allocator over a fixed region serves less once a program has
+    /// freed everything than when it started: `figure` (its count of free
+    /// bytes, or the largest block it serves) fell from `before` to `after`.
+    CapacityLeak {
+        figure: &'static str,
+        before: usize,
+        after: usize,
+    },
 }
 
 impl Violation {
@@ -129,13 +137,15 @@ impl Violation {
             Violation::Validator { .. } => "validator",
             Violation::Diff { .. } => "diff",
             Violation::Panic { .. } => "panic",
+            Violation::CapacityLeak { .. } => "capacity-leak",
         }
     }
 
     /// Whether the heap is still sound after this violation, so a program
     /// that tolerates it can go on with the block: a misaligned block, a
     /// wrong usable size, a dirty zeroed block and a failed request break a
-    /// promise but leave every block where it was. The rest leave memory in
+    /// promise but leave every block where it was, as does capacity lost
+    /// at a program's end. The rest leave memory in
     /// doubt (two owners of one block, overwritten contents, an allocator
     /// that stopped mid-call) and end the program.
     pub fn leaves_heap_sound(&self) -> bool {
@@ -146,6 +156,7 @@ impl Violation {
                 | Violation::GoodSize { .. }
                 | Violation::Zeroed { .. }
                 | Violation::Null { .. }
+                | Violation::CapacityLeak { .. }
         )
     }
 }
@@ -313,6 +324,14 @@ impl fmt::Display for Violation {
             Violation::Panic { message, location } => {
                 write!(f, "allocator panicked: {message}{KEEP}{location}")
             }
+            Violation::CapacityLeak {
+                figure,
+                before,
+                after,
+            } => write!(
+                f,
+                "{figure} {after} after everything was freed, {before} when the program started"
+            ),
         }
     }
 }

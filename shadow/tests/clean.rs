@@ -47,3 +47,10 @@ fn dlmalloc_runs_clean() {
 fn rlsf_runs_clean() {
     targets("rlsf", 5, &Target::ALL);
 }
+
+#[test]
+fn arena_runs_clean() {
+    // A fixed 8 MiB region that programs fill: its refusals are legitimate
+    // (no `null`) and it loses no capacity (no `capacity-leak`).
+    targets("arena", 6, &Target::ALL);
+}

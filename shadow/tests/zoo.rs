@@ -45,6 +45,7 @@ fn reaching(bug: Bug) -> String {
         Bug::FreeNullPanics => "target alloc_ops\nfree-null\n",
         Bug::GoodSizeLies => "target alloc_ops\nalloc size=120 align=8\n",
         Bug::PurgeDropsLive => "target alloc_ops\nalloc size=20000 align=8\npurge delay=now force\n",
+        Bug::CapacityLeak => "target alloc_ops\nalloc size=3000 align=8\nrealloc slot=0 to=100\n",
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
     };
     text.to_string()

@@ -15,8 +15,10 @@ use triage::replay::Replayer;
 use crate::libfuzzer::{Outcome, Run};
 use crate::project::{Build, Project};
 
-/// Correct allocators that must run clean under the same budget.
-pub const CONTROLS: [&str; 3] = ["system", "mimalloc", "jemalloc"];
+/// Correct allocators that must run clean under the same budget; `arena`
+/// runs out of room on purpose, so its refusals must not read as `null`
+/// nor its capacity as lost.
+pub const CONTROLS: [&str; 4] = ["system", "mimalloc", "jemalloc", "arena"];
 
 /// One zoo run: a planted bug, or a control allocator on a target.
 pub struct Case {

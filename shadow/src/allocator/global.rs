@@ -15,6 +15,7 @@ pub struct GlobalAllocAdapter<A: 'static> {
     name: &'static str,
     inner: &'static A,
     size_classes: Option<&'static str>,
+    arena_size: Option<usize>,
 }
 
 impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
@@ -30,6 +31,7 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
             name,
             inner,
             size_classes: None,
+            arena_size: None,
         }
     }
 
@@ -73,5 +75,22 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
 
     fn size_classes(&self) -> Option<&'static str> {
         self.size_classes
+    }
+
+    fn arena(&self) -> Option<super::Arena> {
+        self.arena_size
+            .map(|size| super::Arena { size, free: None })
+    }
+}
+
+impl<A: 'static> GlobalAllocAdapter<A> {
+    /// Declares that the allocator serves every block from one region of
+    /// `size` bytes (see [`Allocator::arena`]): a request it cannot fit
+    /// may fail, and capacity it loses is a `capacity-leak`. A
+    /// `GlobalAlloc` keeps no count of free bytes the adapter can read, so
+    /// only the largest block served is compared.
+    pub fn with_arena(mut self, size: usize) -> Self {
+        self.arena_size = Some(size);
+        self
     }
 }

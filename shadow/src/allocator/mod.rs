@@ -1,7 +1,7 @@
 //! The allocator under test: one trait, adapters behind it, chosen by name.
 //!
 //! Names: `system`, `mimalloc` (and `mimalloc-secure` / `mimalloc-debug` in
-//! builds with those features), `jemalloc`, `dlmalloc`, `rlsf`,
+//! builds with those features), `jemalloc`, `dlmalloc`, `rlsf`, `arena`,
 //! `dylib:/path/lib.so[:prefix]`, `zoo:<bug>[+<bug>...][@<base>]`, and the
 //! allocators a build declares with [`declare`] (an author's own, from the
 //! glue crate `allocsoak` generates out of a config's `[[allocator]]`).
@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 mod api2;
+mod arena;
 mod dylib;
 mod extras;
 mod global;
@@ -23,6 +24,7 @@ pub mod zoo;
 
 pub use api2::Api2Adapter;
 pub use dylib::CFunctions;
+pub use arena::FixedArena;
 pub use extras::{Extras, InPlace, PurgeDelay};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
@@ -151,6 +153,40 @@ pub trait Allocator: Send + Sync {
     /// Called when a program has freed everything: drop per-program state so
     /// the next program starts as a fresh process would (zoo caches).
     fn reset(&self) {}
+
+    /// The fixed region the allocator serves every block from, if it has
+    /// one (a static pool, a TLSF over a buffer). Default: `None`, the
+    /// allocator grows as it needs, and a null for a request that must
+    /// succeed is a `null` violation.
+    ///
+    /// `Some` changes what null means: the allocator may refuse a request
+    /// it cannot serve from what is left of its region right now, and only
+    /// then. The executor holds it to that by asking the allocator itself
+    /// (a size search over its own alloc and free): a refused request of
+    /// `n` bytes is a `null` violation when a block of `n` bytes or more,
+    /// with the same alignment, is served right after. This assumes what
+    /// every allocator over one region does: a block that holds a larger
+    /// request holds a smaller one, and allocating never makes room. In
+    /// exchange, capacity the allocator loses is a finding: once a program
+    /// has freed everything, the largest block it serves, and its own
+    /// count of free bytes where it keeps one, must be what they were when
+    /// the program started (`capacity-leak`).
+    fn arena(&self) -> Option<Arena> {
+        None
+    }
+}
+
+/// A fixed region an allocator serves every block from
+/// ([`Allocator::arena`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arena {
+    /// Bytes of the region, the allocator's headers included: no request
+    /// larger can ever be served.
+    pub size: usize,
+    /// Bytes free in the region when [`Allocator::arena`] was called, by
+    /// the allocator's own count (a walk of its blocks), or `None` if it
+    /// keeps none.
+    pub free: Option<usize>,
 }
 
 /// A heap API: blocks allocated in a heap can be freed all at once.
@@ -236,6 +272,7 @@ fn bundled() -> Vec<(&'static str, Make)> {
                 rlsf::GlobalTlsf::<()>::new(),
             ))
         }),
+        ("arena", || Box::new(arena::FixedArena::new())),
     ];
     #[cfg(feature = "mimalloc")]
     list.push((mimalloc::NAME, || Box::new(mimalloc::Mimalloc::new())));
@@ -266,7 +303,9 @@ pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
     let made: Box<dyn Allocator> = if let Some(spec) = name.strip_prefix("dylib:") {
         Box::new(dylib::Dylib::open(spec)?)
     } else if let Some(spec) = name.strip_prefix("zoo:") {
-        let (bugs, base) = spec.split_once('@').unwrap_or((spec, "system"));
+        let (bugs, base) = spec
+            .split_once('@')
+            .unwrap_or((spec, zoo::default_base(spec)));
         Box::new(zoo::Zoo::new(name, bugs, by_name(base)?)?)
     } else if let Some((_, make)) = bundled().into_iter().find(|(n, _)| *n == name) {
         make()

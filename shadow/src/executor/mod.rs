@@ -9,6 +9,7 @@ use crate::pattern;
 use crate::violation::{self, Report, Site, Violation};
 use crate::workers::WorkerPool;
 
+mod arena;
 mod more;
 mod race;
 
@@ -102,6 +103,9 @@ pub struct Executor {
     /// The reference side of a differential run: its violations name the
     /// reference allocator, not the allocator under test.
     reference: bool,
+    /// What an allocator over a fixed region could serve when the program
+    /// started (checked runs only), held against its end.
+    capacity_at_start: Option<arena::Capacity>,
     pub stats: Stats,
 }
 
@@ -125,7 +129,7 @@ impl Executor {
         // A report from the end of the last program (its blocks released
         // without checks) is not this program's.
         crate::sanitizer::clear();
-        Executor {
+        let mut executor = Executor {
             alloc,
             emulated: alloc.heaps().is_none().then(|| EmulatedHeaps::new(alloc)),
             shadow: ShadowHeap::default(),
@@ -143,8 +147,13 @@ impl Executor {
             huge_requests: 0,
             finished: false,
             reference: false,
+            capacity_at_start: None,
             stats: Stats::default(),
+        };
+        if executor.checked {
+            executor.capacity_at_start = executor.capacity();
         }
+        executor
     }
 
     /// Makes this the reference side of a differential run: its violation
@@ -466,7 +475,7 @@ impl Executor {
             return Outcome::Failed;
         }
         if p == 0 {
-            if size != 0 && self.checked {
+            if size != 0 && self.checked && !self.refused_fairly(size, align) {
                 self.flag(Violation::Null { size, align });
             }
             return Outcome::Failed;
@@ -696,7 +705,7 @@ impl Executor {
             }
             if new != 0 {
                 // A failed realloc leaves the block as it was.
-                if !impossible && self.checked {
+                if !impossible && self.checked && !self.refused_fairly(new, b.align) {
                     self.flag(Violation::Null {
                         size: new,
                         align: b.align,
@@ -785,7 +794,9 @@ impl Executor {
                 })
             }
             (Some(n), 0) if !impossible && self.checked => {
-                self.flag(Violation::Null { size: n, align: 1 });
+                if !self.refused_fairly(n, 1) {
+                    self.flag(Violation::Null { size: n, align: 1 });
+                }
                 Outcome::Failed
             }
             (Some(n), p) if !impossible && p != 0 => {
@@ -921,8 +932,9 @@ impl Executor {
         }
     }
 
-    /// Validates, checks and frees every live block, ends every heap, and
-    /// lets the allocator drop per-program state.
+    /// Validates, checks and frees every live block, ends every heap, lets
+    /// the allocator drop per-program state, and holds an allocator over a
+    /// fixed region to the capacity it had when the program started.
     pub fn finish(&mut self, op_count: usize) {
         self.run_race();
         crate::sanitizer::check();
@@ -945,6 +957,9 @@ impl Executor {
             }
         }
         self.guarded(|| self.alloc.reset());
+        if let Some(start) = self.capacity_at_start.filter(|_| self.checked) {
+            self.check_capacity(start);
+        }
         crate::sanitizer::check();
         self.finished = true;
     }

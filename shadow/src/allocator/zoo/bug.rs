@@ -87,10 +87,14 @@ pub enum Bug {
     /// A purge with delay 0 zeroes the pages inside the newest live block
     /// of 4 KiB or more.
     PurgeDropsLive,
+    /// Shrinking a 2049..=4096-byte block below half never returns 64
+    /// bytes of the split-off tail to the arena: planted in `arena`, whose
+    /// capacity then shrinks a little with every such realloc.
+    CapacityLeak,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 29] = [
+    pub const ALL: [Bug; 30] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -120,6 +124,7 @@ impl Bug {
         Bug::FreeNullPanics,
         Bug::GoodSizeLies,
         Bug::PurgeDropsLive,
+        Bug::CapacityLeak,
     ];
 
     pub fn name(self) -> &'static str {
@@ -153,6 +158,7 @@ impl Bug {
             Bug::FreeNullPanics => "free-null-panics",
             Bug::GoodSizeLies => "good-size-lies",
             Bug::PurgeDropsLive => "purge-drops-live",
+            Bug::CapacityLeak => "capacity-leak",
         }
     }
 
@@ -163,6 +169,15 @@ impl Bug {
         match self {
             Bug::MisalignedReallocShort => Some((Bug::SmallUnderalign, "alignment in *")),
             _ => None,
+        }
+    }
+
+    /// The allocator `zoo:<bug>` plants the bug in when the name gives
+    /// none: `system`, or `arena` for a bug only a fixed region shows.
+    pub fn base(self) -> &'static str {
+        match self {
+            Bug::CapacityLeak => "arena",
+            _ => "system",
         }
     }
 
@@ -203,6 +218,7 @@ impl Bug {
             Bug::FreeNullPanics => &["panic"],
             Bug::GoodSizeLies => &["good-size"],
             Bug::PurgeDropsLive => &["contents"],
+            Bug::CapacityLeak => &["capacity-leak"],
             Bug::PanicClass | Bug::LatentCorruption => &["panic"],
             // A block on the list twice is handed out to two owners; which
             // check sees it first depends on what they do with it.
@@ -224,6 +240,16 @@ impl FromStr for Bug {
             format!("unknown zoo bug `{s}`; expected one of {}", all.join(", "))
         })
     }
+}
+
+/// The allocator `zoo:<bugs>` (no `@<base>`) plants its bugs in: the
+/// first bug's [`Bug::base`], `system` if the spec does not parse (the
+/// zoo then says why).
+pub fn default_base(spec: &str) -> &'static str {
+    parse_bugs(spec)
+        .ok()
+        .and_then(|bugs| bugs.first().map(|b| b.base()))
+        .unwrap_or("system")
 }
 
 /// Parses `bug` or `bug+bug+...`.

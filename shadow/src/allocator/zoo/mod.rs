@@ -2,8 +2,10 @@
 //! injected, each behind a condition the fuzzer has to find (a size class,
 //! an alignment, an order of ops). `zoo:<bug>` selects one bug,
 //! `zoo:<bug>+<bug>` several, `zoo:<bug>@<base>` plants it in another
-//! allocator than `system` (`zoo:usable-oversize@mimalloc-debug`). If the
-//! service misses one of these, the service is broken.
+//! allocator than `system` (`zoo:usable-oversize@mimalloc-debug`; a bug
+//! only a fixed region shows, `capacity-leak`, is planted in `arena`
+//! unless the name says otherwise). If the service misses one of these,
+//! the service is broken.
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
@@ -17,7 +19,7 @@ mod bug;
 mod extras;
 mod racy_list;
 
-pub use bug::{parse_bugs, Bug};
+pub use bug::{default_base, parse_bugs, Bug};
 
 use racy_list::RacyList;
 
@@ -37,6 +39,9 @@ const FULL_PAGE: RangeInclusive<usize> = 17..=256;
 /// Live blocks of `FULL_PAGE` at which `FullPageReissue` fires.
 const FULL_PAGE_BLOCKS: usize = 512;
 const SIZED_FREE: RangeInclusive<usize> = 17..=8192;
+const CAPACITY_LEAK: RangeInclusive<usize> = 2049..=4096;
+/// Bytes `CapacityLeak` loses per shrink it hits.
+const LOST_TAIL: usize = 64;
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -246,6 +251,11 @@ impl Allocator for Zoo {
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
         self.class_of(new_size);
+        if self.has(Bug::CapacityLeak) && CAPACITY_LEAK.contains(&old) && new_size < old / 2 {
+            // The bug: the split-off tail's last bytes never go back to
+            // the free lists (a block of the base nobody will free).
+            let _lost = self.base.alloc(LOST_TAIL, 16, false);
+        }
         let grows_large = self.has(Bug::ShortReallocCopy) && old >= 256 && new_size > old;
         let shrinks_large = self.has(Bug::LeakOnShrink) && old >= 1024 && new_size < old / 2;
         let grows_tiny =
@@ -357,6 +367,10 @@ impl Allocator for Zoo {
 
     fn max_align(&self) -> usize {
         self.base.max_align()
+    }
+
+    fn arena(&self) -> Option<super::Arena> {
+        self.base.arena()
     }
 
     /// The base's own error reports (a debug mimalloc's overflow checks).

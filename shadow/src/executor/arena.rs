@@ -1,0 +1,107 @@
+//! Allocators over a fixed region ([`crate::allocator::Allocator::arena`]):
+//! when a null is legitimate, and the capacity check at a program's end.
+//!
+//! Both ask the allocator itself what it can serve, by a size search over
+//! its own alloc and free (at most log2 of the region's size probes, each
+//! block freed at once), rather than trust a count of free bytes: a
+//! segregated-fit allocator (TLSF) refuses requests a little smaller than
+//! its largest free block, and fragmentation makes live bytes plus the
+//! request a bound that any full arena passes.
+//!
+//! - A refused request of `n` bytes is legitimate when no block of `n`
+//!   bytes or more, with its alignment, is served right after (or `n` is
+//!   larger than the region). Right after is the same moment for a call on
+//!   the main thread or a worker; a race section's refusal is judged only
+//!   when the section freed nothing, since a free in it may have made room
+//!   after the refusal (allocating never makes room).
+//! - Once a program has freed everything, the largest block served, and
+//!   the allocator's own count of free bytes where it keeps one, must be
+//!   what they were when the program started. Each program is measured
+//!   against its own start, so a replay in a fresh process sees what the
+//!   fuzz process saw, and a loss a tolerated finding left behind is not
+//!   charged to the programs after it.
+
+use super::Executor;
+use crate::violation::Violation;
+
+/// Alignment of the blocks the capacity check probes with: malloc's.
+const PROBE_ALIGN: usize = 16;
+
+/// What an arena allocator can serve, measured when a program starts and
+/// once it has freed everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Capacity {
+    /// The largest block of [`PROBE_ALIGN`] it serves.
+    largest: usize,
+    /// Its own count of free bytes, if it keeps one.
+    free: Option<usize>,
+}
+
+impl Executor {
+    /// The largest block of `align` the allocator serves right now, no
+    /// more than `limit`: a binary search that allocates each probe and
+    /// frees it at once (a panic in either is a finding at the current
+    /// site).
+    fn largest_servable(&self, limit: usize, align: usize) -> usize {
+        // `lo` is served (an empty block trivially), `hi` is not.
+        let (mut lo, mut hi) = (0usize, limit.saturating_add(1));
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            let p = self.guarded(|| unsafe { self.alloc.alloc(mid, align, false) });
+            if p.is_null() {
+                hi = mid;
+            } else {
+                self.guarded(|| unsafe { self.alloc.free(p, mid, align) });
+                lo = mid;
+            }
+        }
+        lo
+    }
+
+    /// Whether a refused request of `size` bytes with `align` is one the
+    /// allocator may refuse: it declares a region, and cannot serve a
+    /// block that large right now (see the module doc).
+    pub(super) fn refused_fairly(&self, size: usize, align: usize) -> bool {
+        let Some(arena) = self.guarded(|| self.alloc.arena()) else {
+            return false;
+        };
+        // Searched from the whole region down, not from `size`: an
+        // allocator that refuses one size class while it serves larger
+        // blocks is caught, which probes at or below `size` would miss.
+        size > arena.size || self.largest_servable(arena.size, align) < size
+    }
+
+    /// What the allocator can serve now, if it declares a region.
+    pub(super) fn capacity(&self) -> Option<Capacity> {
+        // The count is read before the probes, none of them live.
+        let arena = self.guarded(|| self.alloc.arena())?;
+        Some(Capacity {
+            largest: self.largest_servable(arena.size, PROBE_ALIGN),
+            free: arena.free,
+        })
+    }
+
+    /// At the end of a program that freed everything: capacity lost since
+    /// `start` is a `capacity-leak`. The allocator's own count is compared
+    /// first, as it sees any loss; the largest block served catches a loss
+    /// the count misses (free blocks no longer merged).
+    pub(super) fn check_capacity(&self, start: Capacity) {
+        let Some(end) = self.capacity() else {
+            return;
+        };
+        let lost = match (start.free, end.free) {
+            (Some(before), Some(after)) if after < before => Some(("free bytes", before, after)),
+            _ if end.largest < start.largest => {
+                Some(("largest block served", start.largest, end.largest))
+            }
+            _ => None,
+        };
+        if let Some((figure, before, after)) = lost {
+            self.flag(Violation::CapacityLeak {
+                figure,
+                before,
+                after,
+            });
+        }
+    }
+}
