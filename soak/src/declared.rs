@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 /// One `[[allocator]]` entry.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields)]
 pub struct Declared {
     /// The name slots, `--allocator` and reports use.
     pub name: String,
@@ -28,6 +28,7 @@ pub struct Declared {
     #[serde(default)]
     pub features: Vec<String>,
     /// Whether the crate's default features are on (default: true).
+    #[serde(rename = "default-features")]
     pub default_features: Option<bool>,
     /// More dependencies the expression needs, as Cargo writes them.
     #[serde(default)]
@@ -45,6 +46,14 @@ pub struct Declared {
     /// `"mimalloc"` for a port that promises mimalloc's size classes
     /// (`diff_mimalloc` then compares usable sizes).
     pub size_classes: Option<String>,
+    /// Bytes of the fixed region a `GlobalAlloc` serves every block from:
+    /// a request it cannot fit may fail, and capacity it loses by a
+    /// program's end is a `capacity-leak` (README: "Allocators over a fixed
+    /// region"). Default: none, it grows as it needs.
+    pub arena: Option<usize>,
+    /// The largest alignment a `GlobalAlloc` supports; programs skip larger
+    /// requests. Default: every alignment programs ask for.
+    pub max_align: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -205,10 +214,16 @@ impl Declared {
     /// The line of `register()` that declares this allocator.
     fn registration(&self) -> String {
         let name = &self.name;
-        let classes = match &self.size_classes {
+        let mut properties = match &self.size_classes {
             Some(c) => format!(".with_size_classes({c:?})"),
             None => String::new(),
         };
+        if let Some(size) = self.arena {
+            properties.push_str(&format!(".with_arena({size})"));
+        }
+        if let Some(align) = self.max_align {
+            properties.push_str(&format!(".with_max_align({align})"));
+        }
         let make = match (&self.c, self.api, &self.static_item, &self.new) {
             (Some(_), ..) => format!(
                 "shadow::allocator::linked_c({name:?}, unsafe {{ allocsoak_c_{}() }})",
@@ -218,10 +233,10 @@ impl Declared {
                 format!("Box::new(shadow::allocator::Api2Adapter::new({name:?}, || {new}))")
             }
             (None, _, Some(item), _) => format!(
-                "Box::new(shadow::allocator::GlobalAllocAdapter::of_static({name:?}, &{item}){classes})"
+                "Box::new(shadow::allocator::GlobalAllocAdapter::of_static({name:?}, &{item}){properties})"
             ),
             (None, _, None, Some(new)) => format!(
-                "Box::new(shadow::allocator::GlobalAllocAdapter::new({name:?}, {new}){classes})"
+                "Box::new(shadow::allocator::GlobalAllocAdapter::new({name:?}, {new}){properties})"
             ),
             _ => unreachable!("checked: a crate has new or static"),
         };

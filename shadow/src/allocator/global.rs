@@ -16,6 +16,7 @@ pub struct GlobalAllocAdapter<A: 'static> {
     inner: &'static A,
     size_classes: Option<&'static str>,
     arena_size: Option<usize>,
+    max_align: usize,
 }
 
 impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
@@ -32,6 +33,7 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
             inner,
             size_classes: None,
             arena_size: None,
+            max_align: crate::edges::MAX_ALIGN,
         }
     }
 
@@ -77,6 +79,10 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
         self.size_classes
     }
 
+    fn max_align(&self) -> usize {
+        self.max_align
+    }
+
     fn arena(&self) -> Option<super::Arena> {
         self.arena_size
             .map(|size| super::Arena { size, free: None })
@@ -91,6 +97,13 @@ impl<A: 'static> GlobalAllocAdapter<A> {
     /// only the largest block served is compared.
     pub fn with_arena(mut self, size: usize) -> Self {
         self.arena_size = Some(size);
+        self
+    }
+
+    /// The largest alignment the allocator supports: programs skip larger
+    /// requests rather than report them.
+    pub fn with_max_align(mut self, align: usize) -> Self {
+        self.max_align = align.min(crate::edges::MAX_ALIGN);
         self
     }
 }

@@ -23,8 +23,8 @@ mod system;
 pub mod zoo;
 
 pub use api2::Api2Adapter;
-pub use dylib::CFunctions;
 pub use arena::FixedArena;
+pub use dylib::CFunctions;
 pub use extras::{Extras, InPlace, PurgeDelay};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
