@@ -41,21 +41,7 @@ where
     fn with<R>(&self, f: impl FnOnce(&A) -> R) -> R {
         f(&self.inner.lock().unwrap_or_else(|e| e.into_inner()))
     }
-}
 
-fn layout(size: usize, align: usize) -> Option<Layout> {
-    Layout::from_size_align(size.max(1), align).ok()
-}
-
-fn start(block: Result<NonNull<[u8]>, allocator_api2::alloc::AllocError>) -> *mut u8 {
-    block.map_or(ptr::null_mut(), |b| b.cast::<u8>().as_ptr())
-}
-
-impl<A> Api2Adapter<A>
-where
-    A: Send,
-    for<'a> &'a A: Api2,
-{
     /// `grow` / `grow_zeroed` / `shrink` as the sizes ask. Null: failed,
     /// and the block is as it was.
     unsafe fn resize(
@@ -88,6 +74,14 @@ where
         }
         q
     }
+}
+
+fn layout(size: usize, align: usize) -> Option<Layout> {
+    Layout::from_size_align(size.max(1), align).ok()
+}
+
+fn start(block: Result<NonNull<[u8]>, allocator_api2::alloc::AllocError>) -> *mut u8 {
+    block.map_or(ptr::null_mut(), |b| b.cast::<u8>().as_ptr())
 }
 
 impl<A> Allocator for Api2Adapter<A>
