@@ -12,36 +12,51 @@ use std::time::{Duration, Instant};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn start(state: &Path, secs: &str) -> Child {
+/// Two bugs that show at few sites (a bug that spans size tiers is one
+/// group per tier, and filing them all would crowd out merges).
+const BUGS: &str = "zoo:double-issue+tiny-realloc-short";
+
+fn start(state: &Path, secs: &str, (target, allocator): (&str, &str)) -> Child {
     Command::new(env!("CARGO_BIN_EXE_allocsoak"))
         .arg("soak")
         .arg("--state")
         .arg(state)
-        // Two bugs that show at few sites (a bug that spans size tiers is
-        // one group per tier, and filing them all would crowd out merges).
-        .args([
-            "--target",
-            "alloc_ops",
-            "--allocator",
-            "zoo:double-issue+tiny-realloc-short",
-        ])
-        .args(["--jobs", "2", "--slice-secs", "3", "--duration", secs])
+        .args(["--target", target, "--allocator", allocator])
+        .args(["--jobs", "2", "--slice-secs", "8", "--duration", secs])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
 }
 
+/// The slot a round soaks, and what its kill aims at. A round that aims
+/// at a filing brings a bug no group holds yet, and one that aims at a
+/// merge a target whose corpus is empty, so there is one to hit: a soak
+/// that has filed its bugs and saturated its corpus does neither.
+fn round_plan(round: usize) -> ((&'static str, &'static str), Option<Busy>) {
+    match round {
+        0 => (("alloc_ops", BUGS), Some(Busy::Filing)),
+        2 => (("heap_api", BUGS), Some(Busy::Merging)),
+        4 => (("alloc_ops", "zoo:usable-oversize"), Some(Busy::Filing)),
+        6 => (("mt_ops", BUGS), Some(Busy::Merging)),
+        8 => (("alloc_ops", "zoo:small-underalign"), Some(Busy::Filing)),
+        10 => (("diff_mimalloc", BUGS), Some(Busy::Merging)),
+        _ => (("alloc_ops", BUGS), None),
+    }
+}
+
 /// Every file that must never be lost: corpus inputs (by name: libFuzzer
 /// names them by content hash) and crash inputs.
 fn kept(state: &Path) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    if let Ok(entries) = std::fs::read_dir(state.join("corpus/alloc_ops")) {
-        for e in entries {
-            out.insert(format!(
-                "corpus/{}",
-                e.unwrap().file_name().to_string_lossy()
-            ));
+    for target in shadow::Target::ALL {
+        if let Ok(entries) = std::fs::read_dir(state.join("corpus").join(target.name())) {
+            for e in entries {
+                out.insert(format!(
+                    "corpus/{target}/{}",
+                    e.unwrap().file_name().to_string_lossy()
+                ));
+            }
         }
     }
     if let Ok(groups) = std::fs::read_dir(state.join("crashes")) {
@@ -94,15 +109,19 @@ enum Busy {
     Filing,
 }
 
-/// The alloc_ops corpus generations other than the current one.
+/// The corpus generations other than each target's current one.
 fn other_generations(state: &Path) -> BTreeSet<String> {
-    let current = std::fs::read_link(state.join("corpus/alloc_ops"))
-        .ok()
-        .and_then(|t| Some(t.file_name()?.to_string_lossy().into_owned()));
+    let current: Vec<String> = shadow::Target::ALL
+        .iter()
+        .filter_map(|t| {
+            let link = std::fs::read_link(state.join("corpus").join(t.name())).ok()?;
+            Some(link.file_name()?.to_string_lossy().into_owned())
+        })
+        .collect();
     std::fs::read_dir(state.join("corpus"))
         .map(|d| {
             d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
-                .filter(|n| n.starts_with(".alloc_ops.g") && Some(n) != current.as_ref())
+                .filter(|n| n.starts_with('.') && n.contains(".g") && !current.contains(n))
                 .collect()
         })
         .unwrap_or_default()
@@ -150,12 +169,12 @@ fn sigkill_at_any_moment_loses_nothing() {
     let (mut merges, mut filings) = (0, 0);
     for round in 0..12 {
         let before = other_generations(&state);
-        let mut child = start(&state, "600");
+        let (slot, aim) = round_plan(round);
+        let mut child = start(&state, "600", slot);
         let pid = child.id();
-        match round % 4 {
-            0 => busy_moment(&state, pid, &before, Busy::Filing, Duration::from_secs(15)),
-            2 => busy_moment(&state, pid, &before, Busy::Merging, Duration::from_secs(15)),
-            _ => {
+        match aim {
+            Some(what) => busy_moment(&state, pid, &before, what, Duration::from_secs(30)),
+            None => {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
@@ -193,7 +212,7 @@ fn sigkill_at_any_moment_loses_nothing() {
     );
     // A clean run finishes what the kills left: nothing waits in scratch,
     // everything seen is still there, and both bugs are on file.
-    let mut last = start(&state, "40");
+    let mut last = start(&state, "40", round_plan(1).0);
     assert!(last.wait().unwrap().success());
     let now = kept(&state);
     assert!(seen.is_subset(&now));
