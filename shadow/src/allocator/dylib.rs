@@ -114,30 +114,27 @@ impl Dylib {
                 "`{path}` has no `{prefix}{name}`; pass the symbol prefix as dylib:{path}:<prefix>"
             )
         };
-        unsafe {
-            let aligned = if let Some(f) = own_symbol(&lib, &own, prefix, "posix_memalign") {
-                AlignedApi::PosixMemalign(f)
-            } else if let Some(f) = own_symbol(&lib, &own, prefix, "memalign") {
-                AlignedApi::Memalign(f)
-            } else if let Some(f) = own_symbol(&lib, &own, prefix, "aligned_alloc") {
-                AlignedApi::AlignedAlloc(f)
-            } else if let Some(f) = own_symbol(&lib, &own, prefix, "malloc_aligned") {
-                AlignedApi::SizeFirst(f)
-            } else {
-                AlignedApi::None
+        // A macro, not a closure: each symbol has its own type.
+        macro_rules! symbol {
+            ($name:literal) => {
+                unsafe { own_symbol(&lib, &own, prefix, $name) }
             };
-            Ok(Dylib {
-                name: format!("dylib:{spec}"),
-                malloc: own_symbol(&lib, &own, prefix, "malloc").ok_or_else(|| need("malloc"))?,
-                free: own_symbol(&lib, &own, prefix, "free").ok_or_else(|| need("free"))?,
-                calloc: own_symbol(&lib, &own, prefix, "calloc"),
-                realloc: own_symbol(&lib, &own, prefix, "realloc"),
-                usable: own_symbol(&lib, &own, prefix, "malloc_usable_size")
-                    .or_else(|| own_symbol(&lib, &own, prefix, "usable_size")),
-                aligned,
-                _lib: Some(lib),
-            })
         }
+        let fns = CFunctions {
+            malloc: symbol!("malloc").ok_or_else(|| need("malloc"))?,
+            free: symbol!("free").ok_or_else(|| need("free"))?,
+            calloc: symbol!("calloc"),
+            realloc: symbol!("realloc"),
+            usable_size: symbol!("malloc_usable_size").or_else(|| symbol!("usable_size")),
+            posix_memalign: symbol!("posix_memalign"),
+            memalign: symbol!("memalign"),
+            aligned_alloc: symbol!("aligned_alloc"),
+            malloc_aligned: symbol!("malloc_aligned"),
+        };
+        Ok(Dylib {
+            _lib: Some(lib),
+            ..Dylib::linked(&format!("dylib:{spec}"), fns)
+        })
     }
 
     /// The functions `fns`, linked into the binary, under `name`.
