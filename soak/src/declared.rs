@@ -348,36 +348,24 @@ impl Glue {
     pub fn archives(release: &Path, declared: &[Declared]) -> Result<Vec<PathBuf>> {
         let mut found = Vec::new();
         for d in declared {
-            let (dir, prefix) = match (&d.krate, &d.c) {
-                (Some(k), _) => (release.join("deps"), format!("lib{}-", k.replace('-', "_"))),
-                (None, _) => (release.join("build"), String::new()),
-            };
-            let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+            let dir = release.join(if d.c.is_some() { "build" } else { "deps" });
             let entries = std::fs::read_dir(&dir).with_context(|| {
                 format!("no build at {}; run `allocsoak build` first", dir.display())
             })?;
-            for entry in entries {
-                let path = entry?.path();
-                let candidate = match &d.c {
-                    Some(_) => path.join(format!("out/libdeclared_{}.a", d.ident())),
-                    None => path.clone(),
-                };
-                let file = candidate
-                    .file_name()
-                    .map(|f| f.to_string_lossy().into_owned());
-                let matches = match &d.c {
-                    Some(_) => candidate.is_file(),
-                    None => file.is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".rlib")),
-                };
-                if matches {
-                    let time = candidate.metadata()?.modified()?;
-                    if newest.as_ref().is_none_or(|(t, _)| time > *t) {
-                        newest = Some((time, candidate));
-                    }
+            let rlib = format!("lib{}-", d.krate.as_deref().unwrap_or("").replace('-', "_"));
+            let candidates = entries.filter_map(|e| {
+                let path = e.ok()?.path();
+                let name = path.file_name()?.to_string_lossy().into_owned();
+                match &d.c {
+                    Some(_) => Some(path.join(format!("out/libdeclared_{}.a", d.ident())))
+                        .filter(|a| a.is_file()),
+                    None => (name.starts_with(&rlib) && name.ends_with(".rlib")).then_some(path),
                 }
-            }
+            });
+            // Stale builds of the crate may linger beside the current one.
+            let newest = candidates.max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok());
             match newest {
-                Some((_, path)) => found.push(path),
+                Some(path) => found.push(path),
                 None => bail!(
                     "no build of the declared allocator `{}` in {}; run `allocsoak build` first",
                     d.name,
