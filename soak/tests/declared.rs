@@ -43,16 +43,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn git_status() -> String {
-    let out = std::process::Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=all"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run git");
-    assert!(out.status.success(), "git status failed");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn run(config: &Path, args: &[&str]) -> (Output, String) {
     let out = allocsoak()
         .arg("--config")
@@ -85,7 +75,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     let _one = common::ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let before = git_status();
+    let before = common::checkout_status();
     let repo = author_repo();
     let config = repo.join("allocsoak.toml");
 
@@ -200,7 +190,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         assert!(counters > 0, "{archive} has no coverage counters:\n{text}");
     }
 
-    assert_eq!(git_status(), before, "the checkout changed");
+    assert_eq!(common::checkout_status(), before, "the checkout changed");
 }
 
 #[test]

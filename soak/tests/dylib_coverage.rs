@@ -49,16 +49,6 @@ fn text(out: &Output) -> String {
     )
 }
 
-fn git_status(root: &Path) -> String {
-    let out = Command::new("git")
-        .args(["status", "--porcelain"])
-        .current_dir(root)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git status failed: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `allocsoak instrumentation --dylib <lib>`: whether it passed, and the
 /// counter count it printed.
 fn instrumentation(lib: &Path) -> (bool, u64) {
@@ -121,7 +111,7 @@ fn fuzz(lib: &Path, secs: u64) -> Output {
 fn an_instrumented_dylib_is_covered_and_its_bug_found() {
     let _one = common::ONE_AT_A_TIME.lock().unwrap();
     let project = Project::find().unwrap();
-    let before = git_status(project.root());
+    let before = common::checkout_status();
     let dir = tempfile::tempdir().unwrap();
     let planted = build_tiny(dir.path(), "planted", true, true);
     let clean = build_tiny(dir.path(), "clean", true, false);
@@ -188,7 +178,7 @@ fn an_instrumented_dylib_is_covered_and_its_bug_found() {
         let _ = std::fs::remove_dir_all(run);
     }
     assert_eq!(
-        git_status(project.root()),
+        common::checkout_status(),
         before,
         "the test changed the checkout"
     );

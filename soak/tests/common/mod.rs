@@ -154,3 +154,15 @@ pub fn emitted_test_fails_on_the_zoo_and_passes_on_system(test_file: &Path, kind
         String::from_utf8_lossy(&on_system.stdout)
     );
 }
+
+/// `git status` of the checkout, untracked files included: what a test that
+/// must leave the checkout as it was compares before and after.
+pub fn checkout_status() -> String {
+    let out = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=all"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git status failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
