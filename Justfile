@@ -47,7 +47,8 @@ zoo SECS="60": setup
     {{allocsoak}} zoo --secs {{SECS}}
 
 # The build, then unit, integration and end-to-end soak tests, the instrumentation
-# check, honggfuzz's build and a planted bug found by it, then the zoo.
+# check, honggfuzz's build and a planted bug found by it, the plain reproductions of
+# corpus/findings (no allocsoak in them), then the zoo.
 # All the tests.
 test: setup
     {{allocsoak}} build
@@ -57,6 +58,7 @@ test: setup
     {{allocsoak}} instrumentation
     ./scripts/hfuzz-build
     ./scripts/hfuzz-zoo
+    ./corpus/findings/repro/check
     {{allocsoak}} zoo --secs 60
 
 # exec/s with and without the shadow model, per target × allocator (see BENCHMARKS.md).

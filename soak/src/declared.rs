@@ -38,6 +38,12 @@ pub struct Declared {
     /// A `static` item that is the allocator (`my_alloc::GLOBAL`).
     #[serde(rename = "static")]
     pub static_item: Option<String>,
+    /// Statements run once the allocator is at the address it keeps (boxed
+    /// from `new`, or the `static`), with `heap` bound to a `&'static` of
+    /// it: an embedded heap's `unsafe { heap.init(start, size) }`, which
+    /// may leave pointers to the allocator itself in its region, so it must
+    /// not run before a move. A `GlobalAlloc` only.
+    pub init: Option<String>,
     /// The trait it implements: `global-alloc` (default) or `allocator-api2`.
     #[serde(default)]
     pub api: Api,
@@ -116,8 +122,8 @@ impl Declared {
                 {
                     return Err(bad("c.prefix must name the functions' prefix (`my_` for my_malloc); unprefixed malloc would replace the process's own (rename with defines = [\"malloc=my_malloc\", ...])"));
                 }
-                if self.new.is_some() || self.static_item.is_some() {
-                    return Err(bad("a C allocator takes no `new` or `static`"));
+                if self.new.is_some() || self.static_item.is_some() || self.init.is_some() {
+                    return Err(bad("a C allocator takes no `new`, `static` or `init`"));
                 }
             }
             (None, Some(_)) => {
@@ -140,6 +146,9 @@ impl Declared {
                         return Err(bad("an allocator-api2 allocator is made fresh for each program: give `new`, not `static`"))
                     }
                     _ => {}
+                }
+                if self.init.is_some() && self.api == Api::AllocatorApi2 {
+                    return Err(bad("`init` is for a GlobalAlloc; an allocator-api2 allocator's `new` makes it ready"));
                 }
             }
             (Some(_), Some(_)) => return Err(bad("give `crate` or `c`, not both")),
@@ -232,13 +241,20 @@ impl Declared {
             (None, Api::AllocatorApi2, _, Some(new)) => {
                 format!("Box::new(shadow::allocator::Api2Adapter::new({name:?}, || {new}))")
             }
-            (None, _, Some(item), _) => format!(
-                "Box::new(shadow::allocator::GlobalAllocAdapter::of_static({name:?}, &{item}){properties})"
-            ),
-            (None, _, None, Some(new)) => format!(
-                "Box::new(shadow::allocator::GlobalAllocAdapter::new({name:?}, {new}){properties})"
-            ),
-            _ => unreachable!("checked: a crate has new or static"),
+            (None, _, item, new) => {
+                let adapter = match (item, new) {
+                    (Some(item), _) => format!("of_static({name:?}, &{item})"),
+                    (None, Some(new)) => format!("new({name:?}, {new})"),
+                    (None, None) => unreachable!("checked: a crate has new or static"),
+                };
+                let adapter = format!("shadow::allocator::GlobalAllocAdapter::{adapter}{properties}");
+                match &self.init {
+                    Some(init) => format!(
+                        "{{\n        let adapter = {adapter};\n        let heap = adapter.allocator();\n        {{ {init} }}\n        Box::new(adapter)\n    }}"
+                    ),
+                    None => format!("Box::new({adapter})"),
+                }
+            }
         };
         format!("    shadow::allocator::declare({name:?}, || {make});\n")
     }
@@ -479,7 +495,7 @@ fn lib_rs(declared: &[Declared]) -> String {
         }
         text.push_str("}\n\n");
     }
-    text.push_str("/// Declares the config's allocators to `shadow`.\npub fn register() {\n");
+    text.push_str("/// Declares the config's allocators to `shadow`.\n#[allow(unused_braces)] // around an `init` that is one expression\npub fn register() {\n");
     for d in declared {
         text.push_str(&d.registration());
     }
@@ -563,4 +579,38 @@ fn c_shim(d: &Declared) -> String {
         id = d.ident()
     ));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(extra: &str) -> Declared {
+        toml::from_str(&format!("name = \"mine\"\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn init_runs_on_the_allocator_where_it_stays() {
+        let d = entry("crate = \"mine\"\npath = \".\"\nnew = \"mine::Heap::empty()\"\ninit = \"unsafe { heap.init() }\"\narena = 4096\n");
+        d.check().unwrap();
+        let line = d.registration();
+        let placed = line.find("GlobalAllocAdapter::new(\"mine\", mine::Heap::empty()).with_arena(4096)");
+        let bound = line.find("let heap = adapter.allocator();");
+        let init = line.find("unsafe { heap.init() }");
+        assert!(
+            placed < bound && bound < init && placed.is_some(),
+            "init must run after the value is placed:\n{line}"
+        );
+    }
+
+    #[test]
+    fn init_is_refused_where_nothing_would_run_it() {
+        for (extra, says) in [
+            ("crate = \"mine\"\npath = \".\"\napi = \"allocator-api2\"\nnew = \"mine::Bump::new()\"\ninit = \"x\"\n", "GlobalAlloc"),
+            ("init = \"x\"\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n", "C allocator"),
+        ] {
+            let e = entry(extra).check().unwrap_err().to_string();
+            assert!(e.contains("`mine`") && e.contains(says), "{e}");
+        }
+    }
 }

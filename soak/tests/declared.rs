@@ -174,6 +174,25 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         "clean allocators had findings:\n{text}"
     );
 
+    // One initialized where it stays (`new`, then `init` on the placed
+    // value) runs clean; it panics on any call if it was moved after init.
+    let (out, text) = run(
+        &config,
+        &[
+            "fuzz",
+            "--allocator",
+            "planted-pinned",
+            "--target",
+            "alloc_ops",
+            "--secs",
+            "10",
+        ],
+    );
+    assert!(
+        out.status.success() && found(&text) == [("alloc_ops".into(), "planted-pinned".into(), "none".into())],
+        "planted-pinned (init in place) had findings:\n{text}"
+    );
+
     // Coverage reaches the author's code: counters in the crate and the C sources.
     let (out, text) = run(&config, &["instrumentation"]);
     assert!(out.status.success(), "{text}");

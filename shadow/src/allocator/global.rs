@@ -37,6 +37,12 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
         }
     }
 
+    /// The allocator, at the address it keeps for the rest of the process:
+    /// where an embedded heap's `init` runs (after [`Self::new`] moved it).
+    pub fn allocator(&self) -> &'static A {
+        self.inner
+    }
+
     /// Declares the allocator a port of another one's size classes
     /// (`"mimalloc"`): `diff_mimalloc` then requires equal usable sizes.
     pub fn with_size_classes(mut self, of: &'static str) -> Self {

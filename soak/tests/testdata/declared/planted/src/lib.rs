@@ -6,6 +6,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 pub struct Planted {
     bug: bool,
@@ -48,5 +49,48 @@ unsafe impl GlobalAlloc for Planted {
             System.dealloc(p, layout);
         }
         q
+    }
+}
+
+/// An allocator that must not move once initialized, as an embedded heap
+/// whose free lists point back into it: `init` records where it is, and
+/// every call checks it is still there (a panic if not, or if `init` never
+/// ran). Declared with `new` and `init`, it runs clean only if allocsoak
+/// initializes it where it stays.
+pub struct Pinned {
+    at: AtomicPtr<Pinned>,
+}
+
+impl Pinned {
+    pub const fn empty() -> Pinned {
+        Pinned {
+            at: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// # Safety
+    /// `self` must not move afterwards.
+    pub unsafe fn init(&self) {
+        self.at.store(self as *const Pinned as *mut Pinned, Ordering::Release);
+    }
+
+    fn check(&self) {
+        let at = self.at.load(Ordering::Acquire);
+        assert!(
+            ptr::eq(at, self),
+            "Pinned used at {self:p}, initialized at {at:p}: moved after init, or never initialized"
+        );
+    }
+}
+
+unsafe impl GlobalAlloc for Pinned {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.check();
+        System.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        self.check();
+        System.dealloc(p, layout)
     }
 }
