@@ -88,3 +88,31 @@ fn aligned_alloc_is_asked_only_for_multiples_of_the_alignment() {
     assert_eq!(common::violation(&program, &name), None);
     common::assert_clean(Target::AllocOps, &name, 12, 100);
 }
+
+/// The budget-limited build, declared as a config's C allocator with
+/// `arena = 65536` declares it (`linked_c(..).with_arena(..)` in the glue).
+fn over_its_region() -> Box<dyn shadow::allocator::Allocator> {
+    // Its own copy: a library loaded twice is one library, one budget.
+    let lib = build("tiny_alloc_region", &["-DBUDGET=65536"]);
+    let spec = format!("{}:t_", lib.display());
+    Box::new(
+        shadow::allocator::Dylib::open(&spec)
+            .unwrap()
+            .with_arena(65536),
+    )
+}
+
+#[test]
+fn a_c_allocator_over_a_fixed_region_may_refuse_what_cannot_fit() {
+    let program = common::program(
+        "target alloc_ops\nalloc size=40000 align=16\nalloc size=40000 align=16\nfree slot=0\nalloc size=40000 align=16\n",
+    );
+    // Undeclared, its refusal of a second 40000 bytes is a `null`.
+    let lib = build("tiny_alloc_budget", &["-DBUDGET=65536"]);
+    let undeclared = format!("dylib:{}:t_", lib.display());
+    assert_eq!(common::kind(&program, &undeclared).as_deref(), Some("null"));
+    // With its region declared, the refusal is legitimate, and the rest runs clean.
+    shadow::allocator::declare("tiny-region", over_its_region);
+    assert_eq!(common::violation(&program, "tiny-region"), None);
+    common::assert_clean(Target::AllocOps, "tiny-region", 13, 100);
+}

@@ -52,12 +52,12 @@ pub struct Declared {
     /// `"mimalloc"` for a port that promises mimalloc's size classes
     /// (`diff_mimalloc` then compares usable sizes).
     pub size_classes: Option<String>,
-    /// Bytes of the fixed region a `GlobalAlloc` serves every block from:
+    /// Bytes of the fixed region the allocator serves every block from:
     /// a request it cannot fit may fail, and capacity it loses by a
     /// program's end is a `capacity-leak` (README: "Allocators over a fixed
     /// region"). Default: none, it grows as it needs.
     pub arena: Option<usize>,
-    /// The largest alignment a `GlobalAlloc` supports; programs skip larger
+    /// The largest alignment the allocator supports; programs skip larger
     /// requests. Default: every alignment programs ask for.
     pub max_align: Option<usize>,
 }
@@ -235,7 +235,7 @@ impl Declared {
         }
         let make = match (&self.c, self.api, &self.static_item, &self.new) {
             (Some(_), ..) => format!(
-                "shadow::allocator::linked_c({name:?}, unsafe {{ allocsoak_c_{}() }})",
+                "Box::new(shadow::allocator::linked_c({name:?}, unsafe {{ allocsoak_c_{}() }}){properties})",
                 self.ident()
             ),
             (None, Api::AllocatorApi2, _, Some(new)) => {
@@ -600,6 +600,17 @@ mod tests {
         assert!(
             placed < bound && bound < init && placed.is_some(),
             "init must run after the value is placed:\n{line}"
+        );
+    }
+
+    #[test]
+    fn a_c_allocator_gets_its_declared_properties() {
+        let d = entry("arena = 65536\nmax_align = 64\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n");
+        d.check().unwrap();
+        let line = d.registration();
+        assert!(
+            line.contains("linked_c(\"mine\", unsafe { allocsoak_c_mine() }).with_arena(65536).with_max_align(64)"),
+            "{line}"
         );
     }
 

@@ -43,8 +43,18 @@ pub struct Dylib {
     realloc: Option<Realloc>,
     usable: Option<Usable>,
     aligned: AlignedApi,
+    /// What a config declared of it (`with_*`); a library has none.
+    properties: Properties,
     /// The loaded library; `None` when the functions are linked in.
     _lib: Option<Library>,
+}
+
+/// A linked C allocator's declared properties, as a `GlobalAlloc`'s are.
+#[derive(Clone, Copy, Default)]
+struct Properties {
+    size_classes: Option<&'static str>,
+    arena_size: Option<usize>,
+    max_align: Option<usize>,
 }
 
 /// A C allocator's functions, linked into the binary: what the glue crate
@@ -158,8 +168,29 @@ impl Dylib {
             realloc: fns.realloc,
             usable: fns.usable_size,
             aligned,
+            properties: Properties::default(),
             _lib: None,
         }
+    }
+
+    /// Declares it a port of another allocator's size classes
+    /// (`"mimalloc"`): `diff_mimalloc` then requires equal usable sizes.
+    pub fn with_size_classes(mut self, of: &'static str) -> Self {
+        self.properties.size_classes = Some(of);
+        self
+    }
+
+    /// Declares that it serves every block from one region of `size` bytes
+    /// (see [`Allocator::arena`]).
+    pub fn with_arena(mut self, size: usize) -> Self {
+        self.properties.arena_size = Some(size);
+        self
+    }
+
+    /// Caps the alignments programs ask of it.
+    pub fn with_max_align(mut self, align: usize) -> Self {
+        self.properties.max_align = Some(align);
+        self
     }
 
     unsafe fn aligned(&self, size: usize, align: usize) -> *mut u8 {
@@ -245,10 +276,21 @@ impl Allocator for Dylib {
     }
 
     fn max_align(&self) -> usize {
-        match self.aligned {
+        let api = match self.aligned {
             AlignedApi::None => MALLOC_ALIGN,
             _ => crate::edges::MAX_ALIGN,
-        }
+        };
+        self.properties.max_align.map_or(api, |cap| cap.min(api))
+    }
+
+    fn size_classes(&self) -> Option<&'static str> {
+        self.properties.size_classes
+    }
+
+    fn arena(&self) -> Option<super::Arena> {
+        self.properties
+            .arena_size
+            .map(|size| super::Arena { size, free: None })
     }
 
     fn extras(&self) -> Option<&dyn Extras> {

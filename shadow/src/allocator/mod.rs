@@ -24,7 +24,7 @@ pub mod zoo;
 
 pub use api2::Api2Adapter;
 pub use arena::FixedArena;
-pub use dylib::CFunctions;
+pub use dylib::{CFunctions, Dylib};
 pub use extras::{Extras, InPlace, PurgeDelay};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
@@ -250,9 +250,10 @@ pub fn declared_names() -> Vec<&'static str> {
 }
 
 /// A C allocator linked into the binary (compiled from a config's `c`
-/// sources), under `name`: its functions, as `dylib:` would resolve them.
-pub fn linked_c(name: &'static str, fns: CFunctions) -> Box<dyn Allocator> {
-    Box::new(dylib::Dylib::linked(name, fns))
+/// sources), under `name`: its functions, as `dylib:` would resolve them;
+/// `with_arena` and the other `with_*` add what the config declares.
+pub fn linked_c(name: &'static str, fns: CFunctions) -> Dylib {
+    Dylib::linked(name, fns)
 }
 
 /// The bundled allocators by name. An author's allocator is declared in a

@@ -4,7 +4,9 @@
  * 16-byte alignment; with -DDIRTY_CALLOC, calloc does not zero (it fills
  * with 0xa5, as reused memory might hold); with -DALIGNED_ALLOC_ONLY, its
  * aligned API is C11's aligned_alloc alone, strict about its precondition
- * (size a multiple of the alignment), as C11 lets an implementation be. */
+ * (size a multiple of the alignment), as C11 lets an implementation be;
+ * with -DBUDGET=N, it stands for an allocator over a fixed region of N
+ * bytes: a request that would take the live bytes past N fails. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,8 +24,22 @@ static void *wrap(void *raw, size_t size, size_t offset) {
 
 static void *raw_of(void *p) { return (char *)p - ((size_t *)p)[-2]; }
 
+#ifdef BUDGET
+static size_t live;
+/* Takes `size` bytes of the region, or fails when they are not there. */
+static int take(size_t size) {
+    if (size > BUDGET - live) return 0;
+    live += size;
+    return 1;
+}
+#define GIVE_BACK(p) (live -= ((size_t *)(p))[-1])
+#else
+#define take(size) 1
+#define GIVE_BACK(p) ((void)0)
+#endif
+
 void *t_malloc(size_t size) {
-    if (size > PTRDIFF_MAX - HEADER) return NULL;
+    if (size > PTRDIFF_MAX - HEADER || !take(size)) return NULL;
 #ifdef PLANTED_BUG
     if (size > 16 && size <= 32) return wrap(malloc(size + HEADER + 8), size, HEADER + 8);
 #endif
@@ -31,7 +47,9 @@ void *t_malloc(size_t size) {
 }
 
 void t_free(void *p) {
-    if (p) free(raw_of(p));
+    if (!p) return;
+    GIVE_BACK(p);
+    free(raw_of(p));
 }
 
 size_t t_malloc_usable_size(void *p) { return p ? ((size_t *)p)[-1] : 0; }
@@ -59,7 +77,7 @@ void *t_realloc(void *p, size_t size) {
 }
 
 static void *aligned(size_t align, size_t size) {
-    if (size > PTRDIFF_MAX - align - HEADER) return NULL;
+    if (size > PTRDIFF_MAX - align - HEADER || !take(size)) return NULL;
     char *raw = malloc(size + align + HEADER);
     if (!raw) return NULL;
     uintptr_t start = ((uintptr_t)raw + HEADER + align - 1) & ~(uintptr_t)(align - 1);
