@@ -228,6 +228,7 @@ pub fn test_name(g: &GroupRow) -> String {
 /// needs: the report, the inputs, the program text, the stack, the replay
 /// log and the emitted test, plus a README saying how to replay.
 pub fn export(
+    project: &Project,
     state: &StateDir,
     store: &Store,
     config: &Config,
@@ -278,6 +279,11 @@ pub fn export(
         .chain([name(&g.input())])
         .collect::<Vec<_>>()
         .join(" ");
+    // Relative to the checkout, where the author runs it; a declared
+    // allocator's binary is its glue's, not the plain target's.
+    let target = g.target()?;
+    let binary = project.binary(Build::for_allocator(&g.slot.allocator), target);
+    let binary = binary.strip_prefix(project.root()).unwrap_or(&binary);
     let readme = format!(
         "# allocsoak crash group {id}\n\n\
          {title}\n\n\
@@ -285,11 +291,17 @@ pub fn export(
          - `program.txt`: the op program (the failing op is marked); each op is one allocator call.\n\
          - `test.rs`: the program as a standalone Rust `#[test]` (needs allocsoak's `shadow` crate as a dev-dependency).\n\
          - `minimized` / `original`: the minimized program as text / the fuzz input{needs}; replay on allocsoak's fuzz binary:\n\n\
-         ```sh\n{tolerate}ALLOCSOAK_TEXT_INPUTS=1 ALLOCSOAK_ALLOCATOR='{allocator}' fuzz_targets/target/asan/x86_64-unknown-linux-gnu/release/{target} {files}\n```\n",
+         ```sh\n{build}{tolerate}ALLOCSOAK_TEXT_INPUTS=1 ALLOCSOAK_ALLOCATOR='{allocator}' {binary} {files}\n```\n",
         id = g.row.id,
         title = g.row.title,
         target = g.slot.target,
         allocator = g.slot.allocator,
+        binary = binary.display(),
+        build = if config.declared.iter().any(|d| d.name == g.slot.allocator) {
+            format!("cargo run --release -p soak -- --config {} build\n", config.path.display())
+        } else {
+            String::new()
+        },
         tolerate = if g.tolerate().is_some() { "ALLOCSOAK_TOLERATE=tolerate " } else { "" },
         needs = if history.is_empty() {
             String::new()

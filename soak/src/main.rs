@@ -341,7 +341,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
                     }
                 }
                 Some(TriageAction::Export { id, out }) => {
-                    let bundle = groups::export(&state, &store, &config, &id, &out)?;
+                    let bundle = groups::export(&project, &state, &store, &config, &id, &out)?;
                     println!("export: {}", bundle.display());
                 }
             }

@@ -1,0 +1,455 @@
+//! A block's life under the shadow: allocated (its address, alignment and
+//! contents checked as it is adopted), verified, freed, reallocated, its
+//! usable size probed; and the whole heap validated now and then.
+
+use super::more::{self, ReallocCall};
+use super::{Executor, On, Origin, Outcome};
+use crate::allocator::{HeapId, ReallocToZero};
+use crate::edges::IMPOSSIBLE_FROM;
+use crate::guard;
+use crate::model::{Block, MAX_BLOCK};
+use crate::op::NewSize;
+use crate::pattern;
+use crate::violation::{Site, Violation};
+
+impl Executor {
+    pub(super) fn alloc_block(
+        &mut self,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+        heap: Option<HeapId>,
+        on: On,
+    ) -> Outcome {
+        let impossible = size >= IMPOSSIBLE_FROM;
+        if size > MAX_BLOCK && !impossible && align <= self.alloc.max_align() {
+            return self.huge(size, align, zeroed, heap, on);
+        }
+        let room = match self.bulk {
+            true => self.shadow.fits_bulk(size),
+            false => self.shadow.fits(size),
+        };
+        if align > self.alloc.max_align() || (!impossible && !room) {
+            return Outcome::Skipped;
+        }
+        let p = self.alloc_call(size, align, zeroed, heap, on);
+        self.adopt_fresh(p, size, align, zeroed, heap)
+    }
+
+    /// Asks the allocator for a block (in `heap`, if given, on `on`).
+    pub(super) fn alloc_call(
+        &mut self,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+        heap: Option<HeapId>,
+        on: On,
+    ) -> usize {
+        let api = match (heap.is_some() && self.emulated.is_none(), zeroed) {
+            (true, false) => "heap-alloc",
+            (true, true) => "heap-alloc-zeroed",
+            (false, false) => "alloc",
+            (false, true) => "alloc-zeroed",
+        };
+        self.site = Site::new(api, size, align);
+        match heap {
+            None => self.call(on, move |a| unsafe {
+                a.alloc(size, align, zeroed) as usize
+            }),
+            Some(h) => {
+                self.guarded(|| unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize })
+            }
+        }
+    }
+
+    /// Checks what a request for a fresh block returned (`p`, or null)
+    /// and tracks the block.
+    pub(super) fn adopt_fresh(
+        &mut self,
+        p: usize,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+        heap: Option<HeapId>,
+    ) -> Outcome {
+        let impossible = size >= IMPOSSIBLE_FROM;
+        if impossible {
+            if p != 0 && self.checked {
+                self.fail(Violation::ImpossibleSuccess {
+                    size,
+                    align,
+                    ptr: p,
+                });
+            }
+            return Outcome::Failed;
+        }
+        if p == 0 {
+            if size != 0 && self.checked && !self.refused_fairly(size, align) {
+                self.flag(Violation::Null { size, align });
+            }
+            return Outcome::Failed;
+        }
+        self.adopt(p, size, align, heap, Origin::Fresh { zeroed })
+    }
+
+    /// Checks a block the allocator just handed out and starts tracking it.
+    pub(super) fn adopt(
+        &mut self,
+        p: usize,
+        size: usize,
+        align: usize,
+        heap: Option<HeapId>,
+        origin: Origin,
+    ) -> Outcome {
+        let mut block = Block {
+            ptr: p,
+            size,
+            align,
+            usable: size,
+            extent: size,
+            seed: 0,
+            heap,
+        };
+        self.pending = Some(block);
+        if !self.checked {
+            return Outcome::Live(self.shadow.insert(block, false).expect("unchecked insert"));
+        }
+        if p % align != 0 {
+            self.flag(Violation::Alignment {
+                ptr: p,
+                size,
+                align,
+            });
+        }
+        block.usable =
+            self.guarded(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) });
+        if let (Origin::Fresh { .. }, None) = (&origin, heap) {
+            self.check_good_size(&block);
+        }
+        if block.usable < size {
+            self.flag(Violation::UsableSize {
+                ptr: p,
+                size,
+                usable: block.usable,
+                why: "less than requested",
+            });
+            // Tolerated: go on as if the block had what was asked for.
+            block.usable = size;
+        }
+        block.seed = match origin {
+            Origin::Raced { seed } => seed,
+            _ => self.seed(),
+        };
+        let index = match self.shadow.insert(block, true) {
+            Ok(i) => {
+                self.pending = None;
+                i
+            }
+            Err(other) => self.overlap(block, other),
+        };
+        let base = p as *mut u8;
+        match origin {
+            Origin::Fresh { zeroed: true } => {
+                if let Some(mismatch) = unsafe { pattern::check_zero(base, size, 0, block.seed) } {
+                    self.flag(Violation::Zeroed {
+                        ptr: p,
+                        size,
+                        mismatch,
+                    });
+                }
+            }
+            Origin::Fresh { zeroed: false } => {}
+            Origin::Raced { seed } => {
+                // Written by its worker during the section: another thread
+                // that got the same memory wrote over it.
+                if let Some(mismatch) = unsafe { pattern::check(base, size, size, seed) } {
+                    self.fail(Violation::Contents {
+                        ptr: p,
+                        size,
+                        mismatch,
+                        when: "during a race section",
+                    });
+                }
+                return Outcome::Live(index);
+            }
+            Origin::Realloc { old, zero_from } => {
+                if let Some(mismatch) =
+                    unsafe { pattern::check(base, old.extent, old.size.min(size), old.seed) }
+                {
+                    self.fail(Violation::ReallocPrefix {
+                        old: old.ptr,
+                        new: p,
+                        old_size: old.size,
+                        new_size: size,
+                        mismatch,
+                    });
+                }
+                let dirty = zero_from
+                    .and_then(|from| unsafe { pattern::check_zero(base, size, from, block.seed) });
+                if let Some(mismatch) = dirty {
+                    self.flag(Violation::Zeroed {
+                        ptr: p,
+                        size,
+                        mismatch,
+                    });
+                }
+            }
+        }
+        unsafe { pattern::fill(base, size, block.seed) };
+        Outcome::Live(index)
+    }
+
+    pub(super) fn verify(&self, b: &Block, when: &'static str) {
+        if let Some(mismatch) =
+            unsafe { pattern::check(b.ptr as *const u8, b.extent, b.extent, b.seed) }
+        {
+            self.fail(Violation::Contents {
+                ptr: b.ptr,
+                size: b.size,
+                mismatch,
+                when,
+            });
+        }
+    }
+
+    /// Ends the program: block `b` overlaps the live block `other`.
+    pub(super) fn overlap(&self, b: Block, other: Block) -> ! {
+        self.fail(Violation::Overlap {
+            ptr: b.ptr,
+            len: b.size.max(b.usable),
+            other: other.ptr,
+            other_len: other.size.max(other.usable),
+        })
+    }
+
+    pub(super) fn free_block(&mut self, i: usize, on: On) -> Outcome {
+        let b = self.shadow.blocks()[i];
+        if self.checked {
+            self.verify(&b, "before free");
+        }
+        self.shadow.remove(i);
+        self.free_call(b, on);
+        Outcome::Done
+    }
+
+    /// Frees a block no longer tracked, through its heap if it has one.
+    pub(super) fn free_call(&mut self, b: Block, on: On) {
+        match b.heap {
+            Some(h) => {
+                self.site = Site::new(self.heap_api("heap-free", "free"), b.size, b.align);
+                self.guarded(|| unsafe {
+                    self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align)
+                })
+            }
+            None => {
+                self.site = Site::new("free", b.size, b.align);
+                self.call(on, move |a| unsafe {
+                    a.free(b.ptr as *mut u8, b.size, b.align);
+                    0
+                });
+            }
+        }
+    }
+
+    /// Resizes block `i` with the realloc `call` names; a call the
+    /// allocator does not have, or a size its contract leaves undefined,
+    /// is skipped.
+    pub(super) fn realloc_block(
+        &mut self,
+        i: usize,
+        to: NewSize,
+        on: On,
+        call: ReallocCall,
+    ) -> Outcome {
+        let b = self.shadow.blocks()[i];
+        let new = to.resolve(b.size);
+        let semantics = match call {
+            ReallocCall::Plain => self.alloc.realloc_to_zero(),
+            _ => ReallocToZero::Undefined,
+        };
+        let impossible = new >= IMPOSSIBLE_FROM;
+        let extras = self.alloc.extras();
+        if (new == 0 && semantics == ReallocToZero::Undefined)
+            || (!impossible && !self.shadow.fits_resize(new))
+            || (call != ReallocCall::Plain && (b.heap.is_some() || extras.is_none()))
+        {
+            return Outcome::Skipped;
+        }
+        if self.checked {
+            self.verify(&b, "before realloc");
+        }
+        let api = match (call, b.heap.is_some() && self.emulated.is_none(), new) {
+            (ReallocCall::Zeroed, _, _) => "realloc-zeroed",
+            (ReallocCall::Unaligned, _, _) => "realloc-plain",
+            (_, _, 0) => "realloc-zero",
+            (_, false, _) => "realloc",
+            (_, true, _) => "heap-realloc",
+        };
+        self.site = Site::new(api, b.size, b.align);
+        let p = b.ptr as *mut u8;
+        let q = match (call, b.heap, extras) {
+            (ReallocCall::Plain, Some(h), _) => self.guarded(|| unsafe {
+                self.heaps().realloc_in(h, p, b.size, b.align, new) as usize
+            }),
+            (ReallocCall::Plain, None, _) => self.call(on, move |a| unsafe {
+                a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
+            }),
+            (ReallocCall::Zeroed, _, Some(x)) => {
+                let q = self.guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) });
+                match q {
+                    Some(q) => q as usize,
+                    None => return Outcome::Skipped,
+                }
+            }
+            (ReallocCall::Unaligned, _, Some(x)) => {
+                let q = self.guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) });
+                match q {
+                    Some(q) => q as usize,
+                    None => return Outcome::Skipped,
+                }
+            }
+            (_, _, None) => unreachable!("skipped above"),
+        };
+        if q == 0 || impossible {
+            if impossible && q != 0 && self.checked {
+                self.fail(Violation::ImpossibleSuccess {
+                    size: new,
+                    align: b.align,
+                    ptr: q,
+                });
+            }
+            if new != 0 {
+                // A failed realloc leaves the block as it was.
+                if !impossible && self.checked && !self.refused_fairly(new, b.align) {
+                    self.flag(Violation::Null {
+                        size: new,
+                        align: b.align,
+                    });
+                }
+                if self.checked {
+                    self.verify(&b, "after a failed realloc");
+                }
+                return Outcome::Failed;
+            }
+            if semantics == ReallocToZero::Allocates && self.checked {
+                self.fail(Violation::Realloc {
+                    ptr: b.ptr,
+                    new_size: 0,
+                    why: "returned null, but this API returns a block",
+                });
+            }
+            self.shadow.remove(i);
+            return Outcome::Done;
+        }
+        let old = self.shadow.remove(i);
+        let (align, zero_from) = match call {
+            ReallocCall::Plain => (b.align, None),
+            ReallocCall::Zeroed => (b.align, Some(b.usable)),
+            ReallocCall::Unaligned => (more::malloc_align(new), None),
+        };
+        self.adopt(q, new, align, b.heap, Origin::Realloc { old, zero_from })
+    }
+
+    /// Asks for the usable size and writes all of it.
+    pub(super) fn probe_usable(&mut self, i: usize) -> Outcome {
+        let b = self.shadow.blocks()[i];
+        self.site = Site::new("usable-size", b.size, b.align);
+        let usable =
+            self.guarded(|| unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) });
+        if !self.checked {
+            return Outcome::Live(i);
+        }
+        self.verify(&b, "before a usable-size probe");
+        if usable != b.usable {
+            self.flag(Violation::UsableSize {
+                ptr: b.ptr,
+                size: b.size,
+                usable,
+                why: "changed since allocation",
+            });
+            // Tolerated: write only what both answers promise.
+        }
+        let usable = usable.min(b.usable);
+        if b.size == 0 {
+            // C leaves any access to a zero-size block undefined, and ASan
+            // poisons it whatever malloc_usable_size says: nothing to write.
+            return Outcome::Live(i);
+        }
+        let base = b.ptr as *mut u8;
+        // The pattern's layout over the usable size, and every byte past the
+        // requested size: the slack is where an oversized usable size shows.
+        unsafe {
+            pattern::fill(base, usable, b.seed);
+            pattern::fill_range(base, b.size, usable, b.seed);
+        }
+        self.shadow.blocks_mut()[i].extent = usable;
+        Outcome::Live(i)
+    }
+
+    pub(super) fn calloc(&mut self, count: usize, size: usize) -> Outcome {
+        let total = count.checked_mul(size);
+        let impossible = total.is_none_or(|n| n >= IMPOSSIBLE_FROM);
+        if !impossible && !self.shadow.fits(total.unwrap_or(0)) {
+            return Outcome::Skipped;
+        }
+        self.site = Site::new("calloc", total.unwrap_or(usize::MAX), 1);
+        let p = self.guarded(|| unsafe { self.alloc.calloc(count, size) }) as usize;
+        match (total, p) {
+            (None, 0) | (Some(0), 0) => Outcome::Failed,
+            (None, p) if self.checked => self.fail(Violation::CallocOverflow {
+                count,
+                size,
+                ptr: p,
+            }),
+            (Some(n), p) if impossible && p != 0 && self.checked => {
+                self.fail(Violation::ImpossibleSuccess {
+                    size: n,
+                    align: 1,
+                    ptr: p,
+                })
+            }
+            (Some(n), 0) if !impossible && self.checked => {
+                if !self.refused_fairly(n, 1) {
+                    self.flag(Violation::Null { size: n, align: 1 });
+                }
+                Outcome::Failed
+            }
+            (Some(n), p) if !impossible && p != 0 => {
+                self.adopt(p, n, 1, None, Origin::Fresh { zeroed: true })
+            }
+            _ => Outcome::Failed,
+        }
+    }
+
+    /// Hands a block to a worker thread, which checks its contents there.
+    pub(super) fn worker_check(&mut self, i: usize, worker: usize) -> Outcome {
+        if !self.checked {
+            return Outcome::Skipped;
+        }
+        let b = self.shadow.blocks()[i];
+        self.site = Site::new("check", b.size, b.align);
+        let bad = self.pool().run(worker, move || unsafe {
+            pattern::check(b.ptr as *const u8, b.extent, b.extent, b.seed).is_some()
+        });
+        if bad {
+            self.verify(&b, "when checked on another thread");
+        }
+        Outcome::Live(i)
+    }
+
+    pub(super) fn validate(&mut self) {
+        self.site = Site::bare("validate");
+        if let Err(detail) = self.guarded(|| self.alloc.validate(&self.shadow.live())) {
+            self.fail(Violation::Validator { detail });
+        }
+    }
+
+    /// Frees a block on the main thread without checking it (a panic in
+    /// the allocator is ignored: the program is already over).
+    pub(super) fn release(&self, b: Block) {
+        let _ = guard::call(|| match b.heap {
+            Some(h) => unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) },
+            None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },
+        });
+    }
+}
