@@ -4,7 +4,8 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
 use shadow::allocator::zoo::Zoo;
@@ -175,4 +176,108 @@ fn a_global_alloc_declared_an_arena_is_judged_by_size_search() {
         Box::leak(Box::new(GlobalAllocAdapter::new("global-region", region())));
     let line = common::caught(&program, undeclared).expect_err("a null");
     assert!(line.starts_with("allocsoak violation: null: "), "{line}");
+}
+
+/// A 4096-byte region that stands for an allocator merging free blocks
+/// lazily, as emballoc merges a freed block only with the one after it:
+/// freeing a 1-byte block leaves the region split (nothing over 2048 bytes
+/// fits) until a later free of a block of 1 KiB or more merges it again.
+struct LazyMerge {
+    live: AtomicUsize,
+    split: AtomicBool,
+}
+
+impl Allocator for LazyMerge {
+    fn name(&self) -> &str {
+        "lazy-merge"
+    }
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let largest = if self.split.load(Relaxed) { 2048 } else { 4096 };
+        let Ok(layout) = Layout::from_size_align(size.max(1), align) else {
+            return std::ptr::null_mut();
+        };
+        if size > largest || self.live.load(Relaxed) + size > 4096 {
+            return std::ptr::null_mut();
+        }
+        self.live.fetch_add(size, Relaxed);
+        match zeroed {
+            true => System.alloc_zeroed(layout),
+            false => System.alloc(layout),
+        }
+    }
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+        let q = self.alloc(new_size, align, false);
+        if !q.is_null() {
+            std::ptr::copy_nonoverlapping(p, q, old.min(new_size));
+            self.free(p, old, align);
+        }
+        q
+    }
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        System.dealloc(p, Layout::from_size_align(size.max(1), align).unwrap());
+        self.live.fetch_sub(size, Relaxed);
+        match size {
+            1 => self.split.store(true, Relaxed),
+            1024.. => self.split.store(false, Relaxed),
+            _ => {}
+        }
+    }
+    unsafe fn usable_size(&self, _p: *mut u8, size: usize, _align: usize) -> usize {
+        size
+    }
+    fn arena(&self) -> Option<Arena> {
+        Some(Arena {
+            size: 4096,
+            free: None,
+        })
+    }
+}
+
+#[test]
+fn the_judge_of_a_refusal_does_not_make_the_room_it_finds() {
+    let alloc: &'static dyn Allocator = Box::leak(Box::new(LazyMerge {
+        live: AtomicUsize::new(0),
+        split: AtomicBool::new(false),
+    }));
+    // Split, 3000 bytes do not fit: a fair refusal. A probe that served a
+    // smaller block and freed it would merge the region and then find 3000
+    // bytes served, calling the refusal a `null`.
+    let program = common::program(
+        "target alloc_ops\nalloc size=1 align=1\nfree slot=0\nalloc size=3000 align=8\n",
+    );
+    if let Err(line) = common::caught(&program, alloc) {
+        panic!("false alarm: {line}");
+    }
+    // Refusing what it can serve is still a `null`: 1000 bytes fit when split.
+    let unfair = Box::leak(Box::new(Refuses1000(alloc)));
+    let program = common::program("target alloc_ops\nalloc size=1000 align=8\n");
+    let line = common::caught(&program, unfair).expect_err("a null");
+    assert!(line.contains("allocsoak violation: null:"), "{line}");
+}
+
+/// `LazyMerge` with a planted refusal of exactly 1000 bytes.
+struct Refuses1000(&'static dyn Allocator);
+
+impl Allocator for Refuses1000 {
+    fn name(&self) -> &str {
+        "refuses-1000"
+    }
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        match size {
+            1000 => std::ptr::null_mut(),
+            _ => self.0.alloc(size, align, zeroed),
+        }
+    }
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+        self.0.realloc(p, old, align, new_size)
+    }
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        self.0.free(p, size, align)
+    }
+    unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
+        self.0.usable_size(p, size, align)
+    }
+    fn arena(&self) -> Option<Arena> {
+        self.0.arena()
+    }
 }

@@ -594,7 +594,8 @@ mod tests {
         let d = entry("crate = \"mine\"\npath = \".\"\nnew = \"mine::Heap::empty()\"\ninit = \"unsafe { heap.init() }\"\narena = 4096\n");
         d.check().unwrap();
         let line = d.registration();
-        let placed = line.find("GlobalAllocAdapter::new(\"mine\", mine::Heap::empty()).with_arena(4096)");
+        let placed =
+            line.find("GlobalAllocAdapter::new(\"mine\", mine::Heap::empty()).with_arena(4096)");
         let bound = line.find("let heap = adapter.allocator();");
         let init = line.find("unsafe { heap.init() }");
         assert!(

@@ -189,7 +189,8 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         ],
     );
     assert!(
-        out.status.success() && found(&text) == [("alloc_ops".into(), "planted-pinned".into(), "none".into())],
+        out.status.success()
+            && found(&text) == [("alloc_ops".into(), "planted-pinned".into(), "none".into())],
         "planted-pinned (init in place) had findings:\n{text}"
     );
 

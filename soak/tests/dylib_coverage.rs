@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use shadow::Target;
+use soak::config::Config;
 use soak::project::{Build, Project};
 
 /// Compiles tiny_alloc.c into `dir` as `lib<name>.so`: instrumented as the
@@ -110,7 +111,11 @@ fn fuzz(lib: &Path, secs: u64) -> Output {
 #[test]
 fn an_instrumented_dylib_is_covered_and_its_bug_found() {
     let _one = common::ONE_AT_A_TIME.lock().unwrap();
+    // As the allocsoak command sees it: with soak.toml's declared
+    // allocators, the fuzz binaries are the glue's.
     let project = Project::find().unwrap();
+    let config = Config::load(&project.root().join("soak.toml")).unwrap();
+    let project = project.with_config(&config);
     let before = common::checkout_status();
     let dir = tempfile::tempdir().unwrap();
     let planted = build_tiny(dir.path(), "planted", true, true);

@@ -10,7 +10,10 @@
 //!
 //! - A refused request of `n` bytes is legitimate when no block of `n`
 //!   bytes or more, with its alignment, is served right after (or `n` is
-//!   larger than the region). Right after is the same moment for a call on
+//!   larger than the region). The probes go up from `n` and stop at the
+//!   first block served: a failed request changes nothing, but a block
+//!   served and freed may (an allocator that merges free blocks lazily, on
+//!   a later free, makes room by the probe's own free). Right after is the same moment for a call on
 //!   the main thread or a worker; a race section's refusal is judged only
 //!   when the section freed nothing, since a free in it may have made room
 //!   after the refusal (allocating never makes room).
@@ -65,10 +68,19 @@ impl Executor {
         let Some(arena) = self.guarded(|| self.alloc.arena()) else {
             return false;
         };
-        // Searched from the whole region down, not from `size`: an
-        // allocator that refuses one size class while it serves larger
-        // blocks is caught, which probes at or below `size` would miss.
-        size > arena.size || self.largest_servable(arena.size, align) < size
+        // Not only `size` itself: an allocator that refuses one size while
+        // it serves larger blocks is caught too.
+        size > arena.size || !at_least(size, arena.size).any(|n| self.serves(n, align))
+    }
+
+    /// Whether a block of `size` bytes with `align` is served now (and then
+    /// freed at once).
+    fn serves(&self, size: usize, align: usize) -> bool {
+        let p = self.guarded(|| unsafe { self.alloc.alloc(size, align, false) });
+        if !p.is_null() {
+            self.guarded(|| unsafe { self.alloc.free(p, size, align) });
+        }
+        !p.is_null()
     }
 
     /// What the allocator can serve now, if it declares a region.
@@ -103,5 +115,33 @@ impl Executor {
                 after,
             });
         }
+    }
+}
+
+/// Sizes from `size` up to `limit`: `size`, then `size` plus 8, 16, 32, ...
+/// bytes, then `limit`. Few probes, close above `size` where an allocator's
+/// rounding would refuse, and the whole region last.
+fn at_least(size: usize, limit: usize) -> impl Iterator<Item = usize> {
+    let steps = std::iter::successors(Some(0usize), |&s| {
+        if s == 0 {
+            Some(8)
+        } else {
+            s.checked_mul(2)
+        }
+    })
+    .map(move |s| size.saturating_add(s))
+    .take_while(move |&n| n < limit);
+    steps.chain(std::iter::once(limit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at_least;
+
+    #[test]
+    fn probe_sizes_go_up_from_the_request_to_the_region() {
+        let sizes: Vec<usize> = at_least(100, 200).collect();
+        assert_eq!(sizes, [100, 108, 116, 132, 164, 200]);
+        assert_eq!(at_least(200, 200).collect::<Vec<_>>(), [200]);
     }
 }
