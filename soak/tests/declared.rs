@@ -1,9 +1,9 @@
 //! Your allocator, out of tree: a config in a temp dir declares a local
 //! Rust crate (a Sync-only static `GlobalAlloc`, clean and with a planted
 //! bug), a bump allocator from crates.io (`allocator_api2`), a fixed-arena
-//! allocator from crates.io (`linked_list_allocator` over 4 MiB, whose
-//! refusals are legitimate only by its declared `arena`: undeclared, `null`
-//! is found in a second) and a C allocator from source with a planted bug. `allocsoak --config` builds
+//! allocator from crates.io (embedded-alloc's TLSF heap over 4 MiB,
+//! initialized in place, whose refusals are legitimate by its declared
+//! `arena`) and a C allocator from source with a planted bug. `allocsoak --config` builds
 //! them into the fuzz targets, finds both planted bugs with the right kind,
 //! runs the clean ones clean, counts coverage counters inside the declared
 //! crate and the C sources, replays a finding with `repro`, and leaves the
@@ -162,7 +162,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "--allocator",
             "bump",
             "--allocator",
-            "linked-list",
+            "embedded-tlsf",
             "--secs",
             "20",
         ],
