@@ -4,10 +4,9 @@
 //! - [`Program`] ([`op`]): the op language; decodes from bytes, prints as
 //!   text, parses back, emits a Rust `#[test]`.
 //! - [`allocator::Allocator`]: the allocator under test, by name
-//!   ([`allocator::by_name`]): `system`, `mimalloc`, `jemalloc`, `arena` (a
-//!   fixed region, [`allocator::Allocator::arena`]), `dylib:…`, `zoo:<bug>`,
-//!   and declared ones ([`allocator::declare`]; `soak.toml` declares
-//!   `dlmalloc` and `rlsf`).
+//!   ([`allocator::by_name`]): `system`, `mimalloc`, `jemalloc`, `dlmalloc`,
+//!   `rlsf`, `arena` (a fixed region, [`allocator::Allocator::arena`]),
+//!   `dylib:…`, `zoo:<bug>`.
 //! - [`Executor`] with [`model::ShadowHeap`]: runs a program, panics with an
 //!   `allocsoak violation: <kind>: …` line ([`Violation`]) at the first
 //!   broken invariant; [`guard`] turns a panic inside the allocator into

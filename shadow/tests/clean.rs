@@ -40,13 +40,11 @@ fn jemalloc_runs_clean() {
 
 #[test]
 fn dlmalloc_runs_clean() {
-    common::declare_examples();
     targets("dlmalloc", 4, &Target::ALL);
 }
 
 #[test]
 fn rlsf_runs_clean() {
-    common::declare_examples();
     targets("rlsf", 5, &Target::ALL);
 }
 

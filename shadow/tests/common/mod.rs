@@ -119,21 +119,3 @@ pub fn quiet_panics() {
         }))
     });
 }
-
-/// `dlmalloc` and `rlsf`, declared as `soak.toml` declares them: the lines
-/// the glue crate writes for its two `[[allocator]]` entries.
-pub fn declare_examples() {
-    use shadow::allocator::{declare, GlobalAllocAdapter};
-    declare("dlmalloc", || {
-        Box::new(GlobalAllocAdapter::of_static(
-            "dlmalloc",
-            &dlmalloc::GlobalDlmalloc,
-        ))
-    });
-    declare("rlsf", || {
-        Box::new(GlobalAllocAdapter::new(
-            "rlsf",
-            rlsf::GlobalTlsf::<()>::new(),
-        ))
-    });
-}
