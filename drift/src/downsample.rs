@@ -1,0 +1,94 @@
+//! Old samples thinned into per-minute and per-hour buckets.
+
+use crate::{is_gap, Sample};
+
+/// Samples older than this (seconds before `now`) go into per-minute
+/// buckets; newer ones stay raw. One hour.
+pub const MINUTE_AFTER_SECS: u64 = 60 * 60;
+
+/// Samples older than this go into per-hour buckets. One day.
+pub const HOUR_AFTER_SECS: u64 = 24 * 60 * 60;
+
+/// Consecutive samples of one tier's interval, summarised. A raw sample
+/// is a bucket of one.
+///
+/// Intervals are aligned to the clock (minute `secs / 60`, hour
+/// `secs / 3600`), and a bucket never spans a gap: a restart inside an
+/// interval starts a new bucket there, marked `restart`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// Time of the first sample in it.
+    pub secs: u64,
+    /// Time of the last sample in it.
+    pub last_secs: u64,
+    /// How many samples it holds.
+    pub samples: u32,
+    /// The median of their ops: the bucket's place on the fit's axis.
+    pub ops: u64,
+    /// The least retained bytes among them.
+    pub min: u64,
+    /// The median of their retained bytes: the bucket's value in the fit.
+    pub median: u64,
+    /// The most retained bytes among them.
+    pub max: u64,
+    /// A gap lies between this bucket and the one before: it starts a
+    /// segment.
+    pub restart: bool,
+}
+
+/// `samples`, in the order taken, thinned by age at `now_secs`:
+///
+/// - younger than [`MINUTE_AFTER_SECS`] (the last hour): raw, a bucket
+///   each;
+/// - younger than [`HOUR_AFTER_SECS`] (the last day): per minute;
+/// - older: per hour.
+///
+/// A week of 10-second samples (60,480) becomes at most 360 raw, 1,380
+/// minute and 144 hour buckets, plus one per tier boundary or restart
+/// that splits an interval. [`trend_downsampled`](crate::trend_downsampled)
+/// fits the buckets' medians.
+pub fn downsample(samples: &[Sample], now_secs: u64) -> Vec<Bucket> {
+    // The tier's width (0 for raw) and the interval's number in it.
+    let interval = |s: &Sample| match now_secs.saturating_sub(s.secs) {
+        age if age < MINUTE_AFTER_SECS => (0, s.secs),
+        age if age < HOUR_AFTER_SECS => (60, s.secs / 60),
+        _ => (3600, s.secs / 3600),
+    };
+    let together = |a: &Sample, b: &Sample| {
+        let key = interval(a);
+        key.0 != 0 && key == interval(b) && !is_gap(a, b)
+    };
+    let mut buckets = Vec::new();
+    let mut before: Option<&Sample> = None;
+    for run in samples.chunk_by(together) {
+        let restart = before.is_some_and(|prev| is_gap(prev, &run[0]));
+        buckets.push(bucket(run, restart));
+        before = run.last();
+    }
+    buckets
+}
+
+fn bucket(run: &[Sample], restart: bool) -> Bucket {
+    let mut ops: Vec<u64> = run.iter().map(|s| s.ops).collect();
+    let mut retained: Vec<u64> = run.iter().map(Sample::retained).collect();
+    ops.sort_unstable();
+    retained.sort_unstable();
+    Bucket {
+        secs: run[0].secs,
+        last_secs: run[run.len() - 1].secs,
+        samples: u32::try_from(run.len()).unwrap_or(u32::MAX),
+        ops: median(&ops),
+        min: retained[0],
+        median: median(&retained),
+        max: retained[retained.len() - 1],
+        restart,
+    }
+}
+
+/// The median of sorted, non-empty `values`; the middle two's midpoint
+/// (rounded down) for an even count.
+fn median(values: &[u64]) -> u64 {
+    let n = values.len();
+    let (low, high) = (values[(n - 1) / 2], values[n / 2]);
+    low + (high - low) / 2
+}

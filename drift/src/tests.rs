@@ -1,0 +1,400 @@
+//! Synthetic series, each with the verdict it must get.
+//!
+//! Every series is a replay process sampled every 10 s, 100,000 ops
+//! apart, whose programs' live bytes grow by 200 B/kop and wobble (that
+//! is the workload, not a leak, and `retained` takes it out), and whose
+//! retained bytes are a shape plus ±4 MiB of noise, rounded to pages. The
+//! noise comes from a fixed-seed LCG, so every run sees the same series.
+
+use crate::trend::warmup_end;
+use crate::*;
+
+const MIB: f64 = 1024.0 * 1024.0;
+const START: u64 = 1_700_000_000;
+const SECS: u64 = 10;
+const OPS: u64 = 100_000;
+const DAY: u64 = 24 * 60 * 60;
+
+/// Knuth's MMIX LCG, and the noise on retained bytes.
+struct Lcg {
+    state: u64,
+    noise: f64,
+}
+
+/// ±4 MiB of noise: caches that come and go.
+fn noisy(seed: u64) -> Lcg {
+    Lcg {
+        state: seed,
+        noise: 4.0 * MIB,
+    }
+}
+
+/// ±64 KiB of noise: a steady process, where a step stands out.
+fn quiet(seed: u64) -> Lcg {
+    Lcg {
+        state: seed,
+        noise: 64.0 * 1024.0,
+    }
+}
+
+impl Lcg {
+    fn unit(&mut self) -> f64 {
+        self.state = self
+            .state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.state >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in ±`amplitude`.
+    fn noise(&mut self, amplitude: f64) -> f64 {
+        (2.0 * self.unit() - 1.0) * amplitude
+    }
+
+    fn sample(&mut self, secs: u64, ops: u64, retained: f64) -> Sample {
+        let retained =
+            ((retained + self.noise(self.noise)).max(0.0) / 4096.0).round() as u64 * 4096;
+        let live = (8.0 * MIB + ops as f64 * 0.2 + self.noise(2.0 * MIB)) as u64;
+        Sample {
+            secs,
+            ops,
+            rss: live + retained,
+            live,
+        }
+    }
+}
+
+/// `n` samples of one process from time `secs`, retained bytes `shape(ops)`.
+fn run(n: u64, secs: u64, mut rng: Lcg, shape: impl Fn(u64) -> f64) -> Vec<Sample> {
+    (0..n)
+        .map(|i| rng.sample(secs + i * SECS, i * OPS, shape(i * OPS)))
+        .collect()
+}
+
+/// 1,000 samples (100 million ops) of one process.
+fn series(rng: Lcg, shape: impl Fn(u64) -> f64) -> Vec<Sample> {
+    run(1_000, START, rng, shape)
+}
+
+/// Warm-up: 24 MiB of caches and arenas, filled at first and then hardly
+/// at all (95% by 3 million ops, all but 170 KiB by 5 million).
+fn warm(ops: u64) -> f64 {
+    24.0 * MIB * (1.0 - (-(ops as f64) / 1e6).exp())
+}
+
+/// A leak of `rate` bytes per 1,000 ops on top of warm-up.
+fn leak(rate: f64) -> impl Fn(u64) -> f64 {
+    move |ops| warm(ops) + rate * ops as f64 / 1000.0
+}
+
+fn verdict(samples: &[Sample]) -> Trend {
+    trend(samples, &TrendConfig::default())
+}
+
+fn assert_verdict(trend: &Trend, expected: Verdict, what: &str) {
+    assert_eq!(trend.verdict, expected, "{what}: {trend:#?}");
+}
+
+#[test]
+fn flat_with_noise_is_flat() {
+    for seed in 1..=5 {
+        for rng in [noisy(seed), quiet(seed)] {
+            let what = format!("noise {}, seed {seed}", rng.noise);
+            let trend = verdict(&series(rng, warm));
+            assert_verdict(&trend, Verdict::Flat, &what);
+            assert!(trend.slope_bytes_per_kop.abs() < 16.0, "{what}: {trend:#?}");
+        }
+    }
+}
+
+#[test]
+fn growth_of_64_bytes_per_kop_and_more_drifts() {
+    for rate in [64.0, 100.0, 1_000.0, 64_000.0] {
+        let trend = verdict(&series(noisy(7), leak(rate)));
+        assert_verdict(&trend, Verdict::Drifts, &format!("{rate} B/kop"));
+        assert!(trend.lower <= rate && rate <= trend.upper, "{trend:#?}");
+    }
+}
+
+#[test]
+fn slow_leak_of_64_drifts_and_of_16_does_not() {
+    for seed in 1..=5 {
+        let trend = verdict(&series(noisy(seed), leak(64.0)));
+        assert_verdict(&trend, Verdict::Drifts, &format!("64 B/kop, seed {seed}"));
+        let trend = verdict(&series(noisy(seed), leak(16.0)));
+        assert_verdict(&trend, Verdict::Flat, &format!("16 B/kop, seed {seed}"));
+    }
+}
+
+/// Memory jumps once by 16 MiB after warm-up and stays. In a steady
+/// process Theil–Sen's interval shrugs it off (most pairs lie on one side
+/// of the step and say flat) and the step check catches it, wherever it
+/// falls in the middle of the 90 million ops after warm-up. A 1 MiB step
+/// over the same ops is about 17 B/kop and not a drift.
+#[test]
+fn step_after_warm_up_drifts() {
+    let threshold = TrendConfig::default().threshold;
+    let step =
+        |at: u64, height: f64| move |ops: u64| warm(ops) + if ops >= at { height } else { 0.0 };
+    for seed in 1..=3 {
+        for at in [35_000_000, 55_000_000, 75_000_000] {
+            let what = format!("at {at}, seed {seed}");
+            let trend = verdict(&series(quiet(seed), step(at, 16.0 * MIB)));
+            assert_verdict(&trend, Verdict::Drifts, &what);
+            assert!(
+                trend.lower < threshold,
+                "Theil–Sen alone, {what}: {trend:#?}"
+            );
+            let trend = verdict(&series(quiet(seed), step(at, MIB)));
+            assert_verdict(&trend, Verdict::Flat, &format!("1 MiB {what}"));
+        }
+        let trend = verdict(&series(noisy(seed), step(55_000_000, 16.0 * MIB)));
+        assert_verdict(&trend, Verdict::Drifts, &format!("noisy, seed {seed}"));
+    }
+}
+
+/// Purge cycles: memory grows by 1,000 B/kop for 4 million ops, then a
+/// purge gives it back, 22 times after warm-up. Whatever the phase, no
+/// alarm.
+#[test]
+fn sawtooth_of_purges_is_flat() {
+    for phase in [0, 1_000_000, 2_000_000, 3_000_000] {
+        for rng in [noisy(3), quiet(3)] {
+            let what = format!("phase {phase}, noise {}", rng.noise);
+            let tooth = move |ops: u64| warm(ops) + ((ops + phase) % 4_000_000) as f64;
+            assert_verdict(&verdict(&series(rng, tooth)), Verdict::Flat, &what);
+        }
+    }
+}
+
+/// A day without ops after 20 million of them, sampled all along: the
+/// allocator purges 8 MiB while idle and takes it back within 300,000 ops
+/// of work. A day of readings at one ops count is one point.
+#[test]
+fn long_pause_is_not_growth() {
+    let mut rng = noisy(11);
+    let mut samples = Vec::new();
+    let mut secs = START;
+    for i in 0..200 {
+        samples.push(rng.sample(secs, i * OPS, warm(i * OPS)));
+        secs += SECS;
+    }
+    let paused = 200 * OPS;
+    for i in 0..DAY / SECS {
+        let purged = 8.0 * MIB * (1.0 - (-(i as f64) / 100.0).exp());
+        samples.push(rng.sample(secs, paused, warm(paused) - purged));
+        secs += SECS;
+    }
+    for i in 1..=800 {
+        let ops = paused + i * OPS;
+        let taken_back = if i < 3 {
+            8.0 * MIB * (3 - i) as f64 / 3.0
+        } else {
+            0.0
+        };
+        samples.push(rng.sample(secs, ops, warm(ops) - taken_back));
+        secs += SECS;
+    }
+    let trend = verdict(&samples);
+    assert_verdict(&trend, Verdict::Flat, "pause");
+}
+
+/// The process restarts halfway: ops start from 0 again and memory is
+/// cold again. A flat process stays flat; a leak in both halves is found.
+#[test]
+fn restart_is_neither_a_drop_nor_a_jump() {
+    let twice = |seed: u64, shape: &dyn Fn(u64) -> f64| {
+        let mut samples = run(500, START, noisy(seed), shape);
+        samples.extend(run(500, START + 500 * SECS + 300, noisy(seed + 100), shape));
+        samples
+    };
+    for seed in 1..=5 {
+        let samples = twice(seed, &warm);
+        assert_eq!(segments(&samples).count(), 2);
+        assert_verdict(
+            &verdict(&samples),
+            Verdict::Flat,
+            &format!("flat, seed {seed}"),
+        );
+        let samples = twice(seed, &leak(64.0));
+        assert_verdict(
+            &verdict(&samples),
+            Verdict::Drifts,
+            &format!("leak, seed {seed}"),
+        );
+    }
+}
+
+/// Warm-up that lasts past a third of the run is drift unless it is left
+/// out, which a longer warm-up share does.
+#[test]
+fn warm_up_is_left_out() {
+    let slow_warm = |ops: u64| 64.0 * MIB * (1.0 - (-(ops as f64) / 10e6).exp());
+    let samples = series(noisy(5), slow_warm);
+    let long = TrendConfig {
+        warmup_fraction: 0.5,
+        ..TrendConfig::default()
+    };
+    let trend = trend(&samples, &long);
+    assert_verdict(&trend, Verdict::Flat, "warm-up left out");
+    let none = TrendConfig {
+        warmup_fraction: 0.0,
+        warmup_ops: 0,
+        ..TrendConfig::default()
+    };
+    let trend = crate::trend(&samples, &none);
+    assert_verdict(&trend, Verdict::Drifts, "warm-up kept");
+}
+
+#[test]
+fn warm_up_is_the_larger_of_share_and_floor() {
+    let config = TrendConfig::default();
+    assert_eq!(warmup_end(100_000_000, &config), 10_000_000);
+    assert_eq!(warmup_end(4_000_000, &config), 1_000_000);
+    let trend = verdict(&series(noisy(1), warm));
+    // The last sample is at 99.9 million ops: warm-up ends at 9.99 million.
+    assert_eq!(trend.ops, 89_900_000);
+    assert_eq!(trend.points, 900);
+}
+
+/// A verdict needs 20 points and a million ops after warm-up.
+#[test]
+fn too_few_samples() {
+    let trend = verdict(&run(20, START, noisy(1), leak(1_000.0)));
+    assert_verdict(
+        &trend,
+        Verdict::TooFewSamples,
+        "2 million ops, 10 points after warm-up",
+    );
+    let dense: Vec<Sample> = run(300, START, noisy(1), leak(1_000.0))
+        .into_iter()
+        .map(|s| Sample {
+            ops: s.ops / 200,
+            ..s
+        })
+        .collect();
+    let short_warm_up = TrendConfig {
+        warmup_ops: 0,
+        ..TrendConfig::default()
+    };
+    let trend = crate::trend(&dense, &short_warm_up);
+    assert_verdict(&trend, Verdict::TooFewSamples, "135,000 ops after warm-up");
+    assert!(trend.points >= 20, "{trend:#?}");
+    assert_verdict(&verdict(&[]), Verdict::TooFewSamples, "nothing");
+    let trend = verdict(&run(40, START, noisy(1), leak(64_000.0)));
+    assert_verdict(
+        &trend,
+        Verdict::Drifts,
+        "3 million ops, 30 points after warm-up",
+    );
+}
+
+/// Slope, interval and Mann–Kendall on a small series with ties, against
+/// SciPy 1.17's `theilslopes(y, x, 0.95)` (slope 1.0, interval 0.5..1.5)
+/// and Mann–Kendall by hand: S = 32 over 45 pairs, and with 15 three
+/// times, Var(S) = (10·9·25 − 3·2·11)/18 = 121.33, z = 31/√121.33.
+#[test]
+fn matches_reference_values() {
+    let ys = [10, 12, 11, 15, 15, 14, 18, 15, 20, 19];
+    let samples: Vec<Sample> = ys
+        .iter()
+        .enumerate()
+        .map(|(i, &y)| Sample {
+            secs: i as u64,
+            ops: 1_000 * (i as u64 + 1),
+            rss: y,
+            live: 0,
+        })
+        .collect();
+    let config = TrendConfig {
+        warmup_fraction: 0.0,
+        warmup_ops: 0,
+        min_ops: 0,
+        min_points: 0,
+        ..TrendConfig::default()
+    };
+    let trend = trend(&samples, &config);
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(close(trend.slope_bytes_per_kop, 1.0), "{trend:#?}");
+    assert!(close(trend.lower, 0.5), "{trend:#?}");
+    assert!(close(trend.upper, 1.5), "{trend:#?}");
+    assert_eq!(trend.mk_s, 32);
+    assert!(
+        close(trend.mk_z, 31.0 / (121.0f64 + 1.0 / 3.0).sqrt()),
+        "{trend:#?}"
+    );
+    assert!((trend.mk_p - 0.004888).abs() < 1e-6, "{trend:#?}");
+}
+
+/// A week of 10-second samples, leaking or flat.
+fn week(rng: Lcg, shape: impl Fn(u64) -> f64) -> Vec<Sample> {
+    run(7 * DAY / SECS, START, rng, shape)
+}
+
+fn now(samples: &[Sample]) -> u64 {
+    samples[samples.len() - 1].secs + 1
+}
+
+#[test]
+fn a_week_downsamples_small_and_keeps_its_verdict() {
+    for (shape, expected) in [(leak(64.0), Verdict::Drifts), (leak(0.0), Verdict::Flat)] {
+        let samples = week(noisy(9), shape);
+        let buckets = downsample(&samples, now(&samples));
+        // 360 raw + 23 × 60 minute + 6 × 24 hour buckets, and one more
+        // for each of the two tier boundaries that split an interval.
+        assert!(buckets.len() <= 360 + 1_380 + 144 + 2, "{}", buckets.len());
+        assert_eq!(buckets.iter().filter(|b| b.samples == 1).count(), 360);
+        let total: u64 = buckets.iter().map(|b| u64::from(b.samples)).sum();
+        assert_eq!(total, samples.len() as u64);
+        let trend = trend_downsampled(&buckets, &TrendConfig::default());
+        assert_verdict(&trend, expected, "downsampled week");
+        assert_verdict(&verdict(&samples), expected, "raw week");
+    }
+}
+
+#[test]
+fn tiers_follow_age() {
+    let samples = week(noisy(2), warm);
+    let now = now(&samples);
+    let buckets = downsample(&samples, now);
+    for b in &buckets {
+        let (age, span) = (now - b.secs, b.last_secs - b.secs);
+        if age <= MINUTE_AFTER_SECS {
+            assert_eq!(b.samples, 1, "{b:?}");
+        } else if now - b.last_secs > HOUR_AFTER_SECS {
+            assert!(b.secs / 3600 == b.last_secs / 3600 && span < 3600, "{b:?}");
+        } else {
+            assert!(b.secs / 60 == b.last_secs / 60 && span < 60, "{b:?}");
+        }
+        assert!(b.min <= b.median && b.median <= b.max, "{b:?}");
+    }
+    assert!(buckets.iter().any(|b| b.samples == 360), "whole hours");
+    assert!(buckets.iter().any(|b| b.samples == 6), "whole minutes");
+}
+
+/// A restart in the middle of an hour starts a bucket there, so the
+/// downsampled week keeps its two segments and its verdicts.
+#[test]
+fn downsampling_keeps_restarts() {
+    for (shape, expected) in [(leak(64.0), Verdict::Drifts), (leak(0.0), Verdict::Flat)] {
+        let half = 7 * DAY / SECS / 2 + 17;
+        let mut samples = run(half, START, noisy(4), &shape);
+        samples.extend(run(half, START + half * SECS, noisy(5), &shape));
+        let buckets = downsample(&samples, now(&samples));
+        let restarts: Vec<&Bucket> = buckets.iter().filter(|b| b.restart).collect();
+        assert_eq!(restarts.len(), 1);
+        assert_eq!(restarts[0].secs, samples[half as usize].secs);
+        let trend = trend_downsampled(&buckets, &TrendConfig::default());
+        assert_verdict(&trend, expected, "downsampled restart");
+    }
+}
+
+#[test]
+fn a_long_series_is_thinned() {
+    let trend = verdict(&week(noisy(3), warm));
+    assert!(
+        trend.points <= TrendConfig::default().max_points,
+        "{trend:#?}"
+    );
+    assert!(trend.points > 1_900, "{trend:#?}");
+}
