@@ -13,6 +13,24 @@
 //!   interval for it and Mann–Kendall's test beside it; the rules and
 //!   defaults are on [`TrendConfig`], the verdict on [`Trend`].
 //!
+//! ```
+//! use drift::{trend, Sample, TrendConfig, Verdict};
+//!
+//! // A reading every 10 s, 100,000 ops apart: 1 MiB held live by the
+//! // programs, 8 MiB of caches, and 100 bytes more per 1,000 ops.
+//! let samples: Vec<Sample> = (0..200u64)
+//!     .map(|i| {
+//!         let ops = i * 100_000;
+//!         let live = 1 << 20;
+//!         let rss = live + (8 << 20) + ops / 10;
+//!         Sample { secs: 1_700_000_000 + 10 * i, ops, rss, live }
+//!     })
+//!     .collect();
+//! let found = trend(&samples, &TrendConfig::default());
+//! assert_eq!(found.verdict, Verdict::Drifts);
+//! assert_eq!(found.slope_bytes_per_kop, 100.0);
+//! ```
+//!
 //! # Gaps
 //!
 //! A series may hold restarts: the replay process stopped and a new one
