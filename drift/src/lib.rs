@@ -3,9 +3,11 @@
 //! growing with ops.
 //!
 //! This crate is the statistics half and does no I/O. The caller samples a
-//! replay process ([`Sample`]); [`trend`] decides from a series whether
-//! retained memory drifts, and [`downsample`] thins old samples into
-//! [`Bucket`]s that [`trend_downsampled`] decides from just as well.
+//! replay process (a [`Reading`], printed by it and read back by the
+//! soak; its [`Sample`] is what the fit needs); [`trend`] decides from a
+//! series whether retained memory drifts, and [`downsample`] thins old
+//! samples into [`Bucket`]s that [`trend_downsampled`] decides from just
+//! as well.
 //!
 //! - The fit is against ops, not time: time without ops (a pause) is not
 //!   growth, and a faster or slower machine gives the same slope.
@@ -62,12 +64,14 @@
 #![deny(missing_docs)]
 
 mod downsample;
+mod reading;
 mod trend;
 
 #[cfg(test)]
 mod tests;
 
 pub use downsample::{downsample, Bucket, HOUR_AFTER_SECS, MINUTE_AFTER_SECS};
+pub use reading::Reading;
 pub use trend::{trend, trend_downsampled, Trend, TrendConfig, Verdict};
 
 /// One reading of a replay process.

@@ -5,6 +5,9 @@
 #[doc(hidden)]
 pub use shadow;
 
+#[cfg(feature = "drift")]
+pub mod drift;
+
 #[cfg(feature = "libfuzzer")]
 #[doc(hidden)]
 pub use libfuzzer_sys;

@@ -132,6 +132,12 @@ pub trait Allocator: Send + Sync {
         None
     }
 
+    /// The allocator's own memory figures, read now: (name, bytes) pairs such as
+    /// mimalloc's committed bytes or jemalloc's `stats.resident`. Default: none.
+    fn memory_figures(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// The calls the allocator has beyond alloc / realloc / free (zeroed
     /// realloc, in-place resize, sized free, purge, ...), if any.
     fn extras(&self) -> Option<&dyn Extras> {

@@ -1,0 +1,258 @@
+//! The RSS drift replay loop: the `drift` binary, a plain release build
+//! (no sanitizer, no fuzzer) that runs a target's programs against one
+//! allocator over and over and prints a [`drift::Reading`] per interval.
+//!
+//! Each program frees everything it holds at its end, so a correct
+//! allocator's memory plateaus; what keeps growing is retained by the
+//! allocator. The shadow's checks stay on (`Mode::Checked`): a violation
+//! prints its line and `allocsoak drift: failed in <program>`, and the
+//! process exits 1. `ALLOCSOAK_TOLERATE` gets past known ones, as in the
+//! fuzz binaries.
+//!
+//! Readings are taken between passes over the programs, the first pass end
+//! at least `--interval` after the last reading: every reading then
+//! follows the same programs and holds no live block, so a correct
+//! allocator reads nearly the same each time (a reading mid-pass would
+//! catch whatever the last big program left in the allocator's caches).
+//! The first reading is taken before any op (ops 0), so every process
+//! starts its series with a gap mark (see `drift`'s crate docs).
+//!
+//! Folders are listed again on every pass, so programs a soak merges into
+//! its corpus join the replay set; a file gone by the time it is read is
+//! skipped.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use drift::Reading;
+use shadow::allocator::Allocator;
+use shadow::{Executor, Mode, Program, Target};
+
+/// Replays a target's programs against one allocator forever, printing
+/// memory readings (`reading secs=… ops=… rss=…`) to stdout.
+#[derive(Parser)]
+#[command(name = "drift")]
+struct Args {
+    /// The allocator, by the name the fuzz targets know it by.
+    #[arg(long, default_value = "system")]
+    allocator: String,
+    /// The target whose programs these are: alloc_ops, heap_api or mt_ops.
+    #[arg(long)]
+    target: Target,
+    /// Program files or folders of them (a corpus, seeds).
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Seconds between readings.
+    #[arg(long, default_value_t = 10.0)]
+    interval: f64,
+    /// The share of one core to use at most: the loop sleeps between
+    /// programs to keep its CPU time under it.
+    #[arg(long, default_value_t = 1.0)]
+    cpu_share: f64,
+    /// Stop at the first pass end after this many ops, with a last
+    /// reading (default: never).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Resident MiB at which the process stops with exit status 3: memory
+    /// that grew this far drifts whatever the fit says, and a leak must
+    /// not take the machine down with it.
+    #[arg(long, default_value_t = 2048)]
+    rss_limit_mb: u64,
+}
+
+/// The exit status of a process that went over `--rss-limit-mb`.
+pub const OVER_RSS_LIMIT: i32 = 3;
+
+/// The `drift` binary's `main`; `register` declares a glue crate's
+/// allocators first, as in [`crate::target!`].
+pub fn main(register: fn()) {
+    let args = Args::parse();
+    let exit = |msg: String| -> ! {
+        eprintln!("allocsoak drift: {msg}");
+        std::process::exit(2)
+    };
+    if args.target == Target::DiffMimalloc {
+        exit("diff_mimalloc runs two allocators; replay alloc_ops, heap_api or mt_ops".into());
+    }
+    if !(args.interval > 0.0) {
+        exit(format!("--interval must be above 0, not {}", args.interval));
+    }
+    if !(args.cpu_share > 0.0 && args.cpu_share <= 1.0) {
+        exit(format!("--cpu-share must be in (0, 1], not {}", args.cpu_share));
+    }
+    register();
+    let alloc = shadow::allocator::by_name(&args.allocator).unwrap_or_else(|e| exit(e));
+    let mut run = Replay::new(alloc, Duration::from_secs_f64(args.interval));
+    run.read();
+    loop {
+        let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
+        if programs.is_empty() {
+            exit(format!("no programs in {:?}; give a corpus or seed folder", args.inputs));
+        }
+        for path in programs {
+            // A merge may have moved it away: the next pass lists again.
+            let Ok(data) = std::fs::read(&path) else { continue };
+            let Ok(program) = Program::from_input(args.target, &data) else {
+                continue;
+            };
+            run.program(&program, &path);
+            run.throttle(args.cpu_share);
+            let rss = rss();
+            if rss > args.rss_limit_mb << 20 {
+                run.read();
+                eprintln!(
+                    "allocsoak drift: resident {} MiB is over --rss-limit-mb {}",
+                    rss >> 20,
+                    args.rss_limit_mb
+                );
+                std::process::exit(OVER_RSS_LIMIT);
+            }
+        }
+        if args.ops.is_some_and(|limit| run.ops >= limit) {
+            run.read();
+            return;
+        }
+        if run.due() {
+            run.read();
+        }
+    }
+}
+
+/// The loop's state.
+struct Replay {
+    alloc: &'static dyn Allocator,
+    /// Ops stepped since the process started.
+    ops: u64,
+    /// Programs run to their end.
+    programs: u64,
+    started: Instant,
+    /// When the next reading is due.
+    next: Instant,
+    interval: Duration,
+}
+
+impl Replay {
+    fn new(alloc: &'static dyn Allocator, interval: Duration) -> Replay {
+        let now = Instant::now();
+        Replay {
+            alloc,
+            ops: 0,
+            programs: 0,
+            started: now,
+            next: now,
+            interval,
+        }
+    }
+
+    /// Runs one program to its end.
+    fn program(&mut self, program: &Program, path: &Path) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            shadow::violation::tolerate(|| {
+                let stats = Executor::new(self.alloc, Mode::Checked).run(program);
+                self.ops += stats.ops as u64;
+            })
+        }));
+        if result.is_err() {
+            eprintln!("allocsoak drift: failed in {}", path.display());
+            std::process::exit(1);
+        }
+        self.programs += 1;
+    }
+
+    /// Sleeps while the CPU time used is above `share` of the time passed.
+    fn throttle(&mut self, share: f64) {
+        if share >= 1.0 {
+            return;
+        }
+        let ahead = cpu_time().as_secs_f64() / share - self.started.elapsed().as_secs_f64();
+        if ahead > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(ahead.min(1.0)));
+        }
+    }
+
+    fn due(&self) -> bool {
+        Instant::now() >= self.next
+    }
+
+    /// Prints a reading now.
+    fn read(&mut self) {
+        self.next = Instant::now() + self.interval;
+        let reading = Reading {
+            secs: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            ops: self.ops,
+            rss: rss(),
+            anon: anon(),
+            live: 0,
+            cpu_ms: cpu_time().as_millis() as u64,
+            programs: self.programs,
+            figures: self
+                .alloc
+                .memory_figures()
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value))
+                .collect(),
+        };
+        let mut out = std::io::stdout().lock();
+        // The soak reads these as they come; a closed pipe means it is gone.
+        if writeln!(out, "{}", reading.to_line())
+            .and_then(|_| out.flush())
+            .is_err()
+        {
+            std::process::exit(0);
+        }
+    }
+}
+
+/// The program files of `inputs`, folders listed (not recursively), sorted.
+fn list(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            let entries = std::fs::read_dir(input)
+                .map_err(|e| format!("cannot list {}: {e}", input.display()))?;
+            files.extend(
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.is_file()),
+            );
+        } else if input.is_file() {
+            files.push(input.clone());
+        } else {
+            return Err(format!("{} is neither a file nor a folder", input.display()));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Resident bytes of this process.
+fn rss() -> u64 {
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page)
+}
+
+/// Anonymous resident bytes of this process (0 when unread).
+fn anon() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("Anonymous:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// CPU time (user + system) this process used, all threads.
+fn cpu_time() -> Duration {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
