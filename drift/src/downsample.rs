@@ -68,6 +68,47 @@ pub fn downsample(samples: &[Sample], now_secs: u64) -> Vec<Bucket> {
     buckets
 }
 
+/// `buckets` (a stored series: raw readings as buckets of one, older ones
+/// already thinned), thinned again by age at `now_secs` with the tiers of
+/// [`downsample`]: what a store does as its series age, so minute buckets
+/// become hour buckets after a day.
+///
+/// Buckets of one tier interval merge unless one starts a segment
+/// (`restart`): the merged bucket's `min` and `max` are exact, its `ops`
+/// and `median` are the medians of its buckets' (exact for raw readings,
+/// a median of medians for buckets of buckets), its `samples` the sum. A
+/// bucket is placed by its first reading's time.
+pub fn rethin(buckets: &[Bucket], now_secs: u64) -> Vec<Bucket> {
+    let interval = |b: &Bucket| match now_secs.saturating_sub(b.secs) {
+        age if age < MINUTE_AFTER_SECS => (0, b.secs),
+        age if age < HOUR_AFTER_SECS => (60, b.secs / 60),
+        _ => (3600, b.secs / 3600),
+    };
+    let together = |a: &Bucket, b: &Bucket| {
+        let key = interval(a);
+        key.0 != 0 && key == interval(b) && !b.restart
+    };
+    buckets
+        .chunk_by(together)
+        .map(|run| {
+            let mut ops: Vec<u64> = run.iter().map(|b| b.ops).collect();
+            let mut medians: Vec<u64> = run.iter().map(|b| b.median).collect();
+            ops.sort_unstable();
+            medians.sort_unstable();
+            Bucket {
+                secs: run[0].secs,
+                last_secs: run[run.len() - 1].last_secs,
+                samples: run.iter().map(|b| b.samples).fold(0, u32::saturating_add),
+                ops: median(&ops),
+                min: run.iter().map(|b| b.min).min().unwrap_or(0),
+                median: median(&medians),
+                max: run.iter().map(|b| b.max).max().unwrap_or(0),
+                restart: run[0].restart,
+            }
+        })
+        .collect()
+}
+
 fn bucket(run: &[Sample], restart: bool) -> Bucket {
     let mut ops: Vec<u64> = run.iter().map(|s| s.ops).collect();
     let mut retained: Vec<u64> = run.iter().map(Sample::retained).collect();

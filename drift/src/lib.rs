@@ -70,7 +70,7 @@ mod trend;
 #[cfg(test)]
 mod tests;
 
-pub use downsample::{downsample, Bucket, HOUR_AFTER_SECS, MINUTE_AFTER_SECS};
+pub use downsample::{downsample, rethin, Bucket, HOUR_AFTER_SECS, MINUTE_AFTER_SECS};
 pub use reading::Reading;
 pub use trend::{trend, trend_downsampled, Trend, TrendConfig, Verdict};
 

@@ -485,3 +485,29 @@ fn a_long_series_is_thinned() {
     );
     assert!(trend.points > 1_900, "{trend:#?}");
 }
+
+/// A store thins as it goes: every hour the series so far (raw readings
+/// appended as buckets of one) is thinned again. A week of that stays as
+/// small as one downsampling at the end and keeps its verdicts, with
+/// exact minima and maxima.
+#[test]
+fn thinning_as_a_store_does_keeps_the_week() {
+    for (shape, expected) in [(leak(64.0), Verdict::Drifts), (leak(0.0), Verdict::Flat)] {
+        let samples = week(noisy(11), shape);
+        let mut stored: Vec<Bucket> = Vec::new();
+        for hour in samples.chunk_by(|a, b| a.secs / 3600 == b.secs / 3600) {
+            stored.extend(downsample(hour, 0).into_iter().map(|b| Bucket {
+                restart: false,
+                ..b
+            }));
+            stored = rethin(&stored, hour[hour.len() - 1].secs + 1);
+        }
+        assert!(stored.len() <= 360 + 1_380 + 144 + 60, "{}", stored.len());
+        let total: u64 = stored.iter().map(|b| u64::from(b.samples)).sum();
+        assert_eq!(total, samples.len() as u64);
+        let lowest = samples.iter().map(Sample::retained).min().unwrap();
+        assert_eq!(stored.iter().map(|b| b.min).min().unwrap(), lowest);
+        let trend = trend_downsampled(&stored, &TrendConfig::default());
+        assert_verdict(&trend, expected, "thinned hourly");
+    }
+}
