@@ -178,9 +178,20 @@ impl Signature {
         sanitizer.then(|| format!("asan: {}", self.title()))
     }
 
-    /// A timeout or out-of-memory: its message is the slot.
+    /// A timeout, out-of-memory or RSS drift: its message is the slot.
     fn is_engine(&self) -> bool {
-        self.frames.is_empty() && matches!(self.kind.as_str(), "timeout" | "oom")
+        self.frames.is_empty() && matches!(self.kind.as_str(), "timeout" | "oom" | "rss-drift")
+    }
+
+    /// The signature of retained memory that grows with ops in the drift
+    /// series `series` (`target/allocator`): one group per series, whatever
+    /// the programs that drive it.
+    pub fn rss_drift(series: &str) -> Signature {
+        Signature {
+            kind: "rss-drift".into(),
+            frames: Vec::new(),
+            message: series.to_string(),
+        }
     }
 }
 
@@ -218,6 +229,15 @@ pub fn stack(log: &str) -> Vec<Frame> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_rss_drift_is_one_group_per_series_and_never_tolerated() {
+        let a = Signature::rss_drift("alloc_ops/system");
+        assert_eq!(a.title(), "rss-drift in alloc_ops/system");
+        assert_eq!(a.tolerance_key(), None);
+        assert_eq!(a.id(), Signature::rss_drift("alloc_ops/system").id());
+        assert_ne!(a.id(), Signature::rss_drift("heap_api/system").id());
+    }
 
     #[test]
     fn violation_outranks_the_signal_it_causes() {

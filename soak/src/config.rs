@@ -43,6 +43,9 @@ pub struct Config {
     /// Allocators of the author's own, linked in by a generated glue crate.
     #[serde(default, rename = "allocator")]
     pub declared: Vec<Declared>,
+    /// RSS drift workers (off unless `cpu_share` is above 0).
+    #[serde(default)]
+    pub drift: DriftConfig,
     /// The file the config was read from: declared paths are relative to
     /// its folder.
     #[serde(skip)]
@@ -58,6 +61,80 @@ pub struct SlotConfig {
     pub engine: String,
     #[serde(default = "one")]
     pub weight: f64,
+}
+
+/// The soak's RSS drift workers: one replay process per allocator ×
+/// workload, sampled into the store (see [`crate::rss`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriftConfig {
+    /// Allocators watched (default: those of the soak's slots the drift
+    /// build runs: not `dylib:`, declared or a mimalloc flavor).
+    pub allocators: Option<Vec<String>>,
+    /// Workloads: the targets whose corpus and seeds are replayed
+    /// (default: alloc_ops; diff_mimalloc cannot be one).
+    #[serde(default = "alloc_ops")]
+    pub targets: Vec<String>,
+    /// The share of one core all drift workers use together; 0 (the
+    /// default) runs none.
+    #[serde(default)]
+    pub cpu_share: f64,
+    /// Seconds between readings (default 10).
+    #[serde(default = "ten_f")]
+    pub interval_secs: f64,
+    /// The alarm line, bytes per 1,000 ops (default 32; see
+    /// `drift::TrendConfig::threshold`).
+    #[serde(default = "threshold")]
+    pub threshold: f64,
+    /// Resident MiB at which a replay process stops and its series is
+    /// filed as drifting whatever the fit says (default 1024).
+    #[serde(default = "rss_limit")]
+    pub rss_limit_mb: u64,
+    /// Ops each replay of a subset gets while a drift finding's culprit
+    /// programs are narrowed down (default 300,000).
+    #[serde(default = "narrow_ops")]
+    pub narrow_ops: u64,
+    /// Seconds narrowing may take at most (default 1800).
+    #[serde(default = "narrow_secs")]
+    pub narrow_secs: u64,
+}
+
+impl Default for DriftConfig {
+    fn default() -> DriftConfig {
+        toml::from_str("").expect("every key has a default")
+    }
+}
+
+fn alloc_ops() -> Vec<String> {
+    vec!["alloc_ops".into()]
+}
+fn ten_f() -> f64 {
+    10.0
+}
+fn threshold() -> f64 {
+    32.0
+}
+fn rss_limit() -> u64 {
+    1024
+}
+fn narrow_ops() -> u64 {
+    300_000
+}
+fn narrow_secs() -> u64 {
+    1800
+}
+
+/// One drift series to run: a workload (target) and an allocator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub target: Target,
+    pub allocator: String,
+}
+
+impl Series {
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.target, self.allocator)
+    }
 }
 
 /// A slot ready to run: names checked.
@@ -201,6 +278,61 @@ impl Config {
             bail!("slice_minutes must be above 0, not {}", self.slice_minutes);
         }
         Ok(slots)
+    }
+
+    /// The drift series: the `[drift]` targets × its allocators (default:
+    /// the slots' allocators the drift build runs). None when its
+    /// `cpu_share` is 0.
+    pub fn drift_series(&self, slots: &[Slot]) -> Result<Vec<Series>> {
+        let d = &self.drift;
+        if d.cpu_share.is_nan() || !(0.0..=64.0).contains(&d.cpu_share) {
+            bail!("[drift] cpu_share must be 0 (off) or a share of cores above 0, not {}", d.cpu_share);
+        }
+        if d.cpu_share == 0.0 {
+            return Ok(Vec::new());
+        }
+        if d.interval_secs.is_nan() || d.interval_secs <= 0.0 {
+            bail!("[drift] interval_secs must be above 0, not {}", d.interval_secs);
+        }
+        let runs = |a: &str| {
+            !a.starts_with("dylib:")
+                && !matches!(a, "mimalloc-secure" | "mimalloc-debug")
+                && !self.declared.iter().any(|d| d.name == a)
+        };
+        let allocators: Vec<String> = match &d.allocators {
+            Some(list) => {
+                for a in list {
+                    self.check_allocator(a)?;
+                    if !runs(a) {
+                        bail!("[drift] allocator `{a}`: the drift build runs bundled and zoo allocators only (not dylib:, declared or a mimalloc flavor)");
+                    }
+                }
+                list.clone()
+            }
+            None => {
+                let mut list: Vec<String> = Vec::new();
+                for s in slots {
+                    if runs(&s.allocator) && !list.contains(&s.allocator) {
+                        list.push(s.allocator.clone());
+                    }
+                }
+                list
+            }
+        };
+        let mut series = Vec::new();
+        for t in &d.targets {
+            let target: Target = t.parse().map_err(anyhow::Error::msg)?;
+            if target == Target::DiffMimalloc {
+                bail!("[drift] targets: diff_mimalloc runs two allocators; use alloc_ops, heap_api or mt_ops");
+            }
+            for a in &allocators {
+                series.push(Series {
+                    target,
+                    allocator: a.clone(),
+                });
+            }
+        }
+        Ok(series)
     }
 
     fn slot(&self, target: &str, allocator: &str, engine: &str, weight: f64) -> Result<Slot> {

@@ -25,7 +25,7 @@ use crate::project::{Build, Project};
 use crate::scheduler::{self, Rng};
 use crate::state::StateDir;
 use crate::store::{SlotRow, Store};
-use crate::{groups, slice, status};
+use crate::{groups, rss, slice, status};
 
 /// What a soak is asked to do.
 pub struct Options {
@@ -155,12 +155,25 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
             println!("verify {}: {} -> {}", v.id, v.before, v.after);
         }
     }
+    let drift_series = options.config.drift_series(&options.slots)?;
+    if !drift_series.is_empty() && !project.drift_binary().is_file() {
+        bail!(
+            "the drift replay binary {} is missing; build it with `allocsoak build` (or set [drift] cpu_share = 0)",
+            project.drift_binary().display()
+        );
+    }
+    let drift_share = if drift_series.is_empty() {
+        0.0
+    } else {
+        options.config.drift.cpu_share
+    };
     let slice_secs = options
         .slice_secs
         .unwrap_or_else(|| default_slice_secs(&options))
         .max(1);
     let run_id = store.start_run(
         options.jobs,
+        drift_share,
         crate::store::now() + options.duration.as_secs() as i64,
     )?;
     let seed = crate::store::now() as u64 ^ (u64::from(std::process::id()) << 32);
@@ -188,7 +201,27 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     let started = Instant::now();
     let errors: Mutex<Vec<anyhow::Error>> = Mutex::new(Vec::new());
     let workers_done = AtomicBool::new(false);
+    // The drift workers stop with the fuzz workers (at the deadline too).
+    let drift_stop = AtomicBool::new(false);
+    let watch = rss::Watch {
+        project: &soak.project,
+        state: &soak.state,
+        store: &soak.store,
+        config: &soak.config,
+        stop: &drift_stop,
+        run_id: Some(run_id),
+        share: drift_share / drift_series.len().max(1) as f64,
+    };
     std::thread::scope(|s| {
+        for series in &drift_series {
+            let (watch, errors, soak) = (&watch, &errors, &soak);
+            s.spawn(move || {
+                if let Err(e) = rss::watch(watch, series) {
+                    soak.stop.store(true, Ordering::Relaxed);
+                    errors.lock().unwrap().push(e.context(format!("drift {}", series.label())));
+                }
+            });
+        }
         let handles: Vec<_> = (0..options.jobs.max(1))
             .map(|_| {
                 s.spawn(|| {
@@ -231,6 +264,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
                 }
             }
         }
+        drift_stop.store(true, Ordering::Relaxed);
     });
     notifier.stopping();
     let store = soak.lock_store();

@@ -13,6 +13,11 @@ use crate::store::{GroupRow, Store};
 pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()> {
     let dir = state.crash_group(&g.id);
     let slot = store.slot_by_id(g.slot_id)?;
+    if g.kind == "rss-drift" {
+        let series = format!("{}/{}", slot.target, slot.allocator);
+        let text = crate::rss::finding::page(state, g, &series)?;
+        return state::write_atomic(&dir.join("REPORT.md"), text.as_bytes());
+    }
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
     let log = read("replay.log");
     let what = log

@@ -174,6 +174,13 @@ pub fn verify(
     for row in store.groups()? {
         let g = Group::load(state, store, row)?;
         let target = g.target()?;
+        if g.row.kind == "rss-drift" {
+            // One measured replay of its culprits (they run for a while).
+            let drifts = crate::rss::repro::drifts(project, config, &g)?;
+            let reproduced = if drifts { TRIES } else { 0 };
+            verdicts.push(mark(state, store, &g, reproduced)?);
+            continue;
+        }
         let binary = match binary(project, target, &g.slot.allocator) {
             Ok(b) => b,
             Err(e) => {
@@ -193,25 +200,30 @@ pub fn verify(
                 reproduced += 1;
             }
         }
-        let before = g.row.status.clone();
-        let after = match (reproduced, before.as_str()) {
-            (0, _) => "fixed",
-            (n, "fixed" | "regressed") if n > 0 => "regressed",
-            (n, _) if n == TRIES => "known",
-            _ => "flaky",
-        };
-        store.set_status(&g.row.id, after)?;
-        if let Some(row) = store.group(&g.row.id)? {
-            crate::group_page::write_report(state, store, &row)?;
-        }
-        verdicts.push(Verdict {
-            id: g.row.id.clone(),
-            before,
-            after: after.to_string(),
-            reproduced,
-        });
+        verdicts.push(mark(state, store, &g, reproduced)?);
     }
     Ok(verdicts)
+}
+
+/// Marks a group by how many of [`TRIES`] replays reproduced it.
+fn mark(state: &StateDir, store: &Store, g: &Group, reproduced: usize) -> Result<Verdict> {
+    let before = g.row.status.clone();
+    let after = match (reproduced, before.as_str()) {
+        (0, _) => "fixed",
+        (n, "fixed" | "regressed") if n > 0 => "regressed",
+        (n, _) if n == TRIES => "known",
+        _ => "flaky",
+    };
+    store.set_status(&g.row.id, after)?;
+    if let Some(row) = store.group(&g.row.id)? {
+        crate::group_page::write_report(state, store, &row)?;
+    }
+    Ok(Verdict {
+        id: g.row.id.clone(),
+        before,
+        after: after.to_string(),
+        reproduced,
+    })
 }
 
 /// The test name an emitted test gets: `allocsoak_<kind>_<id>`.

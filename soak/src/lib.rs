@@ -10,6 +10,8 @@
 //!   ([`group_page`]), progress by [`status`], systemd by [`notify`].
 //! - [`groups`], [`repro`]: triage of what a soak filed: list, verify,
 //!   export, replay.
+//! - [`rss`]: the soak's memory half, RSS drift workers and their
+//!   findings.
 //! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
 //!   table, a short fuzz pass.
 //!
@@ -30,6 +32,7 @@ pub mod notify;
 pub mod pass;
 pub mod project;
 pub mod repro;
+pub mod rss;
 pub mod scheduler;
 pub mod sequence;
 pub mod slice;

@@ -136,6 +136,13 @@ enum Command {
         #[arg(long)]
         emit_test: Option<PathBuf>,
     },
+    /// Print every RSS drift series: readings, ops, RSS and retained memory now,
+    /// the growth per 1,000 ops with its interval, and the verdict.
+    Drift {
+        /// The state dir the soak runs with.
+        #[arg(long, default_value = "soak-state")]
+        state: PathBuf,
+    },
     /// Print the op program a fuzz input decodes to, one op per line.
     Print {
         target: Target,
@@ -254,6 +261,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
             for build in builds {
                 project.build(build)?;
             }
+            project.build_drift()?;
             Ok(true)
         }
         Command::Fuzz {
@@ -354,6 +362,12 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
             allocator,
             emit_test,
         } => {
+            if let [id] = what.as_slice() {
+                if let Some(group) = drift_group(&state, id)? {
+                    let ops = config.drift.narrow_ops;
+                    return Ok(!soak::rss::repro::replay(&project, &config, &group, ops)?);
+                }
+            }
             let case = repro::Case::find(&what, &state, target, &allocator, &config)?;
             let binary = groups::binary(&project, case.target, &case.allocator)?;
             let shown = repro::replay(&case, &binary, &config)?;
@@ -364,6 +378,12 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
             }
             Ok(!shown.reproduced)
         }
+        Command::Drift { state } => {
+            let state = StateDir::open_to_read(&state)?;
+            let store = Store::open(&state.store())?;
+            print!("{}", soak::rss::table::render(&store, config.drift.threshold)?);
+            Ok(true)
+        }
         Command::Print { target, input } => {
             let data = std::fs::read(&input)
                 .with_context(|| format!("failed to read {}", input.display()))?;
@@ -372,6 +392,18 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         }
         Command::Instrumentation { dylibs } => instrumentation::check(&project, &dylibs),
     }
+}
+
+/// The `rss-drift` group `id` names in `state`, if it names one.
+fn drift_group(state: &std::path::Path, id: &str) -> Result<Option<groups::Group>> {
+    if std::path::Path::new(id).exists() || !state.join("store.sqlite").is_file() {
+        return Ok(None);
+    }
+    let state = StateDir::open_to_read(state)?;
+    let store = Store::open(&state.store())?;
+    Ok(groups::Group::find(&state, &store, id)
+        .ok()
+        .filter(|g| g.row.kind == "rss-drift"))
 }
 
 fn soak(project: Project, mut config: Config, args: SoakArgs) -> Result<bool> {

@@ -163,6 +163,28 @@ impl Project {
             .join(name)
     }
 
+    /// The RSS drift replay binary: a plain release build (no sanitizer,
+    /// no fuzzer) of `fuzz_targets`' `drift` bin, in a folder of its own.
+    pub fn drift_binary(&self) -> PathBuf {
+        self.root.join("fuzz_targets/target/drift/release/drift")
+    }
+
+    /// Builds [`Project::drift_binary`] (a no-op when cargo finds it fresh).
+    pub fn build_drift(&self) -> Result<()> {
+        let status = Command::new("cargo")
+            .current_dir(self.root.join("fuzz_targets"))
+            .args(["+nightly", "build", "--release", "--no-default-features"])
+            .args(["--features", "drift", "--bin", "drift", "--target-dir"])
+            .arg(self.root.join("fuzz_targets/target/drift"))
+            .env_remove("RUSTFLAGS")
+            .status()
+            .context("failed to run `cargo +nightly build`; run `just setup`")?;
+        if !status.success() {
+            bail!("building the drift replay binary failed ({status}); see the cargo output above");
+        }
+        Ok(())
+    }
+
     /// The static archives of the bundled C allocators in `build`
     /// (mimalloc, jemalloc), for the instrumentation check.
     pub fn c_archives(&self, build: Build) -> Result<Vec<PathBuf>> {

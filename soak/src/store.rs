@@ -11,6 +11,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_init.sql"),
     include_str!("../migrations/0002_tolerance_key.sql"),
+    include_str!("../migrations/0003_drift.sql"),
 ];
 
 pub struct Store {
@@ -163,10 +164,12 @@ impl Store {
         Ok(())
     }
 
-    pub fn start_run(&self, jobs: usize, deadline: i64) -> Result<i64> {
+    /// Starts a soak run of `jobs` fuzz workers and drift workers that
+    /// share `drift_share` of one core.
+    pub fn start_run(&self, jobs: usize, drift_share: f64, deadline: i64) -> Result<i64> {
         self.conn.execute(
-            "INSERT INTO run (pid, jobs, started, deadline) VALUES (?1, ?2, ?3, ?4)",
-            params![std::process::id(), jobs as i64, now(), deadline],
+            "INSERT INTO run (pid, jobs, drift_share, started, deadline) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![std::process::id(), jobs as i64, drift_share, now(), deadline],
         )?;
         Ok(self.conn.last_insert_rowid())
     }
@@ -367,6 +370,11 @@ impl Store {
 
     pub fn conn(&self) -> &Connection {
         &self.conn
+    }
+
+    /// A transaction: what it writes lands whole or not at all.
+    pub fn transaction(&mut self) -> Result<rusqlite::Transaction<'_>> {
+        Ok(self.conn.transaction()?)
     }
 }
 

@@ -1,0 +1,212 @@
+//! An `rss-drift` finding: one crash group per series, filed like any
+//! other (folder built aside and renamed into place, then the store), with
+//! the series (`series.csv`), a chart (`chart.svg`), the fit
+//! (`drift.toml`) and the culprit programs (`culprits/`) narrowed down.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::series::{self, Point};
+use super::{narrow, Watch};
+use crate::config::Series;
+use crate::intake::GroupFile;
+use crate::state::{self, StateDir};
+use crate::store::{self, GroupRow, Store};
+
+/// What the finding's fit said, kept in `drift.toml`.
+#[derive(Serialize, Deserialize)]
+pub struct DriftFile {
+    /// `fit`, or `rss-limit` for a process that went over its limit.
+    pub why: String,
+    pub slope_bytes_per_kop: f64,
+    pub lower: f64,
+    pub upper: f64,
+    pub mk_p: f64,
+    pub points: usize,
+    pub ops: u64,
+    pub threshold: f64,
+    pub rss_limit_mb: u64,
+    /// What narrowing did (`967 programs to 2 in 81 s (23 replays)`).
+    pub narrowed: String,
+}
+
+/// Files the series' drift (`trend` from the fit, `None` for a process
+/// over its RSS limit); returns the group id.
+pub fn file(w: &Watch, series: &Series, slot_id: i64, trend: Option<&drift::Trend>) -> Result<String> {
+    let sig = report::Signature::rss_drift(&series.label());
+    let id = sig.id();
+    let dir = w.state.crash_group(&id);
+    if w.lock_store().group(&id)?.is_some() || dir.is_dir() {
+        let store = w.lock_store();
+        crate::intake::refill(w.state, &store, &id)?;
+        store.add_crash(&id, slot_id, None, &dir.join("culprits").to_string_lossy(), true)?;
+        if store.group(&id)?.is_some_and(|g| g.status == "fixed") {
+            store.set_status(&id, "regressed")?;
+        }
+        write_page(w.state, &store, &id)?;
+        return Ok(id);
+    }
+    let work = state::tmp_path(&dir);
+    if work.exists() {
+        state::remove_scratch(&work)?;
+    }
+    std::fs::create_dir_all(work.join("culprits"))
+        .with_context(|| format!("failed to create {}", work.display()))?;
+    let narrowed = narrow::narrow(w, series)?;
+    for (i, program) in narrowed.programs.iter().enumerate() {
+        let name = program
+            .file_name()
+            .map_or_else(|| format!("{i}"), |n| n.to_string_lossy().into_owned());
+        state::copy_atomic(program, &work.join("culprits").join(name))?;
+    }
+    let points = series::points(&w.lock_store(), slot_id)?;
+    state::write_atomic(&work.join("series.csv"), csv(&points).as_bytes())?;
+    chart(&points, &work.join("chart.svg"))?;
+    let nan = f64::NAN;
+    let fit = DriftFile {
+        why: if trend.is_some() { "fit" } else { "rss-limit" }.into(),
+        slope_bytes_per_kop: trend.map_or(nan, |t| t.slope_bytes_per_kop),
+        lower: trend.map_or(nan, |t| t.lower),
+        upper: trend.map_or(nan, |t| t.upper),
+        mk_p: trend.map_or(nan, |t| t.mk_p),
+        points: trend.map_or(points.len(), |t| t.points),
+        ops: trend.map_or(0, |t| t.ops),
+        threshold: w.config.drift.threshold,
+        rss_limit_mb: w.config.drift.rss_limit_mb,
+        narrowed: narrowed.summary(),
+    };
+    state::write_atomic(&work.join("drift.toml"), toml::to_string(&fit)?.as_bytes())?;
+    let record = GroupFile {
+        signature: sig.key(),
+        kind: sig.kind.clone(),
+        title: sig.title(),
+        tolerance_key: None,
+        target: series.target.name().to_string(),
+        allocator: series.allocator.clone(),
+        engine: "drift".into(),
+        first_seen: store::now(),
+        minimized: Some(dir.join("culprits").to_string_lossy().into_owned()),
+        repro: format!("allocsoak repro {id}"),
+        race_rate: None,
+        history: 0,
+        history_shrunk: None,
+        minimized_ops: Some(narrowed.summary()),
+    };
+    state::write_atomic(&work.join("group.toml"), toml::to_string(&record)?.as_bytes())?;
+    std::fs::rename(&work, &dir)
+        .with_context(|| format!("failed to rename {} to {}", work.display(), dir.display()))?;
+    let store = w.lock_store();
+    crate::intake::refill(w.state, &store, &id)?;
+    store.add_crash(&id, slot_id, None, &dir.join("culprits").to_string_lossy(), true)?;
+    write_page(w.state, &store, &id)?;
+    Ok(id)
+}
+
+fn write_page(state: &StateDir, store: &Store, id: &str) -> Result<()> {
+    match store.group(id)? {
+        Some(g) => crate::group_page::write_report(state, store, &g),
+        None => Ok(()),
+    }
+}
+
+/// `crashes/<id>/REPORT.md` of an `rss-drift` group.
+pub fn page(state: &StateDir, g: &GroupRow, series: &str) -> Result<String> {
+    let dir = state.crash_group(&g.id);
+    let fit: Option<DriftFile> = std::fs::read_to_string(dir.join("drift.toml"))
+        .ok()
+        .and_then(|t| toml::from_str(&t).ok());
+    let culprits = crate::corpus::count_files(&dir.join("culprits"))?;
+    let mut out = String::new();
+    writeln!(out, "# {}\n", g.title)?;
+    writeln!(out, "| | |\n|---|---|")?;
+    writeln!(out, "| kind | rss-drift: retained memory (RSS minus live bytes) grows with ops |")?;
+    writeln!(out, "| series | `{series}` (workload / allocator), a plain replay build |")?;
+    writeln!(out, "| status | {} |", g.status)?;
+    writeln!(out, "| first seen | {} |", crate::group_page::utc(g.first_seen))?;
+    writeln!(out, "| last seen | {} ({} times) |", crate::group_page::utc(g.last_seen), g.count)?;
+    if let Some(f) = &fit {
+        if f.why == "fit" {
+            writeln!(
+                out,
+                "| growth | {:.0} bytes per 1,000 ops (95% interval {:.0} to {:.0}; line {:.0}), Mann–Kendall p = {:.2e}, over {} points and {} ops after warm-up |",
+                f.slope_bytes_per_kop, f.lower, f.upper, f.threshold, f.mk_p, f.points, f.ops
+            )?;
+        } else {
+            writeln!(
+                out,
+                "| growth | the replay went over {} MiB resident (`rss_limit_mb`) |",
+                f.rss_limit_mb
+            )?;
+        }
+        writeln!(out, "| culprits | {culprits} programs in `culprits/` ({}) |", f.narrowed)?;
+    }
+    writeln!(out, "\n## Reproduce\n\n```sh\n{}\n```\n", g.repro)?;
+    writeln!(
+        out,
+        "It replays `culprits/` in a loop in a fresh process, prints the growth it measures and exits 1 while memory drifts.\n"
+    )?;
+    writeln!(out, "## Retained memory\n\n![retained memory against time](chart.svg)\n")?;
+    writeln!(out, "Every reading is in `series.csv` (older ones thinned to minute and hour buckets).")?;
+    Ok(out)
+}
+
+/// The series as CSV: one row per point.
+fn csv(points: &[Point]) -> String {
+    let mut out = String::from(
+        "segment,secs,last_secs,samples,ops,retained_min,retained_median,retained_max,rss,anon,live,cpu_ms,programs\n",
+    );
+    for p in points {
+        let (b, r) = (&p.bucket, &p.last);
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            p.segment_id, b.secs, b.last_secs, b.samples, b.ops, b.min, b.median, b.max,
+            r.rss, r.anon, r.live, r.cpu_ms, r.programs
+        );
+    }
+    out
+}
+
+/// Retained MiB against hours since the first point, one line per
+/// segment, written to `path` as SVG.
+fn chart(points: &[Point], path: &Path) -> Result<()> {
+    let Some(first) = points.first() else {
+        return Ok(());
+    };
+    let x = |p: &Point| (p.bucket.secs.saturating_sub(first.bucket.secs)) as f64 / 3600.0;
+    let y = |p: &Point| p.bucket.median as f64 / (1 << 20) as f64;
+    let x_max = points.iter().map(x).fold(1e-3, f64::max);
+    let y_max = points.iter().map(y).fold(1e-3, f64::max) * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (800, 400)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_error)?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("hours")
+            .y_desc("retained MiB")
+            .draw()
+            .map_err(plot_error)?;
+        for segment in points.chunk_by(|a, b| a.segment_id == b.segment_id) {
+            chart
+                .draw_series(LineSeries::new(segment.iter().map(|p| (x(p), y(p))), &BLUE))
+                .map_err(plot_error)?;
+        }
+        root.present().map_err(plot_error)?;
+    }
+    state::write_atomic(path, svg.as_bytes())
+}
+
+fn plot_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("failed to draw the drift chart: {e:?}")
+}

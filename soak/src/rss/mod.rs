@@ -1,0 +1,326 @@
+//! The memory half of the soak: RSS drift workers.
+//!
+//! Each series (a workload × an allocator, a slot with engine `drift`) has
+//! a thread that runs the plain `drift` replay binary over the workload's
+//! persistent corpus and seeds, stores every reading it prints as it comes
+//! ([`series`]), thins old ones, and fits the series after each reading.
+//! Retained memory that grows with ops (the fit's verdict, or a process
+//! over `rss_limit_mb`) is filed as an `rss-drift` group ([`finding`]),
+//! its culprit programs narrowed down ([`narrow`]); a violation the replay
+//! hits is filed through the crash pipeline like a fuzzer's. A restarted
+//! process is a new segment of the same series, so a series spans soaks.
+//! `allocsoak drift` prints the series ([`table`]).
+
+pub mod finding;
+pub mod narrow;
+pub mod repro;
+pub mod series;
+pub mod table;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use drift::{Reading, TrendConfig, Verdict};
+
+use crate::config::{Config, Series};
+use crate::corpus::Corpus;
+use crate::intake::{self, Source};
+use crate::project::{Build, Project};
+use crate::state::StateDir;
+use crate::store::Store;
+
+/// The exit status of a replay process over its RSS limit (the `drift`
+/// binary's `OVER_RSS_LIMIT`).
+const OVER_RSS_LIMIT: i32 = 3;
+/// How often a series' old points are thinned.
+const THIN_EVERY: Duration = Duration::from_secs(600);
+/// The wait before a replay process that failed is started again.
+const BACKOFF: Duration = Duration::from_secs(30);
+
+/// What the drift workers share with the soak.
+pub struct Watch<'a> {
+    pub project: &'a Project,
+    pub state: &'a StateDir,
+    pub store: &'a Mutex<Store>,
+    pub config: &'a Config,
+    pub stop: &'a AtomicBool,
+    pub run_id: Option<i64>,
+    /// The share of one core each series' process may use.
+    pub share: f64,
+}
+
+impl Watch<'_> {
+    pub fn lock_store(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The rules the fit decides by.
+    pub fn trend_config(&self) -> TrendConfig {
+        TrendConfig {
+            threshold: self.config.drift.threshold,
+            ..TrendConfig::default()
+        }
+    }
+
+    /// The program folders a series replays: the workload's persistent
+    /// corpus and its seeds.
+    pub fn inputs(&self, series: &Series) -> Vec<PathBuf> {
+        vec![
+            Corpus::new(self.state, series.target).path(),
+            self.project.seeds(series.target),
+        ]
+    }
+
+    /// The replay command for `inputs`, its CPU share and RSS limit set.
+    pub fn command(&self, series: &Series, inputs: &[PathBuf], share: f64) -> Command {
+        let mut cmd = Command::new(self.project.drift_binary());
+        cmd.arg("--allocator")
+            .arg(&series.allocator)
+            .arg("--target")
+            .arg(series.target.name())
+            .arg(format!("--cpu-share={share}"))
+            .arg(format!("--rss-limit-mb={}", self.config.drift.rss_limit_mb))
+            .args(inputs);
+        cmd
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// How a replay process ended.
+enum End {
+    /// The soak stopped it.
+    Stop,
+    /// Its retained memory drifts (the fit's verdict), or it went over
+    /// its RSS limit (`None`).
+    Drifts(Option<drift::Trend>),
+    /// A violation in the program at this path (from its log).
+    Violation(Option<PathBuf>),
+    /// It exited or died otherwise.
+    Other(String),
+}
+
+/// Watches one series until the soak stops: replay processes one after
+/// another, each a segment. A series with an open `rss-drift` group is
+/// not run again (its finding stands until `triage verify` says fixed).
+pub fn watch(w: &Watch, series: &Series) -> Result<()> {
+    let slot = w
+        .lock_store()
+        .slot(series.target.name(), &series.allocator, "drift", 1.0)?;
+    let group_id = report::Signature::rss_drift(&series.label()).id();
+    let mut last_thin = Instant::now();
+    while !w.stopping() {
+        let open = w
+            .lock_store()
+            .group(&group_id)?
+            .is_some_and(|g| g.status != "fixed");
+        if open {
+            return Ok(());
+        }
+        let segment = series::start_segment(&w.lock_store(), slot.id, w.run_id)?;
+        let log = w.state.logs().join(format!("drift-{}-{segment}.log", slot.id));
+        let end = run_segment(w, series, slot.id, segment, &log, &mut last_thin)?;
+        let outcome = match &end {
+            End::Stop => "stop".to_string(),
+            End::Drifts(Some(_)) => "drifts".to_string(),
+            End::Drifts(None) => "rss-limit".to_string(),
+            End::Violation(_) => "violation".to_string(),
+            End::Other(why) => why.clone(),
+        };
+        series::end_segment(&w.lock_store(), segment, &outcome)?;
+        match end {
+            End::Stop => {}
+            End::Drifts(trend) => {
+                let filed = finding::file(w, series, slot.id, trend.as_ref())?;
+                println!("drift {}: filed {} ({})", series.label(), filed, outcome);
+            }
+            End::Violation(program) => {
+                let tolerate = tolerate_file(w, slot.id);
+                file_violation(w, series, program.as_deref(), &log, &tolerate)?;
+                pause(w, BACKOFF);
+            }
+            End::Other(why) => {
+                eprintln!(
+                    "allocsoak: drift {} replay {why}; its log: {}",
+                    series.label(),
+                    log.display()
+                );
+                pause(w, BACKOFF);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One replay process: readings stored as they come, the series fitted
+/// after each.
+fn run_segment(
+    w: &Watch,
+    series: &Series,
+    slot_id: i64,
+    segment: i64,
+    log: &Path,
+    last_thin: &mut Instant,
+) -> Result<End> {
+    let tolerate = tolerate_file(w, slot_id);
+    let keys = w.lock_store().tolerated_keys(&series.allocator)?;
+    let text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
+    crate::state::write_atomic(&tolerate, text.as_bytes())?;
+    let mut cmd = w.command(series, &w.inputs(series), w.share);
+    cmd.arg(format!("--interval={}", w.config.drift.interval_secs));
+    if !keys.is_empty() {
+        cmd.env("ALLOCSOAK_TOLERATE", &tolerate);
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .with_context(|| {
+            format!(
+                "failed to run {}; run `allocsoak build`",
+                w.project.drift_binary().display()
+            )
+        })?;
+    let lines = forward_lines(&mut child);
+    loop {
+        match lines.recv_timeout(Duration::from_millis(250)) {
+            Ok(line) => {
+                let Some(reading) = Reading::parse(&line) else { continue };
+                let mut store = w.lock_store();
+                series::add_reading(&store, segment, &reading)?;
+                if last_thin.elapsed() >= THIN_EVERY {
+                    series::thin(&mut store, slot_id, crate::store::now() as u64)?;
+                    *last_thin = Instant::now();
+                }
+                let points = series::points(&store, slot_id)?;
+                drop(store);
+                let trend = drift::trend_downsampled(&series::buckets(&points), &w.trend_config());
+                if trend.verdict == Verdict::Drifts {
+                    end(&mut child);
+                    return Ok(End::Drifts(Some(trend)));
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if w.stopping() {
+                    end(&mut child);
+                    return Ok(End::Stop);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let status = child.wait()?;
+    if w.stopping() {
+        return Ok(End::Stop);
+    }
+    Ok(match status.code() {
+        Some(OVER_RSS_LIMIT) => End::Drifts(None),
+        Some(1) => End::Violation(failed_program(log)),
+        _ => End::Other(format!("ended ({status})")),
+    })
+}
+
+/// The known bugs a series' replay gets past (`ALLOCSOAK_TOLERATE`).
+fn tolerate_file(w: &Watch, slot_id: i64) -> PathBuf {
+    w.state.logs().join(format!("drift-{slot_id}.tolerate"))
+}
+
+/// The child's stdout lines, from a thread of their own.
+fn forward_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Stops a replay process: SIGTERM, then SIGKILL if it lingers.
+fn end(child: &mut Child) {
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    for _ in 0..50 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn pause(w: &Watch, how_long: Duration) {
+    let until = Instant::now() + how_long;
+    while Instant::now() < until && !w.stopping() {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The program the replay's log says failed (`allocsoak drift: failed in <path>`).
+fn failed_program(log: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("allocsoak drift: failed in "))
+        .map(PathBuf::from)
+}
+
+/// Files a violation the replay hit: its program, copied out of the
+/// corpus, goes through the crash pipeline on the fuzz binary (which has
+/// the sanitizer that sees most), like a slice's artifact.
+fn file_violation(
+    w: &Watch,
+    series: &Series,
+    program: Option<&Path>,
+    log: &Path,
+    tolerate: &Path,
+) -> Result<()> {
+    let Some(program) = program else {
+        eprintln!(
+            "allocsoak: drift {}: the replay failed without naming its program; its log: {}",
+            series.label(),
+            log.display()
+        );
+        return Ok(());
+    };
+    let artifact = w.state.logs().join(format!(
+        "drift-artifact-{}",
+        program
+            .file_name()
+            .map_or_else(|| "program".into(), |n| n.to_string_lossy().into_owned())
+    ));
+    crate::state::copy_atomic(program, &artifact)?;
+    let slot = w
+        .lock_store()
+        .slot(series.target.name(), &series.allocator, "libfuzzer", 1.0)?;
+    let binary = w.project.binary(Build::for_allocator(&series.allocator), series.target);
+    let engine_log = std::fs::read_to_string(log).unwrap_or_default();
+    let src = Source {
+        target: series.target,
+        allocator: &series.allocator,
+        engine: "libfuzzer",
+        slot_id: slot.id,
+        slice_id: None,
+        binary: &binary,
+        tolerate: Some(tolerate),
+        history: None,
+        timeout_secs: w.config.timeout_secs,
+        rss_limit_mb: w.config.rss_limit_mb,
+    };
+    let filed = intake::file(w.state, w.store, &src, &artifact, &engine_log)?;
+    println!("drift {}: violation filed as {}", series.label(), filed.group_id);
+    Ok(())
+}

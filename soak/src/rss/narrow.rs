@@ -1,0 +1,155 @@
+//! Which programs drive a drift: delta debugging over the replay set
+//! (`triage::ddmin`), each subset replayed in a fresh process for a fixed
+//! number of ops and its growth measured.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use drift::{Reading, Trend, TrendConfig, Verdict};
+
+use super::{Watch, OVER_RSS_LIMIT};
+use crate::config::Series;
+
+/// What one measured replay found.
+pub struct Measured {
+    /// Retained memory grew past the line, or the process went over its
+    /// RSS limit.
+    pub drifts: bool,
+    pub over_limit: bool,
+    /// The fit of its readings (warm-up the first quarter of its ops).
+    pub trend: Trend,
+    pub readings: Vec<Reading>,
+}
+
+/// Replays with `cmd` (a `drift` command, inputs given) for `ops` ops,
+/// reading every 0.2 s, and fits the growth against `threshold` bytes per
+/// 1,000 ops.
+pub fn measure(mut cmd: Command, ops: u64, threshold: f64) -> Result<Measured> {
+    let out = cmd
+        .arg(format!("--ops={ops}"))
+        .arg("--interval=0.2")
+        .output()
+        .context("failed to run the drift replay binary; run `allocsoak build`")?;
+    let readings: Vec<Reading> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(Reading::parse)
+        .collect();
+    let over_limit = out.status.code() == Some(OVER_RSS_LIMIT);
+    if !out.status.success() && !over_limit {
+        anyhow::bail!(
+            "the drift replay failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        );
+    }
+    let samples: Vec<drift::Sample> = readings.iter().map(Reading::sample).collect();
+    let config = TrendConfig {
+        threshold,
+        warmup_fraction: 0.25,
+        warmup_ops: ops / 4,
+        min_ops: ops / 4,
+        min_points: 8,
+        ..TrendConfig::default()
+    };
+    let trend = drift::trend(&samples, &config);
+    Ok(Measured {
+        drifts: over_limit || trend.verdict == Verdict::Drifts,
+        over_limit,
+        trend,
+        readings,
+    })
+}
+
+/// The smallest set of programs found that still drifts.
+pub struct Narrowed {
+    pub programs: Vec<PathBuf>,
+    /// Programs in the replay set.
+    pub of: usize,
+    pub secs: f64,
+    pub replays: usize,
+    /// False when the whole set did not drift in a short replay (nothing
+    /// to narrow: every program is kept) or time ran out.
+    pub complete: bool,
+}
+
+impl Narrowed {
+    /// `967 programs to 2 in 81 s (23 replays)`.
+    pub fn summary(&self) -> String {
+        let note = if self.complete { "" } else { ", not to the end" };
+        format!(
+            "{} programs to {} in {:.0} s ({} replays{note})",
+            self.of,
+            self.programs.len(),
+            self.secs,
+            self.replays
+        )
+    }
+}
+
+/// Narrows the series' replay set down to the programs that drive its
+/// drift, within `narrow_secs`.
+pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(w.config.drift.narrow_secs);
+    let programs = list(&w.inputs(series))?;
+    let drifts = |subset: &[PathBuf]| -> Result<bool> {
+        let cmd = w.command(series, subset, 1.0);
+        Ok(measure(cmd, w.config.drift.narrow_ops, w.config.drift.threshold)?.drifts)
+    };
+    let mut replays = 1;
+    if !drifts(&programs)? {
+        return Ok(Narrowed {
+            of: programs.len(),
+            programs,
+            secs: start.elapsed().as_secs_f64(),
+            replays,
+            complete: false,
+        });
+    }
+    let mut error = None;
+    let mut out_of_time = false;
+    let found = triage::ddmin::ddmin(&programs, |subset| {
+        if error.is_some() || w.stopping() || Instant::now() >= deadline {
+            out_of_time = true;
+            return false;
+        }
+        replays += 1;
+        drifts(subset).unwrap_or_else(|e| {
+            error = Some(e);
+            false
+        })
+    });
+    if let Some(e) = error {
+        return Err(e);
+    }
+    Ok(Narrowed {
+        of: programs.len(),
+        programs: found,
+        secs: start.elapsed().as_secs_f64(),
+        replays,
+        complete: !out_of_time,
+    })
+}
+
+/// The program files in `folders` (missing folders are empty), sorted.
+fn list(folders: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for folder in folders.iter().filter(|f| f.is_dir()) {
+        for entry in std::fs::read_dir(folder)
+            .with_context(|| format!("failed to list {}", folder.display()))?
+        {
+            let path = entry?.path();
+            if path.is_file() {
+                files.push(path);
+            }
+        }
+    }
+    files.sort_by(|a, b| name(a).cmp(name(b)).then(a.cmp(b)));
+    Ok(files)
+}
+
+fn name(p: &Path) -> &std::ffi::OsStr {
+    p.file_name().unwrap_or_default()
+}
