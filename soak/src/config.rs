@@ -86,6 +86,13 @@ pub struct DriftConfig {
     /// `drift::TrendConfig::threshold`).
     #[serde(default = "threshold")]
     pub threshold: f64,
+    /// Ops at the start of each replay process left out of the fit, as
+    /// caches fill (default 1,000,000; see `drift::TrendConfig::warmup_ops`).
+    #[serde(default = "million")]
+    pub warmup_ops: u64,
+    /// The fewest ops after warm-up for a verdict (default 1,000,000).
+    #[serde(default = "million")]
+    pub min_ops: u64,
     /// Resident MiB at which a replay process stops and its series is
     /// filed as drifting whatever the fit says (default 1024).
     #[serde(default = "rss_limit")]
@@ -113,6 +120,9 @@ fn ten_f() -> f64 {
 }
 fn threshold() -> f64 {
     32.0
+}
+fn million() -> u64 {
+    1_000_000
 }
 fn rss_limit() -> u64 {
     1024
@@ -409,6 +419,52 @@ mod tests {
         assert_eq!(slots.len(), 2);
         assert_eq!(slots[0].weight, 3.0);
         assert_eq!(slots[1].label(), "mt_ops/zoo:double-issue");
+    }
+
+    fn drift(text: &str) -> Result<Vec<Series>> {
+        let config: Config = toml::from_str(text)?;
+        config.drift_series(&config.slots()?)
+    }
+
+    #[test]
+    fn drift_is_off_unless_given_a_share() {
+        assert!(drift("allocators = [\"system\"]").unwrap().is_empty());
+        let config = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../soak.toml")).unwrap();
+        let series = config.drift_series(&config.slots().unwrap()).unwrap();
+        assert!(!series.is_empty() && config.drift.cpu_share > 0.0);
+    }
+
+    #[test]
+    fn drift_series_default_to_the_slots_allocators_the_drift_build_runs() {
+        let series = drift(
+            "targets = [\"alloc_ops\", \"mt_ops\"]\n\
+             allocators = [\"system\", \"mimalloc-debug\", \"zoo:leak-on-shrink\", \"system\"]\n\
+             [drift]\ncpu_share = 0.5\ntargets = [\"alloc_ops\", \"heap_api\"]\n",
+        )
+        .unwrap();
+        let labels: Vec<String> = series.iter().map(Series::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "alloc_ops/system",
+                "alloc_ops/zoo:leak-on-shrink",
+                "heap_api/system",
+                "heap_api/zoo:leak-on-shrink"
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_drift_settings_say_what_to_use() {
+        let e = drift("[drift]\ncpu_share = 1\ntargets = [\"diff_mimalloc\"]").unwrap_err();
+        assert!(e.to_string().contains("alloc_ops, heap_api or mt_ops"), "{e}");
+        let e = drift("[drift]\ncpu_share = 1\nallocators = [\"mimalloc-secure\"]").unwrap_err();
+        assert!(e.to_string().contains("bundled and zoo allocators only"), "{e}");
+        let e = drift("[drift]\ncpu_share = -1").unwrap_err();
+        assert!(e.to_string().contains("cpu_share"), "{e}");
+        let e = drift("[drift]\ncpu_share = 1\ninterval_secs = 0").unwrap_err();
+        assert!(e.to_string().contains("interval_secs"), "{e}");
+        assert!(drift("[drift]\ncpu_shares = 1").is_err());
     }
 
     #[test]

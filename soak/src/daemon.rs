@@ -211,6 +211,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         stop: &drift_stop,
         run_id: Some(run_id),
         share: drift_share / drift_series.len().max(1) as f64,
+        filed: &soak.new_groups,
     };
     std::thread::scope(|s| {
         for series in &drift_series {

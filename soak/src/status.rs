@@ -72,15 +72,16 @@ pub fn render(
     writeln!(
         out,
         "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8}  {}",
-        "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "now"
+        "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift  now"
     )?;
     let mut stmt = conn.prepare(
         "SELECT s.id, s.target || '/' || s.allocator, s.weight,
             (SELECT COUNT(*) FROM slice WHERE slot_id = s.id AND ended IS NOT NULL),
             (SELECT COUNT(*) FROM crash_group WHERE slot_id = s.id),
             (SELECT COUNT(*) FROM crash WHERE slot_id = s.id)
-         FROM slot s ORDER BY s.id",
+         FROM slot s WHERE s.engine != 'drift' ORDER BY s.id",
     )?;
+    let mut drift = drift_verdicts(store)?;
     let slots = stmt.query_map([], |r| {
         Ok((
             r.get::<_, i64>(0)?,
@@ -127,7 +128,7 @@ pub fn render(
         };
         writeln!(
             out,
-            "{:<34} {:>6.2} {:>7} {:>8.0} {:>6} {:>7} {:>7} {:>8}  {}",
+            "{:<34} {:>6.2} {:>7} {:>8.0} {:>6} {:>7} {:>7} {:>8}  {:<6} {}",
             label,
             weight,
             slices,
@@ -136,19 +137,60 @@ pub fn render(
             ft,
             corpus,
             format!("{groups}/{crashes}"),
+            drift.remove(&label).unwrap_or_default(),
             if live_slice.is_some() { "fuzzing" } else { "" }
         )?;
+    }
+    // Series whose allocator × workload no fuzz slot has.
+    for (label, verdict) in drift {
+        writeln!(out, "{label:<34} {:>59}  {verdict:<6} drift only", "")?;
     }
     Ok(out)
 }
 
-/// Core-seconds inside fuzz engines over wall core-seconds, for one run
-/// of the soak (so far, while it runs).
+/// Each drift series' verdict so far by `target/allocator`: `flat`,
+/// `drifts`, `filed` (an rss-drift group holds it) or `-` (too few
+/// readings yet). `allocsoak drift` has the numbers.
+fn drift_verdicts(store: &Store) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut verdicts = std::collections::BTreeMap::new();
+    for slot in store.slots()?.into_iter().filter(|s| s.engine == "drift") {
+        let label = format!("{}/{}", slot.target, slot.allocator);
+        let filed = store
+            .group(&report::Signature::rss_drift(&label).id())?
+            .is_some_and(|g| g.status != "fixed");
+        let points = crate::rss::series::points(store, slot.id)?;
+        let trend = drift::trend_downsampled(
+            &crate::rss::series::buckets(&points),
+            &drift::TrendConfig::default(),
+        );
+        let verdict = match (filed, trend.verdict) {
+            (true, _) => "filed",
+            (false, drift::Verdict::Drifts) => "drifts",
+            (false, drift::Verdict::Flat) => "flat",
+            (false, drift::Verdict::TooFewSamples) => "-",
+        };
+        verdicts.insert(label, verdict.to_string());
+    }
+    Ok(verdicts)
+}
+
+/// Core-seconds inside fuzz engines and drift replays over the wall
+/// core-seconds the run gave them (`jobs` cores, plus the drift share),
+/// for one run of the soak (so far, while it runs).
 pub fn duty_cycle(store: &Store, run_id: i64) -> Result<Option<f64>> {
-    let (started, ended, jobs): (i64, Option<i64>, i64) = store.conn().query_row(
-        "SELECT started, ended, jobs FROM run WHERE id = ?1",
+    let (started, ended, jobs, drift_share): (i64, Option<i64>, i64, f64) = store.conn().query_row(
+        "SELECT started, ended, jobs, drift_share FROM run WHERE id = ?1",
         params![run_id],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    // Each replay process's CPU time is its last reading's.
+    let drift_ms: i64 = store.conn().query_row(
+        "SELECT COALESCE(SUM(cpu), 0) FROM (
+            SELECT MAX(p.cpu_ms) AS cpu FROM drift_point p
+            JOIN drift_segment s ON s.id = p.segment_id
+            WHERE s.run_id = ?1 GROUP BY s.id)",
+        params![run_id],
+        |r| r.get(0),
     )?;
     let engine: f64 = store.conn().query_row(
         // A running slice counts from its start (it is fuzzing, or filing
@@ -158,8 +200,8 @@ pub fn duty_cycle(store: &Store, run_id: i64) -> Result<Option<f64>> {
         params![run_id, crate::store::now()],
         |r| r.get(0),
     )?;
-    let wall = (ended.unwrap_or_else(crate::store::now) - started) as f64 * jobs as f64;
-    Ok((wall >= 1.0).then(|| engine / wall))
+    let wall = (ended.unwrap_or_else(crate::store::now) - started) as f64 * (jobs as f64 + drift_share);
+    Ok((wall >= 1.0).then(|| (engine + drift_ms as f64 / 1000.0) / wall))
 }
 
 fn alive(pid: i64) -> bool {

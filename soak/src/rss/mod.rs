@@ -53,6 +53,8 @@ pub struct Watch<'a> {
     pub run_id: Option<i64>,
     /// The share of one core each series' process may use.
     pub share: f64,
+    /// The ids of the groups filed, for the soak's summary.
+    pub filed: &'a Mutex<Vec<String>>,
 }
 
 impl Watch<'_> {
@@ -62,8 +64,11 @@ impl Watch<'_> {
 
     /// The rules the fit decides by.
     pub fn trend_config(&self) -> TrendConfig {
+        let d = &self.config.drift;
         TrendConfig {
-            threshold: self.config.drift.threshold,
+            threshold: d.threshold,
+            warmup_ops: d.warmup_ops,
+            min_ops: d.min_ops,
             ..TrendConfig::default()
         }
     }
@@ -139,8 +144,9 @@ pub fn watch(w: &Watch, series: &Series) -> Result<()> {
         match end {
             End::Stop => {}
             End::Drifts(trend) => {
-                let filed = finding::file(w, series, slot.id, trend.as_ref())?;
-                println!("drift {}: filed {} ({})", series.label(), filed, outcome);
+                let id = finding::file(w, series, slot.id, trend.as_ref())?;
+                println!("drift {}: filed {id} ({outcome})", series.label());
+                w.filed.lock().unwrap().push(id);
             }
             End::Violation(program) => {
                 let tolerate = tolerate_file(w, slot.id);
@@ -322,5 +328,8 @@ fn file_violation(
     };
     let filed = intake::file(w.state, w.store, &src, &artifact, &engine_log)?;
     println!("drift {}: violation filed as {}", series.label(), filed.group_id);
+    if filed.new {
+        w.filed.lock().unwrap().push(filed.group_id);
+    }
     Ok(())
 }
