@@ -80,7 +80,10 @@ pub fn main(register: fn()) {
         exit(format!("--interval must be above 0, not {}", args.interval));
     }
     if !(args.cpu_share > 0.0 && args.cpu_share <= 1.0) {
-        exit(format!("--cpu-share must be in (0, 1], not {}", args.cpu_share));
+        exit(format!(
+            "--cpu-share must be in (0, 1], not {}",
+            args.cpu_share
+        ));
     }
     register();
     let alloc = shadow::allocator::by_name(&args.allocator).unwrap_or_else(|e| exit(e));
@@ -89,11 +92,16 @@ pub fn main(register: fn()) {
     loop {
         let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
         if programs.is_empty() {
-            exit(format!("no programs in {:?}; give a corpus or seed folder", args.inputs));
+            exit(format!(
+                "no programs in {:?}; give a corpus or seed folder",
+                args.inputs
+            ));
         }
         for path in programs {
             // A merge may have moved it away: the next pass lists again.
-            let Ok(data) = std::fs::read(&path) else { continue };
+            let Ok(data) = std::fs::read(&path) else {
+                continue;
+            };
             let Ok(program) = Program::from_input(args.target, &data) else {
                 continue;
             };
@@ -222,7 +230,10 @@ fn list(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
         } else if input.is_file() {
             files.push(input.clone());
         } else {
-            return Err(format!("{} is neither a file nor a folder", input.display()));
+            return Err(format!(
+                "{} is neither a file nor a folder",
+                input.display()
+            ));
         }
     }
     files.sort();

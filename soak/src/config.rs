@@ -296,13 +296,19 @@ impl Config {
     pub fn drift_series(&self, slots: &[Slot]) -> Result<Vec<Series>> {
         let d = &self.drift;
         if d.cpu_share.is_nan() || !(0.0..=64.0).contains(&d.cpu_share) {
-            bail!("[drift] cpu_share must be 0 (off) or a share of cores above 0, not {}", d.cpu_share);
+            bail!(
+                "[drift] cpu_share must be 0 (off) or a share of cores above 0, not {}",
+                d.cpu_share
+            );
         }
         if d.cpu_share == 0.0 {
             return Ok(Vec::new());
         }
         if d.interval_secs.is_nan() || d.interval_secs <= 0.0 {
-            bail!("[drift] interval_secs must be above 0, not {}", d.interval_secs);
+            bail!(
+                "[drift] interval_secs must be above 0, not {}",
+                d.interval_secs
+            );
         }
         let runs = |a: &str| {
             !a.starts_with("dylib:")
@@ -429,7 +435,8 @@ mod tests {
     #[test]
     fn drift_is_off_unless_given_a_share() {
         assert!(drift("allocators = [\"system\"]").unwrap().is_empty());
-        let config = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../soak.toml")).unwrap();
+        let config =
+            Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../soak.toml")).unwrap();
         let series = config.drift_series(&config.slots().unwrap()).unwrap();
         assert!(!series.is_empty() && config.drift.cpu_share > 0.0);
     }
@@ -457,9 +464,15 @@ mod tests {
     #[test]
     fn bad_drift_settings_say_what_to_use() {
         let e = drift("[drift]\ncpu_share = 1\ntargets = [\"diff_mimalloc\"]").unwrap_err();
-        assert!(e.to_string().contains("alloc_ops, heap_api or mt_ops"), "{e}");
+        assert!(
+            e.to_string().contains("alloc_ops, heap_api or mt_ops"),
+            "{e}"
+        );
         let e = drift("[drift]\ncpu_share = 1\nallocators = [\"mimalloc-secure\"]").unwrap_err();
-        assert!(e.to_string().contains("bundled and zoo allocators only"), "{e}");
+        assert!(
+            e.to_string().contains("bundled and zoo allocators only"),
+            "{e}"
+        );
         let e = drift("[drift]\ncpu_share = -1").unwrap_err();
         assert!(e.to_string().contains("cpu_share"), "{e}");
         let e = drift("[drift]\ncpu_share = 1\ninterval_secs = 0").unwrap_err();

@@ -219,7 +219,10 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
             s.spawn(move || {
                 if let Err(e) = rss::watch(watch, series) {
                     soak.stop.store(true, Ordering::Relaxed);
-                    errors.lock().unwrap().push(e.context(format!("drift {}", series.label())));
+                    errors
+                        .lock()
+                        .unwrap()
+                        .push(e.context(format!("drift {}", series.label())));
                 }
             });
         }

@@ -381,7 +381,10 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         Command::Drift { state } => {
             let state = StateDir::open_to_read(&state)?;
             let store = Store::open(&state.store())?;
-            print!("{}", soak::rss::table::render(&store, config.drift.threshold)?);
+            print!(
+                "{}",
+                soak::rss::table::render(&store, config.drift.threshold)?
+            );
             Ok(true)
         }
         Command::Print { target, input } => {

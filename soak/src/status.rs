@@ -71,8 +71,8 @@ pub fn render(
     writeln!(out)?;
     writeln!(
         out,
-        "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8}  {}",
-        "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift  now"
+        "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8}  {:<6} {}",
+        "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift", "now"
     )?;
     let mut stmt = conn.prepare(
         "SELECT s.id, s.target || '/' || s.allocator, s.weight,
@@ -178,11 +178,12 @@ fn drift_verdicts(store: &Store) -> Result<std::collections::BTreeMap<String, St
 /// core-seconds the run gave them (`jobs` cores, plus the drift share),
 /// for one run of the soak (so far, while it runs).
 pub fn duty_cycle(store: &Store, run_id: i64) -> Result<Option<f64>> {
-    let (started, ended, jobs, drift_share): (i64, Option<i64>, i64, f64) = store.conn().query_row(
-        "SELECT started, ended, jobs, drift_share FROM run WHERE id = ?1",
-        params![run_id],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-    )?;
+    let (started, ended, jobs, drift_share): (i64, Option<i64>, i64, f64) =
+        store.conn().query_row(
+            "SELECT started, ended, jobs, drift_share FROM run WHERE id = ?1",
+            params![run_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )?;
     // Each replay process's CPU time is its last reading's.
     let drift_ms: i64 = store.conn().query_row(
         "SELECT COALESCE(SUM(cpu), 0) FROM (
@@ -200,7 +201,8 @@ pub fn duty_cycle(store: &Store, run_id: i64) -> Result<Option<f64>> {
         params![run_id, crate::store::now()],
         |r| r.get(0),
     )?;
-    let wall = (ended.unwrap_or_else(crate::store::now) - started) as f64 * (jobs as f64 + drift_share);
+    let wall =
+        (ended.unwrap_or_else(crate::store::now) - started) as f64 * (jobs as f64 + drift_share);
     Ok((wall >= 1.0).then(|| (engine + drift_ms as f64 / 1000.0) / wall))
 }
 

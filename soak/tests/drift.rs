@@ -37,24 +37,47 @@ fn a_leaking_allocator_is_filed_as_rss_drift_with_its_culprits() {
          rss_limit_mb = 256\nnarrow_ops = 100000\nnarrow_secs = 300",
     );
     let config = config.to_str().unwrap();
-    let out = soak(&state, &["--config", config, "--duration", "60", "--jobs", "1"]);
+    let out = soak(
+        &state,
+        &["--config", config, "--duration", "60", "--jobs", "1"],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let groups = count(&state, "SELECT COUNT(*) FROM crash_group WHERE kind = 'rss-drift'");
+    let groups = count(
+        &state,
+        "SELECT COUNT(*) FROM crash_group WHERE kind = 'rss-drift'",
+    );
     assert_eq!(groups, 1, "{stdout}");
     let id: String = common::db(&state)
-        .query_row("SELECT id FROM crash_group WHERE kind = 'rss-drift'", [], |r| r.get(0))
+        .query_row(
+            "SELECT id FROM crash_group WHERE kind = 'rss-drift'",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert!(stdout.contains(&id), "the summary names it: {stdout}");
     let group = state.join("crashes").join(&id);
     let culprits = std::fs::read_dir(group.join("culprits")).unwrap().count();
-    let seeds = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpus/alloc_ops/seeds"))
-        .unwrap()
-        .count();
-    assert!(culprits >= 1 && culprits * 10 < seeds, "{culprits} of {seeds}");
+    let seeds =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpus/alloc_ops/seeds"))
+            .unwrap()
+            .count();
+    assert!(
+        culprits >= 1 && culprits * 10 < seeds,
+        "{culprits} of {seeds}"
+    );
     let page = std::fs::read_to_string(group.join("REPORT.md")).unwrap();
-    assert!(page.contains("rss-drift in alloc_ops/zoo:leak-on-shrink"), "{page}");
+    assert!(
+        page.contains("rss-drift in alloc_ops/zoo:leak-on-shrink"),
+        "{page}"
+    );
     assert!(page.contains("![retained memory") && group.join("chart.svg").is_file());
-    assert!(std::fs::read_to_string(group.join("series.csv")).unwrap().lines().count() >= 2);
+    assert!(
+        std::fs::read_to_string(group.join("series.csv"))
+            .unwrap()
+            .lines()
+            .count()
+            >= 2
+    );
 
     let repro = allocsoak()
         .args(["--config", config, "repro", &id, "--state"])
@@ -62,16 +85,31 @@ fn a_leaking_allocator_is_filed_as_rss_drift_with_its_culprits() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&repro.stdout);
-    assert_eq!(repro.status.code(), Some(1), "{text}{}", String::from_utf8_lossy(&repro.stderr));
+    assert_eq!(
+        repro.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&repro.stderr)
+    );
     assert!(text.contains("verdict: drifts"), "{text}");
 
-    let table = allocsoak().args(["drift", "--state"]).arg(&state).output().unwrap();
+    let table = allocsoak()
+        .args(["drift", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.contains("alloc_ops/zoo:leak-on-shrink"), "{table}");
-    let status = allocsoak().args(["status", "--state"]).arg(&state).output().unwrap();
+    let status = allocsoak()
+        .args(["status", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(
-        status.lines().any(|l| l.starts_with("alloc_ops/zoo:leak-on-shrink") && l.contains("filed")),
+        status
+            .lines()
+            .any(|l| l.starts_with("alloc_ops/zoo:leak-on-shrink") && l.contains("filed")),
         "{status}"
     );
 }
@@ -88,7 +126,16 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
     let config = config(dir.path(), "cpu_share = 0.5\ninterval_secs = 1");
     let config = config.to_str().unwrap();
     let mut child = allocsoak()
-        .args(["--config", config, "soak", "--duration", "600", "--jobs", "1", "--state"])
+        .args([
+            "--config",
+            config,
+            "soak",
+            "--duration",
+            "600",
+            "--jobs",
+            "1",
+            "--state",
+        ])
         .arg(&state)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -104,7 +151,10 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
     };
     let start = Instant::now();
     while points(&state) < 8 {
-        assert!(start.elapsed() < Duration::from_secs(120), "no readings stored");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no readings stored"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let before = points(&state);
@@ -114,19 +164,46 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
     let first: Vec<(i64, i64)> = readings(&state);
 
     // The lock of the killed soak is stale; the next one takes over.
-    soak(&state, &["--config", config, "--duration", "20", "--jobs", "1"]);
+    soak(
+        &state,
+        &["--config", config, "--duration", "20", "--jobs", "1"],
+    );
     let after = readings(&state);
     assert!(after.len() > first.len());
-    assert_eq!(&after[..first.len()], &first[..], "the first segment's readings are kept");
+    assert_eq!(
+        &after[..first.len()],
+        &first[..],
+        "the first segment's readings are kept"
+    );
     let segments = count(&state, "SELECT COUNT(DISTINCT segment_id) FROM drift_point");
     assert_eq!(segments, 2);
-    assert_eq!(count(&state, "SELECT COUNT(*) FROM slot WHERE engine = 'drift'"), 1);
-    assert_eq!(count(&state, "SELECT COUNT(*) FROM crash_group WHERE kind = 'rss-drift'"), 0);
-    let table = allocsoak().args(["drift", "--state"]).arg(&state).output().unwrap();
+    assert_eq!(
+        count(&state, "SELECT COUNT(*) FROM slot WHERE engine = 'drift'"),
+        1
+    );
+    assert_eq!(
+        count(
+            &state,
+            "SELECT COUNT(*) FROM crash_group WHERE kind = 'rss-drift'"
+        ),
+        0
+    );
+    let table = allocsoak()
+        .args(["drift", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
     let table = String::from_utf8_lossy(&table.stdout);
-    let line = table.lines().find(|l| l.starts_with("alloc_ops/system")).unwrap();
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("alloc_ops/system"))
+        .unwrap();
     assert!(!line.ends_with("drifts"), "{table}");
-    assert_eq!(line.split_whitespace().nth(1), Some("2"), "two segments: {table}");
+    assert_eq!(
+        line.split_whitespace().nth(1),
+        Some("2"),
+        "two segments: {table}"
+    );
 }
 
 /// (segment, ops) of every stored reading, in order.

@@ -36,14 +36,25 @@ pub struct DriftFile {
 
 /// Files the series' drift (`trend` from the fit, `None` for a process
 /// over its RSS limit); returns the group id.
-pub fn file(w: &Watch, series: &Series, slot_id: i64, trend: Option<&drift::Trend>) -> Result<String> {
+pub fn file(
+    w: &Watch,
+    series: &Series,
+    slot_id: i64,
+    trend: Option<&drift::Trend>,
+) -> Result<String> {
     let sig = report::Signature::rss_drift(&series.label());
     let id = sig.id();
     let dir = w.state.crash_group(&id);
     if w.lock_store().group(&id)?.is_some() || dir.is_dir() {
         let store = w.lock_store();
         crate::intake::refill(w.state, &store, &id)?;
-        store.add_crash(&id, slot_id, None, &dir.join("culprits").to_string_lossy(), true)?;
+        store.add_crash(
+            &id,
+            slot_id,
+            None,
+            &dir.join("culprits").to_string_lossy(),
+            true,
+        )?;
         if store.group(&id)?.is_some_and(|g| g.status == "fixed") {
             store.set_status(&id, "regressed")?;
         }
@@ -96,12 +107,21 @@ pub fn file(w: &Watch, series: &Series, slot_id: i64, trend: Option<&drift::Tren
         history_shrunk: None,
         minimized_ops: Some(narrowed.summary()),
     };
-    state::write_atomic(&work.join("group.toml"), toml::to_string(&record)?.as_bytes())?;
+    state::write_atomic(
+        &work.join("group.toml"),
+        toml::to_string(&record)?.as_bytes(),
+    )?;
     std::fs::rename(&work, &dir)
         .with_context(|| format!("failed to rename {} to {}", work.display(), dir.display()))?;
     let store = w.lock_store();
     crate::intake::refill(w.state, &store, &id)?;
-    store.add_crash(&id, slot_id, None, &dir.join("culprits").to_string_lossy(), true)?;
+    store.add_crash(
+        &id,
+        slot_id,
+        None,
+        &dir.join("culprits").to_string_lossy(),
+        true,
+    )?;
     write_page(w.state, &store, &id)?;
     Ok(id)
 }
@@ -123,11 +143,26 @@ pub fn page(state: &StateDir, g: &GroupRow, series: &str) -> Result<String> {
     let mut out = String::new();
     writeln!(out, "# {}\n", g.title)?;
     writeln!(out, "| | |\n|---|---|")?;
-    writeln!(out, "| kind | rss-drift: retained memory (RSS minus live bytes) grows with ops |")?;
-    writeln!(out, "| series | `{series}` (workload / allocator), a plain replay build |")?;
+    writeln!(
+        out,
+        "| kind | rss-drift: retained memory (RSS minus live bytes) grows with ops |"
+    )?;
+    writeln!(
+        out,
+        "| series | `{series}` (workload / allocator), a plain replay build |"
+    )?;
     writeln!(out, "| status | {} |", g.status)?;
-    writeln!(out, "| first seen | {} |", crate::group_page::utc(g.first_seen))?;
-    writeln!(out, "| last seen | {} ({} times) |", crate::group_page::utc(g.last_seen), g.count)?;
+    writeln!(
+        out,
+        "| first seen | {} |",
+        crate::group_page::utc(g.first_seen)
+    )?;
+    writeln!(
+        out,
+        "| last seen | {} ({} times) |",
+        crate::group_page::utc(g.last_seen),
+        g.count
+    )?;
     if let Some(f) = &fit {
         if f.why == "fit" {
             writeln!(
@@ -142,15 +177,25 @@ pub fn page(state: &StateDir, g: &GroupRow, series: &str) -> Result<String> {
                 f.rss_limit_mb
             )?;
         }
-        writeln!(out, "| culprits | {culprits} programs in `culprits/` ({}) |", f.narrowed)?;
+        writeln!(
+            out,
+            "| culprits | {culprits} programs in `culprits/` ({}) |",
+            f.narrowed
+        )?;
     }
     writeln!(out, "\n## Reproduce\n\n```sh\n{}\n```\n", g.repro)?;
     writeln!(
         out,
         "It replays `culprits/` in a loop in a fresh process, prints the growth it measures and exits 1 while memory drifts.\n"
     )?;
-    writeln!(out, "## Retained memory\n\n![retained memory against time](chart.svg)\n")?;
-    writeln!(out, "Every reading is in `series.csv` (older ones thinned to minute and hour buckets).")?;
+    writeln!(
+        out,
+        "## Retained memory\n\n![retained memory against time](chart.svg)\n"
+    )?;
+    writeln!(
+        out,
+        "Every reading is in `series.csv` (older ones thinned to minute and hour buckets)."
+    )?;
     Ok(out)
 }
 
@@ -164,8 +209,19 @@ fn csv(points: &[Point]) -> String {
         let _ = writeln!(
             out,
             "{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            p.segment_id, b.secs, b.last_secs, b.samples, b.ops, b.min, b.median, b.max,
-            r.rss, r.anon, r.live, r.cpu_ms, r.programs
+            p.segment_id,
+            b.secs,
+            b.last_secs,
+            b.samples,
+            b.ops,
+            b.min,
+            b.median,
+            b.max,
+            r.rss,
+            r.anon,
+            r.live,
+            r.cpu_ms,
+            r.programs
         );
     }
     out

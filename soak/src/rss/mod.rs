@@ -131,7 +131,10 @@ pub fn watch(w: &Watch, series: &Series) -> Result<()> {
             return Ok(());
         }
         let segment = series::start_segment(&w.lock_store(), slot.id, w.run_id)?;
-        let log = w.state.logs().join(format!("drift-{}-{segment}.log", slot.id));
+        let log = w
+            .state
+            .logs()
+            .join(format!("drift-{}-{segment}.log", slot.id));
         let end = run_segment(w, series, slot.id, segment, &log, &mut last_thin)?;
         let outcome = match &end {
             End::Stop => "stop".to_string(),
@@ -200,7 +203,9 @@ fn run_segment(
     loop {
         match lines.recv_timeout(Duration::from_millis(250)) {
             Ok(line) => {
-                let Some(reading) = Reading::parse(&line) else { continue };
+                let Some(reading) = Reading::parse(&line) else {
+                    continue;
+                };
                 let mut store = w.lock_store();
                 series::add_reading(&store, segment, &reading)?;
                 if last_thin.elapsed() >= THIN_EVERY {
@@ -312,7 +317,9 @@ fn file_violation(
     let slot = w
         .lock_store()
         .slot(series.target.name(), &series.allocator, "libfuzzer", 1.0)?;
-    let binary = w.project.binary(Build::for_allocator(&series.allocator), series.target);
+    let binary = w
+        .project
+        .binary(Build::for_allocator(&series.allocator), series.target);
     let engine_log = std::fs::read_to_string(log).unwrap_or_default();
     let src = Source {
         target: series.target,
@@ -327,7 +334,11 @@ fn file_violation(
         rss_limit_mb: w.config.rss_limit_mb,
     };
     let filed = intake::file(w.state, w.store, &src, &artifact, &engine_log)?;
-    println!("drift {}: violation filed as {}", series.label(), filed.group_id);
+    println!(
+        "drift {}: violation filed as {}",
+        series.label(),
+        filed.group_id
+    );
     if filed.new {
         w.filed.lock().unwrap().push(filed.group_id);
     }

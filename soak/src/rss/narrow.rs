@@ -41,7 +41,10 @@ pub fn measure(mut cmd: Command, ops: u64, threshold: f64) -> Result<Measured> {
         anyhow::bail!(
             "the drift replay failed ({}): {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         );
     }
     let samples: Vec<drift::Sample> = readings.iter().map(Reading::sample).collect();
@@ -77,7 +80,11 @@ pub struct Narrowed {
 impl Narrowed {
     /// `967 programs to 2 in 81 s (23 replays)`.
     pub fn summary(&self) -> String {
-        let note = if self.complete { "" } else { ", not to the end" };
+        let note = if self.complete {
+            ""
+        } else {
+            ", not to the end"
+        };
         format!(
             "{} programs to {} in {:.0} s ({} replays{note})",
             self.of,

@@ -53,11 +53,18 @@ pub fn replay(project: &Project, config: &Config, group: &Group, ops: u64) -> Re
         t.slope_bytes_per_kop, t.lower, t.upper, config.drift.threshold, t.points
     );
     if m.over_limit {
-        println!("the replay went over {} MiB resident", config.drift.rss_limit_mb);
+        println!(
+            "the replay went over {} MiB resident",
+            config.drift.rss_limit_mb
+        );
     }
     println!(
         "verdict: {}",
-        if m.drifts { "drifts (reproduced)" } else { "flat (not reproduced)" }
+        if m.drifts {
+            "drifts (reproduced)"
+        } else {
+            "flat (not reproduced)"
+        }
     );
     Ok(m.drifts)
 }

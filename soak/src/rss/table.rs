@@ -16,7 +16,14 @@ pub fn render(store: &Store, threshold: f64) -> Result<String> {
     writeln!(
         out,
         "{:<34} {:>8} {:>7} {:>8} {:>10} {:>9} {:>9} {:>24}  verdict",
-        "series", "segments", "points", "readings", "ops", "rss MiB", "retained", "B/kop [95% interval]"
+        "series",
+        "segments",
+        "points",
+        "readings",
+        "ops",
+        "rss MiB",
+        "retained",
+        "B/kop [95% interval]"
     )?;
     let config = TrendConfig {
         threshold,
