@@ -46,6 +46,7 @@ fn reaching(bug: Bug) -> String {
         Bug::GoodSizeLies => "target alloc_ops\nalloc size=120 align=8\n",
         Bug::PurgeDropsLive => "target alloc_ops\nalloc size=20000 align=8\npurge delay=now force\n",
         Bug::CapacityLeak => "target alloc_ops\nalloc size=3000 align=8\nrealloc slot=0 to=100\n",
+        Bug::SlowLeak => "target alloc_ops\nalloc size=64 align=8\nfree slot=0\n",
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
     };
     text.to_string()
@@ -63,6 +64,7 @@ fn in_process_kind(bug: Bug) -> Option<&'static str> {
         | Bug::XthreadWrongFree
         | Bug::HeapDeleteDrops
         | Bug::LeakOnShrink
+        | Bug::SlowLeak
         | Bug::MisalignedReallocShort
         | Bug::RacyFreeList
         | Bug::LatentCorruption => None,
@@ -129,4 +131,22 @@ fn latent_corruption_crashes_a_later_program_not_its_own() {
         "the program after it"
     );
     assert_eq!(common::kind(&later, zoo), None, "the corruption is spent");
+}
+
+/// `slow-leak` keeps 64 bytes every 1,000 calls, whatever the calls are,
+/// and the programs' own checks see nothing.
+#[test]
+fn slow_leak_keeps_a_block_per_thousand_calls() {
+    use shadow::allocator::zoo::Zoo;
+    let base = shadow::allocator::by_name("system").unwrap();
+    let zoo: &'static Zoo = Box::leak(Box::new(
+        Zoo::new("zoo:slow-leak", "slow-leak", base).unwrap(),
+    ));
+    let ops = "alloc size=100 align=8\nfree slot=0\n".repeat(50);
+    let program = common::program(&format!("target alloc_ops\n{ops}"));
+    for _ in 0..100 {
+        shadow::Executor::new(zoo, shadow::Mode::Checked).run(&program);
+    }
+    // 100 programs × 50 × (alloc + free) = 10,000 calls.
+    assert_eq!(zoo.kept_blocks(), 10);
 }

@@ -63,6 +63,28 @@ impl Allocator for Mimalloc {
         NAME
     }
 
+    /// `mi_process_info`: the process's resident and committed bytes as
+    /// mimalloc counts them.
+    fn memory_figures(&self) -> Vec<(&'static str, u64)> {
+        let (mut rss, mut commit, mut other) = (0usize, 0usize, 0usize);
+        unsafe {
+            libmimalloc_sys::mi_process_info(
+                &mut other,
+                &mut other,
+                &mut other,
+                &mut rss,
+                &mut other,
+                &mut commit,
+                &mut other,
+                &mut other,
+            )
+        };
+        vec![
+            ("mimalloc_rss", rss as u64),
+            ("mimalloc_commit", commit as u64),
+        ]
+    }
+
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         if NAME == "mimalloc-debug" && size > DEBUG_MAX_REQUEST {
             return std::ptr::null_mut();

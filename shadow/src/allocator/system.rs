@@ -32,6 +32,18 @@ impl Allocator for System {
         "system"
     }
 
+    /// glibc's `mallinfo2`: bytes in use (arena and mmapped chunks), free
+    /// in the arenas, and mmapped. Under ASan, whose malloc this is in the
+    /// fuzz builds, the figures are not glibc's.
+    fn memory_figures(&self) -> Vec<(&'static str, u64)> {
+        let m = unsafe { libc::mallinfo2() };
+        vec![
+            ("malloc_in_use", (m.uordblks + m.hblkhd) as u64),
+            ("malloc_free", m.fordblks as u64),
+            ("malloc_mapped", m.hblkhd as u64),
+        ]
+    }
+
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         match (malloc_serves(size, align), zeroed) {
             (true, false) => libc::malloc(size).cast(),

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
@@ -42,6 +42,9 @@ const SIZED_FREE: RangeInclusive<usize> = 17..=8192;
 const CAPACITY_LEAK: RangeInclusive<usize> = 2049..=4096;
 /// Bytes `CapacityLeak` loses per shrink it hits.
 const LOST_TAIL: usize = 64;
+/// `SlowLeak` keeps `SLOW_LEAK_BYTES` every `SLOW_LEAK_CALLS` calls.
+const SLOW_LEAK_CALLS: u64 = 1000;
+const SLOW_LEAK_BYTES: usize = 64;
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -92,6 +95,9 @@ pub struct Zoo {
     racy: RacyList,
     /// `LatentCorruption`: `CLEAN`, `FLUSH_QUEUED` or `CORRUPT`.
     latent: AtomicU8,
+    /// `SlowLeak`: calls served, and the blocks kept (reachable, never freed).
+    calls: AtomicU64,
+    kept: Mutex<Vec<usize>>,
 }
 
 impl Zoo {
@@ -111,7 +117,30 @@ impl Zoo {
             state: Mutex::new(State::default()),
             racy: RacyList::new(),
             latent: AtomicU8::new(CLEAN),
+            calls: AtomicU64::new(0),
+            kept: Mutex::new(Vec::new()),
         })
+    }
+
+    /// `SlowLeak`: counts a call, and on every 1,000th keeps 64 bytes.
+    unsafe fn count_call(&self) {
+        if self.has(Bug::SlowLeak)
+            && self.calls.fetch_add(1, Ordering::Relaxed) % SLOW_LEAK_CALLS == SLOW_LEAK_CALLS - 1
+        {
+            let p = self.base.alloc(SLOW_LEAK_BYTES, 16, false);
+            if !p.is_null() {
+                self.kept
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(p as usize);
+            }
+        }
+    }
+
+    /// Blocks `SlowLeak` has kept so far.
+    #[doc(hidden)]
+    pub fn kept_blocks(&self) -> usize {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     fn has(&self, bug: Bug) -> bool {
@@ -229,7 +258,12 @@ impl Allocator for Zoo {
         &self.name
     }
 
+    fn memory_figures(&self) -> Vec<(&'static str, u64)> {
+        self.base.memory_figures()
+    }
+
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        self.count_call();
         self.class_of(size);
         let p = self.alloc_inner(size, align, zeroed);
         self.track_owner(p, size, align);
@@ -250,6 +284,7 @@ impl Allocator for Zoo {
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+        self.count_call();
         self.class_of(new_size);
         if self.has(Bug::CapacityLeak) && CAPACITY_LEAK.contains(&old) && new_size < old / 2 {
             // The bug: the split-off tail's last bytes never go back to
@@ -314,6 +349,7 @@ impl Allocator for Zoo {
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        self.count_call();
         if self.wrong_free(p, size) {
             return;
         }
