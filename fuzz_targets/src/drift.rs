@@ -6,8 +6,9 @@
 //! allocator's memory plateaus; what keeps growing is retained by the
 //! allocator. The shadow's checks stay on (`Mode::Checked`): a violation
 //! prints its line and `allocsoak drift: failed in <program>`, and the
-//! process exits 1. `ALLOCSOAK_TOLERATE` gets past known ones, as in the
-//! fuzz binaries.
+//! process exits 1. `ALLOCSOAK_TOLERATE` gets past known ones and
+//! `ALLOCSOAK_HISTORY` keeps the programs run last, as in the fuzz
+//! binaries.
 //!
 //! Readings are taken between passes over the programs, the first pass end
 //! at least `--interval` after the last reading: every reading then
@@ -102,6 +103,9 @@ pub fn main(register: fn()) {
             let Ok(data) = std::fs::read(&path) else {
                 continue;
             };
+            // A violation that needs the programs before it is filed with
+            // them, as a fuzz binary's is (`ALLOCSOAK_HISTORY`).
+            shadow::history::record(&data);
             let Ok(program) = Program::from_input(args.target, &data) else {
                 continue;
             };

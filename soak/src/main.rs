@@ -191,6 +191,9 @@ struct SoakArgs {
     /// Seconds between progress prints. Default: 10 on a terminal, else 60.
     #[arg(long)]
     progress_secs: Option<u64>,
+    /// Replace the config's `[drift]` cpu_share (0 runs no drift workers).
+    #[arg(long)]
+    drift_share: Option<f64>,
 }
 
 /// `28800`, `90s`, `30m`, `8h`, `2d`.
@@ -420,6 +423,9 @@ fn soak(project: Project, mut config: Config, args: SoakArgs) -> Result<bool> {
     }
     if let Some(engine) = args.engine {
         config.engine = engine;
+    }
+    if let Some(share) = args.drift_share {
+        config.drift.cpu_share = share;
     }
     let slots = config.slots()?;
     let stop = Arc::new(AtomicBool::new(false));

@@ -215,3 +215,48 @@ fn readings(state: &Path) -> Vec<(i64, i64)> {
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
     rows.map(Result::unwrap).collect()
 }
+
+/// A violation a replay hits is filed through the crash pipeline like a
+/// fuzzer's: `zoo:latent-corruption` damages the allocator in one program
+/// and panics in a later one, so the drift replay's history (the programs
+/// it ran before) is what makes the group reproduce.
+#[test]
+fn a_violation_in_a_replay_is_filed_with_the_programs_before_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let config = config(
+        dir.path(),
+        "cpu_share = 1.0\nallocators = [\"zoo:latent-corruption\"]\ninterval_secs = 1",
+    );
+    let config = config.to_str().unwrap();
+    let out = soak(
+        &state,
+        &["--config", config, "--duration", "45", "--jobs", "1"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let groups = common::groups(&state);
+    let panics: Vec<_> = groups.iter().filter(|g| g.1 == "panic").collect();
+    assert_eq!(panics.len(), 1, "{groups:?}\n{stdout}");
+    let (id, _, _, _, title) = panics[0];
+    assert!(title.contains("size-class table is corrupt"), "{title}");
+    assert!(
+        stdout.contains(&format!("violation filed as {id}")),
+        "{stdout}"
+    );
+    let status: String = common::db(&state)
+        .query_row("SELECT status FROM crash_group WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(status, "new", "it reproduced after its history");
+    assert!(state.join("crashes").join(id).join("history").is_dir());
+    let outcome: String = common::db(&state)
+        .query_row(
+            "SELECT outcome FROM drift_segment ORDER BY id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(outcome, "violation");
+}

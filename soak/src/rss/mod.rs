@@ -152,8 +152,8 @@ pub fn watch(w: &Watch, series: &Series) -> Result<()> {
                 w.filed.lock().unwrap().push(id);
             }
             End::Violation(program) => {
-                let tolerate = tolerate_file(w, slot.id);
-                file_violation(w, series, program.as_deref(), &log, &tolerate)?;
+                let files = (tolerate_file(w, slot.id), history_file(w, slot.id));
+                file_violation(w, series, program.as_deref(), &log, &files)?;
                 pause(w, BACKOFF);
             }
             End::Other(why) => {
@@ -188,6 +188,7 @@ fn run_segment(
     if !keys.is_empty() {
         cmd.env("ALLOCSOAK_TOLERATE", &tolerate);
     }
+    cmd.env("ALLOCSOAK_HISTORY", history_file(w, slot_id));
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -245,6 +246,12 @@ fn tolerate_file(w: &Watch, slot_id: i64) -> PathBuf {
     w.state.logs().join(format!("drift-{slot_id}.tolerate"))
 }
 
+/// The ring of the programs a series' replay ran last (`ALLOCSOAK_HISTORY`),
+/// for a violation that needs them.
+fn history_file(w: &Watch, slot_id: i64) -> PathBuf {
+    w.state.logs().join(format!("drift-{slot_id}.history"))
+}
+
 /// The child's stdout lines, from a thread of their own.
 fn forward_lines(child: &mut Child) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -291,13 +298,14 @@ fn failed_program(log: &Path) -> Option<PathBuf> {
 
 /// Files a violation the replay hit: its program, copied out of the
 /// corpus, goes through the crash pipeline on the fuzz binary (which has
-/// the sanitizer that sees most), like a slice's artifact.
+/// the sanitizer that sees most) with the programs run before it, like a
+/// slice's artifact.
 fn file_violation(
     w: &Watch,
     series: &Series,
     program: Option<&Path>,
     log: &Path,
-    tolerate: &Path,
+    (tolerate, history): &(PathBuf, PathBuf),
 ) -> Result<()> {
     let Some(program) = program else {
         eprintln!(
@@ -329,7 +337,7 @@ fn file_violation(
         slice_id: None,
         binary: &binary,
         tolerate: Some(tolerate),
-        history: None,
+        history: Some(history),
         timeout_secs: w.config.timeout_secs,
         rss_limit_mb: w.config.rss_limit_mb,
     };

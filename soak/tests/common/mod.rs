@@ -15,12 +15,24 @@ pub fn allocsoak() -> Command {
     Command::new(env!("CARGO_BIN_EXE_allocsoak"))
 }
 
+/// A soak of `args` on `state`, which must succeed. Drift workers are off
+/// unless the test asks for them (`--drift-share`, or a `--config` of its
+/// own): soak.toml's would replay each test's zoo allocator beside its
+/// fuzz slices and file what they find there too.
 pub fn soak(state: &Path, args: &[&str]) -> Output {
+    let own = args
+        .iter()
+        .any(|a| *a == "--drift-share" || *a == "--config");
     let out = allocsoak()
         .arg("soak")
         .arg("--state")
         .arg(state)
         .args(["--progress-secs", "5"])
+        .args(if own {
+            &[][..]
+        } else {
+            &["--drift-share", "0"][..]
+        })
         .args(args)
         .output()
         .unwrap();
