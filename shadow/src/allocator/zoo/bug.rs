@@ -31,9 +31,10 @@ pub enum Bug {
     HeapDeleteDrops,
     /// Shrinking a >= 1 KiB block below half leaks the old block.
     LeakOnShrink,
-    /// Every 1,000th call keeps 64 bytes more in a list the allocator
-    /// owns and never frees: memory still reachable (LeakSanitizer is
-    /// silent) that grows with ops, which only the RSS drift workers see.
+    /// Every 32,000th call (about every 1,000th op of alloc_ops) keeps 64
+    /// bytes more in a slab the allocator maps for them and never frees:
+    /// memory it owns (LeakSanitizer does not look there) that grows with
+    /// ops, which only the RSS drift workers see.
     SlowLeak,
     /// Growing a block the allocator handed out misaligned copies 8 bytes
     /// too few: a bug only programs that pass a misaligned block (another

@@ -107,8 +107,10 @@ impl Extras for Zoo {
             .then(|| size.next_multiple_of(16))
     }
 
-    /// Nothing to purge, unless the bug drops a live block's pages.
-    fn purge(&self, delay: PurgeDelay, _force: bool) -> bool {
+    /// The base's purge, if it has one (glibc's `malloc_trim` for
+    /// `system`, so a zoo's memory plateaus as its base's does), after
+    /// the bug that drops a live block's pages, if planted.
+    fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
         if self.has(Bug::PurgeDropsLive) && delay == PurgeDelay::Immediate {
             if let Some((p, size)) = self.state().last_large {
                 let first = p.next_multiple_of(PAGE);
@@ -118,6 +120,6 @@ impl Extras for Zoo {
                 }
             }
         }
-        true
+        self.base.extras().is_none_or(|e| e.purge(delay, force))
     }
 }
