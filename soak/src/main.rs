@@ -135,6 +135,10 @@ enum Command {
         /// Also write the program as a standalone Rust #[test] to this file.
         #[arg(long)]
         emit_test: Option<PathBuf>,
+        /// For an rss-drift group: ops to replay its culprits for (default: the
+        /// config's `[drift]` narrow_ops; a slow leak needs millions).
+        #[arg(long)]
+        ops: Option<u64>,
     },
     /// Print every RSS drift series: readings, ops, RSS and retained memory now,
     /// the growth per 1,000 ops with its interval, and the verdict.
@@ -364,10 +368,11 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
             target,
             allocator,
             emit_test,
+            ops,
         } => {
             if let [id] = what.as_slice() {
                 if let Some(group) = drift_group(&state, id)? {
-                    let ops = config.drift.narrow_ops;
+                    let ops = ops.unwrap_or(config.drift.narrow_ops);
                     return Ok(!soak::rss::repro::replay(&project, &config, &group, ops)?);
                 }
             }

@@ -72,14 +72,23 @@ pub struct Narrowed {
     pub of: usize,
     pub secs: f64,
     pub replays: usize,
-    /// False when the whole set did not drift in a short replay (nothing
-    /// to narrow: every program is kept) or time ran out.
+    /// False when time ran out.
     pub complete: bool,
+    /// The whole set did not drift in a replay of `narrow_ops`: a leak
+    /// too slow to show in one (or one every program drives); every
+    /// program is kept.
+    pub too_slow: bool,
 }
 
 impl Narrowed {
     /// `967 programs to 2 in 81 s (23 replays)`.
     pub fn summary(&self) -> String {
+        if self.too_slow {
+            return format!(
+                "all {} programs kept: together they did not drift within one short replay, so none could be told apart ({:.0} s)",
+                self.of, self.secs
+            );
+        }
         let note = if self.complete {
             ""
         } else {
@@ -112,7 +121,8 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
             programs,
             secs: start.elapsed().as_secs_f64(),
             replays,
-            complete: false,
+            complete: true,
+            too_slow: true,
         });
     }
     let mut error = None;
@@ -137,6 +147,7 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
         secs: start.elapsed().as_secs_f64(),
         replays,
         complete: !out_of_time,
+        too_slow: false,
     })
 }
 
