@@ -210,7 +210,8 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         config: &soak.config,
         stop: &drift_stop,
         run_id: Some(run_id),
-        share: drift_share / drift_series.len().max(1) as f64,
+        // The replay binary takes a share of one core at most.
+        share: (drift_share / drift_series.len().max(1) as f64).min(1.0),
         filed: &soak.new_groups,
     };
     std::thread::scope(|s| {
