@@ -3,7 +3,8 @@
 //! number of ops and its growth measured.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -25,13 +26,51 @@ pub struct Measured {
 
 /// Replays with `cmd` (a `drift` command, inputs given) for `ops` ops,
 /// reading every 0.2 s, and fits the growth against `threshold` bytes per
-/// 1,000 ops.
-pub fn measure(mut cmd: Command, ops: u64, threshold: f64) -> Result<Measured> {
-    let out = cmd
+/// 1,000 ops. A `stop` set meanwhile kills the replay (it then does not
+/// drift).
+pub fn measure(
+    mut cmd: Command,
+    ops: u64,
+    threshold: f64,
+    stop: Option<&AtomicBool>,
+) -> Result<Measured> {
+    let mut child = cmd
         .arg(format!("--ops={ops}"))
         .arg("--interval=0.2")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .context("failed to run the drift replay binary; run `allocsoak build`")?;
+    // The pipes are read on threads of their own, so a full one never
+    // blocks the replay while this one waits.
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stdout, &mut text);
+        text
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut text);
+        text
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            let _ = child.kill();
+            child.wait()?;
+            anyhow::bail!("stopped");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = std::process::Output {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    };
     let readings: Vec<Reading> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(Reading::parse)
@@ -112,10 +151,25 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
     let programs = list(&w.inputs(series))?;
     let drifts = |subset: &[PathBuf]| -> Result<bool> {
         let cmd = w.command(series, subset, 1.0);
-        Ok(measure(cmd, w.config.drift.narrow_ops, w.config.drift.threshold)?.drifts)
+        let (ops, line) = (w.config.drift.narrow_ops, w.config.drift.threshold);
+        Ok(measure(cmd, ops, line, Some(w.stop))?.drifts)
     };
     let mut replays = 1;
-    if !drifts(&programs)? {
+    let whole = match drifts(&programs) {
+        // The soak is stopping: the group keeps every program.
+        Err(_) if w.stopping() => {
+            return Ok(Narrowed {
+                of: programs.len(),
+                programs,
+                secs: start.elapsed().as_secs_f64(),
+                replays,
+                complete: false,
+                too_slow: false,
+            })
+        }
+        whole => whole?,
+    };
+    if !whole {
         return Ok(Narrowed {
             of: programs.len(),
             programs,
@@ -138,7 +192,8 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
             false
         })
     });
-    if let Some(e) = error {
+    // A replay the soak's stop killed leaves what was found so far.
+    if let Some(e) = error.filter(|_| !w.stopping()) {
         return Err(e);
     }
     Ok(Narrowed {

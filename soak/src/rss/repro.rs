@@ -21,7 +21,7 @@ fn command(project: &Project, config: &Config, group: &Group) -> std::process::C
 /// Whether the group's culprits still drift, measured as narrowing did.
 pub fn drifts(project: &Project, config: &Config, group: &Group) -> Result<bool> {
     let cmd = command(project, config, group);
-    Ok(measure(cmd, config.drift.narrow_ops, config.drift.threshold)?.drifts)
+    Ok(measure(cmd, config.drift.narrow_ops, config.drift.threshold, None)?.drifts)
 }
 
 /// Replays the group's `culprits/` for `ops` ops; prints the readings'
@@ -37,7 +37,7 @@ pub fn replay(project: &Project, config: &Config, group: &Group, ops: u64) -> Re
         slot.target,
         project.drift_binary().display()
     );
-    let m = measure(cmd, ops, config.drift.threshold)?;
+    let m = measure(cmd, ops, config.drift.threshold, None)?;
     if let (Some(first), Some(last)) = (m.readings.first(), m.readings.last()) {
         println!(
             "readings: {} over {} ops; resident {:.1} MiB -> {:.1} MiB",
