@@ -74,12 +74,15 @@ impl Reading {
         (has_secs && has_ops && has_rss).then_some(r)
     }
 
-    /// The part the trend is fitted on.
+    /// The part the trend is fitted on. Its resident bytes are the
+    /// anonymous ones when read: file-backed pages (the binary's own, a
+    /// history ring the process fills as it runs) are not the allocator's,
+    /// and a ring filling up reads as growth.
     pub fn sample(&self) -> Sample {
         Sample {
             secs: self.secs,
             ops: self.ops,
-            rss: self.rss,
+            rss: if self.anon > 0 { self.anon } else { self.rss },
             live: self.live,
         }
     }
@@ -102,7 +105,17 @@ mod tests {
             figures: vec![("mimalloc_commit".into(), 8 << 20)],
         };
         assert_eq!(Reading::parse(&r.to_line()), Some(r.clone()));
-        assert_eq!(Reading::parse(&format!("{}\n", r.to_line())), Some(r));
+        assert_eq!(
+            Reading::parse(&format!("{}\n", r.to_line())),
+            Some(r.clone())
+        );
+        assert_eq!(
+            r.sample().retained(),
+            (6 << 20) - 4096,
+            "anonymous bytes are fitted"
+        );
+        let unread = Reading { anon: 0, ..r };
+        assert_eq!(unread.sample().rss, 9 << 20);
     }
 
     #[test]

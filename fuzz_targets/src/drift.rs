@@ -18,9 +18,11 @@
 //! The first reading is taken before any op (ops 0), so every process
 //! starts its series with a gap mark (see `drift`'s crate docs).
 //!
-//! Folders are listed again on every pass, so programs a soak merges into
-//! its corpus join the replay set; a file gone by the time it is read is
-//! skipped.
+//! Folders are listed once, as the process starts: the replay set stays
+//! fixed, so what grows is the allocator's and not a corpus's (a growing
+//! corpus brings bigger programs, and memory grows with them). The soak
+//! starts a new process, a new segment, to take in what its corpus gained.
+//! A file gone by the time it is read is skipped.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -90,17 +92,17 @@ pub fn main(register: fn()) {
     let alloc = shadow::allocator::by_name(&args.allocator).unwrap_or_else(|e| exit(e));
     let mut run = Replay::new(alloc, Duration::from_secs_f64(args.interval));
     run.read();
+    let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
+    if programs.is_empty() {
+        exit(format!(
+            "no programs in {:?}; give a corpus or seed folder",
+            args.inputs
+        ));
+    }
     loop {
-        let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
-        if programs.is_empty() {
-            exit(format!(
-                "no programs in {:?}; give a corpus or seed folder",
-                args.inputs
-            ));
-        }
-        for path in programs {
+        for path in &programs {
             // A merge may have moved it away: the next pass lists again.
-            let Ok(data) = std::fs::read(&path) else {
+            let Ok(data) = std::fs::read(path) else {
                 continue;
             };
             // A violation that needs the programs before it is filed with
@@ -109,7 +111,7 @@ pub fn main(register: fn()) {
             let Ok(program) = Program::from_input(args.target, &data) else {
                 continue;
             };
-            run.program(&program, &path);
+            run.program(&program, path);
             run.throttle(args.cpu_share);
             let rss = rss();
             if rss > args.rss_limit_mb << 20 {

@@ -391,7 +391,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
             let store = Store::open(&state.store())?;
             print!(
                 "{}",
-                soak::rss::table::render(&store, config.drift.threshold)?
+                soak::rss::table::render(&store, &config.drift.trend())?
             );
             Ok(true)
         }

@@ -71,8 +71,8 @@ pub fn render(
     writeln!(out)?;
     writeln!(
         out,
-        "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8}  {:<6} {}",
-        "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift", "now"
+        "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8}  {:<6} now",
+        "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift"
     )?;
     let mut stmt = conn.prepare(
         "SELECT s.id, s.target || '/' || s.allocator, s.weight,

@@ -93,19 +93,9 @@ fn a_leaking_allocator_is_filed_as_rss_drift_with_its_culprits() {
     );
     assert!(text.contains("verdict: drifts"), "{text}");
 
-    let table = allocsoak()
-        .args(["drift", "--state"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&table.stdout);
+    let table = printed("drift", &state);
     assert!(table.contains("alloc_ops/zoo:leak-on-shrink"), "{table}");
-    let status = allocsoak()
-        .args(["status", "--state"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let status = String::from_utf8_lossy(&status.stdout);
+    let status = printed("status", &state);
     assert!(
         status
             .lines()
@@ -188,12 +178,7 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
         ),
         0
     );
-    let table = allocsoak()
-        .args(["drift", "--state"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&table.stdout);
+    let table = printed("drift", &state);
     let line = table
         .lines()
         .find(|l| l.starts_with("alloc_ops/system"))
@@ -259,4 +244,14 @@ fn a_violation_in_a_replay_is_filed_with_the_programs_before_it() {
         )
         .unwrap();
     assert_eq!(outcome, "violation");
+}
+
+/// What `allocsoak <command> --state <state>` prints.
+fn printed(command: &str, state: &Path) -> String {
+    let out = allocsoak()
+        .args([command, "--state"])
+        .arg(state)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

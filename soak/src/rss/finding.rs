@@ -15,7 +15,7 @@ use super::{narrow, Watch};
 use crate::config::Series;
 use crate::intake::GroupFile;
 use crate::state::{self, StateDir};
-use crate::store::{self, GroupRow, Store};
+use crate::store::{self, GroupRow};
 
 /// What the finding's fit said, kept in `drift.toml`.
 #[derive(Serialize, Deserialize)]
@@ -46,19 +46,7 @@ pub fn file(
     let id = sig.id();
     let dir = w.state.crash_group(&id);
     if w.lock_store().group(&id)?.is_some() || dir.is_dir() {
-        let store = w.lock_store();
-        crate::intake::refill(w.state, &store, &id)?;
-        store.add_crash(
-            &id,
-            slot_id,
-            None,
-            &dir.join("culprits").to_string_lossy(),
-            true,
-        )?;
-        if store.group(&id)?.is_some_and(|g| g.status == "fixed") {
-            store.set_status(&id, "regressed")?;
-        }
-        write_page(w.state, &store, &id)?;
+        record_drift(w, slot_id, &id)?;
         return Ok(id);
     }
     let work = state::tmp_path(&dir);
@@ -113,22 +101,24 @@ pub fn file(
     )?;
     std::fs::rename(&work, &dir)
         .with_context(|| format!("failed to rename {} to {}", work.display(), dir.display()))?;
-    let store = w.lock_store();
-    crate::intake::refill(w.state, &store, &id)?;
-    store.add_crash(
-        &id,
-        slot_id,
-        None,
-        &dir.join("culprits").to_string_lossy(),
-        true,
-    )?;
-    write_page(w.state, &store, &id)?;
+    record_drift(w, slot_id, &id)?;
     Ok(id)
 }
 
-fn write_page(state: &StateDir, store: &Store, id: &str) -> Result<()> {
+/// Records one more drift of the group `id`, whose folder is in place, in
+/// the store (a `fixed` group back is `regressed`), and writes its page.
+fn record_drift(w: &Watch, slot_id: i64, id: &str) -> Result<()> {
+    let store = w.lock_store();
+    crate::intake::refill(w.state, &store, id)?;
+    let culprits = w.state.crash_group(id).join("culprits");
+    store.add_crash(id, slot_id, None, &culprits.to_string_lossy(), true)?;
+    if let Some(g) = store.group(id)? {
+        if g.status == "fixed" {
+            store.set_status(id, "regressed")?;
+        }
+    }
     match store.group(id)? {
-        Some(g) => crate::group_page::write_report(state, store, &g),
+        Some(g) => crate::group_page::write_report(w.state, &store, &g),
         None => Ok(()),
     }
 }
@@ -145,7 +135,7 @@ pub fn page(state: &StateDir, g: &GroupRow, series: &str) -> Result<String> {
     writeln!(out, "| | |\n|---|---|")?;
     writeln!(
         out,
-        "| kind | rss-drift: retained memory (RSS minus live bytes) grows with ops |"
+        "| kind | rss-drift: retained memory (anonymous resident bytes minus live bytes) grows with ops |"
     )?;
     writeln!(
         out,

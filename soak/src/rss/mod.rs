@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use drift::{Reading, TrendConfig, Verdict};
+use drift::{Reading, Verdict};
 
 use crate::config::{Config, Series};
 use crate::corpus::Corpus;
@@ -62,17 +62,6 @@ impl Watch<'_> {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The rules the fit decides by.
-    pub fn trend_config(&self) -> TrendConfig {
-        let d = &self.config.drift;
-        TrendConfig {
-            threshold: d.threshold,
-            warmup_ops: d.warmup_ops,
-            min_ops: d.min_ops,
-            ..TrendConfig::default()
-        }
-    }
-
     /// The program folders a series replays: the workload's persistent
     /// corpus and its seeds.
     pub fn inputs(&self, series: &Series) -> Vec<PathBuf> {
@@ -104,6 +93,8 @@ impl Watch<'_> {
 enum End {
     /// The soak stopped it.
     Stop,
+    /// It ran `refresh_minutes`: the next one takes in the corpus's gains.
+    Refresh,
     /// Its retained memory drifts (the fit's verdict), or it went over
     /// its RSS limit (`None`).
     Drifts(Option<drift::Trend>),
@@ -138,6 +129,7 @@ pub fn watch(w: &Watch, series: &Series) -> Result<()> {
         let end = run_segment(w, series, slot.id, segment, &log, &mut last_thin)?;
         let outcome = match &end {
             End::Stop => "stop".to_string(),
+            End::Refresh => "refresh".to_string(),
             End::Drifts(Some(_)) => "drifts".to_string(),
             End::Drifts(None) => "rss-limit".to_string(),
             End::Violation(_) => "violation".to_string(),
@@ -145,7 +137,7 @@ pub fn watch(w: &Watch, series: &Series) -> Result<()> {
         };
         series::end_segment(&w.lock_store(), segment, &outcome)?;
         match end {
-            End::Stop => {}
+            End::Stop | End::Refresh => {}
             End::Drifts(trend) => {
                 let id = finding::file(w, series, slot.id, trend.as_ref())?;
                 println!("drift {}: filed {id} ({outcome})", series.label());
@@ -201,6 +193,8 @@ fn run_segment(
             )
         })?;
     let lines = forward_lines(&mut child);
+    let started = Instant::now();
+    let refresh = Duration::from_secs_f64(w.config.drift.refresh_minutes.max(1.0) * 60.0);
     loop {
         match lines.recv_timeout(Duration::from_millis(250)) {
             Ok(line) => {
@@ -215,7 +209,8 @@ fn run_segment(
                 }
                 let points = series::points(&store, slot_id)?;
                 drop(store);
-                let trend = drift::trend_downsampled(&series::buckets(&points), &w.trend_config());
+                let trend =
+                    drift::trend_downsampled(&series::buckets(&points), &w.config.drift.trend());
                 if trend.verdict == Verdict::Drifts {
                     end(&mut child);
                     return Ok(End::Drifts(Some(trend)));
@@ -225,6 +220,10 @@ fn run_segment(
                 if w.stopping() {
                     end(&mut child);
                     return Ok(End::Stop);
+                }
+                if started.elapsed() >= refresh {
+                    end(&mut child);
+                    return Ok(End::Refresh);
                 }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,

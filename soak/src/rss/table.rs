@@ -9,9 +9,9 @@ use super::series;
 use crate::store::Store;
 
 /// The table: per series its segments, points, readings, ops, RSS and
-/// retained memory now, the slope with its interval, and the verdict.
-/// `threshold` is the alarm line the verdict is taken against.
-pub fn render(store: &Store, threshold: f64) -> Result<String> {
+/// retained memory now, the slope with its interval, and the verdict by
+/// `config` (the soak's `[drift]` rules).
+pub fn render(store: &Store, config: &TrendConfig) -> Result<String> {
     let mut out = String::new();
     writeln!(
         out,
@@ -25,10 +25,6 @@ pub fn render(store: &Store, threshold: f64) -> Result<String> {
         "retained",
         "B/kop [95% interval]"
     )?;
-    let config = TrendConfig {
-        threshold,
-        ..TrendConfig::default()
-    };
     for slot in store.slots()?.into_iter().filter(|s| s.engine == "drift") {
         let points = series::points(store, slot.id)?;
         let segments = points.chunk_by(|a, b| a.segment_id == b.segment_id).count();
@@ -37,9 +33,9 @@ pub fn render(store: &Store, threshold: f64) -> Result<String> {
             .chunk_by(|a, b| a.segment_id == b.segment_id)
             .map(|s| s.last().map_or(0, |p| p.last.ops))
             .sum();
-        let trend = drift::trend_downsampled(&series::buckets(&points), &config);
+        let trend = drift::trend_downsampled(&series::buckets(&points), config);
         let (rss, retained) = points.last().map_or((0.0, 0.0), |p| {
-            (mib(p.last.rss), mib(p.last.rss.saturating_sub(p.last.live)))
+            (mib(p.last.rss), mib(p.last.sample().retained()))
         });
         let slope = if trend.slope_bytes_per_kop.is_nan() {
             "-".to_string()
