@@ -48,24 +48,30 @@ pub struct Bucket {
 /// that splits an interval. [`trend_downsampled`](crate::trend_downsampled)
 /// fits the buckets' medians.
 pub fn downsample(samples: &[Sample], now_secs: u64) -> Vec<Bucket> {
-    // The tier's width (0 for raw) and the interval's number in it.
-    let interval = |s: &Sample| match now_secs.saturating_sub(s.secs) {
-        age if age < MINUTE_AFTER_SECS => (0, s.secs),
-        age if age < HOUR_AFTER_SECS => (60, s.secs / 60),
-        _ => (3600, s.secs / 3600),
-    };
-    let together = |a: &Sample, b: &Sample| {
-        let key = interval(a);
-        key.0 != 0 && key == interval(b) && !is_gap(a, b)
-    };
-    let mut buckets = Vec::new();
-    let mut before: Option<&Sample> = None;
-    for run in samples.chunk_by(together) {
-        let restart = before.is_some_and(|prev| is_gap(prev, &run[0]));
-        buckets.push(bucket(run, restart));
-        before = run.last();
+    let raw: Vec<Bucket> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Bucket::of(s, i > 0 && is_gap(&samples[i - 1], s)))
+        .collect();
+    rethin(&raw, now_secs)
+}
+
+impl Bucket {
+    /// One raw reading as a bucket of one; `restart` when a gap lies
+    /// before it.
+    pub fn of(sample: &Sample, restart: bool) -> Bucket {
+        let retained = sample.retained();
+        Bucket {
+            secs: sample.secs,
+            last_secs: sample.secs,
+            samples: 1,
+            ops: sample.ops,
+            min: retained,
+            median: retained,
+            max: retained,
+            restart,
+        }
     }
-    buckets
 }
 
 /// `buckets` (a stored series: raw readings as buckets of one, older ones
@@ -107,23 +113,6 @@ pub fn rethin(buckets: &[Bucket], now_secs: u64) -> Vec<Bucket> {
             }
         })
         .collect()
-}
-
-fn bucket(run: &[Sample], restart: bool) -> Bucket {
-    let mut ops: Vec<u64> = run.iter().map(|s| s.ops).collect();
-    let mut retained: Vec<u64> = run.iter().map(Sample::retained).collect();
-    ops.sort_unstable();
-    retained.sort_unstable();
-    Bucket {
-        secs: run[0].secs,
-        last_secs: run[run.len() - 1].secs,
-        samples: u32::try_from(run.len()).unwrap_or(u32::MAX),
-        ops: median(&ops),
-        min: retained[0],
-        median: median(&retained),
-        max: retained[retained.len() - 1],
-        restart,
-    }
 }
 
 /// The median of sorted, non-empty `values`; the middle two's midpoint

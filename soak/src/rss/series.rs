@@ -36,17 +36,7 @@ pub fn end_segment(store: &Store, segment_id: i64, outcome: &str) -> Result<()> 
 
 /// Adds one raw reading, committed at once (a kill loses none written).
 pub fn add_reading(store: &Store, segment_id: i64, r: &Reading) -> Result<()> {
-    let retained = r.sample().retained();
-    let bucket = Bucket {
-        secs: r.secs,
-        last_secs: r.secs,
-        samples: 1,
-        ops: r.ops,
-        min: retained,
-        median: retained,
-        max: retained,
-        restart: false,
-    };
+    let bucket = Bucket::of(&r.sample(), false);
     insert(store.conn(), segment_id, &bucket, r)
 }
 
