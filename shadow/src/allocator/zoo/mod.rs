@@ -9,19 +9,23 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
-use super::{Allocator, EmulatedHeaps, Extras, HeapId, Heaps, ReallocToZero};
+use super::{Allocator, EmulatedHeaps, Extras, Heaps, ReallocToZero};
 
 mod bug;
 mod extras;
+mod heaps;
 mod racy_list;
+mod slow_leak;
 
 pub use bug::{default_base, parse_bugs, Bug};
 
+use heaps::ZooHeaps;
 use racy_list::RacyList;
+use slow_leak::SlowLeak;
 
 const DOUBLE_ISSUE: RangeInclusive<usize> = 33..=48;
 const STALE_LINK: RangeInclusive<usize> = 65..=96;
@@ -42,14 +46,6 @@ const SIZED_FREE: RangeInclusive<usize> = 17..=8192;
 const CAPACITY_LEAK: RangeInclusive<usize> = 2049..=4096;
 /// Bytes `CapacityLeak` loses per shrink it hits.
 const LOST_TAIL: usize = 64;
-/// `SlowLeak` keeps `SLOW_LEAK_BYTES` every `SLOW_LEAK_CALLS` calls, in a
-/// slab of `SLOW_LEAK_SLAB` bytes it maps for them. The alloc_ops programs
-/// make about 32 calls per op (bulk ops make hundreds), so that is about
-/// 64 bytes per 1,000 ops of that workload: the rate the drift alarm must
-/// catch.
-const SLOW_LEAK_CALLS: u64 = 32_000;
-const SLOW_LEAK_BYTES: usize = 64;
-const SLOW_LEAK_SLAB: usize = 1 << 30;
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -100,11 +96,8 @@ pub struct Zoo {
     racy: RacyList,
     /// `LatentCorruption`: `CLEAN`, `FLUSH_QUEUED` or `CORRUPT`.
     latent: AtomicU8,
-    /// `SlowLeak`: calls served, the slab its kept blocks live in (mapped
-    /// at the first), and how many it has kept.
-    calls: AtomicU64,
-    slab: std::sync::OnceLock<usize>,
-    kept: AtomicU64,
+    /// `SlowLeak`'s counter and the blocks it keeps.
+    slow_leak: SlowLeak,
 }
 
 impl Zoo {
@@ -124,53 +117,21 @@ impl Zoo {
             state: Mutex::new(State::default()),
             racy: RacyList::new(),
             latent: AtomicU8::new(CLEAN),
-            calls: AtomicU64::new(0),
-            slab: std::sync::OnceLock::new(),
-            kept: AtomicU64::new(0),
+            slow_leak: SlowLeak::new(),
         })
     }
 
-    /// `SlowLeak`: counts a call, and on every 32,000th keeps 64 bytes.
-    ///
-    /// They come from a slab of its own, written so they are resident, and
-    /// not from the base: a small block the base keeps live would pin the
-    /// heap around it (glibc cannot trim below it), and the leak would
-    /// read as far more than 64 bytes per 1,000 calls.
-    unsafe fn count_call(&self) {
-        if !self.has(Bug::SlowLeak)
-            || self.calls.fetch_add(1, Ordering::Relaxed) % SLOW_LEAK_CALLS != SLOW_LEAK_CALLS - 1
-        {
-            return;
-        }
-        let slab = *self.slab.get_or_init(|| {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                SLOW_LEAK_SLAB,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                0
-            } else {
-                p as usize
-            }
-        });
-        let n = self.kept.fetch_add(1, Ordering::Relaxed) as usize;
-        if slab != 0 && (n + 1) * SLOW_LEAK_BYTES <= SLOW_LEAK_SLAB {
-            std::ptr::write_bytes(
-                (slab + n * SLOW_LEAK_BYTES) as *mut u8,
-                0xa5,
-                SLOW_LEAK_BYTES,
-            );
+    /// Counts a call for `SlowLeak`, if planted.
+    fn count_call(&self) {
+        if self.has(Bug::SlowLeak) {
+            self.slow_leak.call();
         }
     }
 
     /// Blocks `SlowLeak` has kept so far.
     #[doc(hidden)]
     pub fn kept_blocks(&self) -> usize {
-        self.kept.load(Ordering::Relaxed) as usize
+        self.slow_leak.kept()
     }
 
     fn has(&self, bug: Bug) -> bool {
@@ -596,55 +557,5 @@ impl Zoo {
             st.last_large = None;
         }
         st.sized_cached.retain(|&q| q != p as usize);
-    }
-}
-
-/// Heap emulation, with `HeapDeleteDrops` planted in delete.
-struct ZooHeaps {
-    inner: EmulatedHeaps,
-    base: &'static dyn Allocator,
-    drops: bool,
-}
-
-impl Heaps for ZooHeaps {
-    fn new_heap(&self) -> Option<HeapId> {
-        self.inner.new_heap()
-    }
-    unsafe fn alloc_in(&self, heap: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        self.inner.alloc_in(heap, size, align, zeroed)
-    }
-    unsafe fn realloc_in(
-        &self,
-        heap: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> *mut u8 {
-        self.inner.realloc_in(heap, p, old, align, new_size)
-    }
-    unsafe fn free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
-        self.inner.free_in(heap, p, size, align)
-    }
-    unsafe fn delete(&self, heap: HeapId) {
-        let blocks = self.inner.blocks(heap);
-        if self.drops && blocks.len() >= 3 {
-            if let Some(&(p, size, align)) = blocks.iter().max_by_key(|(p, size, _)| (*size, *p)) {
-                self.base.free(p as *mut u8, size, align);
-            }
-        }
-        self.inner.delete(heap)
-    }
-    unsafe fn destroy(&self, heap: HeapId) {
-        self.inner.destroy(heap)
-    }
-    fn collect(&self, heap: HeapId, force: bool) {
-        self.inner.collect(heap, force)
-    }
-    fn visit(&self, heap: HeapId) -> Option<Vec<(usize, usize)>> {
-        self.inner.visit(heap)
-    }
-    fn contains(&self, heap: HeapId, p: usize) -> Option<bool> {
-        self.inner.contains(heap, p)
     }
 }
