@@ -155,28 +155,20 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
         Ok(measure(cmd, ops, line, Some(w.stop))?.drifts)
     };
     let mut replays = 1;
+    // `None`: the soak stopped the replay.
     let whole = match drifts(&programs) {
-        // The soak is stopping: the group keeps every program.
-        Err(_) if w.stopping() => {
-            return Ok(Narrowed {
-                of: programs.len(),
-                programs,
-                secs: start.elapsed().as_secs_f64(),
-                replays,
-                complete: false,
-                too_slow: false,
-            })
-        }
-        whole => whole?,
+        Err(_) if w.stopping() => None,
+        whole => Some(whole?),
     };
-    if !whole {
+    if whole != Some(true) {
+        // Nothing to narrow (or no time to): the group keeps every program.
         return Ok(Narrowed {
             of: programs.len(),
             programs,
             secs: start.elapsed().as_secs_f64(),
             replays,
-            complete: true,
-            too_slow: true,
+            complete: whole.is_some(),
+            too_slow: whole == Some(false),
         });
     }
     let mut error = None;
