@@ -16,7 +16,6 @@
 //! record count, as little-endian `u64`s), then the records, each a
 //! little-endian `u32` length and the input's bytes.
 
-use std::collections::VecDeque;
 use std::fs::OpenOptions;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
@@ -30,13 +29,15 @@ const HEADER: usize = 64;
 const MAGIC: &[u8; 16] = b"allocsoak-hist-1";
 
 /// The ring in a mapped file. Records live at offsets into the data area
-/// (after the header); from the oldest, they run to `wrap`, then from 0
-/// to `write`.
+/// (after the header); from the oldest (`front`), they run to `wrap`, then
+/// from 0 to `write`. The records are their own index (each starts with
+/// its length), so pushing allocates nothing: a replay that measures its
+/// own memory (the drift workers) reads no growth from the ring.
 pub struct Ring {
     map: MmapMut,
     capacity: usize,
-    /// (offset, length with its length field) of each record, oldest first.
-    records: VecDeque<(usize, usize)>,
+    front: usize,
+    count: usize,
     wrap: usize,
     write: usize,
 }
@@ -58,7 +59,8 @@ impl Ring {
         let mut ring = Ring {
             map,
             capacity,
-            records: VecDeque::new(),
+            front: 0,
+            count: 0,
             wrap: capacity,
             write: 0,
         };
@@ -72,7 +74,8 @@ impl Ring {
     pub fn push(&mut self, input: &[u8]) {
         let need = 4 + input.len();
         if need > self.capacity || input.len() > u32::MAX as usize {
-            self.records.clear();
+            self.count = 0;
+            self.front = 0;
             self.write = 0;
             self.wrap = self.capacity;
             self.publish();
@@ -81,35 +84,51 @@ impl Ring {
         let mut at = self.write;
         if at + need > self.capacity {
             // Start over at 0; what lies past `write` is the oldest and goes.
-            while self.records.front().is_some_and(|&(off, _)| off >= at) {
-                self.records.pop_front();
+            while self.count > 0 && self.front >= at {
+                self.pop();
             }
             self.wrap = at;
             at = 0;
         }
-        while self
-            .records
-            .front()
-            .is_some_and(|&(off, len)| off < at + need && at < off + len)
-        {
-            self.records.pop_front();
+        while self.count > 0 && self.front < at + need && at < self.front + self.oldest_len() {
+            self.pop();
         }
-        if self.records.front().is_none_or(|&(off, _)| off <= at) {
+        if self.count == 0 || self.front <= at {
             // No record of the pass before is left: nothing wraps.
             self.wrap = self.capacity;
         }
         let data = &mut self.map[HEADER + at..HEADER + at + need];
         data[..4].copy_from_slice(&(input.len() as u32).to_le_bytes());
         data[4..].copy_from_slice(input);
-        self.records.push_back((at, need));
+        if self.count == 0 {
+            self.front = at;
+        }
+        self.count += 1;
         self.write = at + need;
         self.publish();
     }
 
-    /// Writes the header from the in-memory index.
+    /// Length of the oldest record, with its length field.
+    fn oldest_len(&self) -> usize {
+        let at = HEADER + self.front;
+        4 + u32::from_le_bytes(self.map[at..at + 4].try_into().unwrap()) as usize
+    }
+
+    /// Drops the oldest record.
+    fn pop(&mut self) {
+        self.front += self.oldest_len();
+        self.count -= 1;
+        if self.front == self.wrap {
+            self.front = 0;
+        }
+        if self.count == 0 {
+            self.front = 0;
+        }
+    }
+
+    /// Writes the header.
     fn publish(&mut self) {
-        let front = self.records.front().map_or(0, |&(off, _)| off);
-        let fields = [front, self.wrap, self.write, self.records.len()];
+        let fields = [self.front, self.wrap, self.write, self.count];
         for (i, v) in fields.into_iter().enumerate() {
             let at = 16 + 8 * i;
             self.map[at..at + 8].copy_from_slice(&(v as u64).to_le_bytes());
