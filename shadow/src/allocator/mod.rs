@@ -134,6 +134,10 @@ pub trait Allocator: Send + Sync {
 
     /// The allocator's own memory figures, read now: (name, bytes) pairs such as
     /// mimalloc's committed bytes or jemalloc's `stats.resident`. Default: none.
+    ///
+    /// The figures are the process's, not a program's: every thread's
+    /// blocks count, and for `system` the harness's own. A figure the
+    /// allocator cannot give right now is left out, not reported as 0.
     fn memory_figures(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }

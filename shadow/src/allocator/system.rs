@@ -32,15 +32,19 @@ impl Allocator for System {
         "system"
     }
 
-    /// glibc's `mallinfo2`: bytes in use (arena and mmapped chunks), free
-    /// in the arenas, and mmapped. Under ASan, whose malloc this is in the
-    /// fuzz builds, the figures are not glibc's.
+    /// glibc's `mallinfo2`, over every arena: `malloc_in_use` (bytes in
+    /// live blocks, mmapped ones included), `malloc_free` (free bytes kept
+    /// in the arenas), `malloc_mapped` (bytes of mmapped blocks) and
+    /// `malloc_arena` (bytes the arenas hold from the system, mmapped
+    /// blocks not included). Under ASan, whose malloc this is in the fuzz
+    /// builds, the figures are not glibc's.
     fn memory_figures(&self) -> Vec<(&'static str, u64)> {
         let m = unsafe { libc::mallinfo2() };
         vec![
             ("malloc_in_use", (m.uordblks + m.hblkhd) as u64),
             ("malloc_free", m.fordblks as u64),
             ("malloc_mapped", m.hblkhd as u64),
+            ("malloc_arena", m.arena as u64),
         ]
     }
 

@@ -12,7 +12,8 @@ fn name(n: &str) -> CString {
 }
 
 /// A read-only value: `arenas.create`, `tcache.create` (`unsigned`),
-/// `thread.arena`, `opt.dirty_decay_ms` (`ssize_t`).
+/// `thread.arena`, `opt.dirty_decay_ms` (`ssize_t`), `stats.resident` and
+/// the other `stats.*` (`size_t`, in builds with stats).
 pub fn read<T: Default>(n: &str) -> Option<T> {
     let mut value = T::default();
     let mut len = size_of::<T>();
@@ -34,7 +35,8 @@ pub fn read_unsigned(n: &str) -> Option<u32> {
 }
 
 /// A write-only value: `tcache.flush`, `tcache.destroy` (`unsigned`),
-/// `arena.<i>.dirty_decay_ms` (`ssize_t`).
+/// `arena.<i>.dirty_decay_ms` (`ssize_t`), `epoch` (`uint64_t`: refreshes
+/// the `stats.*` snapshot).
 pub fn write<T>(n: &str, mut value: T) -> bool {
     let rc = unsafe {
         je::mallctl(
