@@ -101,7 +101,7 @@ pub fn layout(len: usize, seed: u64) -> impl Iterator<Item = (usize, usize)> {
 pub unsafe fn fill_range(base: *mut u8, from: usize, to: usize, seed: u64) {
     let to = crate::sanitizer::accessible(base, from, to);
     let mut i = from;
-    while i < to && i % 8 != 0 {
+    while i < to && !i.is_multiple_of(8) {
         *base.add(i) = byte(seed, i);
         i += 1;
     }
@@ -122,7 +122,7 @@ pub unsafe fn fill_range(base: *mut u8, from: usize, to: usize, seed: u64) {
 pub unsafe fn check_range(base: *const u8, from: usize, to: usize, seed: u64) -> Option<Mismatch> {
     let to = crate::sanitizer::accessible(base, from, to);
     let mut i = from;
-    while i + 8 <= to && i % 8 == 0 {
+    while i + 8 <= to && i.is_multiple_of(8) {
         let found = (base.add(i) as *const u64).read_unaligned();
         if found != word(seed, i / 8).to_le() {
             break;
@@ -139,7 +139,7 @@ pub unsafe fn check_range(base: *const u8, from: usize, to: usize, seed: u64) ->
             });
         }
         i += 1;
-        if i % 8 == 0 && i + 8 <= to {
+        if i.is_multiple_of(8) && i + 8 <= to {
             return check_range(base, i, to, seed);
         }
     }

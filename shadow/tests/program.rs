@@ -118,7 +118,7 @@ fn decoding_reaches_bulk_ops_huge_sizes_and_every_optional_call() {
                 Op::BulkAlloc { count, .. } => full_page |= count >= 4096,
                 Op::Alloc { size, .. } => {
                     around_4g |= size > 1 << 32 && size <= (1 << 32) + 65536;
-                    far_huge |= size >= 1 << 40 && size < shadow::edges::IMPOSSIBLE_FROM;
+                    far_huge |= (1 << 40..shadow::edges::IMPOSSIBLE_FROM).contains(&size);
                 }
                 _ => {}
             }

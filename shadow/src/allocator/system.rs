@@ -17,7 +17,7 @@ use super::{malloc_serves, Allocator, Extras, PurgeDelay, ReallocToZero};
 pub struct System;
 
 unsafe fn aligned(size: usize, align: usize) -> *mut u8 {
-    if size % align == 0 && size > 0 {
+    if size.is_multiple_of(align) && size > 0 {
         return libc::aligned_alloc(align, size).cast();
     }
     let mut p = ptr::null_mut();

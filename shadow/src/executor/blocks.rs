@@ -114,7 +114,7 @@ impl Executor {
         if !self.checked {
             return Outcome::Live(self.shadow.insert(block, false).expect("unchecked insert"));
         }
-        if p % align != 0 {
+        if !p.is_multiple_of(align) {
             self.flag(Violation::Alignment {
                 ptr: p,
                 size,

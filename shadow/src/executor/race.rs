@@ -135,7 +135,7 @@ fn wait_for_all(gate: &AtomicUsize, n: usize) {
     let mut spins = 0u32;
     while gate.load(Ordering::Acquire) < n {
         spins += 1;
-        if spins % 256 == 0 {
+        if spins.is_multiple_of(256) {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
