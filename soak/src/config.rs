@@ -311,7 +311,8 @@ impl Config {
     }
 
     /// The drift series: the `[drift]` targets × its allocators (default:
-    /// the slots' allocators the drift build runs). None when its
+    /// the slots' allocators but the mimalloc flavors and `dylib:`, whose
+    /// slot library is instrumented). None when its
     /// `cpu_share` is 0.
     pub fn drift_series(&self, slots: &[Slot]) -> Result<Vec<Series>> {
         let d = &self.drift;
@@ -330,17 +331,16 @@ impl Config {
                 d.interval_secs
             );
         }
-        let runs = |a: &str| {
-            !a.starts_with("dylib:")
-                && !matches!(a, "mimalloc-secure" | "mimalloc-debug")
-                && !self.declared.iter().any(|d| d.name == a)
-        };
+        // The drift build is plain: the mimalloc flavors need builds of
+        // their own, and a slot's `dylib:` is instrumented (it would not
+        // load); a plain build of the same library is named in the list.
+        let flavor = |a: &str| matches!(a, "mimalloc-secure" | "mimalloc-debug");
         let allocators: Vec<String> = match &d.allocators {
             Some(list) => {
                 for a in list {
                     self.check_allocator(a)?;
-                    if !runs(a) {
-                        bail!("[drift] allocator `{a}`: the drift build runs bundled and zoo allocators only (not dylib:, declared or a mimalloc flavor)");
+                    if flavor(a) {
+                        bail!("[drift] allocator `{a}`: the drift build is plain, without the mimalloc flavors; measure `mimalloc`");
                     }
                 }
                 list.clone()
@@ -348,8 +348,9 @@ impl Config {
             None => {
                 let mut list: Vec<String> = Vec::new();
                 for s in slots {
-                    if runs(&s.allocator) && !list.contains(&s.allocator) {
-                        list.push(s.allocator.clone());
+                    let a = &s.allocator;
+                    if !flavor(a) && !a.starts_with("dylib:") && !list.contains(a) {
+                        list.push(a.clone());
                     }
                 }
                 list
@@ -466,7 +467,7 @@ mod tests {
     fn drift_series_default_to_the_slots_allocators_the_drift_build_runs() {
         let series = drift(
             "targets = [\"alloc_ops\", \"mt_ops\"]\n\
-             allocators = [\"system\", \"mimalloc-debug\", \"zoo:leak-on-shrink\", \"system\"]\n\
+             allocators = [\"system\", \"mimalloc-debug\", \"zoo:leak-on-shrink\", \"system\", \"dylib:/usr/lib/x86_64-linux-gnu/libc.so.6\"]\n\
              [drift]\ncpu_share = 0.5\ntargets = [\"alloc_ops\", \"heap_api\"]\n",
         )
         .unwrap();
@@ -491,7 +492,7 @@ mod tests {
         );
         let e = drift("[drift]\ncpu_share = 1\nallocators = [\"mimalloc-secure\"]").unwrap_err();
         assert!(
-            e.to_string().contains("bundled and zoo allocators only"),
+            e.to_string().contains("without the mimalloc flavors"),
             "{e}"
         );
         let e = drift("[drift]\ncpu_share = -1").unwrap_err();

@@ -272,11 +272,18 @@ impl Glue {
     /// glue builds share the plain build's folder without clobbering its
     /// binaries or each other's.
     pub fn binary_name(&self, target: shadow::Target) -> String {
-        let id = self
-            .dir
+        format!("{}-{}", target.name(), self.id())
+    }
+
+    /// The glue's RSS drift replay binary: `drift-<config>-<hash>`.
+    pub fn drift_binary_name(&self) -> String {
+        format!("drift-{}", self.id())
+    }
+
+    fn id(&self) -> String {
+        self.dir
             .file_name()
-            .map_or("declared".into(), |f| f.to_string_lossy());
-        format!("{}-{id}", target.name())
+            .map_or("declared".into(), |f| f.to_string_lossy().into_owned())
     }
 }
 
@@ -326,6 +333,13 @@ impl Glue {
                 ),
             ));
         }
+        files.push((
+            self.dir.join("targets/drift.rs"),
+            format!(
+                "fn main() {{\n    allocsoak_fuzz::drift::main({}::register)\n}}\n",
+                PACKAGE.replace('-', "_")
+            ),
+        ));
         let c: Vec<&Declared> = declared.iter().filter(|d| d.c.is_some()).collect();
         files.push((self.dir.join("build.rs"), build_rs(base, &c, &self.dir)));
         if !c.is_empty() {
@@ -434,6 +448,7 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
         honggfuzz = ["dep:honggfuzz", "allocsoak-fuzz/honggfuzz"]
         mimalloc-secure = ["allocsoak-fuzz/mimalloc-secure"]
         mimalloc-debug = ["allocsoak-fuzz/mimalloc-debug"]
+        drift = ["allocsoak-fuzz/drift"]
     };
     let mut doc = toml::Table::new();
     doc.insert(
@@ -456,18 +471,24 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
             toml::Value::Table(toml::toml! { cc = "1" }),
         );
     }
-    let bins: Vec<toml::Value> = shadow::Target::ALL
+    let bin = |name: String, path: String| {
+        let mut b = toml::Table::new();
+        b.insert("name".into(), name.into());
+        b.insert("path".into(), path.into());
+        for key in ["test", "doc", "bench"] {
+            b.insert(key.into(), false.into());
+        }
+        b
+    };
+    let mut bins: Vec<toml::Value> = shadow::Target::ALL
         .iter()
-        .map(|t| {
-            let mut b = toml::Table::new();
-            b.insert("name".into(), glue.binary_name(*t).into());
-            b.insert("path".into(), format!("targets/{}.rs", t.name()).into());
-            for key in ["test", "doc", "bench"] {
-                b.insert(key.into(), false.into());
-            }
-            toml::Value::Table(b)
-        })
+        .map(|t| toml::Value::Table(bin(glue.binary_name(*t), format!("targets/{}.rs", t.name()))))
         .collect();
+    // The plain replay build (`allocsoak build` makes it apart, like
+    // fuzz_targets' own `drift`).
+    let mut drift = bin(glue.drift_binary_name(), "targets/drift.rs".into());
+    drift.insert("required-features".into(), vec!["drift"].into());
+    bins.push(toml::Value::Table(drift));
     doc.insert("bin".into(), toml::Value::Array(bins));
     doc.insert(
         "profile".into(),

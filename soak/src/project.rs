@@ -164,19 +164,30 @@ impl Project {
     }
 
     /// The RSS drift replay binary: a plain release build (no sanitizer,
-    /// no fuzzer) of `fuzz_targets`' `drift` bin, in a folder of its own.
+    /// no fuzzer) of `fuzz_targets`' `drift` bin, or of the glue's with
+    /// the config's declared allocators, in a folder of its own.
     pub fn drift_binary(&self) -> PathBuf {
-        self.root.join("fuzz_targets/target/drift/release/drift")
+        let name = match &self.declared {
+            Some(d) => d.glue.drift_binary_name(),
+            None => "drift".to_string(),
+        };
+        self.root.join("fuzz_targets/target/drift/release").join(name)
     }
 
     /// Builds [`Project::drift_binary`] (a no-op when cargo finds it fresh).
     pub fn build_drift(&self) -> Result<()> {
+        if let Some(d) = &self.declared {
+            d.glue.write(&self.root, &d.base, &d.list)?;
+        }
         let status = Command::new("cargo")
-            .current_dir(self.root.join("fuzz_targets"))
+            .current_dir(self.fuzz_dir())
             .args(["+nightly", "build", "--release", "--no-default-features"])
-            .args(["--features", "drift", "--bin", "drift", "--target-dir"])
+            .args(["--features", "drift", "--bin"])
+            .arg(self.drift_binary().file_name().expect("a binary's name"))
+            .arg("--target-dir")
             .arg(self.root.join("fuzz_targets/target/drift"))
             .env_remove("RUSTFLAGS")
+            .env_remove("CFLAGS")
             .status()
             .context("failed to run `cargo +nightly build`; run `just setup`")?;
         if !status.success() {

@@ -6,7 +6,8 @@
 //! `arena`) and a C allocator from source with a planted bug. `allocsoak --config` builds
 //! them into the fuzz targets, finds both planted bugs with the right kind,
 //! runs the clean ones clean, counts coverage counters inside the declared
-//! crate and the C sources, replays a finding with `repro`, and leaves the
+//! crate and the C sources, replays a finding with `repro`, files a planted
+//! leak as `rss-drift` from the glue's drift build, and leaves the
 //! checkout as it was.
 
 mod common;
@@ -209,6 +210,50 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             .unwrap_or_else(|| panic!("no instrumentation line for {archive}:\n{text}"));
         assert!(counters > 0, "{archive} has no coverage counters:\n{text}");
     }
+
+    // RSS drift over the declared allocators (the glue's own `drift`
+    // build): planted-leaky keeps its big freed blocks where LeakSanitizer
+    // would not see them, and is filed as rss-drift with a culprit that
+    // `repro` confirms; planted-clean, replayed beside it, is not.
+    let state = repo.join("state");
+    let (out, text) = run(
+        &config,
+        &[
+            "soak",
+            "--state",
+            state.to_str().unwrap(),
+            "--duration",
+            "45",
+            "--jobs",
+            "1",
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "planted-clean",
+            "--drift-share",
+            "1",
+        ],
+    );
+    assert!(out.status.success(), "{text}");
+    let drift_groups: Vec<_> = common::groups(&state)
+        .into_iter()
+        .filter(|g| g.1 == "rss-drift")
+        .collect();
+    assert_eq!(drift_groups.len(), 1, "{drift_groups:?}\n{text}");
+    let (id, title) = (&drift_groups[0].0, &drift_groups[0].4);
+    assert!(title.contains("alloc_ops/planted-leaky"), "{title}");
+    let culprits = std::fs::read_dir(state.join("crashes").join(id).join("culprits"))
+        .unwrap()
+        .count();
+    assert!(culprits >= 1, "no culprits in {id}");
+    let (out, replay) = run(&config, &["repro", id, "--state", state.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "repro should drift:\n{replay}");
+    let (_, table) = run(&config, &["drift", "--state", state.to_str().unwrap()]);
+    let clean = table
+        .lines()
+        .find(|l| l.starts_with("alloc_ops/planted-clean"))
+        .unwrap_or_else(|| panic!("no planted-clean series:\n{table}"));
+    assert!(!clean.ends_with("drifts"), "{table}");
 
     assert_eq!(common::checkout_status(), before, "the checkout changed");
 }

@@ -48,10 +48,14 @@ pub fn replay(project: &Project, config: &Config, group: &Group, ops: u64) -> Re
         );
     }
     let t = &m.trend;
-    println!(
-        "growth: {:.1} bytes per 1,000 ops (95% interval {:.1} to {:.1}; line {}) over {} points",
-        t.slope_bytes_per_kop, t.lower, t.upper, config.drift.threshold, t.points
-    );
+    if t.points > 0 {
+        println!(
+            "growth: {:.1} bytes per 1,000 ops (95% interval {:.1} to {:.1}; line {}) over {} points",
+            t.slope_bytes_per_kop, t.lower, t.upper, config.drift.threshold, t.points
+        );
+    } else {
+        println!("growth: no fit (too few readings past the warm-up)");
+    }
     if m.over_limit {
         println!(
             "the replay went over {} MiB resident",

@@ -2,14 +2,20 @@
 //! would declare their own. It is `Sync` but not `Send` (it holds a raw
 //! pointer, as allocators that own a region do), so it fits only as a
 //! `static`. `BUGGY` has a planted bug: growing a block of 100 to 199
-//! bytes copies all but its last 8 bytes.
+//! bytes copies all but its last 8 bytes. `LEAKY` keeps every freed block
+//! of 512 bytes or more, linked from a static (reachable, so LeakSanitizer
+//! is silent): only the RSS drift workers see it.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+/// The blocks `LEAKY` kept, each holding the address of the one before.
+static KEPT: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
+
 pub struct Planted {
     bug: bool,
+    leak: bool,
     /// Makes the type `!Send`, as a region pointer would.
     _region: *const u8,
 }
@@ -19,11 +25,19 @@ unsafe impl Sync for Planted {}
 
 pub static CLEAN: Planted = Planted {
     bug: false,
+    leak: false,
     _region: ptr::null(),
 };
 
 pub static BUGGY: Planted = Planted {
     bug: true,
+    leak: false,
+    _region: ptr::null(),
+};
+
+pub static LEAKY: Planted = Planted {
+    bug: false,
+    leak: true,
     _region: ptr::null(),
 };
 
@@ -33,6 +47,11 @@ unsafe impl GlobalAlloc for Planted {
     }
 
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        if self.leak && layout.size() >= 512 {
+            let before = KEPT.swap(p, Ordering::AcqRel);
+            p.cast::<*mut u8>().write_unaligned(before);
+            return;
+        }
         System.dealloc(p, layout)
     }
 
@@ -46,7 +65,7 @@ unsafe impl GlobalAlloc for Planted {
             let short = self.bug && (100..200).contains(&old) && new_size > old;
             let copied = old.min(new_size) - if short { 8 } else { 0 };
             ptr::copy_nonoverlapping(p, q, copied);
-            System.dealloc(p, layout);
+            self.dealloc(p, layout);
         }
         q
     }
