@@ -13,6 +13,13 @@ use drift::{Reading, Trend, TrendConfig, Verdict};
 use super::{Watch, OVER_RSS_LIMIT};
 use crate::config::Series;
 
+/// Growth past the warm-up, in bytes, that a measured replay must show
+/// at the least (the lower end of its interval) to drift: 16 pages. A
+/// measured replay is short, so a page or two of wobble alone would read
+/// as a steep slope (4 KiB over 37,500 ops is 109 B/kop), and narrowing
+/// would keep a program that leaks nothing.
+const NOISE_FLOOR: f64 = 64.0 * 1024.0;
+
 /// What one measured replay found.
 pub struct Measured {
     /// Retained memory grew past the line, or the process went over its
@@ -26,7 +33,7 @@ pub struct Measured {
 
 /// Replays with `cmd` (a `drift` command, inputs given) for `ops` ops,
 /// reading every 0.2 s, and fits the growth against `threshold` bytes per
-/// 1,000 ops. A `stop` set meanwhile kills the replay (it then does not
+/// 1,000 ops and [`NOISE_FLOOR`]. A `stop` set meanwhile kills the replay (it then does not
 /// drift).
 pub fn measure(
     mut cmd: Command,
@@ -96,8 +103,10 @@ pub fn measure(
         ..TrendConfig::default()
     };
     let trend = drift::trend(&samples, &config);
+    let fitted_kops = ops.saturating_sub(config.warmup_ops) as f64 / 1000.0;
+    let grew_at_least = trend.lower.max(trend.step_lower) * fitted_kops;
     Ok(Measured {
-        drifts: over_limit || trend.verdict == Verdict::Drifts,
+        drifts: over_limit || (trend.verdict == Verdict::Drifts && grew_at_least >= NOISE_FLOOR),
         over_limit,
         trend,
         readings,
