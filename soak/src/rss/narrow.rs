@@ -100,6 +100,8 @@ pub fn measure(
         warmup_ops: ops / 4,
         min_ops: ops / 4,
         min_points: 8,
+        // NOISE_FLOOR below decides how much growth counts.
+        min_step_bytes: 0.0,
         ..TrendConfig::default()
     };
     let trend = drift::trend(&samples, &config);
