@@ -263,6 +263,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
                     &soak.state,
                     &store,
                     Some((started.elapsed(), soak.remaining())),
+                    &soak.config.drift.trend(),
                 ) {
                     println!("{text}");
                     notifier.status(text.lines().next().unwrap_or(""));
@@ -278,6 +279,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         &soak.state,
         &store,
         Some((started.elapsed(), Duration::ZERO)),
+        &soak.config.drift.trend(),
     ) {
         println!("{text}");
     }

@@ -482,7 +482,12 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
     };
     let mut bins: Vec<toml::Value> = shadow::Target::ALL
         .iter()
-        .map(|t| toml::Value::Table(bin(glue.binary_name(*t), format!("targets/{}.rs", t.name()))))
+        .map(|t| {
+            toml::Value::Table(bin(
+                glue.binary_name(*t),
+                format!("targets/{}.rs", t.name()),
+            ))
+        })
         .collect();
     // The plain replay build (`allocsoak build` makes it apart, like
     // fuzz_targets' own `drift`).

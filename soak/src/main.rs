@@ -324,7 +324,10 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         Command::Status { state } => {
             let state = StateDir::open_to_read(&state)?;
             let store = Store::open(&state.store())?;
-            print!("{}", status::render(&state, &store, None)?);
+            print!(
+                "{}",
+                status::render(&state, &store, None, &config.drift.trend())?
+            );
             Ok(true)
         }
         Command::Triage {

@@ -171,7 +171,9 @@ impl Project {
             Some(d) => d.glue.drift_binary_name(),
             None => "drift".to_string(),
         };
-        self.root.join("fuzz_targets/target/drift/release").join(name)
+        self.root
+            .join("fuzz_targets/target/drift/release")
+            .join(name)
     }
 
     /// Builds [`Project::drift_binary`] (a no-op when cargo finds it fresh).

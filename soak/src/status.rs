@@ -13,10 +13,12 @@ use crate::store::Store;
 
 /// The table. `clock` is (elapsed, remaining) when the caller is the soak
 /// itself; otherwise the last run's row says whether one is running.
+/// `drift` is the soak's `[drift]` rules, for the drift column.
 pub fn render(
     state: &StateDir,
     store: &Store,
     clock: Option<(Duration, Duration)>,
+    drift: &drift::TrendConfig,
 ) -> Result<String> {
     let conn = store.conn();
     let mut out = String::new();
@@ -81,7 +83,7 @@ pub fn render(
             (SELECT COUNT(*) FROM crash WHERE slot_id = s.id)
          FROM slot s WHERE s.engine != 'drift' ORDER BY s.id",
     )?;
-    let mut drift = drift_verdicts(store)?;
+    let mut drift = drift_verdicts(store, drift)?;
     let slots = stmt.query_map([], |r| {
         Ok((
             r.get::<_, i64>(0)?,
@@ -150,19 +152,20 @@ pub fn render(
 
 /// Each drift series' verdict so far by `target/allocator`: `flat`,
 /// `drifts`, `filed` (an rss-drift group holds it) or `-` (too few
-/// readings yet). `allocsoak drift` has the numbers.
-fn drift_verdicts(store: &Store) -> Result<std::collections::BTreeMap<String, String>> {
+/// readings yet), by `config` (the soak's `[drift]` rules). `allocsoak
+/// drift` has the numbers.
+fn drift_verdicts(
+    store: &Store,
+    config: &drift::TrendConfig,
+) -> Result<std::collections::BTreeMap<String, String>> {
     let mut verdicts = std::collections::BTreeMap::new();
     for slot in store.slots()?.into_iter().filter(|s| s.engine == "drift") {
         let label = format!("{}/{}", slot.target, slot.allocator);
         let filed = store
             .group(&report::Signature::rss_drift(&label).id())?
             .is_some_and(|g| g.status != "fixed");
-        let points = crate::rss::series::points(store, slot.id)?;
-        let trend = drift::trend_downsampled(
-            &crate::rss::series::buckets(&points),
-            &drift::TrendConfig::default(),
-        );
+        let points = crate::rss::series::fitted(store, slot.id, &label)?;
+        let trend = drift::trend_downsampled(&crate::rss::series::buckets(&points), config);
         let verdict = match (filed, trend.verdict) {
             (true, _) => "filed",
             (false, drift::Verdict::Drifts) => "drifts",

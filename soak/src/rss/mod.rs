@@ -207,7 +207,7 @@ fn run_segment(
                     series::thin(&mut store, slot_id, crate::store::now() as u64)?;
                     *last_thin = Instant::now();
                 }
-                let points = series::points(&store, slot_id)?;
+                let points = series::fitted(&store, slot_id, &series.label())?;
                 drop(store);
                 let trend =
                     drift::trend_downsampled(&series::buckets(&points), &w.config.drift.trend());

@@ -115,6 +115,33 @@ pub fn points(store: &Store, slot_id: i64) -> Result<Vec<Point>> {
     Ok(points)
 }
 
+/// The points the fit reads: every point, or once the series' rss-drift
+/// group (`label`'s) is fixed, only those after the segment that filed
+/// it. The fixed allocator starts afresh; the growth it was filed for
+/// would otherwise file it again at once.
+pub fn fitted(store: &Store, slot_id: i64, label: &str) -> Result<Vec<Point>> {
+    let mut points = points(store, slot_id)?;
+    let fixed = store
+        .group(&report::Signature::rss_drift(label).id())?
+        .is_some_and(|g| g.status == "fixed");
+    if !fixed {
+        return Ok(points);
+    }
+    let filed: Option<i64> = store.conn().query_row(
+        "SELECT MAX(id) FROM drift_segment
+         WHERE slot_id = ?1 AND outcome IN ('drifts', 'rss-limit')",
+        [slot_id],
+        |r| r.get(0),
+    )?;
+    if let Some(filed) = filed {
+        points.retain(|p| p.segment_id > filed);
+    }
+    if let Some(first) = points.first_mut() {
+        first.bucket.restart = false;
+    }
+    Ok(points)
+}
+
 /// The buckets the fit reads.
 pub fn buckets(points: &[Point]) -> Vec<Bucket> {
     points.iter().map(|p| p.bucket).collect()
@@ -149,4 +176,83 @@ pub fn thin(store: &mut Store, slot_id: i64, now_secs: u64) -> Result<()> {
     }
     tx.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::GroupRow;
+
+    /// A segment of `n` readings 100,000 ops apart, retained memory
+    /// growing by `rate` bytes per 1,000 ops.
+    fn segment(store: &Store, slot_id: i64, n: u64, rate: u64, outcome: &str) {
+        let segment = start_segment(store, slot_id, None).unwrap();
+        for i in 0..n {
+            let ops = i * 100_000;
+            let reading = Reading {
+                secs: 1_700_000_000 + i,
+                ops,
+                rss: (8 << 20) + rate * ops / 1000,
+                anon: 0,
+                live: 1 << 20,
+                cpu_ms: i * 1000,
+                programs: i,
+                figures: Vec::new(),
+            };
+            add_reading(store, segment, &reading).unwrap();
+        }
+        end_segment(store, segment, outcome).unwrap();
+    }
+
+    /// Fitted whole, the growth a fix ended would still outvote the fixed
+    /// allocator's flat readings and file it again at once.
+    #[test]
+    fn a_fixed_series_is_fitted_from_after_its_finding() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("store.sqlite")).unwrap();
+        let slot = store.slot("alloc_ops", "zoo:x", "drift", 1.0).unwrap();
+        let label = "alloc_ops/zoo:x";
+        segment(&store, slot.id, 40, 1000, "drifts");
+        let id = report::Signature::rss_drift(label).id();
+        store
+            .insert_group(&GroupRow {
+                id: id.clone(),
+                signature: label.into(),
+                kind: "rss-drift".into(),
+                title: label.into(),
+                tolerance_key: None,
+                slot_id: slot.id,
+                first_seen: 0,
+                last_seen: 0,
+                count: 1,
+                status: "new".into(),
+                minimized: None,
+                repro: String::new(),
+            })
+            .unwrap();
+        segment(&store, slot.id, 25, 0, "stop");
+        let config = drift::TrendConfig {
+            warmup_ops: 0,
+            warmup_fraction: 0.0,
+            min_ops: 1_000_000,
+            ..drift::TrendConfig::default()
+        };
+        let verdict =
+            |points: &[Point]| drift::trend_downsampled(&buckets(points), &config).verdict;
+
+        let open = fitted(&store, slot.id, label).unwrap();
+        assert_eq!(open.len(), 65, "an open finding keeps its growth in view");
+        assert_eq!(verdict(&open), drift::Verdict::Drifts);
+
+        store.set_status(&id, "fixed").unwrap();
+        let fixed = fitted(&store, slot.id, label).unwrap();
+        assert_eq!(fixed.len(), 25);
+        assert!(!fixed[0].bucket.restart, "{:?}", fixed[0]);
+        assert_eq!(verdict(&fixed), drift::Verdict::Flat);
+        assert_eq!(
+            points(&store, slot.id).unwrap().len(),
+            65,
+            "nothing is deleted"
+        );
+    }
 }

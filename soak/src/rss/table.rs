@@ -33,7 +33,9 @@ pub fn render(store: &Store, config: &TrendConfig) -> Result<String> {
             .chunk_by(|a, b| a.segment_id == b.segment_id)
             .map(|s| s.last().map_or(0, |p| p.last.ops))
             .sum();
-        let trend = drift::trend_downsampled(&series::buckets(&points), config);
+        let label = format!("{}/{}", slot.target, slot.allocator);
+        let fitted = series::fitted(store, slot.id, &label)?;
+        let trend = drift::trend_downsampled(&series::buckets(&fitted), config);
         let (rss, retained) = points.last().map_or((0.0, 0.0), |p| {
             (mib(p.last.rss), mib(p.last.sample().retained()))
         });
@@ -53,7 +55,7 @@ pub fn render(store: &Store, config: &TrendConfig) -> Result<String> {
         writeln!(
             out,
             "{:<34} {:>8} {:>7} {:>8} {:>10} {:>9.1} {:>9.1} {:>24}  {verdict}",
-            format!("{}/{}", slot.target, slot.allocator),
+            label,
             segments,
             points.len(),
             readings,
