@@ -42,13 +42,16 @@ pub struct TrendConfig {
     /// default 2,000 and a week of 10-second samples fits in well under a
     /// second.
     pub max_points: usize,
-    /// The least step, in bytes, the step check alarms for. Default
-    /// 1 MiB: a correct allocator may map one more segment or arena late
-    /// in a run and keep it (mimalloc did, 200 KiB at 2.4 million ops in
-    /// a flat series); that is a one-off cost, not a leak. The step's
-    /// height is taken as `step_lower` × two thirds of the ops fitted,
-    /// the least height the check's reading allows.
-    pub min_step_bytes: f64,
+    /// The least growth, in bytes, that drifts: the growth the lower end
+    /// of an interval vouches for within one replay process (see
+    /// [`Trend::growth`]) must reach it. Default 512 KiB. A correct
+    /// allocator may map one more chunk late in a run and keep it
+    /// (jemalloc 150 KiB at 750,000 ops, mimalloc 200 KiB at 2.4 million,
+    /// each in an otherwise flat series); over a short window that one-off
+    /// cost reads as a slope, and a leak is told from it only once it has
+    /// grown past what such a cost could be. A leak of 64 B/kop gets there
+    /// about 10 million ops after warm-up.
+    pub min_growth_bytes: f64,
 }
 
 impl Default for TrendConfig {
@@ -61,7 +64,7 @@ impl Default for TrendConfig {
             min_points: 20,
             min_ops: 1_000_000,
             max_points: 2_000,
-            min_step_bytes: 1024.0 * 1024.0,
+            min_growth_bytes: 512.0 * 1024.0,
         }
     }
 }
@@ -99,6 +102,11 @@ pub struct Trend {
     /// enough the same step weighs too little to alarm, like any one-off
     /// cost.
     pub step_lower: f64,
+    /// The growth in bytes the lower ends vouch for within one process,
+    /// the larger of two: `lower` times the longest segment's ops after
+    /// warm-up, and the step's least height, `step_lower` times two
+    /// thirds of them.
+    pub growth: f64,
     /// Mann–Kendall's S: pairs that rise minus pairs that fall.
     pub mk_s: i64,
     /// S over its standard deviation, continuity corrected.
@@ -112,8 +120,8 @@ pub struct Trend {
 /// Whether memory drifts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// `lower` is above the threshold, or `step_lower` is and the step is
-    /// at least `min_step_bytes` high.
+    /// `lower` is above the threshold and the growth it vouches for is at
+    /// least `min_growth_bytes`; or the same for `step_lower`.
     Drifts,
     /// Enough points and ops, and neither is.
     Flat,
@@ -185,11 +193,18 @@ fn fit(mut segments: Vec<Vec<Point>>, config: &TrendConfig) -> Trend {
     let (mk_z, mk_p) = mann_kendall(mk_s, var_s);
 
     let kop = |rate: f64| rate * 1000.0;
-    let stepped = kop(step_lower) > config.threshold
-        && step_lower * ops as f64 * 2.0 / 3.0 >= config.min_step_bytes;
+    // Each process starts afresh: growth counts within one segment.
+    let span = segments
+        .iter()
+        .map(|s| s[s.len() - 1].0 - s[0].0)
+        .max()
+        .unwrap_or(0) as f64;
+    let (slope_growth, step_growth) = (lower * span, step_lower * span * 2.0 / 3.0);
+    let alarm =
+        |rate: f64, growth: f64| kop(rate) > config.threshold && growth >= config.min_growth_bytes;
     let verdict = if points < config.min_points || ops < config.min_ops {
         Verdict::TooFewSamples
-    } else if kop(lower) > config.threshold || stepped {
+    } else if alarm(lower, slope_growth) || alarm(step_lower, step_growth) {
         Verdict::Drifts
     } else {
         Verdict::Flat
@@ -201,6 +216,7 @@ fn fit(mut segments: Vec<Vec<Point>>, config: &TrendConfig) -> Trend {
         lower: kop(lower),
         upper: kop(upper),
         step_lower: kop(step_lower),
+        growth: slope_growth.max(step_growth),
         mk_s,
         mk_z,
         mk_p,

@@ -93,6 +93,10 @@ pub struct DriftConfig {
     /// The fewest ops after warm-up for a verdict (default 1,000,000).
     #[serde(default = "million")]
     pub min_ops: u64,
+    /// The least growth within one replay process, KiB, that drifts
+    /// (default 512; see `drift::TrendConfig::min_growth_bytes`).
+    #[serde(default = "min_growth_kib")]
+    pub min_growth_kib: f64,
     /// Minutes after which a replay process is replaced by a new one (a
     /// new segment) that takes in what the corpus gained (default 60): a
     /// process replays the programs there were when it started.
@@ -118,6 +122,7 @@ impl DriftConfig {
             threshold: self.threshold,
             warmup_ops: self.warmup_ops,
             min_ops: self.min_ops,
+            min_growth_bytes: self.min_growth_kib * 1024.0,
             ..drift::TrendConfig::default()
         }
     }
@@ -131,6 +136,9 @@ impl Default for DriftConfig {
 
 fn alloc_ops() -> Vec<String> {
     vec!["alloc_ops".into()]
+}
+fn min_growth_kib() -> f64 {
+    512.0
 }
 fn ten_f() -> f64 {
     10.0

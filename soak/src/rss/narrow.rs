@@ -14,7 +14,7 @@ use super::{Watch, OVER_RSS_LIMIT};
 use crate::config::Series;
 
 /// Growth past the warm-up, in bytes, that a measured replay must show
-/// at the least (the lower end of its interval) to drift: 16 pages. A
+/// at the least (its fit's `min_growth_bytes`) to drift: 16 pages. A
 /// measured replay is short, so a page or two of wobble alone would read
 /// as a steep slope (4 KiB over 37,500 ops is 109 B/kop), and narrowing
 /// would keep a program that leaks nothing.
@@ -100,15 +100,12 @@ pub fn measure(
         warmup_ops: ops / 4,
         min_ops: ops / 4,
         min_points: 8,
-        // NOISE_FLOOR below decides how much growth counts.
-        min_step_bytes: 0.0,
+        min_growth_bytes: NOISE_FLOOR,
         ..TrendConfig::default()
     };
     let trend = drift::trend(&samples, &config);
-    let fitted_kops = ops.saturating_sub(config.warmup_ops) as f64 / 1000.0;
-    let grew_at_least = trend.lower.max(trend.step_lower) * fitted_kops;
     Ok(Measured {
-        drifts: over_limit || (trend.verdict == Verdict::Drifts && grew_at_least >= NOISE_FLOOR),
+        drifts: over_limit || trend.verdict == Verdict::Drifts,
         over_limit,
         trend,
         readings,
