@@ -1,0 +1,31 @@
+//! `allocsoak bench`: exec/s with and without the shadow model.
+
+use anyhow::Result;
+use shadow::Target;
+use soak::bench;
+use soak::config::Config;
+use soak::project::Project;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 20)]
+    secs: u64,
+    /// Default allocators: system, mimalloc, jemalloc.
+    #[command(flatten)]
+    pairs: super::Pairs,
+}
+
+pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
+    let rows = bench::run(
+        &project,
+        &super::or_all(args.pairs.targets, &Target::ALL),
+        &super::allocators(
+            &config,
+            args.pairs.allocators,
+            &bench::ALLOCATORS.map(String::from),
+        )?,
+        args.secs,
+    )?;
+    Ok(!rows.is_empty())
+}

@@ -1,0 +1,26 @@
+//! `allocsoak drift`: every RSS drift series, one line each.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use soak::config::Config;
+use soak::project::Project;
+use soak::state::StateDir;
+use soak::store::Store;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The state dir the soak runs with.
+    #[arg(long, default_value = "soak-state")]
+    state: PathBuf,
+}
+
+pub fn run(args: Args, _project: Project, config: Config) -> Result<bool> {
+    let state = StateDir::open_to_read(&args.state)?;
+    let store = Store::open(&state.store())?;
+    print!(
+        "{}",
+        soak::rss::table::render(&store, &config.drift.trend())?
+    );
+    Ok(true)
+}

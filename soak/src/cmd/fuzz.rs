@@ -1,0 +1,29 @@
+//! `allocsoak fuzz`: a short pass over targets × allocators.
+
+use anyhow::Result;
+use shadow::Target;
+use soak::config::Config;
+use soak::pass;
+use soak::project::Project;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds per (target, allocator).
+    #[arg(long, default_value_t = 20)]
+    secs: u64,
+    /// Default allocators: every bundled one.
+    #[command(flatten)]
+    pairs: super::Pairs,
+}
+
+/// Succeeds when nothing was found.
+pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
+    let findings = pass::run(
+        &project,
+        &super::or_all(args.pairs.targets, &Target::ALL),
+        &super::allocators(&config, args.pairs.allocators, &config.allocators())?,
+        args.secs,
+    )?;
+    println!("fuzz: {findings} findings");
+    Ok(findings == 0)
+}

@@ -1,0 +1,48 @@
+//! The `allocsoak` binary's subcommands (`main.rs`'s `mod cmd`), one file
+//! each: its arguments and what it does. `main` only parses and
+//! dispatches; the work is in the `soak` library.
+
+pub mod bench;
+pub mod build;
+pub mod drift;
+pub mod fuzz;
+pub mod instrumentation;
+pub mod print;
+pub mod repro;
+pub mod soak;
+pub mod status;
+pub mod triage;
+pub mod zoo;
+
+use anyhow::Result;
+use shadow::Target;
+use ::soak::config::Config;
+
+/// Which targets and allocators a command runs.
+#[derive(clap::Args)]
+pub struct Pairs {
+    /// A target to run (repeatable). Default: all four.
+    #[arg(long = "target")]
+    pub targets: Vec<Target>,
+    /// An allocator to run (repeatable).
+    #[arg(long = "allocator")]
+    pub allocators: Vec<String>,
+}
+
+/// `given`, or `all` when none were given.
+pub fn or_all<T: Clone>(given: Vec<T>, all: &[T]) -> Vec<T> {
+    if given.is_empty() {
+        all.to_vec()
+    } else {
+        given
+    }
+}
+
+/// Checks allocator names before any build or run starts.
+pub fn allocators(config: &Config, given: Vec<String>, default: &[String]) -> Result<Vec<String>> {
+    let names = or_all(given, default);
+    for name in &names {
+        config.check_allocator(name)?;
+    }
+    Ok(names)
+}

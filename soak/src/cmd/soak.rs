@@ -1,0 +1,121 @@
+//! `allocsoak soak`: rotate slots in time slices until the duration ends
+//! or SIGINT/SIGTERM, then list the groups it filed.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use soak::config::Config;
+use soak::daemon;
+use soak::project::Project;
+use soak::state::StateDir;
+use soak::store::Store;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// How long: seconds, or a number with s, m, h or d (`8h`).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Duration,
+    /// The state dir: corpora, crashes, logs and the store.
+    #[arg(long, default_value = "soak-state")]
+    state: PathBuf,
+    /// Slices run at once. Default: one per core.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Replace the config's targets (repeatable).
+    #[arg(long = "target")]
+    targets: Vec<String>,
+    /// Replace the config's allocators (repeatable).
+    #[arg(long = "allocator")]
+    allocators: Vec<String>,
+    /// Replace the config's engine.
+    #[arg(long)]
+    engine: Option<String>,
+    /// Seconds per slice. Default: the config's slice_minutes.
+    #[arg(long)]
+    slice_secs: Option<u64>,
+    /// Seconds between progress prints. Default: 10 on a terminal, else 60.
+    #[arg(long)]
+    progress_secs: Option<u64>,
+    /// Replace the config's `[drift]` cpu_share (0 runs no drift workers).
+    #[arg(long)]
+    drift_share: Option<f64>,
+}
+
+pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
+    if !args.targets.is_empty() {
+        config.targets = args.targets;
+        config.slots.clear();
+    }
+    if !args.allocators.is_empty() {
+        config.allocators = Some(args.allocators);
+        config.slots.clear();
+    }
+    if let Some(engine) = args.engine {
+        config.engine = engine;
+    }
+    if let Some(share) = args.drift_share {
+        config.drift.cpu_share = share;
+    }
+    let slots = config.slots()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal ends the process at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let options = daemon::Options {
+        state: args.state.clone(),
+        duration: args.duration,
+        jobs: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        slots,
+        config,
+        slice_secs: args.slice_secs,
+        progress_secs: args.progress_secs.unwrap_or(if tty { 10 } else { 60 }),
+    };
+    let summary = daemon::run(project, options, stop)?;
+    let state = StateDir::open_to_read(&args.state)?;
+    let store = Store::open(&state.store())?;
+    println!("soak: {} new crash groups", summary.new_groups.len());
+    for id in &summary.new_groups {
+        if let Some(g) = store.group(id)? {
+            println!("  {} [{}] {}", g.id, g.kind, g.title);
+            println!(
+                "    report: {}",
+                state.crash_group(id).join("REPORT.md").display()
+            );
+            println!("    Reproduce with: {}", g.repro);
+        }
+    }
+    Ok(true)
+}
+
+/// `28800`, `90s`, `30m`, `8h`, `2d`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!("bad duration `{text}`: give seconds (28800) or a number with s, m, h or d (8h)")
+    };
+    let (num, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(bad()),
+    };
+    if secs == 0 {
+        return Err(format!(
+            "bad duration `{text}`: a soak needs at least one second"
+        ));
+    }
+    Ok(Duration::from_secs(secs))
+}

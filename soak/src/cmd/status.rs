@@ -1,0 +1,25 @@
+//! `allocsoak status`: a soak's progress from its state dir.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use soak::config::Config;
+use soak::project::Project;
+use soak::state::StateDir;
+use soak::status;
+use soak::store::Store;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The state dir the soak runs with.
+    #[arg(long, default_value = "soak-state")]
+    state: PathBuf,
+}
+
+pub fn run(args: Args, _project: Project, config: Config) -> Result<bool> {
+    let state = StateDir::open_to_read(&args.state)?;
+    let store = Store::open(&state.store())?;
+    let table = status::render(&state, &store, None, &config.drift.trend())?;
+    print!("{table}");
+    Ok(true)
+}

@@ -1,0 +1,77 @@
+//! `allocsoak triage`: crash groups newest first; `verify` re-runs them,
+//! `export` bundles one for upstream.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Subcommand;
+use soak::config::Config;
+use soak::groups;
+use soak::project::Project;
+use soak::state::StateDir;
+use soak::store::Store;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Option<Action>,
+    /// The state dir the soak ran with.
+    #[arg(long, default_value = "soak-state", global = true)]
+    state: PathBuf,
+    /// Only this allocator's groups.
+    #[arg(long)]
+    allocator: Option<String>,
+    /// Only this target's groups.
+    #[arg(long)]
+    target: Option<String>,
+    /// Only groups of this kind (alignment, heap-use-after-free, ...).
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only groups with this status: new, known, fixed, flaky, regressed.
+    #[arg(long)]
+    status: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Action {
+    /// Re-run every group's minimized input on the current build: marks each known
+    /// (still reproducing), fixed, flaky, or regressed (fixed, and back).
+    Verify,
+    /// Write a self-contained bundle of one group for an upstream bug report.
+    Export {
+        /// The group id (or a unique prefix).
+        id: String,
+        /// Where the bundle folder goes.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
+}
+
+pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
+    let state = StateDir::open_to_read(&args.state)?;
+    let store = Store::open(&state.store())?;
+    match args.action {
+        None => {
+            let filter = groups::Filter {
+                allocator: args.allocator,
+                target: args.target,
+                kind: args.kind,
+                status: args.status,
+            };
+            print!("{}", groups::list(&state, &store, &filter)?);
+        }
+        Some(Action::Verify) => {
+            for v in groups::verify(&project, &state, &store, &config)? {
+                println!(
+                    "verify {} {} -> {} ({} of 3 replays reproduced)",
+                    v.id, v.before, v.after, v.reproduced
+                );
+            }
+        }
+        Some(Action::Export { id, out }) => {
+            let bundle = groups::export(&project, &state, &store, &config, &id, &out)?;
+            println!("export: {}", bundle.display());
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,46 @@
+//! `allocsoak zoo`: every planted bug through its target, and the
+//! correct allocators as controls.
+
+use anyhow::Result;
+use soak::config::Config;
+use soak::project::Project;
+use soak::zoo;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds per case (a found bug ends its case early).
+    #[arg(long, default_value_t = 60)]
+    secs: u64,
+    /// libFuzzer seed, for repeatable runs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Cases run at once. Default: one per core.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Only these bugs (no controls). Default: every bug and every control.
+    #[arg(long = "bug")]
+    bugs: Vec<String>,
+}
+
+pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
+    let mut cases = zoo::Case::all();
+    if !args.bugs.is_empty() {
+        for b in &args.bugs {
+            b.parse::<shadow::allocator::zoo::Bug>()
+                .map_err(anyhow::Error::msg)?;
+        }
+        cases.retain(|c| {
+            c.bug
+                .is_some_and(|b| args.bugs.iter().any(|n| n == b.name()))
+        });
+    }
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let budget = zoo::Budget {
+        secs: args.secs,
+        seed: args.seed,
+        jobs,
+    };
+    zoo::run(&project, &cases, &budget)
+}
