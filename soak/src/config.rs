@@ -98,9 +98,12 @@ pub struct DriftConfig {
     #[serde(default = "min_growth_kib")]
     pub min_growth_kib: f64,
     /// Minutes after which a replay process is replaced by a new one (a
-    /// new segment) that takes in what the corpus gained (default 60): a
-    /// process replays the programs there were when it started.
-    #[serde(default = "sixty")]
+    /// new segment) that takes in what the corpus gained (default 360): a
+    /// process replays the programs there were when it started. Long,
+    /// because a leak shows within one process: at the default share a
+    /// series does a few hundred ops a second, and a 64 B/kop leak needs
+    /// about 10 million ops to outgrow `min_growth_kib`.
+    #[serde(default = "six_hours")]
     pub refresh_minutes: f64,
     /// Resident MiB at which a replay process stops and its series is
     /// filed as drifting whatever the fit says (default 1024).
@@ -146,8 +149,8 @@ fn ten_f() -> f64 {
 fn threshold() -> f64 {
     32.0
 }
-fn sixty() -> f64 {
-    60.0
+fn six_hours() -> f64 {
+    360.0
 }
 fn million() -> u64 {
     1_000_000
