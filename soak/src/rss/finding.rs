@@ -28,6 +28,10 @@ pub struct DriftFile {
     pub mk_p: f64,
     pub points: usize,
     pub ops: u64,
+    /// KiB of growth within one process the interval vouches for
+    /// (`drift::Trend::growth`); absent in findings filed before it was.
+    #[serde(default)]
+    pub growth_kib: f64,
     pub threshold: f64,
     pub rss_limit_mb: u64,
     /// What narrowing did (`967 programs to 2 in 81 s (23 replays)`).
@@ -74,6 +78,7 @@ pub fn file(
         mk_p: trend.map_or(nan, |t| t.mk_p),
         points: trend.map_or(points.len(), |t| t.points),
         ops: trend.map_or(0, |t| t.ops),
+        growth_kib: trend.map_or(nan, |t| t.growth / 1024.0),
         threshold: w.config.drift.threshold,
         rss_limit_mb: w.config.drift.rss_limit_mb,
         narrowed: narrowed.summary(),
@@ -157,8 +162,8 @@ pub fn page(state: &StateDir, g: &GroupRow, series: &str) -> Result<String> {
         if f.why == "fit" {
             writeln!(
                 out,
-                "| growth | {:.0} bytes per 1,000 ops (95% interval {:.0} to {:.0}; line {:.0}), Mann–Kendall p = {:.2e}, over {} points and {} ops after warm-up |",
-                f.slope_bytes_per_kop, f.lower, f.upper, f.threshold, f.mk_p, f.points, f.ops
+                "| growth | {:.0} bytes per 1,000 ops (95% interval {:.0} to {:.0}; line {:.0}), Mann–Kendall p = {:.2e}, over {} points and {} ops after warm-up; at least {:.0} KiB within one process |",
+                f.slope_bytes_per_kop, f.lower, f.upper, f.threshold, f.mk_p, f.points, f.ops, f.growth_kib
             )?;
         } else {
             writeln!(
