@@ -6,10 +6,57 @@ use std::time::Duration;
 
 use anyhow::Result;
 use rusqlite::params;
+use serde::Serialize;
 
 use crate::libfuzzer;
 use crate::state::StateDir;
 use crate::store::Store;
+
+/// A soak's progress: the header line's facts and a row per slot. What
+/// `allocsoak status` prints and the dashboard shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Overview {
+    /// `running`, `stopped` or `never`.
+    pub state: &'static str,
+    pub pid: Option<i64>,
+    /// Seconds since the last soak started, and left until its deadline
+    /// (while it runs).
+    pub elapsed_secs: Option<u64>,
+    pub remaining_secs: Option<u64>,
+    /// When the last soak ended (Unix seconds), if it ended cleanly.
+    pub ended: Option<i64>,
+    pub groups: i64,
+    pub crashes: i64,
+    /// Of the last run, 0 to 1.
+    pub duty_cycle: Option<f64>,
+    /// Fuzz slots, in the order they were first run.
+    pub slots: Vec<SlotStatus>,
+    /// Drift series whose allocator × workload no fuzz slot has:
+    /// (`target/allocator`, verdict).
+    pub drift_only: Vec<(String, String)>,
+}
+
+/// One fuzz slot's row: its last slice's numbers, or the running one's.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlotStatus {
+    pub id: i64,
+    /// `target/allocator`.
+    pub label: String,
+    pub engine: String,
+    pub weight: f64,
+    /// Slices ended.
+    pub slices: i64,
+    pub execs_per_sec: f64,
+    pub cov: i64,
+    pub ft: i64,
+    pub corpus: i64,
+    pub groups: i64,
+    pub crashes: i64,
+    /// The drift column: `flat`, `drifts`, `filed`, `-` or empty.
+    pub drift: String,
+    /// A slice of it is running now.
+    pub fuzzing: bool,
+}
 
 /// The table. `clock` is (elapsed, remaining) when the caller is the soak
 /// itself; otherwise the last run's row says whether one is running.
@@ -20,55 +67,36 @@ pub fn render(
     clock: Option<(Duration, Duration)>,
     drift: &drift::TrendConfig,
 ) -> Result<String> {
-    let conn = store.conn();
+    let o = overview(state, store, clock, drift)?;
     let mut out = String::new();
-    let run: Option<(i64, i64, i64, Option<i64>, i64)> = conn
-        .query_row(
-            "SELECT id, started, deadline, ended, pid FROM run ORDER BY id DESC LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-        )
-        .ok();
-    let groups: i64 = conn.query_row("SELECT COUNT(*) FROM crash_group", [], |r| r.get(0))?;
-    let crashes: i64 = conn.query_row("SELECT COUNT(*) FROM crash", [], |r| r.get(0))?;
-    let now = crate::store::now();
-    let running = match (clock, run) {
-        (Some((elapsed, remaining)), _) => {
-            write!(
-                out,
-                "soak: elapsed {} remaining {}",
-                hms(elapsed.as_secs()),
-                hms(remaining.as_secs())
-            )?;
-            true
-        }
-        (None, Some((_, started, deadline, None, pid))) if alive(pid) => {
-            write!(
+    let hms_or = |secs: Option<u64>| hms(secs.unwrap_or(0));
+    match o.state {
+        "running" => match (clock, o.pid) {
+            (None, Some(pid)) => write!(
                 out,
                 "soak: running (pid {pid}), elapsed {} remaining {}",
-                hms((now - started).max(0) as u64),
-                hms((deadline - now).max(0) as u64)
-            )?;
-            true
-        }
-        (None, Some((_, _, _, ended, _))) => {
-            let ended = ended.map_or_else(
+                hms_or(o.elapsed_secs),
+                hms_or(o.remaining_secs)
+            )?,
+            _ => write!(
+                out,
+                "soak: elapsed {} remaining {}",
+                hms_or(o.elapsed_secs),
+                hms_or(o.remaining_secs)
+            )?,
+        },
+        "stopped" => {
+            let ended = o.ended.map_or_else(
                 || "was killed".to_string(),
                 |t| format!("ended {}", crate::group_page::utc(t)),
             );
             write!(out, "soak: not running (last soak {ended})")?;
-            false
         }
-        (None, None) => {
-            write!(out, "soak: never ran in {}", state.root().display())?;
-            false
-        }
-    };
-    write!(out, ", {groups} crash groups from {crashes} crashes")?;
-    if let Some((run_id, ..)) = run {
-        if let Some(duty) = duty_cycle(store, run_id)? {
-            write!(out, ", duty cycle {:.1}%", duty * 100.0)?;
-        }
+        _ => write!(out, "soak: never ran in {}", state.root().display())?,
+    }
+    write!(out, ", {} crash groups from {} crashes", o.groups, o.crashes)?;
+    if let Some(duty) = o.duty_cycle {
+        write!(out, ", duty cycle {:.1}%", duty * 100.0)?;
     }
     writeln!(out)?;
     writeln!(
@@ -76,8 +104,81 @@ pub fn render(
         "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8}  {:<6} now",
         "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift"
     )?;
+    for r in &o.slots {
+        writeln!(
+            out,
+            "{:<34} {:>6.2} {:>7} {:>8.0} {:>6} {:>7} {:>7} {:>8}  {:<6} {}",
+            r.label,
+            r.weight,
+            r.slices,
+            r.execs_per_sec,
+            r.cov,
+            r.ft,
+            r.corpus,
+            format!("{}/{}", r.groups, r.crashes),
+            r.drift,
+            if r.fuzzing { "fuzzing" } else { "" }
+        )?;
+    }
+    for (label, verdict) in &o.drift_only {
+        writeln!(out, "{label:<34} {:>59}  {verdict:<6} drift only", "")?;
+    }
+    Ok(out)
+}
+
+/// The soak's progress now, from the store and the running slices' logs.
+/// Arguments as for [`render`].
+pub fn overview(
+    state: &StateDir,
+    store: &Store,
+    clock: Option<(Duration, Duration)>,
+    drift: &drift::TrendConfig,
+) -> Result<Overview> {
+    let conn = store.conn();
+    let run: Option<(i64, i64, i64, Option<i64>, i64)> = conn
+        .query_row(
+            "SELECT id, started, deadline, ended, pid FROM run ORDER BY id DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .ok();
+    let now = crate::store::now();
+    let mut o = Overview {
+        state: "never",
+        pid: None,
+        elapsed_secs: None,
+        remaining_secs: None,
+        ended: None,
+        groups: conn.query_row("SELECT COUNT(*) FROM crash_group", [], |r| r.get(0))?,
+        crashes: conn.query_row("SELECT COUNT(*) FROM crash", [], |r| r.get(0))?,
+        duty_cycle: None,
+        slots: Vec::new(),
+        drift_only: Vec::new(),
+    };
+    match (clock, run) {
+        (Some((elapsed, remaining)), _) => {
+            o.state = "running";
+            o.elapsed_secs = Some(elapsed.as_secs());
+            o.remaining_secs = Some(remaining.as_secs());
+        }
+        (None, Some((_, started, deadline, None, pid))) if alive(pid) => {
+            o.state = "running";
+            o.pid = Some(pid);
+            o.elapsed_secs = Some((now - started).max(0) as u64);
+            o.remaining_secs = Some((deadline - now).max(0) as u64);
+        }
+        (None, Some((_, _, _, ended, _))) => {
+            o.state = "stopped";
+            o.ended = ended;
+        }
+        (None, None) => {}
+    }
+    let running = o.state == "running";
+    if let Some((run_id, ..)) = run {
+        o.duty_cycle = duty_cycle(store, run_id)?;
+    }
     let mut stmt = conn.prepare(
-        "SELECT s.id, s.target || '/' || s.allocator, s.weight,
+        "SELECT s.id, s.target || '/' || s.allocator, s.engine, s.weight,
             (SELECT COUNT(*) FROM slice WHERE slot_id = s.id AND ended IS NOT NULL),
             (SELECT COUNT(*) FROM crash_group WHERE slot_id = s.id),
             (SELECT COUNT(*) FROM crash WHERE slot_id = s.id)
@@ -88,14 +189,15 @@ pub fn render(
         Ok((
             r.get::<_, i64>(0)?,
             r.get::<_, String>(1)?,
-            r.get::<_, f64>(2)?,
-            r.get::<_, i64>(3)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, f64>(3)?,
             r.get::<_, i64>(4)?,
             r.get::<_, i64>(5)?,
+            r.get::<_, i64>(6)?,
         ))
     })?;
     for slot in slots {
-        let (id, label, weight, slices, groups, crashes) = slot?;
+        let (id, label, engine, weight, slices, groups, crashes) = slot?;
         let last: Option<(f64, i64, i64, i64)> = conn
             .query_row(
                 "SELECT execs_per_sec, cov, ft, corpus_size FROM slice
@@ -118,7 +220,7 @@ pub fn render(
             let log = std::fs::read_to_string(state.slice(s).join("fuzz.log")).ok()?;
             libfuzzer::progress(&log)
         });
-        let (execs, cov, ft, corpus) = match (live, last) {
+        let (execs_per_sec, cov, ft, corpus) = match (live, last) {
             (Some(p), _) => (
                 p.execs_per_sec as f64,
                 p.cov as i64,
@@ -128,26 +230,24 @@ pub fn render(
             (None, Some(l)) => l,
             (None, None) => (0.0, 0, 0, 0),
         };
-        writeln!(
-            out,
-            "{:<34} {:>6.2} {:>7} {:>8.0} {:>6} {:>7} {:>7} {:>8}  {:<6} {}",
+        o.slots.push(SlotStatus {
+            id,
+            drift: drift.remove(&label).unwrap_or_default(),
             label,
+            engine,
             weight,
             slices,
-            execs,
+            execs_per_sec,
             cov,
             ft,
             corpus,
-            format!("{groups}/{crashes}"),
-            drift.remove(&label).unwrap_or_default(),
-            if live_slice.is_some() { "fuzzing" } else { "" }
-        )?;
+            groups,
+            crashes,
+            fuzzing: live_slice.is_some(),
+        });
     }
-    // Series whose allocator × workload no fuzz slot has.
-    for (label, verdict) in drift {
-        writeln!(out, "{label:<34} {:>59}  {verdict:<6} drift only", "")?;
-    }
-    Ok(out)
+    o.drift_only = drift.into_iter().collect();
+    Ok(o)
 }
 
 /// Each drift series' verdict so far by `target/allocator`: `flat`,
