@@ -90,6 +90,23 @@ pub struct Filter {
     pub status: Option<String>,
 }
 
+/// The groups `filter` keeps, newest first.
+pub fn matching(state: &StateDir, store: &Store, filter: &Filter) -> Result<Vec<Group>> {
+    let mut kept = Vec::new();
+    for row in store.groups()? {
+        let g = Group::load(state, store, row)?;
+        let keep = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+        if keep(&filter.allocator, &g.slot.allocator)
+            && keep(&filter.target, &g.slot.target)
+            && keep(&filter.kind, &g.row.kind)
+            && keep(&filter.status, &g.row.status)
+        {
+            kept.push(g);
+        }
+    }
+    Ok(kept)
+}
+
 /// The groups, newest first, one line each.
 pub fn list(state: &StateDir, store: &Store, filter: &Filter) -> Result<String> {
     let mut out = String::new();
@@ -98,18 +115,8 @@ pub fn list(state: &StateDir, store: &Store, filter: &Filter) -> Result<String> 
         "{:<16} {:<10} {:<22} {:<34} {:>5}  {:<23}  {:<23}  title",
         "group", "status", "kind", "slot", "count", "first seen", "last seen"
     )?;
-    let mut shown = 0;
-    for row in store.groups()? {
-        let g = Group::load(state, store, row)?;
-        let keep = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
-        if !(keep(&filter.allocator, &g.slot.allocator)
-            && keep(&filter.target, &g.slot.target)
-            && keep(&filter.kind, &g.row.kind)
-            && keep(&filter.status, &g.row.status))
-        {
-            continue;
-        }
-        shown += 1;
+    let groups = matching(state, store, filter)?;
+    for g in &groups {
         writeln!(
             out,
             "{:<16} {:<10} {:<22} {:<34} {:>5}  {:<23}  {:<23}  {}",
@@ -123,7 +130,7 @@ pub fn list(state: &StateDir, store: &Store, filter: &Filter) -> Result<String> 
             g.row.title
         )?;
     }
-    writeln!(out, "{shown} crash groups")?;
+    writeln!(out, "{} crash groups", groups.len())?;
     Ok(out)
 }
 

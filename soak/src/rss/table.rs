@@ -3,10 +3,69 @@
 use std::fmt::Write;
 
 use anyhow::Result;
+use serde::Serialize;
 use drift::{TrendConfig, Verdict};
 
 use super::series;
 use crate::store::Store;
+
+/// One drift series as `allocsoak drift` and the dashboard show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeriesRow {
+    pub slot_id: i64,
+    /// `target/allocator`.
+    pub label: String,
+    pub segments: usize,
+    pub points: usize,
+    pub readings: u64,
+    pub ops: u64,
+    pub rss_mib: f64,
+    pub retained_mib: f64,
+    /// The fit (of what [`series::fitted`] gives).
+    pub slope: f64,
+    pub lower: f64,
+    pub upper: f64,
+    /// `drifts`, `flat` or `too few samples`.
+    pub verdict: &'static str,
+}
+
+/// Every drift series, fitted by `config` (the soak's `[drift]` rules).
+pub fn rows(store: &Store, config: &TrendConfig) -> Result<Vec<SeriesRow>> {
+    let mut rows = Vec::new();
+    for slot in store.slots()?.into_iter().filter(|s| s.engine == "drift") {
+        let points = series::points(store, slot.id)?;
+        let label = format!("{}/{}", slot.target, slot.allocator);
+        let fitted = series::fitted(store, slot.id, &label)?;
+        let trend = drift::trend_downsampled(&series::buckets(&fitted), config);
+        let (rss_mib, retained_mib) = points.last().map_or((0.0, 0.0), |p| {
+            (mib(p.last.rss), mib(p.last.sample().retained()))
+        });
+        rows.push(SeriesRow {
+            slot_id: slot.id,
+            label,
+            segments: points
+                .chunk_by(|a, b| a.segment_id == b.segment_id)
+                .count(),
+            points: points.len(),
+            readings: points.iter().map(|p| u64::from(p.bucket.samples)).sum(),
+            ops: points
+                .chunk_by(|a, b| a.segment_id == b.segment_id)
+                .map(|s| s.last().map_or(0, |p| p.last.ops))
+                .sum(),
+            rss_mib,
+            retained_mib,
+            slope: trend.slope_bytes_per_kop,
+            lower: trend.lower,
+            upper: trend.upper,
+            verdict: match trend.verdict {
+                Verdict::Drifts => "drifts",
+                Verdict::Flat => "flat",
+                Verdict::TooFewSamples => "too few samples",
+            },
+        });
+    }
+    Ok(rows)
+}
 
 /// The table: per series its segments, points, readings, ops, RSS and
 /// retained memory now, the slope with its interval, and the verdict by
@@ -25,44 +84,24 @@ pub fn render(store: &Store, config: &TrendConfig) -> Result<String> {
         "retained",
         "B/kop [95% interval]"
     )?;
-    for slot in store.slots()?.into_iter().filter(|s| s.engine == "drift") {
-        let points = series::points(store, slot.id)?;
-        let segments = points.chunk_by(|a, b| a.segment_id == b.segment_id).count();
-        let readings: u64 = points.iter().map(|p| u64::from(p.bucket.samples)).sum();
-        let ops: u64 = points
-            .chunk_by(|a, b| a.segment_id == b.segment_id)
-            .map(|s| s.last().map_or(0, |p| p.last.ops))
-            .sum();
-        let label = format!("{}/{}", slot.target, slot.allocator);
-        let fitted = series::fitted(store, slot.id, &label)?;
-        let trend = drift::trend_downsampled(&series::buckets(&fitted), config);
-        let (rss, retained) = points.last().map_or((0.0, 0.0), |p| {
-            (mib(p.last.rss), mib(p.last.sample().retained()))
-        });
-        let slope = if trend.slope_bytes_per_kop.is_nan() {
+    for r in rows(store, config)? {
+        let slope = if r.slope.is_nan() {
             "-".to_string()
         } else {
-            format!(
-                "{:.1} [{:.1}, {:.1}]",
-                trend.slope_bytes_per_kop, trend.lower, trend.upper
-            )
-        };
-        let verdict = match trend.verdict {
-            Verdict::Drifts => "drifts",
-            Verdict::Flat => "flat",
-            Verdict::TooFewSamples => "too few samples",
+            format!("{:.1} [{:.1}, {:.1}]", r.slope, r.lower, r.upper)
         };
         writeln!(
             out,
-            "{:<34} {:>8} {:>7} {:>8} {:>10} {:>9.1} {:>9.1} {:>24}  {verdict}",
-            label,
-            segments,
-            points.len(),
-            readings,
-            ops,
-            rss,
-            retained,
-            slope
+            "{:<34} {:>8} {:>7} {:>8} {:>10} {:>9.1} {:>9.1} {:>24}  {}",
+            r.label,
+            r.segments,
+            r.points,
+            r.readings,
+            r.ops,
+            r.rss_mib,
+            r.retained_mib,
+            slope,
+            r.verdict
         )?;
     }
     Ok(out)
