@@ -23,6 +23,10 @@ soak SECS="600" *ARGS: setup
 status STATE="soak-state":
     {{allocsoak}} status --state {{STATE}}
 
+# The dashboard on http://127.0.0.1:8077/ (read-only; `--export DIR` writes it as files).
+dash STATE="soak-state" *ARGS:
+    {{allocsoak}} dash --state {{STATE}} {{ARGS}}
+
 # Filters: --allocator, --target, --kind, --status. `just triage verify` re-runs every
 # group on the current build; `just triage export <id>` bundles one for upstream.
 # Crash groups a soak filed, newest first.

@@ -21,6 +21,7 @@ pub mod bench;
 pub mod config;
 pub mod corpus;
 pub mod daemon;
+pub mod dash;
 pub mod declared;
 pub mod group_page;
 pub mod groups;

@@ -53,6 +53,8 @@ enum Command {
     Drift(cmd::drift::Args),
     /// Print the op program a fuzz input decodes to, one op per line.
     Print(cmd::print::Args),
+    /// Serve the soak's dashboard (read-only, loopback by default), or export it as files.
+    Dash(cmd::dash::Args),
 }
 
 fn main() -> ExitCode {
@@ -84,5 +86,6 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         Command::Repro(args) => cmd::repro::run(args, project, config),
         Command::Drift(args) => cmd::drift::run(args, project, config),
         Command::Print(args) => cmd::print::run(args, project, config),
+        Command::Dash(args) => cmd::dash::run(args, project, config),
     }
 }

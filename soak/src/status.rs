@@ -94,7 +94,11 @@ pub fn render(
         }
         _ => write!(out, "soak: never ran in {}", state.root().display())?,
     }
-    write!(out, ", {} crash groups from {} crashes", o.groups, o.crashes)?;
+    write!(
+        out,
+        ", {} crash groups from {} crashes",
+        o.groups, o.crashes
+    )?;
     if let Some(duty) = o.duty_cycle {
         write!(out, ", duty cycle {:.1}%", duty * 100.0)?;
     }

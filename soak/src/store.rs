@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
 const MIGRATIONS: &[&str] = &[
@@ -98,6 +98,29 @@ impl Store {
         let mut store = Store { conn };
         store.migrate(path)?;
         Ok(store)
+    }
+
+    /// Opens the store at `path` to read only (the dashboard): it writes
+    /// nothing, and in WAL mode its reads never block the soak's writes.
+    /// The store must be at this allocsoak's schema version.
+    pub fn open_read_only(path: &Path) -> Result<Store> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).with_context(|| {
+            format!(
+                "failed to open the store {} to read; pass the --state a soak ran with",
+                path.display()
+            )
+        })?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version != MIGRATIONS.len() {
+            bail!(
+                "the store {} has schema version {version}, this allocsoak reads {}; run `allocsoak status` with this allocsoak once to migrate it, or use the allocsoak that wrote it",
+                path.display(),
+                MIGRATIONS.len()
+            );
+        }
+        Ok(Store { conn })
     }
 
     fn migrate(&mut self, path: &Path) -> Result<()> {

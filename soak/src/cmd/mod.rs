@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod build;
+pub mod dash;
 pub mod drift;
 pub mod fuzz;
 pub mod instrumentation;
@@ -14,9 +15,9 @@ pub mod status;
 pub mod triage;
 pub mod zoo;
 
+use ::soak::config::Config;
 use anyhow::Result;
 use shadow::Target;
-use ::soak::config::Config;
 
 /// Which targets and allocators a command runs.
 #[derive(clap::Args)]

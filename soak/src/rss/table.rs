@@ -3,8 +3,8 @@
 use std::fmt::Write;
 
 use anyhow::Result;
-use serde::Serialize;
 use drift::{TrendConfig, Verdict};
+use serde::Serialize;
 
 use super::series;
 use crate::store::Store;
@@ -43,9 +43,7 @@ pub fn rows(store: &Store, config: &TrendConfig) -> Result<Vec<SeriesRow>> {
         rows.push(SeriesRow {
             slot_id: slot.id,
             label,
-            segments: points
-                .chunk_by(|a, b| a.segment_id == b.segment_id)
-                .count(),
+            segments: points.chunk_by(|a, b| a.segment_id == b.segment_id).count(),
             points: points.len(),
             readings: points.iter().map(|p| u64::from(p.bucket.samples)).sum(),
             ops: points
