@@ -44,8 +44,17 @@
         draw(el, metric, { series: series(["crash groups"]) }, [t.group_times, t.groups]);
         return;
       }
+      if (metric === "total_execs") {
+        draw(el, metric, { series: series(["all slots"]) }, [t.times, t.total_execs]);
+        return;
+      }
       const rows = t[metric];
       if (!rows) return;
+      if (metric === "corpus") {
+        draw(el, metric, { series: series(t.slots.concat(["all slots"])) },
+          [t.times].concat(rows, [t.total_corpus]));
+        return;
+      }
       draw(el, metric, { series: series(t.slots) }, [t.times].concat(rows));
     });
   }

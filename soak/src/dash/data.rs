@@ -45,6 +45,10 @@ pub struct Timeline {
     pub ft: Vec<Vec<Option<f64>>>,
     pub corpus: Vec<Vec<Option<f64>>>,
     pub rss_mb: Vec<Vec<Option<f64>>>,
+    /// All slots together, per time: executions so far in the range, and
+    /// the corpus inputs of every slot (each slot's last count).
+    pub total_execs: Vec<f64>,
+    pub total_corpus: Vec<f64>,
     /// Crash groups filed so far, at each group's first sighting.
     pub group_times: Vec<i64>,
     pub groups: Vec<f64>,
@@ -60,7 +64,7 @@ pub fn timeline(store: &Store, range_name: Option<&str>) -> Result<Timeline> {
         .map(|s| (s.id, format!("{}/{}", s.target, s.allocator)))
         .collect();
     let mut stmt = store.conn().prepare(
-        "SELECT slot_id, ended, execs_per_sec, cov, ft, corpus_size, peak_rss_mb FROM slice
+        "SELECT slot_id, ended, execs_per_sec, cov, ft, corpus_size, peak_rss_mb, execs FROM slice
          WHERE ended IS NOT NULL AND ended >= ?1 ORDER BY ended, id",
     )?;
     let rows = stmt.query_map(params![since], |r| {
@@ -74,6 +78,7 @@ pub fn timeline(store: &Store, range_name: Option<&str>) -> Result<Timeline> {
                 r.get::<_, Option<f64>>(5)?,
                 r.get::<_, Option<f64>>(6)?,
             ],
+            r.get::<_, Option<f64>>(7)?,
         ))
     })?;
     let mut times = Vec::new();
@@ -81,12 +86,18 @@ pub fn timeline(store: &Store, range_name: Option<&str>) -> Result<Timeline> {
     for m in &mut metrics {
         *m = vec![Vec::new(); slots.len()];
     }
+    let (mut total_execs, mut total_corpus) = (Vec::new(), Vec::new());
+    let (mut execs_so_far, mut corpus_now) = (0.0, vec![0.0; slots.len()]);
     for row in rows {
-        let (slot_id, ended, values) = row?;
+        let (slot_id, ended, values, execs) = row?;
         let Some(i) = slots.iter().position(|(id, _)| *id == slot_id) else {
             continue;
         };
         times.push(ended);
+        execs_so_far += execs.unwrap_or(0.0);
+        total_execs.push(execs_so_far);
+        corpus_now[i] = values[3].unwrap_or(corpus_now[i]);
+        total_corpus.push(corpus_now.iter().sum());
         for (m, value) in metrics.iter_mut().zip(values) {
             for (j, per_slot) in m.iter_mut().enumerate() {
                 per_slot.push(if j == i { value } else { None });
@@ -114,6 +125,8 @@ pub fn timeline(store: &Store, range_name: Option<&str>) -> Result<Timeline> {
         ft,
         corpus,
         rss_mb,
+        total_execs,
+        total_corpus,
         group_times: found.iter().map(|f| f.0).collect(),
         groups: found.iter().map(|f| f.1).collect(),
     })
