@@ -295,7 +295,8 @@ fn query_param(query: &str, name: &str) -> Option<String> {
 }
 
 /// Serves `site` on `addr` until the process is stopped: GET and HEAD
-/// only (anything else is 405), one request at a time.
+/// only (anything else is 405; tiny_http leaves a HEAD's body out), one
+/// request at a time.
 pub fn serve(site: &Site, addr: SocketAddr) -> Result<()> {
     let server = tiny_http::Server::http(addr)
         .map_err(|e| anyhow::anyhow!("failed to listen on {addr}: {e}; pick another --port"))?;
@@ -304,7 +305,6 @@ pub fn serve(site: &Site, addr: SocketAddr) -> Result<()> {
         site.state.root().display()
     );
     for request in server.incoming_requests() {
-        let head = *request.method() == tiny_http::Method::Head;
         let r = match request.method() {
             tiny_http::Method::Get | tiny_http::Method::Head => site.get(request.url()),
             _ => Response::text(
@@ -315,7 +315,7 @@ pub fn serve(site: &Site, addr: SocketAddr) -> Result<()> {
         let header = |k: &str, v: &str| {
             tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).expect("a valid header")
         };
-        let mut response = tiny_http::Response::from_data(if head { Vec::new() } else { r.body })
+        let mut response = tiny_http::Response::from_data(r.body)
             .with_status_code(r.status)
             .with_header(header("Content-Type", r.content_type))
             .with_header(header("X-Content-Type-Options", "nosniff"))
