@@ -193,9 +193,9 @@ fn step_after_warm_up_drifts() {
 /// 150 KiB more at 750,000 ops (warm-up cut to 300,000, as
 /// `scripts/drift-proof.toml` does), mimalloc 200 KiB at 2.4 million.
 /// Checked after every sample, as the soak does, neither ever drifts,
-/// while a step of 16 MiB at the same place does at some sample. With no least growth
-/// both would drift at some sample: over a short window Theil–Sen and
-/// the step check read a step as a slope.
+/// while a step of 16 MiB at the same place does at some sample. With no
+/// least growth both would drift at some sample: over a short window
+/// Theil–Sen and the step check read a step as a slope.
 #[test]
 fn a_small_step_is_a_cost_not_drift() {
     let short_warm_up = TrendConfig {

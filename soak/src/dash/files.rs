@@ -47,7 +47,6 @@ mod tests {
         std::fs::create_dir_all(root.join("crashes/abc/inputs")).unwrap();
         std::fs::write(root.join("crashes/abc/REPORT.md"), "report").unwrap();
         std::fs::write(root.join("store.sqlite"), "store").unwrap();
-        std::fs::write(dir.path().join("secret"), "no").unwrap();
         std::os::unix::fs::symlink(root.join("store.sqlite"), root.join("crashes/abc/link"))
             .unwrap();
         std::os::unix::fs::symlink("/etc/passwd", root.join("crashes/abc/passwd")).unwrap();
