@@ -102,7 +102,7 @@ pub struct DriftConfig {
     /// process replays the programs there were when it started. Long,
     /// because a leak shows within one process: at the default share a
     /// series does a few hundred ops a second, and a 64 B/kop leak needs
-    /// about 10 million ops to outgrow `min_growth_kib`.
+    /// about 9 million ops to outgrow `min_growth_kib`.
     #[serde(default = "six_hours")]
     pub refresh_minutes: f64,
     /// Resident MiB at which a replay process stops and its series is
