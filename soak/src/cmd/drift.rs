@@ -5,8 +5,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use soak::config::Config;
 use soak::project::Project;
-use soak::state::StateDir;
-use soak::store::Store;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,8 +14,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, _project: Project, config: Config) -> Result<bool> {
-    let state = StateDir::open_to_read(&args.state)?;
-    let store = Store::open(&state.store())?;
+    let (_, store) = super::open_state(&args.state)?;
     print!(
         "{}",
         soak::rss::table::render(&store, &config.drift.trend())?

@@ -15,7 +15,11 @@ pub mod status;
 pub mod triage;
 pub mod zoo;
 
+use std::path::Path;
+
 use ::soak::config::Config;
+use ::soak::state::StateDir;
+use ::soak::store::Store;
 use anyhow::Result;
 use shadow::Target;
 
@@ -46,4 +50,11 @@ pub fn allocators(config: &Config, given: Vec<String>, default: &[String]) -> Re
         config.check_allocator(name)?;
     }
     Ok(names)
+}
+
+/// A state dir a soak ran with, and its store, opened to read.
+pub fn open_state(path: &Path) -> Result<(StateDir, Store)> {
+    let state = StateDir::open_to_read(path)?;
+    let store = Store::open(&state.store())?;
+    Ok((state, store))
 }

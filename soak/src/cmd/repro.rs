@@ -7,8 +7,6 @@ use anyhow::Result;
 use shadow::Target;
 use soak::config::Config;
 use soak::project::Project;
-use soak::state::StateDir;
-use soak::store::Store;
 use soak::{groups, repro};
 
 #[derive(clap::Args)]
@@ -64,8 +62,7 @@ fn drift_group(state: &Path, id: &str) -> Result<Option<groups::Group>> {
     if Path::new(id).exists() || !state.join("store.sqlite").is_file() {
         return Ok(None);
     }
-    let state = StateDir::open_to_read(state)?;
-    let store = Store::open(&state.store())?;
+    let (state, store) = super::open_state(state)?;
     Ok(groups::Group::find(&state, &store, id)
         .ok()
         .filter(|g| g.row.kind == "rss-drift"))

@@ -10,8 +10,6 @@ use anyhow::Result;
 use soak::config::Config;
 use soak::daemon;
 use soak::project::Project;
-use soak::state::StateDir;
-use soak::store::Store;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -79,8 +77,7 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
         progress_secs: args.progress_secs.unwrap_or(if tty { 10 } else { 60 }),
     };
     let summary = daemon::run(project, options, stop)?;
-    let state = StateDir::open_to_read(&args.state)?;
-    let store = Store::open(&state.store())?;
+    let (state, store) = super::open_state(&args.state)?;
     println!("soak: {} new crash groups", summary.new_groups.len());
     for id in &summary.new_groups {
         if let Some(g) = store.group(id)? {

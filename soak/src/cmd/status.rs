@@ -5,9 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use soak::config::Config;
 use soak::project::Project;
-use soak::state::StateDir;
 use soak::status;
-use soak::store::Store;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,8 +15,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, _project: Project, config: Config) -> Result<bool> {
-    let state = StateDir::open_to_read(&args.state)?;
-    let store = Store::open(&state.store())?;
+    let (state, store) = super::open_state(&args.state)?;
     let table = status::render(&state, &store, None, &config.drift.trend())?;
     print!("{table}");
     Ok(true)

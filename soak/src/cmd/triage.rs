@@ -8,8 +8,6 @@ use clap::Subcommand;
 use soak::config::Config;
 use soak::groups;
 use soak::project::Project;
-use soak::state::StateDir;
-use soak::store::Store;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -48,8 +46,7 @@ enum Action {
 }
 
 pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
-    let state = StateDir::open_to_read(&args.state)?;
-    let store = Store::open(&state.store())?;
+    let (state, store) = super::open_state(&args.state)?;
     match args.action {
         None => {
             let filter = groups::Filter {
