@@ -263,7 +263,7 @@ fn drift_verdicts(
     config: &drift::TrendConfig,
 ) -> Result<std::collections::BTreeMap<String, String>> {
     let mut verdicts = std::collections::BTreeMap::new();
-    for slot in store.slots()?.into_iter().filter(|s| s.engine == "drift") {
+    for slot in crate::rss::table::drift_slots(store)? {
         let label = format!("{}/{}", slot.target, slot.allocator);
         let filed = store
             .group(&report::Signature::rss_drift(&label).id())?

@@ -182,8 +182,8 @@ pub struct DriftSeries {
 
 pub fn drift(store: &Store, config: &drift::TrendConfig) -> Result<Vec<DriftSeries>> {
     let mut out = Vec::new();
-    for row in table::rows(store, config)? {
-        let points = series::points(store, row.slot_id)?;
+    for slot in table::drift_slots(store)? {
+        let points = series::points(store, slot.id)?;
         let (mut ops, mut retained) = (Vec::new(), Vec::new());
         let mut base = 0;
         for segment in points.chunk_by(|a, b| a.segment_id == b.segment_id) {
@@ -194,7 +194,7 @@ pub fn drift(store: &Store, config: &drift::TrendConfig) -> Result<Vec<DriftSeri
             base += segment.last().map_or(0, |p| p.bucket.ops);
         }
         out.push(DriftSeries {
-            row,
+            row: table::row(store, &slot, &points, config)?,
             ops,
             retained_mib: retained,
         });

@@ -120,7 +120,16 @@ pub fn points(store: &Store, slot_id: i64) -> Result<Vec<Point>> {
 /// it. The fixed allocator starts afresh; the growth it was filed for
 /// would otherwise file it again at once.
 pub fn fitted(store: &Store, slot_id: i64, label: &str) -> Result<Vec<Point>> {
-    let mut points = points(store, slot_id)?;
+    since_fix(store, slot_id, label, points(store, slot_id)?)
+}
+
+/// [`fitted`] of the series' `points`, already read.
+pub fn since_fix(
+    store: &Store,
+    slot_id: i64,
+    label: &str,
+    mut points: Vec<Point>,
+) -> Result<Vec<Point>> {
     let fixed = store
         .group(&report::Signature::rss_drift(label).id())?
         .is_some_and(|g| g.status == "fixed");

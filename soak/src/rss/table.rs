@@ -7,7 +7,7 @@ use drift::{TrendConfig, Verdict};
 use serde::Serialize;
 
 use super::series;
-use crate::store::Store;
+use crate::store::{SlotRow, Store};
 
 /// One drift series as `allocsoak drift` and the dashboard show it.
 #[derive(Clone, Debug, Serialize)]
@@ -31,38 +31,55 @@ pub struct SeriesRow {
 
 /// Every drift series, fitted by `config` (the soak's `[drift]` rules).
 pub fn rows(store: &Store, config: &TrendConfig) -> Result<Vec<SeriesRow>> {
-    let mut rows = Vec::new();
-    for slot in store.slots()?.into_iter().filter(|s| s.engine == "drift") {
-        let points = series::points(store, slot.id)?;
-        let label = format!("{}/{}", slot.target, slot.allocator);
-        let fitted = series::fitted(store, slot.id, &label)?;
-        let trend = drift::trend_downsampled(&series::buckets(&fitted), config);
-        let (rss_mib, retained_mib) = points.last().map_or((0.0, 0.0), |p| {
-            (mib(p.last.rss), mib(p.last.sample().retained()))
-        });
-        rows.push(SeriesRow {
-            slot_id: slot.id,
-            label,
-            segments: points.chunk_by(|a, b| a.segment_id == b.segment_id).count(),
-            points: points.len(),
-            readings: points.iter().map(|p| u64::from(p.bucket.samples)).sum(),
-            ops: points
-                .chunk_by(|a, b| a.segment_id == b.segment_id)
-                .map(|s| s.last().map_or(0, |p| p.last.ops))
-                .sum(),
-            rss_mib,
-            retained_mib,
-            slope: trend.slope_bytes_per_kop,
-            lower: trend.lower,
-            upper: trend.upper,
-            verdict: match trend.verdict {
-                Verdict::Drifts => "drifts",
-                Verdict::Flat => "flat",
-                Verdict::TooFewSamples => "too few samples",
-            },
-        });
-    }
-    Ok(rows)
+    drift_slots(store)?
+        .iter()
+        .map(|slot| row(store, slot, &series::points(store, slot.id)?, config))
+        .collect()
+}
+
+/// The store's drift series (slots with engine `drift`).
+pub fn drift_slots(store: &Store) -> Result<Vec<SlotRow>> {
+    Ok(store
+        .slots()?
+        .into_iter()
+        .filter(|s| s.engine == "drift")
+        .collect())
+}
+
+/// The row of the series `slot`, whose `points` are read already.
+pub fn row(
+    store: &Store,
+    slot: &SlotRow,
+    points: &[series::Point],
+    config: &TrendConfig,
+) -> Result<SeriesRow> {
+    let label = format!("{}/{}", slot.target, slot.allocator);
+    let fitted = series::since_fix(store, slot.id, &label, points.to_vec())?;
+    let trend = drift::trend_downsampled(&series::buckets(&fitted), config);
+    let (rss_mib, retained_mib) = points.last().map_or((0.0, 0.0), |p| {
+        (mib(p.last.rss), mib(p.last.sample().retained()))
+    });
+    Ok(SeriesRow {
+        slot_id: slot.id,
+        label,
+        segments: points.chunk_by(|a, b| a.segment_id == b.segment_id).count(),
+        points: points.len(),
+        readings: points.iter().map(|p| u64::from(p.bucket.samples)).sum(),
+        ops: points
+            .chunk_by(|a, b| a.segment_id == b.segment_id)
+            .map(|s| s.last().map_or(0, |p| p.last.ops))
+            .sum(),
+        rss_mib,
+        retained_mib,
+        slope: trend.slope_bytes_per_kop,
+        lower: trend.lower,
+        upper: trend.upper,
+        verdict: match trend.verdict {
+            Verdict::Drifts => "drifts",
+            Verdict::Flat => "flat",
+            Verdict::TooFewSamples => "too few samples",
+        },
+    })
 }
 
 /// The table: per series its segments, points, readings, ops, RSS and
