@@ -97,6 +97,24 @@ pub fn init() {
     shadow::harness::load();
 }
 
+/// Prints a panic's message before honggfuzz-rs' hook aborts. That hook
+/// (installed at the first input) aborts without a word, so a violation's
+/// `allocsoak violation: ...` line would never reach the engine's log, as
+/// it does under libFuzzer, whose hook prints it first. Called inside each
+/// input, after honggfuzz-rs installed its hook; wraps it once.
+#[cfg(feature = "honggfuzz")]
+#[doc(hidden)]
+pub fn print_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let abort = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            eprintln!("{info}");
+            abort(info)
+        }));
+    });
+}
+
 /// Defines the entry point for a target: `target!(AllocOps)`, or
 /// `target!(AllocOps, my_glue::register)` to call `register()` (which
 /// declares allocators with `shadow::allocator::declare`) before the first
@@ -126,8 +144,10 @@ macro_rules! target {
         #[cfg(feature = "honggfuzz")]
         fn main() {
             $register();
+            $crate::init();
             loop {
                 $crate::honggfuzz::fuzz!(|data: &[u8]| {
+                    $crate::print_panics();
                     $crate::shadow::harness::fuzz($crate::shadow::Target::$target, data)
                 });
             }
