@@ -16,7 +16,8 @@ pub(crate) enum Class {
     Leak,
     Assertion,
     Crash,
-    /// libFuzzer's timeout or out-of-memory.
+    /// The engine's timeout (libFuzzer's or honggfuzz's) or libFuzzer's
+    /// out-of-memory.
     Engine,
 }
 
@@ -50,7 +51,9 @@ fn classify(line: &str, rest: &[&str]) -> Option<(Class, String)> {
     {
         return Some((Class::Assertion, "assertion".into()));
     }
-    if line.contains("ERROR: libFuzzer: timeout") {
+    // honggfuzz's (`--tmout_sigvtalrm`): `pid=… took too much time (limit
+    // 10 s). Killing it with SIGVTALRM`.
+    if line.contains("ERROR: libFuzzer: timeout") || line.contains("took too much time (limit") {
         return Some((Class::Engine, "timeout".into()));
     }
     if line.contains("ERROR: libFuzzer: out-of-memory") {
