@@ -8,10 +8,7 @@ use serde::Deserialize;
 use shadow::Target;
 
 use crate::declared::Declared;
-
-/// The engines a slot can run. libFuzzer is the only one the soak drives
-/// today (honggfuzz builds exist; `scripts/hfuzz-zoo` runs them).
-pub const ENGINES: [&str; 1] = ["libfuzzer"];
+use crate::engine::Engine;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,7 +19,8 @@ pub struct Config {
     /// Allocators crossed with `targets` (default: the declared ones if
     /// any, else the bundled ones); see [`Config::allocators`].
     pub allocators: Option<Vec<String>>,
-    /// Engine of the crossed slots (default: libfuzzer).
+    /// Engine of the crossed slots (default: libfuzzer; see
+    /// [`Engine`]).
     #[serde(default = "libfuzzer")]
     pub engine: String,
     /// Minutes per slice (default 5).
@@ -31,13 +29,16 @@ pub struct Config {
     /// Hours between corpus prunes (default 24).
     #[serde(default = "day")]
     pub prune_hours: f64,
-    /// libFuzzer `-timeout` (default 10 s).
+    /// Per-input time limit: libFuzzer's `-timeout`, honggfuzz's
+    /// `--timeout` (default 10 s).
     #[serde(default = "ten")]
     pub timeout_secs: u64,
-    /// libFuzzer `-rss_limit_mb` (default 2048).
+    /// Per-input memory limit: libFuzzer's `-rss_limit_mb`, honggfuzz's
+    /// `--rlimit_rss` (default 2048).
     #[serde(default = "rss")]
     pub rss_limit_mb: u64,
-    /// Extra slots, or weights for crossed ones.
+    /// Extra slots, or weights for crossed ones; an entry may cross lists
+    /// of targets and allocators itself.
     #[serde(default, rename = "slot")]
     pub slots: Vec<SlotConfig>,
     /// Allocators of the author's own, linked in by a generated glue crate.
@@ -52,15 +53,36 @@ pub struct Config {
     pub path: PathBuf,
 }
 
+/// A `[[slot]]` entry: a target or a list of them (`target` or
+/// `targets`) × an allocator or a list, on one engine, with one weight.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlotConfig {
-    pub target: String,
-    pub allocator: String,
+    #[serde(alias = "targets")]
+    pub target: OneOrMany,
+    #[serde(alias = "allocators")]
+    pub allocator: OneOrMany,
     #[serde(default = "libfuzzer")]
     pub engine: String,
     #[serde(default = "one")]
     pub weight: f64,
+}
+
+/// A name, or a list of names.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn names(&self) -> &[String] {
+        match self {
+            OneOrMany::One(name) => std::slice::from_ref(name),
+            OneOrMany::Many(names) => names,
+        }
+    }
 }
 
 /// The soak's RSS drift workers: one replay process per allocator ×
@@ -304,12 +326,18 @@ impl Config {
             }
         }
         for s in &self.slots {
-            let new = self.slot(&s.target, &s.allocator, &s.engine, s.weight)?;
-            match slots.iter_mut().find(|o| {
-                o.target == new.target && o.allocator == new.allocator && o.engine == new.engine
-            }) {
-                Some(old) => old.weight = new.weight,
-                None => slots.push(new),
+            for t in s.target.names() {
+                for a in s.allocator.names() {
+                    let new = self.slot(t, a, &s.engine, s.weight)?;
+                    match slots.iter_mut().find(|o| {
+                        o.target == new.target
+                            && o.allocator == new.allocator
+                            && o.engine == new.engine
+                    }) {
+                        Some(old) => old.weight = new.weight,
+                        None => slots.push(new),
+                    }
+                }
             }
         }
         if slots.is_empty() {
@@ -386,11 +414,14 @@ impl Config {
     fn slot(&self, target: &str, allocator: &str, engine: &str, weight: f64) -> Result<Slot> {
         let target: Target = target.parse().map_err(anyhow::Error::msg)?;
         self.check_allocator(allocator)?;
-        if !ENGINES.contains(&engine) {
-            bail!(
-                "unknown engine `{engine}`; use one of: {}",
-                ENGINES.join(", ")
-            );
+        if Engine::parse(engine)? == Engine::Honggfuzz {
+            // Its build is plain: one mimalloc, no ASan for an
+            // instrumented library to link against.
+            if matches!(allocator, "mimalloc-secure" | "mimalloc-debug")
+                || allocator.starts_with("dylib:")
+            {
+                bail!("slot {target}/{allocator}: honggfuzz runs the plain build, without the mimalloc flavors or `dylib:` allocators; give this slot engine = \"libfuzzer\"");
+            }
         }
         if weight.is_nan() || weight <= 0.0 {
             bail!("slot {target}/{allocator}: weight must be above 0, not {weight}");

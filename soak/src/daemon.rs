@@ -19,6 +19,7 @@ use shadow::Target;
 
 use crate::config::{Config, Slot};
 use crate::corpus::Corpus;
+use crate::engine::Engine;
 use crate::intake::{self, Filed};
 use crate::notify::Notifier;
 use crate::project::{Build, Project};
@@ -300,12 +301,28 @@ fn default_slice_secs(options: &Options) -> u64 {
     configured.min(share.max(30))
 }
 
-/// Every slot's fuzz binary must exist before the soak starts, and a
-/// library allocator must load in it (else every slice would "crash" at
-/// its first input and file that as a finding).
+/// Every slot's fuzz binary must exist before the soak starts (the
+/// libFuzzer build for every slot: findings are replayed on it; a
+/// honggfuzz slot's own binary and driver too), and a library allocator
+/// must load in it (else every slice would "crash" at its first input
+/// and file that as a finding).
 fn check_binaries(project: &Project, slots: &[Slot]) -> Result<()> {
     let empty = std::env::temp_dir().join(format!("allocsoak-empty-{}", std::process::id()));
     for slot in slots {
+        if slot.engine == Engine::Honggfuzz.name() {
+            for file in [
+                project.honggfuzz_driver(),
+                project.honggfuzz_binary(slot.target),
+            ] {
+                if !file.is_file() {
+                    bail!(
+                        "honggfuzz binary {} is missing (slot {} runs honggfuzz); build it with `allocsoak build` (or `just build`)",
+                        file.display(),
+                        slot.label()
+                    );
+                }
+            }
+        }
         let build = Build::for_allocator(&slot.allocator);
         let binary = project.binary(build, slot.target);
         if !binary.is_file() {

@@ -153,14 +153,67 @@ impl Project {
 
     /// The fuzz binary of `target` in `build`.
     pub fn binary(&self, build: Build, target: Target) -> PathBuf {
-        let name = match &self.declared {
-            Some(d) => d.glue.binary_name(target),
-            None => target.name().to_string(),
-        };
         self.build_dir(build)
             .join(TRIPLE)
             .join("release")
-            .join(name)
+            .join(self.binary_name(target))
+    }
+
+    /// A target's binary name: its own, or the glue's for declared allocators.
+    fn binary_name(&self, target: Target) -> String {
+        match &self.declared {
+            Some(d) => d.glue.binary_name(target),
+            None => target.name().to_string(),
+        }
+    }
+
+    /// honggfuzz's build folder, shared like [`Project::build_dir`] by
+    /// `fuzz_targets/` and every glue crate.
+    fn hfuzz_dir(&self) -> PathBuf {
+        self.root.join("fuzz_targets/hfuzz_target")
+    }
+
+    /// The honggfuzz binary of `target`: persistent mode, no sanitizer,
+    /// plain mimalloc (the mimalloc flavors have no honggfuzz build).
+    pub fn honggfuzz_binary(&self, target: Target) -> PathBuf {
+        self.hfuzz_dir()
+            .join(TRIPLE)
+            .join("release")
+            .join(self.binary_name(target))
+    }
+
+    /// The `honggfuzz` driver, which `cargo hfuzz build` leaves in its folder.
+    pub fn honggfuzz_driver(&self) -> PathBuf {
+        self.hfuzz_dir().join("honggfuzz")
+    }
+
+    /// Builds every target for honggfuzz with `cargo hfuzz` (a no-op when
+    /// cargo finds it fresh), the C allocators compiled by nightly's clang
+    /// with coverage in the form honggfuzz reads.
+    pub fn build_honggfuzz(&self) -> Result<()> {
+        let clang = clang()?;
+        if let Some(d) = &self.declared {
+            d.glue.write(&self.root, &d.base, &d.list)?;
+        }
+        let status = Command::new("cargo")
+            .current_dir(self.fuzz_dir())
+            .args(["+nightly", "hfuzz", "build", "--no-default-features"])
+            .args(["--features", "honggfuzz"])
+            .env("CARGO_TARGET_DIR", self.hfuzz_dir())
+            .env("CXX", clang.replace("clang", "clang++"))
+            .env("CC", &clang)
+            .env(
+                format!("CFLAGS_{}", TRIPLE.replace('-', "_")),
+                "-fsanitize-coverage=trace-pc-guard,trace-cmp",
+            )
+            .status()
+            .context("failed to run `cargo +nightly hfuzz`; run `just setup`")?;
+        if !status.success() {
+            bail!(
+                "building the honggfuzz fuzz targets failed ({status}); see the cargo output above"
+            );
+        }
+        Ok(())
     }
 
     /// The RSS drift replay binary: a plain release build (no sanitizer,

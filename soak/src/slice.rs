@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -13,11 +13,13 @@ use shadow::Target;
 
 use crate::corpus::{count_files, Corpus};
 use crate::daemon::Soak;
+use crate::engine::Engine;
 use crate::intake::{self, Source};
-use crate::libfuzzer::{self, Run};
 use crate::project::Build;
 use crate::scheduler::{self, Yield};
 use crate::store::SliceStats;
+use crate::store::SlotRow;
+use crate::{honggfuzz, libfuzzer};
 
 /// A slice's scratch folder names its slot, so a restart can finish it.
 #[derive(Serialize, Deserialize)]
@@ -46,40 +48,26 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64) -> Result<()> {
         &scratch.join("slice.toml"),
         toml::to_string(&record)?.as_bytes(),
     )?;
-    let target: Target = slot.target.parse().map_err(anyhow::Error::msg)?;
     let keys = soak.lock_store().tolerated_keys(&slot.allocator)?;
     let tolerate = scratch.join("tolerate");
     let text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
     crate::state::write_atomic(&tolerate, text.as_bytes())?;
+    let tolerate = (!keys.is_empty()).then_some(tolerate);
 
-    let corpus = Corpus::new(&soak.state, target).path();
-    let run = Run {
-        seed: slice_id as u64,
-        secs,
-        corpus: vec![scratch.join("new"), corpus, soak.project.seeds(target)],
-        tolerate: (!keys.is_empty()).then(|| tolerate.clone()),
-        history: Some(scratch.join("history")),
-        args: vec![
-            format!("-timeout={}", soak.config.timeout_secs),
-            format!("-rss_limit_mb={}", soak.config.rss_limit_mb),
-        ],
-        ..Run::new(
-            &soak.project,
-            target,
-            &slot.allocator,
-            PathBuf::new(),
-            scratch.join("artifacts"),
-        )
-    };
+    let mut command = engine_command(soak, &slot, &scratch, slice_id, secs, tolerate)?;
     let log = std::fs::File::create(scratch.join("fuzz.log"))?;
     let start = Instant::now();
-    let child = run
-        .command()
+    let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .with_context(|| format!("failed to run {}; run `just build`", run.binary.display()))?;
+        .with_context(|| {
+            format!(
+                "failed to run {}; run `allocsoak build`",
+                command.get_program().to_string_lossy()
+            )
+        })?;
     let stopped = wait(soak, child, secs)?;
     finish(
         soak,
@@ -90,9 +78,65 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64) -> Result<()> {
     )
 }
 
-/// Waits for the engine; on a stop request it gets SIGINT (libFuzzer then
-/// exits cleanly, its new inputs on disk), and SIGKILL if it hangs far
-/// past its time. True when the soak asked it to stop.
+/// The slot's engine on its target and allocator for `secs`, from the
+/// persistent corpus and the committed seeds, new inputs into the
+/// scratch's `new/`, findings into its `artifacts/`, with the soak's
+/// per-input limits, the keys to get past and an input history.
+fn engine_command(
+    soak: &Soak,
+    slot: &SlotRow,
+    scratch: &Path,
+    slice_id: i64,
+    secs: u64,
+    tolerate: Option<PathBuf>,
+) -> Result<Command> {
+    let target: Target = slot.target.parse().map_err(anyhow::Error::msg)?;
+    let (project, config) = (&soak.project, &soak.config);
+    let corpus = Corpus::new(&soak.state, target).path();
+    let history = Some(scratch.join("history"));
+    Ok(match Engine::parse(&slot.engine)? {
+        Engine::LibFuzzer => libfuzzer::Run {
+            seed: slice_id as u64,
+            secs,
+            corpus: vec![scratch.join("new"), corpus, project.seeds(target)],
+            tolerate,
+            history,
+            args: vec![
+                format!("-timeout={}", config.timeout_secs),
+                format!("-rss_limit_mb={}", config.rss_limit_mb),
+            ],
+            ..libfuzzer::Run::new(
+                project,
+                target,
+                &slot.allocator,
+                PathBuf::new(),
+                scratch.join("artifacts"),
+            )
+        }
+        .command(),
+        Engine::Honggfuzz => {
+            let run = honggfuzz::Run {
+                driver: project.honggfuzz_driver(),
+                binary: project.honggfuzz_binary(target),
+                allocator: slot.allocator.clone(),
+                corpus: vec![corpus, project.seeds(target)],
+                scratch: scratch.to_path_buf(),
+                dict: Some(project.dict(target)),
+                secs,
+                timeout_secs: config.timeout_secs,
+                rss_limit_mb: config.rss_limit_mb,
+                tolerate,
+                history,
+            };
+            run.prepare()?;
+            run.command()
+        }
+    })
+}
+
+/// Waits for the engine; on a stop request it gets SIGINT (libFuzzer and
+/// honggfuzz then exit cleanly, their new inputs on disk), and SIGKILL if
+/// it hangs far past its time. True when the soak asked it to stop.
 fn wait(soak: &Soak, mut child: Child, secs: u64) -> Result<bool> {
     let start = Instant::now();
     let hard = Duration::from_secs(secs + 120 + 2 * soak.config.timeout_secs);
@@ -126,6 +170,7 @@ pub fn finish(
         .with_context(|| format!("failed to read {}", scratch.join("slice.toml").display()))?;
     let record: SliceFile = toml::from_str(&text)?;
     let target: Target = record.target.parse().map_err(anyhow::Error::msg)?;
+    let engine = Engine::parse(&record.engine)?;
     let binary = soak
         .project
         .binary(Build::for_allocator(&record.allocator), target);
@@ -197,7 +242,7 @@ pub fn finish(
         rss_limit_mb: soak.config.rss_limit_mb,
     };
     let (mut new_groups, mut repeats, mut findings) = (0, 0, 0);
-    for artifact in crate::libfuzzer::artifacts(&scratch.join("artifacts"))? {
+    for artifact in engine.artifacts(&scratch.join("artifacts"))? {
         let filed = match intake::file(&soak.state, &soak.store, &src, &artifact, &log) {
             Ok(f) => f,
             Err(e) => {
@@ -216,7 +261,8 @@ pub fn finish(
 
     let tolerated = tolerated_counts(&log);
     let keys = soak.lock_store().tolerated_keys(&record.allocator)?;
-    let progress = libfuzzer::progress(&log).unwrap_or_default();
+    let progress = engine.progress(scratch).unwrap_or_default();
+    // libFuzzer's final stats (none in a honggfuzz log: 0).
     let final_execs = libfuzzer::final_stat(&log, "stat::number_of_executed_units");
     let stats = SliceStats {
         fuzz_secs,
@@ -234,7 +280,7 @@ pub fn finish(
         } else if stopped {
             "stop".into()
         } else {
-            libfuzzer_outcome(&log)
+            engine.outcome(&log, findings)
         },
     };
     {
@@ -271,11 +317,6 @@ pub fn finish(
     }
     crate::state::remove_scratch(scratch)?;
     Ok(())
-}
-
-/// What ended the engine: a finding's kind, or `time`.
-fn libfuzzer_outcome(log: &str) -> String {
-    report::kind(log).unwrap_or_else(|| "time".into())
 }
 
 /// The tolerated-violation counts a log reports (`allocsoak tolerated: N × key`,

@@ -8,7 +8,6 @@ use anyhow::Result;
 use rusqlite::params;
 use serde::Serialize;
 
-use crate::libfuzzer;
 use crate::state::StateDir;
 use crate::store::Store;
 
@@ -109,10 +108,15 @@ pub fn render(
         "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift"
     )?;
     for r in &o.slots {
+        // libFuzzer's slots are the plain label; another engine's say so.
+        let slot = match r.engine.as_str() {
+            "libfuzzer" => r.label.clone(),
+            engine => format!("{} ({engine})", r.label),
+        };
         writeln!(
             out,
             "{:<34} {:>6.2} {:>7} {:>8.0} {:>6} {:>7} {:>7} {:>8}  {:<6} {}",
-            r.label,
+            slot,
             r.weight,
             r.slices,
             r.execs_per_sec,
@@ -221,8 +225,9 @@ pub fn overview(
             None
         };
         let live = live_slice.and_then(|s| {
-            let log = std::fs::read_to_string(state.slice(s).join("fuzz.log")).ok()?;
-            libfuzzer::progress(&log)
+            crate::engine::Engine::parse(&engine)
+                .ok()?
+                .progress(&state.slice(s))
         });
         let (execs_per_sec, cov, ft, corpus) = match (live, last) {
             (Some(p), _) => (

@@ -1,7 +1,9 @@
-//! `allocsoak build`: the fuzz targets and the drift build.
+//! `allocsoak build`: the fuzz targets, the drift build, and the honggfuzz
+//! build when a slot runs honggfuzz.
 
 use anyhow::Result;
 use soak::config::Config;
+use soak::engine::Engine;
 use soak::project::{Build, Project};
 
 #[derive(clap::Args)]
@@ -9,9 +11,21 @@ pub struct Args {
     /// Allocators to build for; the mimalloc flavors need builds of their own. Default: the default build.
     #[arg(long = "allocator")]
     allocators: Vec<String>,
+    /// Build for this engine too (`honggfuzz`), even when no slot of the config runs it.
+    /// Default: the engines the config's slots run (libFuzzer's build is always made:
+    /// every finding is replayed on it).
+    #[arg(long = "engine")]
+    engines: Vec<String>,
 }
 
 pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
+    let mut engines = Vec::new();
+    for name in &args.engines {
+        engines.push(Engine::parse(name)?);
+    }
+    for slot in config.slots()? {
+        engines.push(Engine::parse(&slot.engine)?);
+    }
     let mut builds: Vec<Build> = super::allocators(&config, args.allocators, &["system".into()])?
         .iter()
         .map(|a| Build::for_allocator(a))
@@ -19,6 +33,9 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     builds.dedup();
     for build in builds {
         project.build(build)?;
+    }
+    if engines.contains(&Engine::Honggfuzz) {
+        project.build_honggfuzz()?;
     }
     project.build_drift()?;
     Ok(true)
