@@ -464,17 +464,61 @@ mod tests {
     }
 
     #[test]
-    fn the_committed_config_crosses_targets_and_allocators() {
+    fn the_committed_config_crosses_targets_and_allocators_on_both_engines() {
         let config =
             Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../soak.toml")).unwrap();
         let slots = config.slots().unwrap();
+        let on = |engine: &str| slots.iter().filter(|s| s.engine == engine).count();
         assert_eq!(
-            slots.len(),
+            on("libfuzzer"),
             config.targets.len() * config.allocators().len()
         );
-        assert!(slots
+        // honggfuzz on every target.
+        assert_eq!(on("honggfuzz") % Target::ALL.len(), 0);
+        assert!(on("honggfuzz") > 0);
+        assert_eq!(on("libfuzzer") + on("honggfuzz"), slots.len());
+        assert!(slots.iter().all(|s| s.weight == 1.0));
+    }
+
+    #[test]
+    fn a_slot_entry_crosses_its_lists() {
+        let slots = parse(
+            "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\n\
+             [[slot]]\nengine = \"honggfuzz\"\ntargets = [\"alloc_ops\", \"mt_ops\"]\nallocators = [\"system\", \"mimalloc\"]\nweight = 0.5\n",
+        )
+        .unwrap();
+        let labels: Vec<String> = slots
             .iter()
-            .all(|s| s.engine == "libfuzzer" && s.weight == 1.0));
+            .map(|s| format!("{} {} {}", s.label(), s.engine, s.weight))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "alloc_ops/system libfuzzer 1",
+                "alloc_ops/system honggfuzz 0.5",
+                "alloc_ops/mimalloc honggfuzz 0.5",
+                "mt_ops/system honggfuzz 0.5",
+                "mt_ops/mimalloc honggfuzz 0.5"
+            ]
+        );
+    }
+
+    #[test]
+    fn honggfuzz_slots_refuse_what_its_plain_build_lacks() {
+        for allocator in [
+            "mimalloc-debug",
+            "dylib:/usr/lib/x86_64-linux-gnu/libc.so.6",
+        ] {
+            let e = parse(&format!(
+                "allocators = [\"system\"]\n[[slot]]\nengine = \"honggfuzz\"\ntarget = \"alloc_ops\"\nallocator = \"{allocator}\"\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(allocator) && e.contains("engine = \"libfuzzer\""),
+                "{e}"
+            );
+        }
     }
 
     #[test]

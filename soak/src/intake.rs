@@ -171,7 +171,9 @@ fn sign(src: &Source, replay: &Replay, engine_log: &str) -> Signature {
 }
 
 /// Files one artifact (a libFuzzer `crash-`, `leak-`, `timeout-` or `oom-`
-/// file); `engine_log` is the log of the run that wrote it.
+/// file, a honggfuzz `SIG*.fuzz`), replayed on `src.binary` (the libFuzzer
+/// build, whichever engine found it); `engine_log` is the log of the run
+/// that wrote it.
 pub fn file(
     state: &StateDir,
     store: &std::sync::Mutex<Store>,

@@ -2,7 +2,9 @@
 //!
 //! - [`project::Project`]: where the fuzz package, seeds and builds live;
 //!   with a config's own allocators ([`declared`]), its generated glue.
-//! - [`libfuzzer::Run`]: one libFuzzer run on an allocator.
+//! - [`libfuzzer::Run`]: one libFuzzer run on an allocator;
+//!   [`honggfuzz::Run`] one honggfuzz run in a slice; [`engine::Engine`]
+//!   reads either's progress and findings back in the same terms.
 //! - [`daemon`]: the soak: [`state::StateDir`] and its [`store::Store`],
 //!   [`scheduler`] draws, [`slice`]s merged by [`corpus`] and filed by
 //!   [`intake`] (a crash that needs the inputs before it through
