@@ -75,6 +75,17 @@ fn honggfuzz_slots_file_libfuzzers_group_and_grow_the_shared_corpus() {
         assert!(record.contains("engine = \"honggfuzz\""), "{record}");
     }
 
+    // A slice it ended says which bug (its target printed the violation
+    // into honggfuzz's log), and the next ones got past the filed ones
+    // (`ALLOCSOAK_TOLERATE`) and counted them.
+    let named = count(
+        &state,
+        "SELECT COUNT(*) FROM slice WHERE outcome = 'realloc-prefix'",
+    );
+    assert!(named > 0, "{stdout}");
+    let tolerated = count(&state, "SELECT COALESCE(SUM(count), 0) FROM tolerated");
+    assert!(tolerated > 0, "{stdout}");
+
     // The `system` slot's slice: its exec/s and coverage are in the store,
     // and what it found merged into the target's corpus.
     let slice = "FROM slice l JOIN slot s ON s.id = l.slot_id \
