@@ -12,6 +12,8 @@
 //!   export, replay.
 //! - [`rss`]: the soak's memory half, RSS drift workers and their
 //!   findings.
+//! - [`quick`]: the CI gate, a soak that runs each slot once and fails on
+//!   what is new.
 //! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
 //!   table, a short fuzz pass.
 //!
@@ -32,6 +34,7 @@ pub mod minimize;
 pub mod notify;
 pub mod pass;
 pub mod project;
+pub mod quick;
 pub mod repro;
 pub mod rss;
 pub mod scheduler;

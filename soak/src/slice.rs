@@ -53,16 +53,18 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64) -> Result<()> {
     crate::state::write_atomic(&tolerate, text.as_bytes())?;
 
     let corpus = Corpus::new(&soak.state, target).path();
+    let mut args = vec![
+        format!("-timeout={}", soak.config.timeout_secs),
+        format!("-rss_limit_mb={}", soak.config.rss_limit_mb),
+    ];
+    args.extend(soak.runs.map(|n| format!("-runs={n}")));
     let run = Run {
         seed: slice_id as u64,
         secs,
         corpus: vec![scratch.join("new"), corpus, soak.project.seeds(target)],
         tolerate: (!keys.is_empty()).then(|| tolerate.clone()),
         history: Some(scratch.join("history")),
-        args: vec![
-            format!("-timeout={}", soak.config.timeout_secs),
-            format!("-rss_limit_mb={}", soak.config.rss_limit_mb),
-        ],
+        args,
         ..Run::new(
             &soak.project,
             target,

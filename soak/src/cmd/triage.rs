@@ -43,6 +43,13 @@ enum Action {
         #[arg(long, default_value = ".")]
         out: PathBuf,
     },
+    /// Write the groups as a known-groups file, for `allocsoak quick --known FILE`
+    /// (self-contained: inputs and programs inside; commit it to gate on new bugs only).
+    Known {
+        /// The file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
@@ -68,6 +75,10 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         Some(Action::Export { id, out }) => {
             let bundle = groups::export(&project, &state, &store, &config, &id, &out)?;
             println!("export: {}", bundle.display());
+        }
+        Some(Action::Known { out }) => {
+            let n = soak::quick::known::write(&state, &store, &out)?;
+            println!("known: {n} groups written to {}", out.display());
         }
     }
     Ok(true)
