@@ -38,9 +38,11 @@ triage *ARGS:
 repro WHAT *ARGS:
     {{allocsoak}} repro {{WHAT}} {{ARGS}}
 
-# A short fuzz pass over every target × bundled allocator (a CI gate).
-quick SECS="15": setup
-    {{allocsoak}} fuzz --secs {{SECS}}
+# The CI gate: every slot one slice of SECS through the soak's pipeline; exits 1 on a
+# new finding. More flags after SECS (`--known allocsoak-known.toml`, `--corpus DIR`).
+quick SECS="15" *ARGS: setup
+    {{allocsoak}} build
+    {{allocsoak}} quick --secs {{SECS}} {{ARGS}}
 
 # Fuzz one target on one allocator, e.g. `just fuzz alloc_ops mimalloc 60`.
 fuzz TARGET ALLOCATOR="system" SECS="60": setup

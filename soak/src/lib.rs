@@ -9,7 +9,7 @@
 //!   [`sequence`], its program made small by [`minimize`]) into pages
 //!   ([`group_page`]), progress by [`status`], systemd by [`notify`].
 //! - [`groups`], [`repro`]: triage of what a soak filed: list, verify,
-//!   export, replay.
+//!   export, replay; [`import`] files a crash found elsewhere.
 //! - [`rss`]: the soak's memory half, RSS drift workers and their
 //!   findings.
 //! - [`quick`]: the CI gate, a soak that runs each slot once and fails on
@@ -27,6 +27,7 @@ pub mod dash;
 pub mod declared;
 pub mod group_page;
 pub mod groups;
+pub mod import;
 pub mod instrumentation;
 pub mod intake;
 pub mod libfuzzer;
