@@ -21,9 +21,10 @@ use anyhow::{Context, Result};
 
 use crate::config::{Config, Slot};
 use crate::daemon;
+use crate::groups::Group;
 use crate::project::Project;
 use crate::state::StateDir;
-use crate::store::{GroupRow, SliceStats, SlotRow, Store};
+use crate::store::{SliceStats, SlotRow, Store};
 
 /// What the gate is asked to do.
 pub struct Options {
@@ -69,27 +70,14 @@ impl Verdict {
 
 /// One group and what it means for the gate.
 pub struct Finding {
-    pub group: GroupRow,
-    pub slot: SlotRow,
+    pub group: Group,
     pub verdict: Verdict,
-    /// Its folder (REPORT.md, program.txt, minimized, original).
-    pub dir: PathBuf,
 }
 
 impl Finding {
-    /// The input that stands for the group: minimized, else the original.
-    pub fn input(&self) -> PathBuf {
-        let minimized = self.dir.join("minimized");
-        if minimized.is_file() {
-            minimized
-        } else {
-            self.dir.join("original")
-        }
-    }
-
     /// The op program with the failing op marked, when intake wrote it.
     pub fn program(&self) -> Option<String> {
-        std::fs::read_to_string(self.dir.join("program.txt")).ok()
+        std::fs::read_to_string(self.group.dir.join("program.txt")).ok()
     }
 }
 
@@ -106,6 +94,8 @@ pub struct Outcome {
     pub secs_per_slot: u64,
     pub runs: Option<u64>,
     pub elapsed: Duration,
+    /// The slots asked for, and those that ran their slice.
+    pub planned: usize,
     pub slots: Vec<SlotRun>,
     pub findings: Vec<Finding>,
     /// Inputs saved back to the persistent corpus.
@@ -114,11 +104,12 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn passed(&self) -> bool {
-        !self.findings.iter().any(|f| f.verdict.fails())
+        !self.interrupted() && !self.findings.iter().any(|f| f.verdict.fails())
     }
 
-    pub fn with(&self, verdict: fn(Verdict) -> bool) -> impl Iterator<Item = &Finding> {
-        self.findings.iter().filter(move |f| verdict(f.verdict))
+    /// Some slots did not run (the gate was stopped): it cannot pass.
+    pub fn interrupted(&self) -> bool {
+        self.slots.len() < self.planned
     }
 }
 
@@ -126,7 +117,7 @@ impl Outcome {
 pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<Outcome> {
     let started = Instant::now();
     let dir = run_dir(&options.out)?;
-    {
+    let known_before = {
         let state = StateDir::open_for_soak(&dir)?;
         let store = Store::open(&state.store())?;
         if let Some(known) = &options.known {
@@ -137,9 +128,6 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
             let n = corpus::take_in(c, &state, &options.slots)?;
             println!("quick: {n} corpus inputs from {}", c.display());
         }
-    }
-    let known_before = {
-        let store = Store::open(&dir.join("store.sqlite"))?;
         store.groups()?
     };
     let cap = options.secs * options.slots.len() as u64 + 3600;
@@ -158,10 +146,8 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         },
         stop,
     )?;
-    let (state, store) = (
-        StateDir::open_to_read(&dir)?,
-        Store::open(&dir.join("store.sqlite"))?,
-    );
+    let state = StateDir::open_to_read(&dir)?;
+    let store = Store::open(&state.store())?;
     let saved_inputs = match (&options.corpus, options.save_corpus) {
         (Some(c), true) => corpus::save_back(c, &state, &options.slots)?,
         _ => 0,
@@ -179,13 +165,9 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
                     || store.tolerated_in_run(&group.id, summary.run_id)? > 0,
             },
         };
-        let slot = store.slot_by_id(group.slot_id)?;
-        let dir = state.crash_group(&group.id);
         findings.push(Finding {
-            group,
-            slot,
+            group: Group::load(&state, &store, group)?,
             verdict,
-            dir,
         });
     }
     // New ones first, then regressed, known, fixed.
@@ -208,6 +190,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         secs_per_slot: options.secs,
         runs: options.runs,
         elapsed: started.elapsed(),
+        planned: options.slots.len(),
         slots,
         findings,
         saved_inputs,

@@ -16,7 +16,9 @@ fn headline(o: &Outcome) -> String {
         Some(n) => format!("{} s or {n} inputs per slot", o.secs_per_slot),
         None => format!("{} s per slot", o.secs_per_slot),
     };
-    let verdict = if failing == 0 {
+    let verdict = if o.interrupted() {
+        "INTERRUPTED".to_string()
+    } else if failing == 0 {
         "passed".to_string()
     } else {
         format!(
@@ -25,8 +27,9 @@ fn headline(o: &Outcome) -> String {
         )
     };
     format!(
-        "allocsoak quick {verdict}: {} slots, {budget}, {} inputs in {:.0} s",
+        "allocsoak quick {verdict}: {} of {} slots ran, {budget}, {} inputs in {:.0} s",
         o.slots.len(),
+        o.planned,
         o.slots.iter().map(|s| s.stats.execs).sum::<u64>(),
         o.elapsed.as_secs_f64()
     )
@@ -44,7 +47,10 @@ fn label(verdict: Verdict) -> &'static str {
 }
 
 fn slot_name(f: &Finding) -> String {
-    format!("{}/{} ({})", f.slot.target, f.slot.allocator, f.slot.engine)
+    format!(
+        "{}/{} ({})",
+        f.group.slot.target, f.group.slot.allocator, f.group.slot.engine
+    )
 }
 
 /// What the console shows at the end.
@@ -55,17 +61,21 @@ pub fn text(o: &Outcome) -> String {
         let _ = writeln!(
             out,
             "  {} [{}] {} on {}: {}",
-            f.group.id,
+            f.group.row.id,
             label(f.verdict),
-            f.group.kind,
+            f.group.row.kind,
             slot_name(f),
-            f.group.title
+            f.group.row.title
         );
         if f.verdict.fails() {
-            let _ = writeln!(out, "    signature: {}", one_line(&f.group.signature));
-            let _ = writeln!(out, "    input:     {}", f.input().display());
-            let _ = writeln!(out, "    report:    {}", f.dir.join("REPORT.md").display());
-            let _ = writeln!(out, "    Reproduce with: {}", f.group.repro);
+            let _ = writeln!(out, "    signature: {}", one_line(&f.group.row.signature));
+            let _ = writeln!(out, "    input:     {}", f.group.input().display());
+            let _ = writeln!(
+                out,
+                "    report:    {}",
+                f.group.dir.join("REPORT.md").display()
+            );
+            let _ = writeln!(out, "    Reproduce with: {}", f.group.row.repro);
         }
     }
     if o.findings.iter().any(|f| f.verdict == Verdict::Fixed) {
@@ -93,20 +103,28 @@ pub fn markdown(o: &Outcome) -> String {
             let _ = writeln!(
                 md,
                 "#### `{}` {} on {} ({})\n",
-                f.group.id,
-                f.group.kind,
+                f.group.row.id,
+                f.group.row.kind,
                 slot_name(f),
                 label(f.verdict)
             );
-            let _ = writeln!(md, "{}\n", escape(&f.group.title));
+            let _ = writeln!(md, "{}\n", escape(&f.group.row.title));
             let _ = writeln!(
                 md,
                 "- signature: `{}`",
-                one_line(&f.group.signature).replace('`', "'")
+                one_line(&f.group.row.signature).replace('`', "'")
             );
-            let _ = writeln!(md, "- minimized input: `{}`", f.input().display());
-            let _ = writeln!(md, "- report: `{}`", f.dir.join("REPORT.md").display());
-            let _ = writeln!(md, "\nReproduce with:\n\n```sh\n{}\n```\n", f.group.repro);
+            let _ = writeln!(md, "- minimized input: `{}`", f.group.input().display());
+            let _ = writeln!(
+                md,
+                "- report: `{}`",
+                f.group.dir.join("REPORT.md").display()
+            );
+            let _ = writeln!(
+                md,
+                "\nReproduce with:\n\n```sh\n{}\n```\n",
+                f.group.row.repro
+            );
             if let Some(program) = f.program() {
                 let _ = writeln!(
                     md,
@@ -124,8 +142,8 @@ pub fn markdown(o: &Outcome) -> String {
             let _ = writeln!(
                 md,
                 "| `{}` | {} | {} | {} |",
-                f.group.id,
-                f.group.kind,
+                f.group.row.id,
+                f.group.row.kind,
                 slot_name(f),
                 label(f.verdict)
             );
@@ -178,7 +196,7 @@ pub fn junit(o: &Outcome) -> Result<String> {
         let failing: Vec<&Finding> = o
             .findings
             .iter()
-            .filter(|f| f.slot.id == s.slot.id && f.verdict == Verdict::New)
+            .filter(|f| f.group.slot.id == s.slot.id && f.verdict == Verdict::New)
             .collect();
         let status = if failing.is_empty() {
             TestCaseStatus::success()
@@ -190,11 +208,11 @@ pub fn junit(o: &Outcome) -> Result<String> {
                 if failing.len() == 1 { "" } else { "s" },
                 failing
                     .iter()
-                    .map(|f| f.group.kind.as_str())
+                    .map(|f| f.group.row.kind.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
             ))
-            .set_type(failing[0].group.kind.clone())
+            .set_type(failing[0].group.row.kind.clone())
             .set_description(failing.iter().map(|f| details(f)).collect::<String>());
             st
         };
@@ -215,20 +233,20 @@ pub fn junit(o: &Outcome) -> Result<String> {
     for f in o.findings.iter().filter(|f| f.verdict != Verdict::New) {
         let status = if f.verdict.fails() {
             let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
-            st.set_message(format!("{}: {}", label(f.verdict), f.group.title))
-                .set_type(f.group.kind.clone())
+            st.set_message(format!("{}: {}", label(f.verdict), f.group.row.title))
+                .set_type(f.group.row.kind.clone())
                 .set_description(details(f));
             st
         } else {
             TestCaseStatus::success()
         };
-        let mut case = TestCase::new(format!("known group {}", f.group.id), status);
+        let mut case = TestCase::new(format!("known group {}", f.group.row.id), status);
         case.set_classname("allocsoak.known")
             .set_system_out(format!(
                 "{} on {}: {}",
                 label(f.verdict),
                 slot_name(f),
-                f.group.title
+                f.group.row.title
             ));
         suite.add_test_case(case);
     }
@@ -241,12 +259,12 @@ pub fn junit(o: &Outcome) -> Result<String> {
 fn details(f: &Finding) -> String {
     format!(
         "{} [{}] {}\nsignature: {}\nminimized input: {}\nReproduce with: {}\n{}\n",
-        f.group.id,
-        f.group.kind,
-        f.group.title,
-        one_line(&f.group.signature),
-        f.input().display(),
-        f.group.repro,
+        f.group.row.id,
+        f.group.row.kind,
+        f.group.row.title,
+        one_line(&f.group.row.signature),
+        f.group.input().display(),
+        f.group.row.repro,
         f.program().unwrap_or_default()
     )
 }
