@@ -53,8 +53,9 @@ zoo SECS="60": setup
     {{allocsoak}} zoo --secs {{SECS}}
 
 # The build, then unit, integration and end-to-end soak tests, the instrumentation
-# check, honggfuzz's build and a planted bug found by it, the plain reproductions of
-# corpus/findings (no allocsoak in them), then the zoo.
+# check, honggfuzz's build and a planted bug found by it, OSS-Fuzz's and
+# ClusterFuzzLite's build scripts in a simulated OSS-Fuzz environment, the plain
+# reproductions of corpus/findings (no allocsoak in them), then the zoo.
 # All the tests.
 test: setup
     {{allocsoak}} build
@@ -64,6 +65,7 @@ test: setup
     {{allocsoak}} instrumentation
     ./scripts/hfuzz-build
     ./scripts/hfuzz-zoo
+    ./scripts/oss-fuzz-check
     ./corpus/findings/repro/check
     {{allocsoak}} zoo --secs 60
 
