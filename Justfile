@@ -38,9 +38,11 @@ triage *ARGS:
 repro WHAT *ARGS:
     {{allocsoak}} repro {{WHAT}} {{ARGS}}
 
-# A short fuzz pass over every target × bundled allocator (a CI gate).
-quick SECS="15": setup
-    {{allocsoak}} fuzz --secs {{SECS}}
+# The CI gate: every slot one slice of SECS through the soak's pipeline; exits 1 on a
+# new finding. More flags after SECS (`--known allocsoak-known.toml`, `--corpus DIR`).
+quick SECS="15" *ARGS: setup
+    {{allocsoak}} build
+    {{allocsoak}} quick --secs {{SECS}} {{ARGS}}
 
 # Fuzz one target on one allocator, e.g. `just fuzz alloc_ops mimalloc 60`.
 fuzz TARGET ALLOCATOR="system" SECS="60": setup
@@ -51,8 +53,9 @@ zoo SECS="60": setup
     {{allocsoak}} zoo --secs {{SECS}}
 
 # The build, then unit, integration and end-to-end soak tests, the instrumentation
-# check, honggfuzz's build and a planted bug found by it, the plain reproductions of
-# corpus/findings (no allocsoak in them), then the zoo.
+# check, honggfuzz's build and a planted bug found by it, OSS-Fuzz's and
+# ClusterFuzzLite's build scripts in a simulated OSS-Fuzz environment, the plain
+# reproductions of corpus/findings (no allocsoak in them), then the zoo.
 # All the tests.
 test: setup
     {{allocsoak}} build
@@ -62,6 +65,7 @@ test: setup
     {{allocsoak}} instrumentation
     ./scripts/hfuzz-build
     ./scripts/hfuzz-zoo
+    ./scripts/oss-fuzz-check
     ./corpus/findings/repro/check
     {{allocsoak}} zoo --secs 60
 

@@ -2,6 +2,10 @@
 //! libFuzzer (the default feature) or honggfuzz (`--features honggfuzz`),
 //! so both engines run the same code.
 
+// The ASan hooks are compiled where ASan is: fuzzing builds, not honggfuzz's
+// nor OSS-Fuzz's coverage builds, which have no ASan to link against.
+#![feature(cfg_sanitize)]
+
 #[doc(hidden)]
 pub use shadow;
 
@@ -48,7 +52,7 @@ pub fn asan_defaults(target: shadow::Target) -> *const std::ffi::c_char {
     options.as_ptr().cast()
 }
 
-#[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
+#[cfg(sanitize = "address")]
 extern "C" {
     /// ASan's hook for a report's text, called after it is printed.
     fn __asan_set_error_report_callback(callback: unsafe extern "C" fn(*const std::ffi::c_char));
@@ -64,7 +68,7 @@ extern "C" {
 /// reports that end runs and not thousands that were got past.
 #[doc(hidden)]
 pub fn on_error() {
-    #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
+    #[cfg(sanitize = "address")]
     {
         static DEV_NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
         let dev_null = DEV_NULL.get_or_init(|| std::fs::File::create("/dev/null").ok());
@@ -75,7 +79,7 @@ pub fn on_error() {
     }
 }
 
-#[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
+#[cfg(sanitize = "address")]
 unsafe extern "C" fn on_asan_report(text: *const std::ffi::c_char) {
     __sanitizer_set_report_fd(2usize as *mut std::ffi::c_void);
     let text = std::ffi::CStr::from_ptr(text).to_string_lossy();
@@ -83,13 +87,12 @@ unsafe extern "C" fn on_asan_report(text: *const std::ffi::c_char) {
 }
 
 /// Hands ASan's reports to `shadow::sanitizer`, and lets it ask ASan
-/// before touching memory (libFuzzer builds are ASan builds; honggfuzz
-/// builds have no sanitizer); then loads the allocator, before libFuzzer
+/// before touching memory (in ASan builds); then loads the allocator, before libFuzzer
 /// lists the modules whose coverage it counts (see
 /// `shadow::harness::load`).
 #[doc(hidden)]
 pub fn init() {
-    #[cfg(all(feature = "libfuzzer", not(feature = "honggfuzz")))]
+    #[cfg(sanitize = "address")]
     unsafe {
         __asan_set_error_report_callback(on_asan_report);
         shadow::sanitizer::install(__asan_region_is_poisoned);

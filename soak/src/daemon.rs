@@ -39,6 +39,12 @@ pub struct Options {
     pub slice_secs: Option<u64>,
     /// Seconds between progress prints.
     pub progress_secs: u64,
+    /// Each slot runs one slice, in order, and the soak ends when all
+    /// have (the quick gate); `duration` is then only a cap.
+    pub once: bool,
+    /// libFuzzer `-runs`: each slice ends after this many inputs, or its
+    /// seconds, whichever comes first.
+    pub runs: Option<u64>,
 }
 
 /// The running soak, shared by its workers.
@@ -50,6 +56,9 @@ pub struct Soak {
     pub stop: Arc<AtomicBool>,
     slots: Vec<(Slot, i64)>,
     busy: Mutex<HashSet<i64>>,
+    /// Slots that ran a slice, in a soak that runs each once.
+    ran: Option<Mutex<HashSet<i64>>>,
+    pub runs: Option<u64>,
     merging: HashMap<Target, Mutex<()>>,
     rng: Mutex<Rng>,
     new_groups: Mutex<Vec<String>>,
@@ -86,6 +95,25 @@ impl Soak {
         Ok(since.is_some_and(|t| (crate::store::now() - t) as f64 >= hours * 3600.0))
     }
 
+    /// The next slot to run: in a soak that runs each slot once, the
+    /// first that has not run (None when all have), else [`Soak::draw`].
+    fn next(&self) -> Result<Option<i64>> {
+        let Some(ran) = &self.ran else {
+            return self.draw().map(Some);
+        };
+        let mut ran = ran.lock().unwrap();
+        let next = self
+            .slots
+            .iter()
+            .map(|(_, id)| *id)
+            .find(|id| !ran.contains(id));
+        if let Some(id) = next {
+            ran.insert(id);
+            self.busy.lock().unwrap().insert(id);
+        }
+        Ok(next)
+    }
+
     /// Draws an idle slot by weight (a busy one only when all are busy).
     fn draw(&self) -> Result<i64> {
         let store = self.lock_store();
@@ -119,7 +147,9 @@ impl Soak {
             if secs < 2 {
                 break;
             }
-            let slot_id = self.draw()?;
+            let Some(slot_id) = self.next()? else {
+                break;
+            };
             let slice_id = self.lock_store().start_slice(slot_id, self.run_id)?;
             let result = slice::run(self, slot_id, slice_id, secs);
             self.busy.lock().unwrap().remove(&slot_id);
@@ -132,6 +162,9 @@ impl Soak {
 /// What a soak filed, for the summary.
 pub struct Summary {
     pub new_groups: Vec<String>,
+    /// What verifying the known groups at the start found.
+    pub verdicts: Vec<groups::Verdict>,
+    pub run_id: i64,
 }
 
 /// Runs a soak to its end. `stop` is set by SIGINT/SIGTERM.
@@ -151,7 +184,8 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     intake::refill_all(&state, &store)?;
     // Known groups first: a fix since the last soak is marked fixed (and
     // no longer tolerated), a fixed group that is back is regressed.
-    for v in groups::verify(&project, &state, &store, &options.config)? {
+    let verdicts = groups::verify(&project, &state, &store, &options.config)?;
+    for v in &verdicts {
         if v.before != v.after {
             println!("verify {}: {} -> {}", v.id, v.before, v.after);
         }
@@ -186,6 +220,8 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         stop,
         slots,
         busy: Mutex::new(HashSet::new()),
+        ran: options.once.then(|| Mutex::new(HashSet::new())),
+        runs: options.runs,
         merging: Target::ALL
             .into_iter()
             .map(|t| (t, Mutex::new(())))
@@ -288,7 +324,11 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         return Err(e);
     }
     let new_groups = soak.new_groups.lock().unwrap().clone();
-    Ok(Summary { new_groups })
+    Ok(Summary {
+        new_groups,
+        verdicts,
+        run_id: soak.run_id,
+    })
 }
 
 /// The config's slice length, shortened for a soak too short to give

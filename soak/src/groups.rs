@@ -43,7 +43,8 @@ impl Group {
         }
     }
 
-    fn load(state: &StateDir, store: &Store, row: GroupRow) -> Result<Group> {
+    /// The group of a store row, with its slot and folder.
+    pub fn load(state: &StateDir, store: &Store, row: GroupRow) -> Result<Group> {
         let slot = store.slot_by_id(row.slot_id)?;
         let dir = state.crash_group(&row.id);
         Ok(Group { row, slot, dir })

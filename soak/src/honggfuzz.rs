@@ -34,6 +34,9 @@ pub struct Run {
     /// Per-input limits, as libFuzzer's `-timeout` and `-rss_limit_mb`.
     pub timeout_secs: u64,
     pub rss_limit_mb: u64,
+    /// Inputs to run at most (`--iterations`, libFuzzer's `-runs`), else
+    /// `secs` alone ends the run.
+    pub runs: Option<u64>,
     /// A file of violation keys to get past (`ALLOCSOAK_TOLERATE`).
     pub tolerate: Option<PathBuf>,
     /// Where the engine keeps the inputs it ran last (`ALLOCSOAK_HISTORY`).
@@ -119,6 +122,9 @@ impl Run {
             .arg(stats_file(&self.scratch));
         if let Some(dict) = &self.dict {
             cmd.arg("--dict").arg(dict);
+        }
+        if let Some(n) = self.runs {
+            cmd.arg("--iterations").arg(n.to_string());
         }
         if let Some(t) = &self.tolerate {
             cmd.env("ALLOCSOAK_TOLERATE", t);

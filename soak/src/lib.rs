@@ -11,9 +11,11 @@
 //!   [`sequence`], its program made small by [`minimize`]) into pages
 //!   ([`group_page`]), progress by [`status`], systemd by [`notify`].
 //! - [`groups`], [`repro`]: triage of what a soak filed: list, verify,
-//!   export, replay.
+//!   export, replay; [`import`] files a crash found elsewhere.
 //! - [`rss`]: the soak's memory half, RSS drift workers and their
 //!   findings.
+//! - [`quick`]: the CI gate, a soak that runs each slot once and fails on
+//!   what is new.
 //! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
 //!   table, a short fuzz pass.
 //!
@@ -29,6 +31,7 @@ pub mod engine;
 pub mod group_page;
 pub mod groups;
 pub mod honggfuzz;
+pub mod import;
 pub mod instrumentation;
 pub mod intake;
 pub mod libfuzzer;
@@ -36,6 +39,7 @@ pub mod minimize;
 pub mod notify;
 pub mod pass;
 pub mod project;
+pub mod quick;
 pub mod repro;
 pub mod rss;
 pub mod scheduler;

@@ -31,6 +31,9 @@ enum Command {
     Build(cmd::build::Args),
     /// A short fuzz pass over targets × allocators; prints every finding with its repro command.
     Fuzz(cmd::fuzz::Args),
+    /// The CI gate: every slot one short slice through the soak's pipeline; exits 1 on a
+    /// new finding (known groups from --known are got past), writes markdown and JUnit.
+    Quick(cmd::quick::Args),
     /// Run every planted bug through its target and the correct allocators as controls.
     Zoo(cmd::zoo::Args),
     /// Measure exec/s with and without the shadow model, per target × allocator.
@@ -77,6 +80,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
     match command {
         Command::Build(args) => cmd::build::run(args, project, config),
         Command::Fuzz(args) => cmd::fuzz::run(args, project, config),
+        Command::Quick(args) => cmd::quick::run(args, project, config),
         Command::Zoo(args) => cmd::zoo::run(args, project, config),
         Command::Bench(args) => cmd::bench::run(args, project, config),
         Command::Instrumentation(args) => cmd::instrumentation::run(args, project, config),

@@ -101,10 +101,13 @@ fn engine_command(
             corpus: vec![scratch.join("new"), corpus, project.seeds(target)],
             tolerate,
             history,
-            args: vec![
+            args: [
                 format!("-timeout={}", config.timeout_secs),
                 format!("-rss_limit_mb={}", config.rss_limit_mb),
-            ],
+            ]
+            .into_iter()
+            .chain(soak.runs.map(|n| format!("-runs={n}")))
+            .collect(),
             ..libfuzzer::Run::new(
                 project,
                 target,
@@ -125,6 +128,7 @@ fn engine_command(
                 secs,
                 timeout_secs: config.timeout_secs,
                 rss_limit_mb: config.rss_limit_mb,
+                runs: soak.runs,
                 tolerate,
                 history,
             };

@@ -243,12 +243,22 @@ impl Store {
 
     /// The last `n` ended slices of a slot, newest first.
     pub fn recent_slices(&self, slot_id: i64, n: usize) -> Result<Vec<SliceStats>> {
+        self.ended_slices(slot_id, None, n)
+    }
+
+    /// The last ended slice a run gave a slot.
+    pub fn run_slice(&self, slot_id: i64, run_id: i64) -> Result<Option<SliceStats>> {
+        Ok(self.ended_slices(slot_id, Some(run_id), 1)?.pop())
+    }
+
+    fn ended_slices(&self, slot_id: i64, run_id: Option<i64>, n: usize) -> Result<Vec<SliceStats>> {
         let mut stmt = self.conn.prepare(
             "SELECT fuzz_secs, execs, cov, ft, corpus_size, new_units, merged_units, peak_rss_mb,
                     findings, tolerated, outcome
-             FROM slice WHERE slot_id = ?1 AND ended IS NOT NULL ORDER BY id DESC LIMIT ?2",
+             FROM slice WHERE slot_id = ?1 AND ended IS NOT NULL AND (?3 IS NULL OR run_id = ?3)
+             ORDER BY id DESC LIMIT ?2",
         )?;
-        let rows = stmt.query_map(params![slot_id, n as i64], |r| {
+        let rows = stmt.query_map(params![slot_id, n as i64, run_id], |r| {
             Ok(SliceStats {
                 fuzz_secs: r.get(0)?,
                 execs: r.get::<_, i64>(1)? as u64,
@@ -354,6 +364,16 @@ impl Store {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// How often a run's slices got past a group.
+    pub fn tolerated_in_run(&self, group_id: &str, run_id: i64) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT COALESCE(SUM(t.count), 0) FROM tolerated t JOIN slice s ON s.id = t.slice_id
+             WHERE t.group_id = ?1 AND s.run_id = ?2",
+            params![group_id, run_id],
+            |r| r.get(0),
+        )?)
     }
 
     pub fn add_tolerated(&self, slice_id: i64, group_id: &str, count: u64) -> Result<()> {

@@ -9,6 +9,7 @@ pub mod drift;
 pub mod fuzz;
 pub mod instrumentation;
 pub mod print;
+pub mod quick;
 pub mod repro;
 pub mod soak;
 pub mod status;

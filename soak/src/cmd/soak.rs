@@ -75,6 +75,8 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
         config,
         slice_secs: args.slice_secs,
         progress_secs: args.progress_secs.unwrap_or(if tty { 10 } else { 60 }),
+        once: false,
+        runs: None,
     };
     let summary = daemon::run(project, options, stop)?;
     let (state, store) = super::open_state(&args.state)?;

@@ -43,9 +43,64 @@ enum Action {
         #[arg(long, default_value = ".")]
         out: PathBuf,
     },
+    /// File crash inputs found elsewhere (ClusterFuzz, ClusterFuzzLite, another
+    /// machine): replayed on this build, signed, deduplicated and minimized like a
+    /// soak's own. The files are copied, not moved.
+    Import {
+        /// The crash input files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The target that found them.
+        #[arg(long)]
+        target: shadow::Target,
+        /// The allocator they crash.
+        #[arg(long)]
+        allocator: String,
+        /// The engine that found them (the slot they are filed under).
+        #[arg(long, default_value = "libfuzzer")]
+        engine: String,
+    },
+    /// Write the groups as a known-groups file, for `allocsoak quick --known FILE`
+    /// (self-contained: inputs and programs inside; commit it to gate on new bugs only).
+    Known {
+        /// The file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
+    if let Some(Action::Import {
+        files,
+        target,
+        allocator,
+        engine,
+    }) = &args.action
+    {
+        // The state dir may be new: an import can be the first thing in it.
+        let origin = soak::import::Origin {
+            target: *target,
+            allocator,
+            engine,
+        };
+        let filed = soak::import::import(&project, &config, &args.state, &origin, files)?;
+        let (_, store) = super::open_state(&args.state)?;
+        for (file, f) in files.iter().zip(&filed) {
+            let g = store
+                .group(&f.group_id)?
+                .expect("a filed group is in the store");
+            println!(
+                "import {}: {} group {} [{}] {} ({})",
+                file.display(),
+                if f.new { "new" } else { "known" },
+                g.id,
+                g.kind,
+                g.title,
+                g.status
+            );
+        }
+        return Ok(true);
+    }
     let (state, store) = super::open_state(&args.state)?;
     match args.action {
         None => {
@@ -68,6 +123,11 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         Some(Action::Export { id, out }) => {
             let bundle = groups::export(&project, &state, &store, &config, &id, &out)?;
             println!("export: {}", bundle.display());
+        }
+        Some(Action::Import { .. }) => unreachable!("handled above"),
+        Some(Action::Known { out }) => {
+            let n = soak::quick::known::write(&state, &store, &out)?;
+            println!("known: {n} groups written to {}", out.display());
         }
     }
     Ok(true)

@@ -1,0 +1,122 @@
+//! `allocsoak quick`: the CI gate. Every slot runs one slice through the
+//! soak's pipeline; exits 1 on a new finding or a fixed group that is back.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use soak::config::Config;
+use soak::project::Project;
+use soak::quick::{self, report};
+use soak::state::write_atomic;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds per slot (target × allocator × engine).
+    #[arg(long, default_value_t = 15)]
+    secs: u64,
+    /// Inputs per slot (libFuzzer -runs); a slot ends at whichever comes first.
+    #[arg(long)]
+    runs: Option<u64>,
+    /// Slots run at once. Default: one per core.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Where run folders go (`<out>/run-<time>`, `<out>/latest`).
+    #[arg(long, default_value = "quick-out")]
+    out: PathBuf,
+    /// Known crash groups to get past: a soak's state dir, or a file
+    /// `allocsoak triage known` wrote. Only new findings fail the gate.
+    #[arg(long)]
+    known: Option<PathBuf>,
+    /// A persistent corpus, `<dir>/<target>/`, read before the pass.
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Save the pass's new inputs into --corpus.
+    #[arg(long)]
+    save_corpus: bool,
+    /// Also write the markdown summary here ($GITHUB_STEP_SUMMARY gets it when set).
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Also write the JUnit XML report here.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Replace the config's targets (repeatable).
+    #[arg(long = "target")]
+    targets: Vec<String>,
+    /// Replace the config's allocators (repeatable).
+    #[arg(long = "allocator")]
+    allocators: Vec<String>,
+    /// Replace the config's engine.
+    #[arg(long)]
+    engine: Option<String>,
+}
+
+pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
+    if args.save_corpus && args.corpus.is_none() {
+        bail!("--save-corpus needs --corpus DIR: the corpus to save the new inputs into");
+    }
+    if args.secs == 0 {
+        bail!("--secs 0 runs nothing; give each slot at least one second");
+    }
+    if !args.targets.is_empty() {
+        config.targets = args.targets;
+        config.slots.clear();
+    }
+    if !args.allocators.is_empty() {
+        config.allocators = Some(args.allocators);
+        config.slots.clear();
+    }
+    if let Some(engine) = args.engine {
+        config.engine = engine;
+    }
+    // A gate runs no drift workers: drift needs hours, not minutes.
+    config.drift.cpu_share = 0.0;
+    let slots = config.slots()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    let options = quick::Options {
+        out: args.out,
+        slots,
+        config,
+        secs: args.secs,
+        runs: args.runs,
+        jobs: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        known: args.known,
+        corpus: args.corpus,
+        save_corpus: args.save_corpus,
+    };
+    let outcome = quick::run(project, options, stop)?;
+    let md = report::markdown(&outcome);
+    let xml = report::junit(&outcome)?;
+    write_atomic(&outcome.dir.join("summary.md"), md.as_bytes())?;
+    write_atomic(&outcome.dir.join("junit.xml"), xml.as_bytes())?;
+    if let Some(path) = &args.markdown {
+        write_atomic(path, md.as_bytes())?;
+    }
+    if let Some(path) = &args.junit {
+        write_atomic(path, xml.as_bytes())?;
+    }
+    if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
+        // GitHub's file for the job summary: appended to, as each step does.
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(md.as_bytes()))
+            .with_context(|| {
+                format!(
+                    "failed to append to $GITHUB_STEP_SUMMARY ({})",
+                    PathBuf::from(&path).display()
+                )
+            })?;
+    }
+    print!("{}", report::text(&outcome));
+    Ok(outcome.passed())
+}
