@@ -42,7 +42,7 @@ pub struct Options {
     /// Each slot runs one slice, in order, and the soak ends when all
     /// have (the quick gate); `duration` is then only a cap.
     pub once: bool,
-    /// libFuzzer `-runs`: each slice ends after this many inputs, or its
+    /// libFuzzer `-runs`, honggfuzz `--iterations`: each slice ends after this many inputs, or its
     /// seconds, whichever comes first.
     pub runs: Option<u64>,
 }

@@ -16,7 +16,7 @@ pub struct Args {
     /// Seconds per slot (target × allocator × engine).
     #[arg(long, default_value_t = 15)]
     secs: u64,
-    /// Inputs per slot (libFuzzer -runs); a slot ends at whichever comes first.
+    /// Inputs per slot (libFuzzer -runs, honggfuzz --iterations); a slot ends at whichever comes first.
     #[arg(long)]
     runs: Option<u64>,
     /// Slots run at once. Default: one per core.

@@ -11,7 +11,7 @@ use soak::{groups, repro};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A group id (or a unique prefix), or input files, replayed in order in one process.
+    /// A group id (or a unique prefix), or input files (libFuzzer's or honggfuzz's), replayed in order in one process.
     #[arg(required = true)]
     what: Vec<String>,
     /// The state dir, for a group id.
