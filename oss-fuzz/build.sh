@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds allocsoak's fuzz targets for OSS-Fuzz and ClusterFuzzLite, and puts
 # into $OUT, for each target, what ClusterFuzz reads:
-#   <target>                   the libFuzzer binary
+#   <target>                   the libFuzzer binary (on the system allocator), and
+#   <target>__<allocator>      the same binary on each allocator of soak.toml
 #   <target>_seed_corpus.zip   corpus/<target>/seeds
 #   <target>.dict              corpus/<target>/dict
 #   <target>.options           libFuzzer's per-input limits (soak.toml's), the dict,
@@ -57,27 +58,44 @@ cd "$src/fuzz_targets"
 cargo fuzz build -O --fuzz-dir .
 bin="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release"
 
-for t in "${targets[@]}"; do
-    cp "$bin/$t" "$OUT/$t"
-    cp "$src/corpus/$t/dict" "$OUT/$t.dict"
-    rm -f "$OUT/${t}_seed_corpus.zip"
-    zip -q -j "$OUT/${t}_seed_corpus.zip" "$src/corpus/$t/seeds"/*
+# soak.toml's allocators: each target is in $OUT once per allocator,
+# `<target>__<allocator>` (a hard link of one binary; the harness takes the
+# allocator from its name, as ClusterFuzz sets no environment of ours), and
+# as plain `<target>` (system). Names ClusterFuzz does not take (a dylib:
+# path) are left out.
+mapfile -t allocators < <(awk '/^\[/ { exit } $1 == "allocators" { sub(/^[^[]*\[/, ""); sub(/\].*/, ""); gsub(/[",]/, " "); print }' "$src/soak.toml" |
+    tr -s ' ' '\n' | grep -v '^$' | grep -vx system | grep -E '^[A-Za-z0-9_-]+$' || true)
+
+# emit NAME TARGET: the dict, seed zip and options of fuzzer NAME, a build of TARGET.
+emit() {
+    local name=$1 t=$2 leaks=1
+    cp "$src/corpus/$t/dict" "$OUT/$name.dict"
+    rm -f "$OUT/${name}_seed_corpus.zip"
+    zip -q -j "$OUT/${name}_seed_corpus.zip" "$src/corpus/$t/seeds"/*
     # [asan] overrides ClusterFuzz's ASAN_OPTIONS, which would otherwise win
     # over the defaults the binaries bake in (fuzz_targets/src/lib.rs): an
     # impossible size must come back null, and LeakSanitizer misreads mt_ops'
     # worker threads that outlive an input as leaks.
-    leaks=1
     if [ "$t" = mt_ops ]; then leaks=0; fi
-    cat >"$OUT/$t.options" <<EOF
+    cat >"$OUT/$name.options" <<EOF
 [libfuzzer]
 timeout = $timeout
 rss_limit_mb = $rss_limit_mb
-dict = $t.dict
+dict = $name.dict
 detect_leaks = $leaks
 
 [asan]
 allocator_may_return_null = 1
 detect_leaks = $leaks
 EOF
+}
+
+for t in "${targets[@]}"; do
+    cp "$bin/$t" "$OUT/$t"
+    emit "$t" "$t"
+    for a in "${allocators[@]}"; do
+        ln -f "$OUT/$t" "$OUT/${t}__$a"
+        emit "${t}__$a" "$t"
+    done
 done
-echo "build.sh: ${targets[*]} built into $OUT"
+echo "build.sh: ${targets[*]} built into $OUT, each also as <target>__<allocator> for ${allocators[*]}"

@@ -1,7 +1,8 @@
 //! The entry point fuzz targets share: picks the allocator and mode from
 //! the environment once per process, decodes, runs.
 //!
-//! - `ALLOCSOAK_ALLOCATOR`: allocator name (default `system`).
+//! - `ALLOCSOAK_ALLOCATOR`: allocator name (default: what follows `__` in the
+//!   binary's name, `alloc_ops__mimalloc`, else `system`).
 //! - `ALLOCSOAK_REFERENCE`: the allocator `diff_mimalloc` compares against
 //!   (default: the mimalloc this build links, `mimalloc` in a plain build).
 //! - `ALLOCSOAK_MODE`: `checked` (default) or `bare` (no shadow model: the
@@ -36,9 +37,8 @@ fn config() -> &'static Config {
             eprintln!("allocsoak: {msg}");
             std::process::exit(2)
         };
-        let name = std::env::var("ALLOCSOAK_ALLOCATOR").unwrap_or_else(|_| "system".into());
-        let alloc =
-            allocator::by_name(&name).unwrap_or_else(|e| exit(format!("ALLOCSOAK_ALLOCATOR: {e}")));
+        let (name, from) = allocator_name();
+        let alloc = allocator::by_name(&name).unwrap_or_else(|e| exit(format!("{from}: {e}")));
         let mode = match std::env::var("ALLOCSOAK_MODE").as_deref() {
             Err(_) | Ok("checked") => Mode::Checked,
             Ok("bare") => Mode::Bare,
@@ -57,6 +57,26 @@ fn config() -> &'static Config {
             text_inputs,
         }
     })
+}
+
+/// The allocator a binary runs, and where its name came from:
+/// `ALLOCSOAK_ALLOCATOR`; else, for a binary named `<target>__<allocator>`,
+/// the part after `__` (OSS-Fuzz and ClusterFuzzLite run a copy of each
+/// target per allocator and set no environment of ours:
+/// `oss-fuzz/build.sh`); else `system`.
+fn allocator_name() -> (String, &'static str) {
+    if let Ok(name) = std::env::var("ALLOCSOAK_ALLOCATOR") {
+        return (name, "ALLOCSOAK_ALLOCATOR");
+    }
+    let exe = std::env::current_exe().ok();
+    let file = exe.as_deref().and_then(|p| p.file_name()?.to_str());
+    match file.and_then(|f| f.rsplit_once("__")) {
+        Some((_, name)) if !name.is_empty() => {
+            eprintln!("INFO: allocsoak: allocator `{name}`, from the binary's name");
+            (name.to_string(), "the allocator in the binary's name")
+        }
+        _ => ("system".into(), "ALLOCSOAK_ALLOCATOR"),
+    }
 }
 
 /// Reads the environment and loads the allocator now rather than at the
