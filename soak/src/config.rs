@@ -66,6 +66,11 @@ pub struct SlotConfig {
     pub engine: String,
     #[serde(default = "one")]
     pub weight: f64,
+    /// Cores one slice of the slot spreads over (default 1): libFuzzer's
+    /// `-fork=N`, honggfuzz's `--threads N`. It holds that many of the
+    /// soak's `--jobs` while it runs.
+    #[serde(default = "one_core")]
+    pub cores: usize,
 }
 
 /// A name, or a list of names.
@@ -207,6 +212,8 @@ pub struct Slot {
     pub allocator: String,
     pub engine: String,
     pub weight: f64,
+    /// Cores a slice spreads over (see [`SlotConfig::cores`]).
+    pub cores: usize,
 }
 
 impl Slot {
@@ -235,6 +242,9 @@ fn rss() -> u64 {
 }
 fn one() -> f64 {
     1.0
+}
+fn one_core() -> usize {
+    1
 }
 
 impl Config {
@@ -322,19 +332,19 @@ impl Config {
         let mut slots: Vec<Slot> = Vec::new();
         for t in &self.targets {
             for a in &self.allocators() {
-                slots.push(self.slot(t, a, &self.engine, 1.0)?);
+                slots.push(self.slot(t, a, &self.engine, 1.0, 1)?);
             }
         }
         for s in &self.slots {
             for t in s.target.names() {
                 for a in s.allocator.names() {
-                    let new = self.slot(t, a, &s.engine, s.weight)?;
+                    let new = self.slot(t, a, &s.engine, s.weight, s.cores)?;
                     match slots.iter_mut().find(|o| {
                         o.target == new.target
                             && o.allocator == new.allocator
                             && o.engine == new.engine
                     }) {
-                        Some(old) => old.weight = new.weight,
+                        Some(old) => *old = new,
                         None => slots.push(new),
                     }
                 }
@@ -411,7 +421,14 @@ impl Config {
         Ok(series)
     }
 
-    fn slot(&self, target: &str, allocator: &str, engine: &str, weight: f64) -> Result<Slot> {
+    fn slot(
+        &self,
+        target: &str,
+        allocator: &str,
+        engine: &str,
+        weight: f64,
+        cores: usize,
+    ) -> Result<Slot> {
         let target: Target = target.parse().map_err(anyhow::Error::msg)?;
         self.check_allocator(allocator)?;
         if Engine::parse(engine)? == Engine::Honggfuzz {
@@ -426,11 +443,15 @@ impl Config {
         if weight.is_nan() || weight <= 0.0 {
             bail!("slot {target}/{allocator}: weight must be above 0, not {weight}");
         }
+        if cores == 0 {
+            bail!("slot {target}/{allocator}: cores must be 1 or more, not 0");
+        }
         Ok(Slot {
             target,
             allocator: allocator.to_string(),
             engine: engine.to_string(),
             weight,
+            cores,
         })
     }
 }
@@ -530,8 +551,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(slots.len(), 2);
-        assert_eq!(slots[0].weight, 3.0);
+        assert_eq!((slots[0].weight, slots[0].cores), (3.0, 1));
         assert_eq!(slots[1].label(), "mt_ops/zoo:double-issue");
+        let slots = parse(
+            "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\n\
+             [[slot]]\ntarget = \"alloc_ops\"\nallocator = \"system\"\ncores = 2\n",
+        )
+        .unwrap();
+        assert_eq!((slots.len(), slots[0].cores, slots[0].weight), (1, 2, 1.0));
+        let e = parse("[[slot]]\ntarget = \"alloc_ops\"\nallocator = \"system\"\ncores = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cores must be 1 or more"), "{e}");
     }
 
     fn drift(text: &str) -> Result<Vec<Series>> {

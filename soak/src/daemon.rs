@@ -56,6 +56,7 @@ pub struct Soak {
     pub stop: Arc<AtomicBool>,
     slots: Vec<(Slot, i64)>,
     busy: Mutex<HashSet<i64>>,
+    cores: scheduler::Cores,
     /// Slots that ran a slice, in a soak that runs each once.
     ran: Option<Mutex<HashSet<i64>>>,
     pub runs: Option<u64>,
@@ -74,6 +75,15 @@ impl Soak {
 
     pub fn slot(&self, id: i64) -> Result<SlotRow> {
         self.lock_store().slot_by_id(id)
+    }
+
+    /// The cores a slot's slice spreads over (its `cores`, 1 for a slot
+    /// this soak was not given).
+    pub fn slot_cores(&self, id: i64) -> usize {
+        self.slots
+            .iter()
+            .find(|(_, i)| *i == id)
+            .map_or(1, |(s, _)| s.cores)
     }
 
     /// Held while a target's corpus is merged or pruned.
@@ -141,6 +151,13 @@ impl Soak {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
+    /// Starts a slice of `slot_id` in the store and runs it (the store's
+    /// lock is not held while it runs).
+    fn run_slice(&self, slot_id: i64, secs: u64, cores: usize) -> Result<()> {
+        let slice_id = self.lock_store().start_slice(slot_id, self.run_id)?;
+        slice::run(self, slot_id, slice_id, secs, cores)
+    }
+
     fn worker(&self) -> Result<()> {
         while !self.stop.load(Ordering::Relaxed) {
             let secs = self.remaining().as_secs().min(self.slice_secs);
@@ -150,8 +167,17 @@ impl Soak {
             let Some(slot_id) = self.next()? else {
                 break;
             };
-            let slice_id = self.lock_store().start_slice(slot_id, self.run_id)?;
-            let result = slice::run(self, slot_id, slice_id, secs);
+            let Some(cores) = self.cores.take(self.slot_cores(slot_id), &self.stop) else {
+                self.busy.lock().unwrap().remove(&slot_id);
+                break;
+            };
+            // Waiting for cores took some of the time left.
+            let secs = self.remaining().as_secs().min(self.slice_secs);
+            let result = match secs {
+                0..=1 => Ok(()),
+                _ => self.run_slice(slot_id, secs, cores),
+            };
+            self.cores.give(cores);
             self.busy.lock().unwrap().remove(&slot_id);
             result?;
         }
@@ -220,6 +246,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         stop,
         slots,
         busy: Mutex::new(HashSet::new()),
+        cores: scheduler::Cores::new(options.jobs),
         ran: options.once.then(|| Mutex::new(HashSet::new())),
         runs: options.runs,
         merging: Target::ALL

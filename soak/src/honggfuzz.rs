@@ -37,6 +37,8 @@ pub struct Run {
     /// Inputs to run at most (`--iterations`, libFuzzer's `-runs`), else
     /// `secs` alone ends the run.
     pub runs: Option<u64>,
+    /// Fuzzing threads, each with a persistent process of its own.
+    pub threads: usize,
     /// A file of violation keys to get past (`ALLOCSOAK_TOLERATE`).
     pub tolerate: Option<PathBuf>,
     /// Where the engine keeps the inputs it ran last (`ALLOCSOAK_HISTORY`).
@@ -96,7 +98,8 @@ impl Run {
             // ASan makes) costs seconds, the corpus's dry run minutes
             // (35 exec/s on alloc_ops/system instead of 1,000).
             .env("MALLOC_PERTURB_", "0")
-            .args(["--threads", "1"])
+            .arg("--threads")
+            .arg(self.threads.to_string())
             // The target's stderr (violations, tolerated counts) into the log.
             .arg("--keep_output")
             .arg("--exit_upon_crash")

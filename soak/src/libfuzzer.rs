@@ -125,7 +125,8 @@ impl Run {
 }
 
 /// A libFuzzer status line (`#4096 pulse cov: 812 ft: 2301 corp: 310/12Kb
-/// ... exec/s: 2048 rss: 61Mb`), the last one of a log.
+/// ... exec/s: 2048 rss: 61Mb`, or in fork mode `#4769: cov: 2088 ft:
+/// 15591 corp: 979 exec/s: 281 ...`), the last one of a log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Progress {
     pub execs: u64,
@@ -141,7 +142,7 @@ pub fn progress(log: &str) -> Option<Progress> {
     log.lines().rev().find_map(|line| {
         let rest = line.strip_prefix('#')?;
         let mut words = rest.split_whitespace();
-        let execs = words.next()?.parse().ok()?;
+        let execs = words.next()?.trim_end_matches(':').parse().ok()?;
         let mut p = Progress {
             execs,
             ..Progress::default()
@@ -208,6 +209,18 @@ mod tests {
             })
         );
         assert_eq!(progress("#1 no coverage here\n"), None);
+        let fork = "#4769: cov: 2088 ft: 15591 corp: 979 exec/s: 281 oom/timeout/crash: 0/0/0 time: 15s job: 5 dft_time: 0\n";
+        assert_eq!(
+            progress(fork),
+            Some(Progress {
+                execs: 4769,
+                cov: 2088,
+                ft: 15591,
+                corpus: 979,
+                execs_per_sec: 281,
+                rss_mb: 0
+            })
+        );
     }
 }
 

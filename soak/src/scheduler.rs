@@ -6,7 +6,55 @@
 //! timeouts or OOMs go down, never below [`FLOOR`]. A slot with fewer than
 //! [`NEW_SLICES`] slices is new and counts double.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
 use crate::store::SliceStats;
+
+/// The soak's cores (its `--jobs`), which running slices hold: a slot
+/// with `cores = N` takes N (at most all of them) for its slice, so the
+/// soak never runs more engine processes than it has cores.
+pub struct Cores {
+    free: Mutex<usize>,
+    freed: Condvar,
+    all: usize,
+}
+
+impl Cores {
+    pub fn new(all: usize) -> Cores {
+        Cores {
+            free: Mutex::new(all.max(1)),
+            freed: Condvar::new(),
+            all: all.max(1),
+        }
+    }
+
+    /// Waits until `n` cores (at most all) are free and takes them;
+    /// returns how many it took, or None when `stop` was set first.
+    pub fn take(&self, n: usize, stop: &AtomicBool) -> Option<usize> {
+        let n = n.clamp(1, self.all);
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free < n {
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            free = self
+                .freed
+                .wait_timeout(free, Duration::from_millis(200))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *free -= n;
+        Some(n)
+    }
+
+    /// Gives back what [`Cores::take`] took.
+    pub fn give(&self, n: usize) {
+        *self.free.lock().unwrap_or_else(|e| e.into_inner()) += n;
+        self.freed.notify_all();
+    }
+}
 
 /// The lowest yield factor: a slot is slowed down, never starved.
 pub const FLOOR: f64 = 0.05;
@@ -126,6 +174,18 @@ mod tests {
             ) < 1.0
         );
         assert!(weight(1.0, 1.0, 0) > weight(1.0, 1.0, NEW_SLICES));
+    }
+
+    #[test]
+    fn cores_are_held_until_given_back() {
+        let cores = Cores::new(2);
+        let stop = AtomicBool::new(false);
+        assert_eq!(cores.take(8, &stop), Some(2));
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(cores.take(1, &stop), None);
+        cores.give(2);
+        assert_eq!(cores.take(1, &stop), Some(1));
+        assert_eq!(cores.take(1, &stop), Some(1));
     }
 
     #[test]

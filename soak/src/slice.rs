@@ -30,8 +30,9 @@ struct SliceFile {
     engine: String,
 }
 
-/// Runs slot `slot_id` for `secs` as slice `slice_id`, then finishes it.
-pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64) -> Result<()> {
+/// Runs slot `slot_id` for `secs` on `cores` as slice `slice_id`, then
+/// finishes it.
+pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) -> Result<()> {
     let slot = soak.slot(slot_id)?;
     let scratch = soak.state.slice(slice_id);
     for sub in ["new", "artifacts"] {
@@ -54,7 +55,13 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64) -> Result<()> {
     crate::state::write_atomic(&tolerate, text.as_bytes())?;
     let tolerate = (!keys.is_empty()).then_some(tolerate);
 
-    let mut command = engine_command(soak, &slot, &scratch, slice_id, secs, tolerate)?;
+    let run = EngineRun {
+        slice_id,
+        secs,
+        cores,
+        tolerate,
+    };
+    let mut command = engine_command(soak, &slot, &scratch, run)?;
     let log = std::fs::File::create(scratch.join("fuzz.log"))?;
     let start = Instant::now();
     let child = command
@@ -78,25 +85,30 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64) -> Result<()> {
     )
 }
 
-/// The slot's engine on its target and allocator for `secs`, from the
-/// persistent corpus and the committed seeds, new inputs into the
-/// scratch's `new/`, findings into its `artifacts/`, with the soak's
-/// per-input limits, the keys to get past and an input history.
-fn engine_command(
-    soak: &Soak,
-    slot: &SlotRow,
-    scratch: &Path,
+/// What one slice's engine run is given besides its slot.
+struct EngineRun {
     slice_id: i64,
     secs: u64,
+    /// Processes (libFuzzer's `-fork`) or threads (honggfuzz's) to run.
+    cores: usize,
+    /// The keys to get past, when there are any.
     tolerate: Option<PathBuf>,
-) -> Result<Command> {
+}
+
+/// The slot's engine on its target and allocator, from the persistent
+/// corpus and the committed seeds, new inputs into the scratch's `new/`,
+/// findings into its `artifacts/`, with the soak's per-input limits, the
+/// keys to get past and an input history (on one core only: the engine's
+/// processes would share the ring).
+fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -> Result<Command> {
     let target: Target = slot.target.parse().map_err(anyhow::Error::msg)?;
     let (project, config) = (&soak.project, &soak.config);
     let corpus = Corpus::new(&soak.state, target).path();
-    let history = Some(scratch.join("history"));
+    let history = (run.cores == 1).then(|| scratch.join("history"));
+    let (secs, tolerate) = (run.secs, run.tolerate);
     Ok(match Engine::parse(&slot.engine)? {
         Engine::LibFuzzer => libfuzzer::Run {
-            seed: slice_id as u64,
+            seed: run.slice_id as u64,
             secs,
             corpus: vec![scratch.join("new"), corpus, project.seeds(target)],
             tolerate,
@@ -107,6 +119,7 @@ fn engine_command(
             ]
             .into_iter()
             .chain(soak.runs.map(|n| format!("-runs={n}")))
+            .chain((run.cores > 1).then(|| format!("-fork={}", run.cores)))
             .collect(),
             ..libfuzzer::Run::new(
                 project,
@@ -118,7 +131,7 @@ fn engine_command(
         }
         .command(),
         Engine::Honggfuzz => {
-            let run = honggfuzz::Run {
+            let hf = honggfuzz::Run {
                 driver: project.honggfuzz_driver(),
                 binary: project.honggfuzz_binary(target),
                 allocator: slot.allocator.clone(),
@@ -129,11 +142,12 @@ fn engine_command(
                 timeout_secs: config.timeout_secs,
                 rss_limit_mb: config.rss_limit_mb,
                 runs: soak.runs,
+                threads: run.cores,
                 tolerate,
                 history,
             };
-            run.prepare()?;
-            run.command()
+            hf.prepare()?;
+            hf.command()
         }
     })
 }
