@@ -8,7 +8,7 @@ allocsoak := "cargo run -q --release -p soak --"
 setup:
     ./scripts/setup
 
-# Build the fuzz targets (ASan + coverage; C allocators instrumented).
+# Build the fuzz targets (ASan + coverage; C allocators instrumented), and honggfuzz's when a slot runs it.
 build *ARGS: setup
     {{allocsoak}} build {{ARGS}}
 
