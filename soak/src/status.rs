@@ -108,11 +108,7 @@ pub fn render(
         "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift"
     )?;
     for r in &o.slots {
-        // libFuzzer's slots are the plain label; another engine's say so.
-        let slot = match r.engine.as_str() {
-            "libfuzzer" => r.label.clone(),
-            engine => format!("{} ({engine})", r.label),
-        };
+        let slot = shown_label(&r.label, &r.engine);
         writeln!(
             out,
             "{:<34} {:>6.2} {:>7} {:>8.0} {:>6} {:>7} {:>7} {:>8}  {:<6} {}",
@@ -132,6 +128,16 @@ pub fn render(
         writeln!(out, "{label:<34} {:>59}  {verdict:<6} drift only", "")?;
     }
     Ok(out)
+}
+
+/// A slot as the table and the dashboard show it: `target/allocator`
+/// for libFuzzer's, with its engine after it for another's
+/// (`alloc_ops/system (honggfuzz)`).
+pub fn shown_label(label: &str, engine: &str) -> String {
+    match engine {
+        "libfuzzer" => label.to_string(),
+        engine => format!("{label} ({engine})"),
+    }
 }
 
 /// The soak's progress now, from the store and the running slices' logs.

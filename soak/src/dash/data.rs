@@ -61,7 +61,10 @@ pub fn timeline(store: &Store, range_name: Option<&str>) -> Result<Timeline> {
         .slots()?
         .into_iter()
         .filter(|s| s.engine != "drift")
-        .map(|s| (s.id, format!("{}/{}", s.target, s.allocator)))
+        .map(|s| {
+            let label = format!("{}/{}", s.target, s.allocator);
+            (s.id, status::shown_label(&label, &s.engine))
+        })
         .collect();
     let mut stmt = store.conn().prepare(
         "SELECT slot_id, ended, execs_per_sec, cov, ft, corpus_size, peak_rss_mb, execs FROM slice
