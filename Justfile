@@ -40,7 +40,7 @@ repro WHAT *ARGS:
 
 # The CI gate: every slot one slice of SECS through the soak's pipeline; exits 1 on a
 # new finding. More flags after SECS (`--known allocsoak-known.toml`, `--corpus DIR`).
-quick SECS="15" *ARGS: setup
+quick SECS="10" *ARGS: setup
     {{allocsoak}} build
     {{allocsoak}} quick --secs {{SECS}} {{ARGS}}
 
