@@ -17,6 +17,8 @@ pub mod triage;
 pub mod zoo;
 
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use ::soak::config::Config;
 use ::soak::state::StateDir;
@@ -33,6 +35,48 @@ pub struct Pairs {
     /// An allocator to run (repeatable).
     #[arg(long = "allocator")]
     pub allocators: Vec<String>,
+}
+
+/// The slots a soak or gate runs, replacing the config's from the command line.
+#[derive(clap::Args)]
+pub struct SlotArgs {
+    /// Replace the config's targets (repeatable).
+    #[arg(long = "target")]
+    pub targets: Vec<String>,
+    /// Replace the config's allocators (repeatable).
+    #[arg(long = "allocator")]
+    pub allocators: Vec<String>,
+    /// Replace the config's engine.
+    #[arg(long)]
+    pub engine: Option<String>,
+}
+
+impl SlotArgs {
+    /// The config with these replacements (a list given drops its `[[slot]]`s).
+    pub fn apply(self, config: &mut Config) {
+        if !self.targets.is_empty() {
+            config.targets = self.targets;
+            config.slots.clear();
+        }
+        if !self.allocators.is_empty() {
+            config.allocators = Some(self.allocators);
+            config.slots.clear();
+        }
+        if let Some(engine) = self.engine {
+            config.engine = engine;
+        }
+    }
+}
+
+/// A flag SIGINT and SIGTERM set (the run then stops cleanly); a second
+/// signal ends the process at once.
+pub fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    Ok(stop)
 }
 
 /// `given`, or `all` when none were given.

@@ -2,8 +2,6 @@
 //! soak's pipeline; exits 1 on a new finding or a fixed group that is back.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use soak::config::Config;
@@ -42,15 +40,8 @@ pub struct Args {
     /// Also write the JUnit XML report here.
     #[arg(long)]
     junit: Option<PathBuf>,
-    /// Replace the config's targets (repeatable).
-    #[arg(long = "target")]
-    targets: Vec<String>,
-    /// Replace the config's allocators (repeatable).
-    #[arg(long = "allocator")]
-    allocators: Vec<String>,
-    /// Replace the config's engine.
-    #[arg(long)]
-    engine: Option<String>,
+    #[command(flatten)]
+    slots: super::SlotArgs,
 }
 
 pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
@@ -60,25 +51,11 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
     if args.secs == 0 {
         bail!("--secs 0 runs nothing; give each slot at least one second");
     }
-    if !args.targets.is_empty() {
-        config.targets = args.targets;
-        config.slots.clear();
-    }
-    if !args.allocators.is_empty() {
-        config.allocators = Some(args.allocators);
-        config.slots.clear();
-    }
-    if let Some(engine) = args.engine {
-        config.engine = engine;
-    }
+    args.slots.apply(&mut config);
     // A gate runs no drift workers: drift needs hours, not minutes.
     config.drift.cpu_share = 0.0;
     let slots = config.slots()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))?;
-        signal_hook::flag::register(signal, Arc::clone(&stop))?;
-    }
+    let stop = super::stop_flag()?;
     let options = quick::Options {
         out: args.out,
         slots,

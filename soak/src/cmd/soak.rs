@@ -2,8 +2,6 @@
 //! or SIGINT/SIGTERM, then list the groups it filed.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -22,15 +20,8 @@ pub struct Args {
     /// Slices run at once. Default: one per core.
     #[arg(long)]
     jobs: Option<usize>,
-    /// Replace the config's targets (repeatable).
-    #[arg(long = "target")]
-    targets: Vec<String>,
-    /// Replace the config's allocators (repeatable).
-    #[arg(long = "allocator")]
-    allocators: Vec<String>,
-    /// Replace the config's engine.
-    #[arg(long)]
-    engine: Option<String>,
+    #[command(flatten)]
+    slots: super::SlotArgs,
     /// Seconds per slice. Default: the config's slice_minutes.
     #[arg(long)]
     slice_secs: Option<u64>,
@@ -43,27 +34,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
-    if !args.targets.is_empty() {
-        config.targets = args.targets;
-        config.slots.clear();
-    }
-    if !args.allocators.is_empty() {
-        config.allocators = Some(args.allocators);
-        config.slots.clear();
-    }
-    if let Some(engine) = args.engine {
-        config.engine = engine;
-    }
+    args.slots.apply(&mut config);
     if let Some(share) = args.drift_share {
         config.drift.cpu_share = share;
     }
     let slots = config.slots()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal ends the process at once.
-        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))?;
-        signal_hook::flag::register(signal, Arc::clone(&stop))?;
-    }
+    let stop = super::stop_flag()?;
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let options = daemon::Options {
         state: args.state.clone(),
