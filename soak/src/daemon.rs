@@ -188,8 +188,6 @@ impl Soak {
 /// What a soak filed, for the summary.
 pub struct Summary {
     pub new_groups: Vec<String>,
-    /// What verifying the known groups at the start found.
-    pub verdicts: Vec<groups::Verdict>,
     pub run_id: i64,
 }
 
@@ -210,8 +208,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     intake::refill_all(&state, &store)?;
     // Known groups first: a fix since the last soak is marked fixed (and
     // no longer tolerated), a fixed group that is back is regressed.
-    let verdicts = groups::verify(&project, &state, &store, &options.config)?;
-    for v in &verdicts {
+    for v in groups::verify(&project, &state, &store, &options.config)? {
         if v.before != v.after {
             println!("verify {}: {} -> {}", v.id, v.before, v.after);
         }
@@ -353,7 +350,6 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     let new_groups = soak.new_groups.lock().unwrap().clone();
     Ok(Summary {
         new_groups,
-        verdicts,
         run_id: soak.run_id,
     })
 }
