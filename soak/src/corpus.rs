@@ -79,12 +79,7 @@ impl<'a> Corpus<'a> {
             .file_name()
             .expect("generation has a name")
             .to_owned();
-        let tmp = crate::state::tmp_path(&link);
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&name, &tmp)
-            .with_context(|| format!("failed to create {}", tmp.display()))?;
-        std::fs::rename(&tmp, &link)
-            .with_context(|| format!("failed to swap {}", link.display()))?;
+        crate::state::symlink_atomic(&name, &link)?;
         sync_dir(link.parent().expect("corpus has a parent"));
         Ok(())
     }

@@ -167,6 +167,17 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
         .with_context(|| format!("failed to rename {} to {}", tmp.display(), path.display()))
 }
 
+/// Points the symlink `link` at `target` (a name in its folder): a new
+/// link made beside it and renamed over it, so a reader sees the old
+/// target or the new one.
+pub fn symlink_atomic(target: &std::ffi::OsStr, link: &Path) -> Result<()> {
+    let tmp = tmp_path(link);
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)
+        .with_context(|| format!("failed to create {}", tmp.display()))?;
+    std::fs::rename(&tmp, link).with_context(|| format!("failed to swap {}", link.display()))
+}
+
 /// Copies `from` to `to` through a temporary file (see [`write_atomic`]).
 pub fn copy_atomic(from: &Path, to: &Path) -> Result<()> {
     let data = std::fs::read(from).with_context(|| format!("failed to read {}", from.display()))?;

@@ -206,11 +206,7 @@ fn run_dir(out: &Path) -> Result<PathBuf> {
     if dir.exists() {
         dir = out.join(format!("run-{stamp}-{}", std::process::id()));
     }
-    let latest = out.join("latest");
-    let tmp = crate::state::tmp_path(&latest);
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(dir.file_name().expect("run dir has a name"), &tmp)?;
-    std::fs::rename(&tmp, &latest)
-        .with_context(|| format!("failed to point {} to the new run", latest.display()))?;
+    let name = dir.file_name().expect("run dir has a name");
+    crate::state::symlink_atomic(name, &out.join("latest"))?;
     Ok(dir)
 }
