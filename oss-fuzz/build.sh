@@ -62,9 +62,13 @@ bin="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release"
 # `<target>__<allocator>` (a hard link of one binary; the harness takes the
 # allocator from its name, as ClusterFuzz sets no environment of ours), and
 # as plain `<target>` (system). Names ClusterFuzz does not take (a dylib:
-# path) are left out.
+# path) are left out, and so are the allocators soak.toml declares
+# ([[allocator]]: `allocsoak build` links those through a glue crate, which
+# this build does not make).
+mapfile -t declared < <(awk '/^\[\[allocator\]\]/ { a = 1; next } /^\[/ { a = 0 } a && $1 == "name" { gsub(/"/, "", $3); print $3 }' "$src/soak.toml")
 mapfile -t allocators < <(awk '/^\[/ { exit } $1 == "allocators" { sub(/^[^[]*\[/, ""); sub(/\].*/, ""); gsub(/[",]/, " "); print }' "$src/soak.toml" |
-    tr -s ' ' '\n' | grep -v '^$' | grep -vx system | grep -E '^[A-Za-z0-9_-]+$' || true)
+    tr -s ' ' '\n' | grep -v '^$' | grep -vx system | grep -E '^[A-Za-z0-9_-]+$' |
+    grep -vxF -f <(printf '%s\n' "${declared[@]}" system) || true)
 
 # emit NAME TARGET: the dict, seed zip and options of fuzzer NAME, a build of TARGET.
 emit() {

@@ -4,9 +4,9 @@
 //! - [`Program`] ([`op`]): the op language; decodes from bytes, prints as
 //!   text, parses back, emits a Rust `#[test]`.
 //! - [`allocator::Allocator`]: the allocator under test, by name
-//!   ([`allocator::by_name`]): `system`, `mimalloc`, `jemalloc`, `dlmalloc`,
-//!   `rlsf`, `arena` (a fixed region, [`allocator::Allocator::arena`]),
-//!   `dylib:…`, `zoo:<bug>`.
+//!   ([`allocator::by_name`]): `system`, `mimalloc`, `jemalloc`, `arena` (a
+//!   fixed region, [`allocator::Allocator::arena`]), `dylib:…`, `zoo:<bug>`,
+//!   and those a config declares ([`allocator::declare`]).
 //! - [`Executor`] with [`model::ShadowHeap`]: runs a program, panics with an
 //!   `allocsoak violation: <kind>: …` line ([`Violation`]) at the first
 //!   broken invariant; [`guard`] turns a panic inside the allocator into

@@ -1,5 +1,6 @@
 //! Correct allocators never trip the oracle: random programs of every
-//! target on every bundled allocator run clean.
+//! target on every bundled allocator, and soak.toml's declared `dlmalloc` and
+//! `rlsf`, run clean.
 
 mod common;
 
@@ -40,11 +41,13 @@ fn jemalloc_runs_clean() {
 
 #[test]
 fn dlmalloc_runs_clean() {
+    common::declare_examples();
     targets("dlmalloc", 4, &Target::ALL);
 }
 
 #[test]
 fn rlsf_runs_clean() {
+    common::declare_examples();
     targets("rlsf", 5, &Target::ALL);
 }
 

@@ -104,6 +104,20 @@ impl Project {
         self
     }
 
+    /// The same checkout without the config's declared allocators: the
+    /// plain `fuzz_targets/` build, which a config that declares none runs.
+    pub fn plain(&self) -> Project {
+        Project {
+            root: self.root.clone(),
+            declared: None,
+        }
+    }
+
+    /// Whether the fuzz targets are built from a glue crate.
+    pub fn has_declared(&self) -> bool {
+        self.declared.is_some()
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -1,10 +1,11 @@
 //! The allocator under test: one trait, adapters behind it, chosen by name.
 //!
 //! Names: `system`, `mimalloc` (and `mimalloc-secure` / `mimalloc-debug` in
-//! builds with those features), `jemalloc`, `dlmalloc`, `rlsf`, `arena`,
+//! builds with those features), `jemalloc`, `arena`,
 //! `dylib:/path/lib.so[:prefix]`, `zoo:<bug>[+<bug>...][@<base>]`, and the
 //! allocators a build declares with [`declare`] (an author's own, from the
-//! glue crate `allocsoak` generates out of a config's `[[allocator]]`).
+//! glue crate `allocsoak` generates out of a config's `[[allocator]]`;
+//! soak.toml declares `dlmalloc` and `rlsf` that way).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -271,18 +272,6 @@ pub fn linked_c(name: &'static str, fns: CFunctions) -> Dylib {
 fn bundled() -> Vec<(&'static str, Make)> {
     let mut list: Vec<(&'static str, Make)> = vec![
         ("system", || Box::new(system::System)),
-        ("dlmalloc", || {
-            Box::new(GlobalAllocAdapter::new(
-                "dlmalloc",
-                dlmalloc::GlobalDlmalloc,
-            ))
-        }),
-        ("rlsf", || {
-            Box::new(GlobalAllocAdapter::new(
-                "rlsf",
-                rlsf::GlobalTlsf::<()>::new(),
-            ))
-        }),
         ("arena", || Box::new(arena::FixedArena::new())),
     ];
     #[cfg(feature = "mimalloc")]

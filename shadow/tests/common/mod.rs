@@ -119,3 +119,16 @@ pub fn quiet_panics() {
         }))
     });
 }
+
+/// Declares `dlmalloc` and `rlsf` as soak.toml's `[[allocator]]` entries do
+/// (the glue crate's `register`): they are examples of a declared
+/// allocator, not bundled ones. Safe to call twice.
+pub fn declare_examples() {
+    use shadow::allocator::{declare, GlobalAllocAdapter};
+    declare("dlmalloc", || {
+        Box::new(GlobalAllocAdapter::new("dlmalloc", dlmalloc::GlobalDlmalloc))
+    });
+    declare("rlsf", || {
+        Box::new(GlobalAllocAdapter::new("rlsf", rlsf::GlobalTlsf::<()>::new()))
+    });
+}

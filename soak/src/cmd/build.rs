@@ -1,5 +1,6 @@
 //! `allocsoak build`: the fuzz targets, the drift build, and the honggfuzz
-//! build when a slot runs honggfuzz.
+//! build when a slot runs honggfuzz; from the glue crate when the config
+//! declares allocators, and plain as well.
 
 use anyhow::Result;
 use soak::config::Config;
@@ -31,12 +32,21 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         .map(|a| Build::for_allocator(a))
         .collect();
     builds.dedup();
-    for build in builds {
-        project.build(build)?;
+    // With declared allocators the plain targets are built first (the glue
+    // build reuses what they compiled): a config that declares none, such
+    // as a test's or a `--config` of one slot, runs them.
+    let projects = match project.has_declared() {
+        true => vec![project.plain(), project],
+        false => vec![project],
+    };
+    for project in projects {
+        for &build in &builds {
+            project.build(build)?;
+        }
+        if engines.contains(&Engine::Honggfuzz) {
+            project.build_honggfuzz()?;
+        }
+        project.build_drift()?;
     }
-    if engines.contains(&Engine::Honggfuzz) {
-        project.build_honggfuzz()?;
-    }
-    project.build_drift()?;
     Ok(true)
 }
