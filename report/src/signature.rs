@@ -166,7 +166,8 @@ impl Signature {
     /// violation key for a violation, `asan: <title>` for a sanitizer
     /// report (the harness signs each report it sees the same way); `None`
     /// for a leak, an assertion, a crash, a timeout or out-of-memory, which
-    /// no harness gets past.
+    /// no harness gets past, and for a deadly signal ([`DEADLY`]): ASan
+    /// ends the process after one, tolerated or not.
     pub fn tolerance_key(&self) -> Option<String> {
         if let Some(key) = self.violation_key() {
             return Some(key.to_string());
@@ -174,7 +175,8 @@ impl Signature {
         let sanitizer = !matches!(
             self.kind.as_str(),
             "leak" | "assertion" | "crash" | "timeout" | "oom"
-        ) && self.message.starts_with(self.kind.as_str());
+        ) && !DEADLY.contains(&self.kind.as_str())
+            && self.message.starts_with(self.kind.as_str());
         sanitizer.then(|| format!("asan: {}", self.title()))
     }
 
@@ -194,6 +196,12 @@ impl Signature {
         }
     }
 }
+
+/// The sanitizer error types of a deadly signal (`ERROR: AddressSanitizer:
+/// SEGV on unknown address`): ASan reports it from its signal handler and
+/// then ends the process whatever the report callback does, so such a
+/// report is never tolerated; its group's later crashes are repeats.
+pub const DEADLY: [&str; 6] = ["SEGV", "BUS", "FPE", "ILL", "ABRT", "stack-overflow"];
 
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -237,6 +245,21 @@ mod tests {
         assert_eq!(a.tolerance_key(), None);
         assert_eq!(a.id(), Signature::rss_drift("alloc_ops/system").id());
         assert_ne!(a.id(), Signature::rss_drift("heap_api/system").id());
+    }
+
+    #[test]
+    fn a_deadly_signal_is_never_tolerated() {
+        let log = "AddressSanitizer:DEADLYSIGNAL\n\
+                   ==1==ERROR: AddressSanitizer: SEGV on unknown address 0x0001f0 (pc 0x55 bp 0x7f sp 0x7f T0)\n\
+                   ==1==The signal is caused by a WRITE memory access.\n\
+                   \x20   #0 0x55 in shadow::allocator::zoo::Zoo::class_of /w/shadow/src/allocator/zoo/mod.rs:180:9\n\
+                   SUMMARY: AddressSanitizer: SEGV /w/shadow/src/allocator/zoo/mod.rs:180:9 in class_of\n";
+        let sig = Signature::from_log(log, "").unwrap();
+        assert_eq!(sig.kind, "SEGV");
+        assert_eq!(sig.tolerance_key(), None, "{}", sig.title());
+        let uaf = "==9==ERROR: AddressSanitizer: heap-use-after-free on address 0x7b at pc 0x55\n\
+                   \x20   #0 0x55 in f /w/a.c:1:1\n";
+        assert!(Signature::from_log(uaf, "").unwrap().tolerance_key().is_some());
     }
 
     #[test]

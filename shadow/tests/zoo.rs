@@ -33,6 +33,7 @@ fn reaching(bug: Bug) -> String {
         Bug::LeakOnShrink => "target alloc_ops\nalloc size=4096 align=8\nrealloc slot=0 to=100\n",
         Bug::MisalignedReallocShort => "target alloc_ops\nalloc size=8 align=16\nrealloc slot=0 to=64\n",
         Bug::PanicClass => "target alloc_ops\nalloc size=2500 align=8\n",
+        Bug::WildWrite => "target alloc_ops\nalloc size=3700 align=8\n",
         Bug::TinyReallocShort => "target alloc_ops\nalloc size=12 align=8\nrealloc slot=0 to=double\n",
         Bug::LatentCorruption => "target alloc_ops\nalloc size=3100 align=8\nfree slot=0\n",
         Bug::HugeTruncate => "target alloc_ops\nalloc size=4294967312 align=8\n",
@@ -55,7 +56,8 @@ fn reaching(bug: Bug) -> String {
 /// What the shadow model alone reports for the bug, in-process. `None`:
 /// the bug corrupts the real heap before the model can look (ASan finds it
 /// first, in `just zoo`), it is a leak (LeakSanitizer's and the RSS
-/// monitor's), it hides behind another bug (tests/tolerance.rs) or it
+/// monitor's), it kills the process (a SIGSEGV: `soak/tests/past_first_bug.rs`),
+/// it hides behind another bug (tests/tolerance.rs) or it
 /// needs a race (tests/race.rs) or a program after it (below), so the
 /// program is not run here.
 fn in_process_kind(bug: Bug) -> Option<&'static str> {
@@ -67,7 +69,8 @@ fn in_process_kind(bug: Bug) -> Option<&'static str> {
         | Bug::SlowLeak
         | Bug::MisalignedReallocShort
         | Bug::RacyFreeList
-        | Bug::LatentCorruption => None,
+        | Bug::LatentCorruption
+        | Bug::WildWrite => None,
         _ => Some(bug.expected_kinds()[0]),
     }
 }

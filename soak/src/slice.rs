@@ -260,7 +260,11 @@ pub fn finish(
         rss_limit_mb: soak.config.rss_limit_mb,
     };
     let (mut new_groups, mut repeats, mut findings) = (0, 0, 0);
-    for artifact in engine.artifacts(&scratch.join("artifacts"))? {
+    let mut artifacts = engine.artifacts(&scratch.join("artifacts"))?;
+    if artifacts.is_empty() && !stopped && engine == Engine::LibFuzzer {
+        artifacts.extend(lost_input(scratch, &log, history.as_deref())?);
+    }
+    for artifact in artifacts {
         let filed = match intake::file(&soak.state, &soak.store, &src, &artifact, &log) {
             Ok(f) => f,
             Err(e) => {
@@ -335,6 +339,34 @@ pub fn finish(
     }
     crate::state::remove_scratch(scratch)?;
     Ok(())
+}
+
+/// The input a libFuzzer process died of when it wrote none: its log
+/// reports a finding, but `artifacts/` is empty (the process died while
+/// it loaded the corpus, of two threads' reports at once, or of a signal
+/// libFuzzer's handler never saw). The input history's newest entry is
+/// the input that was running; it is written into `artifacts/` as
+/// `crash-history-<hash>`, to be filed as any other. None without a
+/// report or a history, and then the slice's log, kept in `logs/`, is all
+/// there is.
+fn lost_input(scratch: &Path, log: &str, history: Option<&Path>) -> Result<Option<PathBuf>> {
+    let Some(kind) = report::kind(log) else {
+        return Ok(None);
+    };
+    let newest = history.and_then(|h| shadow::history::read(h).ok()?.pop());
+    let Some(input) = newest else {
+        eprintln!(
+            "allocsoak: a slice died of `{kind}` without writing its input, and has no input history (a slot of several cores); its log is kept in logs/"
+        );
+        return Ok(None);
+    };
+    // FNV-1a: a stable name, so a retried finish finds the same file.
+    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    let path = scratch.join(format!("artifacts/crash-history-{hash:016x}"));
+    crate::state::write_atomic(&path, &input)?;
+    Ok(Some(path))
 }
 
 /// The tolerated-violation counts a log reports (`allocsoak tolerated: N × key`,

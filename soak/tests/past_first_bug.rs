@@ -1,7 +1,8 @@
 //! End-to-end: a soak gets past every kind of first bug to the ones behind
 //! it — a bug only reachable through a sound violation, a panic inside the
 //! allocator, a sanitizer report — and keys two bugs of one kind in two
-//! size tiers apart. The real daemon and fuzz binaries, as in `soak.rs`.
+//! size tiers apart; a deadly signal that left no input is filed from the
+//! slice's input history, once. The real daemon and fuzz binaries, as in `soak.rs`.
 
 mod common;
 
@@ -152,6 +153,28 @@ fn a_sanitizer_report_is_got_past_once_filed() {
         slices_before,
         &String::from_utf8_lossy(&out.stdout),
     );
+}
+
+#[test]
+fn a_deadly_signal_that_left_no_input_is_filed_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // wild-write's SEGV: ASan reports it from its signal handler and ends
+    // the process holding its crash state, so libFuzzer writes no input.
+    // The slice's input history has it; a SEGV is never tolerated, so
+    // every later slice dies of it too, and files a repeat of the group.
+    let out = soak_alloc_ops(&state, "zoo:wild-write", "60", &["--slice-secs", "15"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let filed = groups(&state);
+    assert_eq!(kinds(&state), vec!["SEGV"], "{filed:?}\n{stdout}");
+    assert_eq!(filed.len(), 1, "{filed:?}\n{stdout}");
+    let (id, _, crashes, _, title) = &filed[0];
+    assert!(title.contains("class_of"), "{title}");
+    assert!(*crashes >= 2, "{crashes} crashes\n{stdout}");
+    let folder = state.join("crashes").join(id);
+    assert!(folder.join("original").is_file(), "{}", folder.display());
+    assert!(folder.join("program.txt").is_file(), "{}", folder.display());
 }
 
 #[test]

@@ -42,6 +42,11 @@ pub enum Bug {
     MisalignedReallocShort,
     /// Requests of 2049..=3072 bytes panic in the size-class lookup.
     PanicClass,
+    /// Requests of 3585..=4000 bytes write through a null pointer in the
+    /// size-class lookup: a SIGSEGV. ASan reports the deadly signal and
+    /// ends the process holding its crash state, so libFuzzer writes no
+    /// input: only the soak's input history files it.
+    WildWrite,
     /// Growing a 9..=16-byte block copies one byte too few: a second
     /// realloc-prefix bug, in another size tier than `ShortReallocCopy`.
     TinyReallocShort,
@@ -99,7 +104,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 31] = [
+    pub const ALL: [Bug; 32] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -114,6 +119,7 @@ impl Bug {
         Bug::LeakOnShrink,
         Bug::MisalignedReallocShort,
         Bug::PanicClass,
+        Bug::WildWrite,
         Bug::TinyReallocShort,
         Bug::RacyFreeList,
         Bug::LatentCorruption,
@@ -149,6 +155,7 @@ impl Bug {
             Bug::LeakOnShrink => "leak-on-shrink",
             Bug::MisalignedReallocShort => "misaligned-realloc-short",
             Bug::PanicClass => "panic-class",
+            Bug::WildWrite => "wild-write",
             Bug::TinyReallocShort => "tiny-realloc-short",
             Bug::RacyFreeList => "racy-free-list",
             Bug::LatentCorruption => "latent-corruption",
@@ -228,6 +235,7 @@ impl Bug {
             Bug::CapacityLeak => &["capacity-leak"],
             Bug::SlowLeak => &["rss-drift"],
             Bug::PanicClass | Bug::LatentCorruption => &["panic"],
+            Bug::WildWrite => &["SEGV"],
             // A block on the list twice is handed out to two owners; which
             // check sees it first depends on what they do with it.
             Bug::RacyFreeList => &["overlap", "contents", "realloc-prefix"],

@@ -37,6 +37,7 @@ const PANIC_CLASS: RangeInclusive<usize> = 2049..=3072;
 const TINY_REALLOC: RangeInclusive<usize> = 9..=16;
 const RACY: RangeInclusive<usize> = 257..=1024;
 const LATENT: RangeInclusive<usize> = 3073..=3584;
+const WILD_WRITE: RangeInclusive<usize> = 3585..=4000;
 const LARGE_HOLE_MIN: usize = 64 << 10;
 const LARGE_DIRTY_MIN: usize = 128 << 10;
 const FULL_PAGE: RangeInclusive<usize> = 17..=256;
@@ -169,11 +170,18 @@ impl Zoo {
         align <= 16 && self.has(Bug::RacyFreeList) && RACY.contains(&size)
     }
 
-    /// The size-class lookup `PanicClass` and `LatentCorruption` break.
+    /// The size-class lookup `PanicClass`, `WildWrite` and
+    /// `LatentCorruption` break.
     fn class_of(&self, size: usize) {
         if self.has(Bug::PanicClass) && PANIC_CLASS.contains(&size) {
             static CLASSES: [u8; 40] = [0; 40];
             let _ = std::hint::black_box(CLASSES[(size - 2049) / 128 + 40]);
+        }
+        if self.has(Bug::WildWrite) && WILD_WRITE.contains(&size) {
+            // The range's class was never set up: its free-list head is
+            // null, and counting the request writes through it.
+            let counts: *mut u64 = std::hint::black_box(std::ptr::null_mut());
+            unsafe { counts.add(size / 64).write_volatile(1) };
         }
         if size <= 64
             && self.has(Bug::LatentCorruption)
