@@ -8,10 +8,10 @@
 //! the deadline or SIGINT/SIGTERM. The main thread prints progress and
 //! talks to systemd.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -20,12 +20,13 @@ use shadow::Target;
 use crate::config::{Config, Slot};
 use crate::corpus::Corpus;
 use crate::engine::Engine;
-use crate::intake::{self, Filed};
+use crate::intake;
 use crate::notify::Notifier;
 use crate::project::{Build, Project};
 use crate::scheduler::{self, Rng};
 use crate::state::StateDir;
-use crate::store::{SlotRow, Store};
+use crate::store::Store;
+use crate::running::Soak;
 use crate::{groups, rss, slice, status};
 
 /// What a soak is asked to do.
@@ -47,64 +48,7 @@ pub struct Options {
     pub runs: Option<u64>,
 }
 
-/// The running soak, shared by its workers.
-pub struct Soak {
-    pub project: Project,
-    pub state: StateDir,
-    pub store: Mutex<Store>,
-    pub config: Config,
-    pub stop: Arc<AtomicBool>,
-    slots: Vec<(Slot, i64)>,
-    busy: Mutex<HashSet<i64>>,
-    cores: scheduler::Cores,
-    /// Slots that ran a slice, in a soak that runs each once.
-    ran: Option<Mutex<HashSet<i64>>>,
-    pub runs: Option<u64>,
-    merging: HashMap<Target, Mutex<()>>,
-    rng: Mutex<Rng>,
-    new_groups: Mutex<Vec<String>>,
-    run_id: i64,
-    deadline: Instant,
-    slice_secs: u64,
-}
-
 impl Soak {
-    pub fn lock_store(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn slot(&self, id: i64) -> Result<SlotRow> {
-        self.lock_store().slot_by_id(id)
-    }
-
-    /// The cores a slot's slice spreads over (its `cores`, 1 for a slot
-    /// this soak was not given).
-    pub fn slot_cores(&self, id: i64) -> usize {
-        self.slots
-            .iter()
-            .find(|(_, i)| *i == id)
-            .map_or(1, |(s, _)| s.cores)
-    }
-
-    /// Held while a target's corpus is merged or pruned.
-    pub fn merge_lock(&self, target: Target) -> MutexGuard<'_, ()> {
-        self.merging[&target]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn filed(&self, f: &Filed) {
-        self.new_groups.lock().unwrap().push(f.group_id.clone());
-    }
-
-    /// Whether a target's corpus is due a prune: `prune_hours` after the
-    /// last one, or after its first merge.
-    pub fn prune_due(&self, target: Target) -> Result<bool> {
-        let since = self.lock_store().last_prune(target.name())?;
-        let hours = self.config.prune_hours;
-        Ok(since.is_some_and(|t| (crate::store::now() - t) as f64 >= hours * 3600.0))
-    }
-
     /// The next slot to run: in a soak that runs each slot once, the
     /// first that has not run (None when all have), else [`Soak::draw`].
     fn next(&self) -> Result<Option<i64>> {

@@ -42,6 +42,7 @@ pub mod project;
 pub mod quick;
 pub mod repro;
 pub mod rss;
+pub mod running;
 pub mod scheduler;
 pub mod sequence;
 pub mod slice;

@@ -183,8 +183,29 @@ pub fn final_stat(log: &str, name: &str) -> u64 {
                 .parse()
                 .ok()
         })
-        .last()
+        .next_back()
         .unwrap_or(0)
+}
+
+
+/// The findings libFuzzer wrote: crash, leak, timeout and OOM inputs.
+/// (Slow-unit reports are not findings and stay in the scratch.)
+pub fn artifacts(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        if ["crash-", "leak-", "timeout-", "oom-"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -222,24 +243,4 @@ mod tests {
             })
         );
     }
-}
-
-/// The findings libFuzzer wrote: crash, leak, timeout and OOM inputs.
-/// (Slow-unit reports are not findings and stay in the scratch.)
-pub fn artifacts(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let name = path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        if ["crash-", "leak-", "timeout-", "oom-"]
-            .iter()
-            .any(|p| name.starts_with(p))
-        {
-            found.push(path);
-        }
-    }
-    found.sort();
-    Ok(found)
 }

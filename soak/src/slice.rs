@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use shadow::Target;
 
 use crate::corpus::{count_files, Corpus};
-use crate::daemon::Soak;
+use crate::running::Soak;
 use crate::engine::Engine;
 use crate::intake::{self, Source};
 use crate::project::Build;

@@ -1,0 +1,78 @@
+//! The running soak: what its workers share (the project, the state dir
+//! and its store, the config, the stop flag, the slots and their locks).
+//! The daemon ([`crate::daemon`]) makes it and schedules on it; a slice
+//! ([`crate::slice`]) runs and files through it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use anyhow::Result;
+use shadow::Target;
+
+use crate::config::{Config, Slot};
+use crate::intake::Filed;
+use crate::project::Project;
+use crate::scheduler::{self, Rng};
+use crate::state::StateDir;
+use crate::store::{SlotRow, Store};
+
+/// The running soak, shared by its workers.
+pub struct Soak {
+    pub project: Project,
+    pub state: StateDir,
+    pub store: Mutex<Store>,
+    pub config: Config,
+    pub stop: Arc<AtomicBool>,
+    pub(crate) slots: Vec<(Slot, i64)>,
+    pub(crate) busy: Mutex<HashSet<i64>>,
+    pub(crate) cores: scheduler::Cores,
+    /// Slots that ran a slice, in a soak that runs each once.
+    pub(crate) ran: Option<Mutex<HashSet<i64>>>,
+    pub runs: Option<u64>,
+    pub(crate) merging: HashMap<Target, Mutex<()>>,
+    pub(crate) rng: Mutex<Rng>,
+    pub(crate) new_groups: Mutex<Vec<String>>,
+    pub(crate) run_id: i64,
+    pub(crate) deadline: Instant,
+    pub(crate) slice_secs: u64,
+}
+
+impl Soak {
+    pub fn lock_store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn slot(&self, id: i64) -> Result<SlotRow> {
+        self.lock_store().slot_by_id(id)
+    }
+
+    /// The cores a slot's slice spreads over (its `cores`, 1 for a slot
+    /// this soak was not given).
+    pub fn slot_cores(&self, id: i64) -> usize {
+        self.slots
+            .iter()
+            .find(|(_, i)| *i == id)
+            .map_or(1, |(s, _)| s.cores)
+    }
+
+    /// Held while a target's corpus is merged or pruned.
+    pub fn merge_lock(&self, target: Target) -> MutexGuard<'_, ()> {
+        self.merging[&target]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn filed(&self, f: &Filed) {
+        self.new_groups.lock().unwrap().push(f.group_id.clone());
+    }
+
+    /// Whether a target's corpus is due a prune: `prune_hours` after the
+    /// last one, or after its first merge.
+    pub fn prune_due(&self, target: Target) -> Result<bool> {
+        let since = self.lock_store().last_prune(target.name())?;
+        let hours = self.config.prune_hours;
+        Ok(since.is_some_and(|t| (crate::store::now() - t) as f64 >= hours * 3600.0))
+    }
+}
