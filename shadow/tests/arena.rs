@@ -95,15 +95,22 @@ fn lost_capacity_is_found_at_the_end_of_the_program() {
 }
 
 /// An arena allocator that keeps no count of free bytes: only the largest
-/// block it serves is compared.
-struct Uncounted(&'static dyn Allocator);
+/// block it serves is compared. It serves alignments up to its second
+/// field, as an embedded heap may serve 8 and no more.
+struct Uncounted(&'static dyn Allocator, usize);
 
 impl Allocator for Uncounted {
     fn name(&self) -> &str {
         "uncounted"
     }
+    fn max_align(&self) -> usize {
+        self.1
+    }
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        self.0.alloc(size, align, zeroed)
+        match align > self.1 {
+            true => std::ptr::null_mut(),
+            false => self.0.alloc(size, align, zeroed),
+        }
     }
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
         self.0.realloc(p, old, align, new_size)
@@ -121,21 +128,27 @@ impl Allocator for Uncounted {
 
 #[test]
 fn without_a_count_a_loss_that_splits_the_region_is_found_by_size_search() {
-    // A region of its own, so where the lost bytes land does not depend
-    // on what earlier tests left in the shared one.
-    let base: &'static dyn Allocator = Box::leak(Box::new(FixedArena::new()));
-    let zoo = Zoo::new("zoo:capacity-leak@fresh", "capacity-leak", base).unwrap();
-    let alloc: &'static dyn Allocator = Box::leak(Box::new(Uncounted(Box::leak(Box::new(zoo)))));
-    // The lost bytes land after a 5 MB block: the largest free block left
-    // once everything is freed is about 3 MB.
-    let program = common::program(
-        "target alloc_ops\nalloc size=5000000 align=8\nalloc size=3000 align=8\nrealloc slot=1 to=100\n",
-    );
-    let line = common::caught(&program, alloc).expect_err("a capacity-leak");
-    assert!(
-        line.starts_with("allocsoak violation: capacity-leak: op #3 `end of program` (end): largest block served "),
-        "{line}"
-    );
+    // Also by an allocator that serves 8-aligned blocks and no more: the
+    // search probes with the alignment it serves.
+    for max_align in [shadow::edges::MAX_ALIGN, 8] {
+        // A region of its own, so where the lost bytes land does not depend
+        // on what earlier tests left in the shared one.
+        let base: &'static dyn Allocator = Box::leak(Box::new(FixedArena::new()));
+        let zoo = Zoo::new("zoo:capacity-leak@fresh", "capacity-leak", base).unwrap();
+        let alloc: &'static dyn Allocator =
+            Box::leak(Box::new(Uncounted(Box::leak(Box::new(zoo)), max_align)));
+        // The lost bytes land after a 5 MB block: the largest free block left
+        // once everything is freed is about 3 MB.
+        let program = common::program(
+            "target alloc_ops\nalloc size=5000000 align=8\nalloc size=3000 align=8\nrealloc slot=1 to=100\n",
+        );
+        let line = common::caught(&program, alloc)
+            .expect_err(&format!("a capacity-leak (max_align {max_align})"));
+        assert!(
+            line.starts_with("allocsoak violation: capacity-leak: op #3 `end of program` (end): largest block served "),
+            "max_align {max_align}: {line}"
+        );
+    }
 }
 
 /// `arena`'s region through `GlobalAlloc`, as a user's fixed-region

@@ -27,7 +27,10 @@
 use super::Executor;
 use crate::violation::Violation;
 
-/// Alignment of the blocks the capacity check probes with: malloc's.
+/// Alignment of the blocks the capacity check probes with: malloc's, or
+/// the allocator's largest when that is less (an embedded heap that
+/// serves 8-aligned blocks only would refuse every probe, and its
+/// capacity would read 0 at the start and the end alike).
 const PROBE_ALIGN: usize = 16;
 
 /// What an arena allocator can serve, measured when a program starts and
@@ -88,7 +91,7 @@ impl Executor {
         // The count is read before the probes, none of them live.
         let arena = self.guarded(|| self.alloc.arena())?;
         Some(Capacity {
-            largest: self.largest_servable(arena.size, PROBE_ALIGN),
+            largest: self.largest_servable(arena.size, PROBE_ALIGN.min(self.alloc.max_align())),
             free: arena.free,
         })
     }

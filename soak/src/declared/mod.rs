@@ -206,9 +206,15 @@ impl Declared {
     /// what the test's crate needs to build them.
     pub fn test_setup(&self, config: &Path) -> String {
         let base = config.parent().unwrap_or(Path::new("."));
+        // The entry's `dependencies` too: its expression names them.
+        let more: String = self
+            .dependencies
+            .iter()
+            .map(|(k, v)| format!("    // {k} = {v}\n"))
+            .collect();
         let needs = match (&self.krate, &self.c) {
             (Some(k), _) => format!(
-                "    // `{}` is declared in {}: this test needs\n    // {k} = {} in [dev-dependencies].\n",
+                "    // `{}` is declared in {}: this test needs in [dev-dependencies]\n    // {k} = {}\n{more}",
                 self.name,
                 config.display(),
                 toml::Value::Table(self.dependency(base))
@@ -295,6 +301,16 @@ mod tests {
             line.contains("linked_c(\"mine\", unsafe { allocsoak_c_mine() }).with_arena(65536).with_max_align(64)"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn an_emitted_test_names_every_dependency_the_expression_needs() {
+        let d = entry("crate = \"umm-malloc-sys\"\nversion = \"0.3\"\nnew = \"x()\"\ndependencies = { critical-section = { version = \"1\", features = [\"std\"] } }\n");
+        d.check().unwrap();
+        let setup = d.test_setup(Path::new("/r/allocsoak.toml"));
+        for needed in ["// umm-malloc-sys = { version = \"0.3\" }", "// critical-section = "] {
+            assert!(setup.contains(needed), "{needed} missing:\n{setup}");
+        }
     }
 
     #[test]
