@@ -37,7 +37,7 @@ const PROBE_ALIGN: usize = 16;
 /// once it has freed everything.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Capacity {
-    /// The largest block of [`PROBE_ALIGN`] it serves.
+    /// The largest block it serves, of [`PROBE_ALIGN`] or its `max_align`.
     largest: usize,
     /// Its own count of free bytes, if it keeps one.
     free: Option<usize>,
