@@ -164,7 +164,7 @@ fn a_deadly_signal_that_left_no_input_is_filed_once() {
     // the process holding its crash state, so libFuzzer writes no input.
     // The slice's input history has it; a SEGV is never tolerated, so
     // every later slice dies of it too, and files a repeat of the group.
-    let out = soak_alloc_ops(&state, "zoo:wild-write", "60", &["--slice-secs", "15"]);
+    let out = soak_alloc_ops(&state, "zoo:wild-write", "30", &["--slice-secs", "10"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
     assert_eq!(kinds(&state), vec!["SEGV"], "{filed:?}\n{stdout}");
