@@ -259,7 +259,10 @@ mod tests {
         assert_eq!(sig.tolerance_key(), None, "{}", sig.title());
         let uaf = "==9==ERROR: AddressSanitizer: heap-use-after-free on address 0x7b at pc 0x55\n\
                    \x20   #0 0x55 in f /w/a.c:1:1\n";
-        assert!(Signature::from_log(uaf, "").unwrap().tolerance_key().is_some());
+        assert!(Signature::from_log(uaf, "")
+            .unwrap()
+            .tolerance_key()
+            .is_some());
     }
 
     #[test]

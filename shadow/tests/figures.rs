@@ -153,7 +153,11 @@ fn allocators_without_figures_report_none() {
     // A `GlobalAlloc` (how soak.toml declares dlmalloc and rlsf) has none.
     let dlmalloc = shadow::allocator::GlobalAllocAdapter::new("dlmalloc", dlmalloc::GlobalDlmalloc);
     let rlsf = shadow::allocator::GlobalAllocAdapter::new("rlsf", rlsf::GlobalTlsf::<()>::new());
-    for a in [&dlmalloc as &dyn Allocator, &rlsf, by_name("arena").unwrap()] {
+    for a in [
+        &dlmalloc as &dyn Allocator,
+        &rlsf,
+        by_name("arena").unwrap(),
+    ] {
         assert_eq!(a.memory_figures(), vec![], "{}", a.name());
     }
 }

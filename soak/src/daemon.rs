@@ -23,10 +23,10 @@ use crate::engine::Engine;
 use crate::intake;
 use crate::notify::Notifier;
 use crate::project::{Build, Project};
+use crate::running::Soak;
 use crate::scheduler::{self, Rng};
 use crate::state::StateDir;
 use crate::store::Store;
-use crate::running::Soak;
 use crate::{groups, rss, slice, status};
 
 /// What a soak is asked to do.

@@ -187,7 +187,6 @@ pub fn final_stat(log: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-
 /// The findings libFuzzer wrote: crash, leak, timeout and OOM inputs.
 /// (Slow-unit reports are not findings and stay in the scratch.)
 pub fn artifacts(dir: &Path) -> Result<Vec<PathBuf>> {

@@ -12,10 +12,10 @@ use serde::{Deserialize, Serialize};
 use shadow::Target;
 
 use crate::corpus::{count_files, Corpus};
-use crate::running::Soak;
 use crate::engine::Engine;
 use crate::intake::{self, Source};
 use crate::project::Build;
+use crate::running::Soak;
 use crate::scheduler::{self, Yield};
 use crate::store::SliceStats;
 use crate::store::SlotRow;

@@ -126,9 +126,15 @@ pub fn quiet_panics() {
 pub fn declare_examples() {
     use shadow::allocator::{declare, GlobalAllocAdapter};
     declare("dlmalloc", || {
-        Box::new(GlobalAllocAdapter::new("dlmalloc", dlmalloc::GlobalDlmalloc))
+        Box::new(GlobalAllocAdapter::new(
+            "dlmalloc",
+            dlmalloc::GlobalDlmalloc,
+        ))
     });
     declare("rlsf", || {
-        Box::new(GlobalAllocAdapter::new("rlsf", rlsf::GlobalTlsf::<()>::new()))
+        Box::new(GlobalAllocAdapter::new(
+            "rlsf",
+            rlsf::GlobalTlsf::<()>::new(),
+        ))
     });
 }

@@ -308,7 +308,10 @@ mod tests {
         let d = entry("crate = \"umm-malloc-sys\"\nversion = \"0.3\"\nnew = \"x()\"\ndependencies = { critical-section = { version = \"1\", features = [\"std\"] } }\n");
         d.check().unwrap();
         let setup = d.test_setup(Path::new("/r/allocsoak.toml"));
-        for needed in ["// umm-malloc-sys = { version = \"0.3\" }", "// critical-section = "] {
+        for needed in [
+            "// umm-malloc-sys = { version = \"0.3\" }",
+            "// critical-section = ",
+        ] {
             assert!(setup.contains(needed), "{needed} missing:\n{setup}");
         }
     }
