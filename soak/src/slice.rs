@@ -360,10 +360,8 @@ fn lost_input(scratch: &Path, log: &str, history: Option<&Path>) -> Result<Optio
         );
         return Ok(None);
     };
-    // FNV-1a: a stable name, so a retried finish finds the same file.
-    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
-    });
+    // A stable name, so a retried finish finds the same file.
+    let hash = crate::state::stable_hash(&input);
     let path = scratch.join(format!("artifacts/crash-history-{hash:016x}"));
     crate::state::write_atomic(&path, &input)?;
     Ok(Some(path))

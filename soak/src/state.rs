@@ -202,6 +202,14 @@ pub fn remove_scratch(dir: &Path) -> Result<()> {
     }
 }
 
+/// FNV-1a of `bytes`: a hash for names that must come out the same in
+/// every build and run (std's hasher is seeded per process).
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
 /// A dotted temporary name in the same folder, so the rename stays on one
 /// file system; names starting with `.tmp-` are leftovers a restart removes.
 pub fn tmp_path(path: &Path) -> PathBuf {

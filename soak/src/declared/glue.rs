@@ -44,13 +44,7 @@ impl Glue {
         let stem = path
             .file_stem()
             .map_or("config".into(), |s| s.to_string_lossy().into_owned());
-        // FNV-1a: stable across builds, unlike std's hasher.
-        let hash = path
-            .to_string_lossy()
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-            });
+        let hash = crate::state::stable_hash(path.to_string_lossy().as_bytes());
         Glue {
             dir: root
                 .join("target/allocsoak/declared")
