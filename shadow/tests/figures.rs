@@ -6,6 +6,8 @@
 //! The figures are the process's, so the tests here run one at a time;
 //! other threads of the test harness allocate too, hence the slack.
 
+mod common;
+
 use std::sync::{Mutex, MutexGuard};
 
 use shadow::allocator::{by_name, Allocator, PurgeDelay};
@@ -151,13 +153,8 @@ fn the_zoo_reports_its_base() {
 #[test]
 fn allocators_without_figures_report_none() {
     // A `GlobalAlloc` (how soak.toml declares dlmalloc and rlsf) has none.
-    let dlmalloc = shadow::allocator::GlobalAllocAdapter::new("dlmalloc", dlmalloc::GlobalDlmalloc);
-    let rlsf = shadow::allocator::GlobalAllocAdapter::new("rlsf", rlsf::GlobalTlsf::<()>::new());
-    for a in [
-        &dlmalloc as &dyn Allocator,
-        &rlsf,
-        by_name("arena").unwrap(),
-    ] {
-        assert_eq!(a.memory_figures(), vec![], "{}", a.name());
+    common::declare_examples();
+    for name in ["dlmalloc", "rlsf", "arena"] {
+        assert_eq!(by_name(name).unwrap().memory_figures(), vec![], "{name}");
     }
 }
