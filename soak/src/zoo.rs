@@ -85,7 +85,10 @@ impl Case {
 
 /// The budget of every case.
 pub struct Budget {
+    /// How long a control runs.
     pub secs: u64,
+    /// How long a bug may take to be found.
+    pub bug_secs: u64,
     pub seed: u64,
     pub jobs: usize,
 }
@@ -123,7 +126,10 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
                 };
                 let run = Run {
                     seed: budget.seed,
-                    secs: budget.secs,
+                    secs: match case.bug {
+                        Some(_) => budget.bug_secs,
+                        None => budget.secs,
+                    },
                     tolerate,
                     ..Run::new(
                         project,
@@ -156,11 +162,19 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
         if !case.passes(kind) {
             ok = false;
             eprintln!(
-                "zoo: {} on {} failed; log: {}",
+                "zoo: {} on {} failed: expected {}, found {} after {:.0} s; log: {}",
                 case.label(),
                 case.target,
+                case.expected(),
+                kind.unwrap_or("none"),
+                outcome.secs,
                 outcome.log.display()
             );
+            let log = std::fs::read_to_string(&outcome.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            for line in &lines[lines.len().saturating_sub(12)..] {
+                eprintln!("  | {line}");
+            }
         }
         match case.bug {
             Some(bug) => found += kind.is_some_and(|k| bug.expected_kinds().contains(&k)) as usize,

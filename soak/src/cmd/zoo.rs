@@ -8,9 +8,14 @@ use soak::zoo;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seconds per case (a found bug ends its case early).
+    /// Seconds each control must run clean.
     #[arg(long, default_value_t = 60)]
     secs: u64,
+    /// The longest a planted bug may take to be found (a found bug ends
+    /// its case early; most take seconds, a few a minute on a loaded
+    /// machine).
+    #[arg(long, default_value_t = 300)]
+    bug_secs: u64,
     /// libFuzzer seed, for repeatable runs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -39,6 +44,7 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let budget = zoo::Budget {
         secs: args.secs,
+        bug_secs: args.bug_secs,
         seed: args.seed,
         jobs,
     };
