@@ -100,7 +100,7 @@ pub fn reference() -> Result<&'static dyn Allocator, String> {
 }
 
 /// The reference `name` names, or by default the mimalloc flavor this
-/// build links (`mimalloc`, `mimalloc-secure` or `mimalloc-debug`).
+/// build links (`mimalloc` or one of [`allocator::MIMALLOC_FLAVORS`]).
 pub fn reference_named(name: Option<&str>) -> Result<&'static dyn Allocator, String> {
     let name = match name {
         Some(name) => name,
@@ -110,9 +110,9 @@ pub fn reference_named(name: Option<&str>) -> Result<&'static dyn Allocator, Str
 }
 
 fn default_reference() -> Result<&'static str, String> {
-    #[cfg(feature = "mimalloc")]
+    #[cfg(feature = "mimalloc-c")]
     return Ok(allocator::MIMALLOC);
-    #[cfg(not(feature = "mimalloc"))]
+    #[cfg(not(feature = "mimalloc-c"))]
     Err(
         "ALLOCSOAK_REFERENCE: unset, and this build has no mimalloc; name a reference allocator"
             .into(),

@@ -102,7 +102,7 @@ fn system_counts_what_is_in_use() {
 /// mimalloc's commit on Linux is whole arenas (1 GiB with overcommit),
 /// and a purge leaves it: it covers what is held and never shrinks while
 /// that grows, but need not move with 64 MiB nor come down after.
-#[cfg(feature = "mimalloc")]
+#[cfg(feature = "mimalloc-c")]
 #[test]
 fn mimalloc_commit_covers_what_it_holds() {
     let _alone = alone();

@@ -23,6 +23,8 @@ pub enum Build {
     AsanMimallocSecure,
     /// ASan + coverage with mimalloc's `debug` build (in-block overflow checks).
     AsanMimallocDebug,
+    /// ASan + coverage with mimalloc's v3 line instead of v2.
+    AsanMimallocV3,
 }
 
 impl Build {
@@ -32,6 +34,7 @@ impl Build {
         match allocator {
             "mimalloc-secure" => Build::AsanMimallocSecure,
             "mimalloc-debug" => Build::AsanMimallocDebug,
+            "mimalloc-v3" => Build::AsanMimallocV3,
             _ => Build::Asan,
         }
     }
@@ -41,14 +44,18 @@ impl Build {
             Build::Asan => "asan",
             Build::AsanMimallocSecure => "asan-mimalloc-secure",
             Build::AsanMimallocDebug => "asan-mimalloc-debug",
+            Build::AsanMimallocV3 => "asan-mimalloc-v3",
         }
     }
 
-    fn features(self) -> Option<&'static str> {
+    /// The fuzz package's features (its defaults off): the engine and the
+    /// one mimalloc this build links.
+    fn features(self) -> &'static str {
         match self {
-            Build::Asan => None,
-            Build::AsanMimallocSecure => Some("mimalloc-secure"),
-            Build::AsanMimallocDebug => Some("mimalloc-debug"),
+            Build::Asan => "libfuzzer,mimalloc",
+            Build::AsanMimallocSecure => "libfuzzer,mimalloc-secure",
+            Build::AsanMimallocDebug => "libfuzzer,mimalloc-debug",
+            Build::AsanMimallocV3 => "libfuzzer,mimalloc-v3",
         }
     }
 }
@@ -212,7 +219,7 @@ impl Project {
         let status = Command::new("cargo")
             .current_dir(self.fuzz_dir())
             .args(["+nightly", "hfuzz", "build", "--no-default-features"])
-            .args(["--features", "honggfuzz"])
+            .args(["--features", "honggfuzz,mimalloc"])
             .env("CARGO_TARGET_DIR", self.hfuzz_dir())
             .env("CXX", clang.replace("clang", "clang++"))
             .env("CC", &clang)
@@ -251,7 +258,7 @@ impl Project {
         let status = Command::new("cargo")
             .current_dir(self.fuzz_dir())
             .args(["+nightly", "build", "--release", "--no-default-features"])
-            .args(["--features", "drift", "--bin"])
+            .args(["--features", "drift,mimalloc", "--bin"])
             .arg(self.drift_binary().file_name().expect("a binary's name"))
             .arg("--target-dir")
             .arg(self.root.join("fuzz_targets/target/drift"))
@@ -314,10 +321,8 @@ impl Project {
                 format!("CFLAGS_{}", TRIPLE.replace('-', "_")),
                 "-fsanitize=fuzzer-no-link,address -fsanitize-recover=address -DMI_TRACK_ASAN=1",
             )
-            .env("RUSTFLAGS", rustflags("-Zsanitizer-recover=address"));
-        if let Some(features) = build.features() {
-            cmd.args(["--features", features]);
-        }
+            .env("RUSTFLAGS", rustflags("-Zsanitizer-recover=address"))
+            .args(["--no-default-features", "--features", build.features()]);
         let status = cmd
             .status()
             .context("failed to run `cargo +nightly fuzz`; run `just setup`")?;

@@ -2,8 +2,9 @@
 //! heap API, `mi_usable_size`, `mi_register_error`, and the extras (zeroed
 //! realloc, `mi_expand`, sized free, `mi_good_size`, purge settings).
 //!
-//! The secure and debug flavors are compile-time (the sys crate links one
-//! copy per build), so the name of this adapter is the flavor of the build.
+//! The secure, debug and v3 flavors are compile-time (the sys crate links
+//! one copy per build), so the name of this adapter is the flavor of the
+//! build: [`super::MIMALLOC_FLAVORS`].
 
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
@@ -14,11 +15,20 @@ use super::{
     malloc_serves, Allocator, Extras, HeapId, Heaps, InPlace, LiveBlock, PurgeDelay, ReallocToZero,
 };
 
+#[cfg(all(feature = "mimalloc", feature = "mimalloc-v3"))]
+compile_error!("`mimalloc` links mimalloc's v2 line, so `mimalloc-v3` builds without it: `--no-default-features --features jemalloc,mimalloc-v3`");
+
 #[cfg(feature = "mimalloc-secure")]
 pub const NAME: &str = "mimalloc-secure";
 #[cfg(all(feature = "mimalloc-debug", not(feature = "mimalloc-secure")))]
 pub const NAME: &str = "mimalloc-debug";
-#[cfg(not(any(feature = "mimalloc-secure", feature = "mimalloc-debug")))]
+#[cfg(feature = "mimalloc-v3")]
+pub const NAME: &str = "mimalloc-v3";
+#[cfg(not(any(
+    feature = "mimalloc-secure",
+    feature = "mimalloc-debug",
+    feature = "mimalloc-v3"
+)))]
 pub const NAME: &str = "mimalloc";
 
 static ERROR: Mutex<Option<String>> = Mutex::new(None);
@@ -127,8 +137,12 @@ impl Allocator for Mimalloc {
         mi::mi_usable_size(p.cast())
     }
 
+    /// The v2 line's classes (a port declares `mimalloc`); v3's are its own.
     fn size_classes(&self) -> Option<&'static str> {
-        Some("mimalloc")
+        match NAME {
+            "mimalloc-v3" => Some("mimalloc-v3"),
+            _ => Some("mimalloc"),
+        }
     }
 
     fn heaps(&self) -> Option<&dyn Heaps> {
@@ -146,7 +160,7 @@ impl Allocator for Mimalloc {
         for b in live {
             let p = b.ptr as *const c_void;
             let owned = match b.heap {
-                Some(h) => unsafe { mi::mi_heap_check_owned(heap(h), p) },
+                Some(h) => unsafe { heap_owns(h, p) },
                 None => unsafe { mi::mi_is_in_heap_region(p) },
             };
             if !owned {
@@ -171,6 +185,23 @@ impl Allocator for Mimalloc {
 
 fn heap(id: HeapId) -> *mut mi::mi_heap_t {
     id as *mut mi::mi_heap_t
+}
+
+/// Whether heap `h` owns the live block `p`.
+#[cfg(not(feature = "mimalloc-v3"))]
+unsafe fn heap_owns(h: HeapId, p: *const c_void) -> bool {
+    mi::mi_heap_check_owned(heap(h), p)
+}
+
+/// Whether heap `h` owns the live block `p`: v3's `mi_heap_contains`
+/// (its `mi_heap_check_owned` is gone; the sys crate does not declare the
+/// new one).
+#[cfg(feature = "mimalloc-v3")]
+unsafe fn heap_owns(h: HeapId, p: *const c_void) -> bool {
+    extern "C" {
+        fn mi_heap_contains(heap: *const mi::mi_heap_t, p: *const c_void) -> bool;
+    }
+    mi_heap_contains(heap(h), p)
 }
 
 unsafe extern "C" fn collect_block(
@@ -241,7 +272,7 @@ impl Heaps for Mimalloc {
     }
 
     fn contains(&self, h: HeapId, p: usize) -> Option<bool> {
-        Some(unsafe { mi::mi_heap_check_owned(heap(h), p as *const c_void) })
+        Some(unsafe { heap_owns(h, p as *const c_void) })
     }
 }
 

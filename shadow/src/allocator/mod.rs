@@ -1,7 +1,7 @@
 //! The allocator under test: one trait, adapters behind it, chosen by name.
 //!
-//! Names: `system`, `mimalloc` (and `mimalloc-secure` / `mimalloc-debug` in
-//! builds with those features), `jemalloc`, `arena`,
+//! Names: `system`, `mimalloc` (or one of [`MIMALLOC_FLAVORS`] in a build
+//! with that feature), `jemalloc`, `arena`,
 //! `dylib:/path/lib.so[:prefix]`, `zoo:<bug>[+<bug>...][@<base>]`, and the
 //! allocators a build declares with [`declare`] (an author's own, from the
 //! glue crate `allocsoak` generates out of a config's `[[allocator]]`;
@@ -18,7 +18,7 @@ mod global;
 mod heaps;
 #[cfg(feature = "jemalloc")]
 mod jemalloc;
-#[cfg(feature = "mimalloc")]
+#[cfg(feature = "mimalloc-c")]
 mod mimalloc;
 mod system;
 pub mod zoo;
@@ -29,8 +29,13 @@ pub use dylib::{CFunctions, Dylib};
 pub use extras::{Extras, InPlace, PurgeDelay};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
+/// The mimalloc builds other than the bundled `mimalloc` (the v2 line,
+/// release): each is a cargo feature of its own and a fuzz build of its own,
+/// and the build is named after it.
+pub const MIMALLOC_FLAVORS: [&str; 3] = ["mimalloc-secure", "mimalloc-debug", "mimalloc-v3"];
+
 /// The name of the mimalloc flavor this build links.
-#[cfg(feature = "mimalloc")]
+#[cfg(feature = "mimalloc-c")]
 pub use mimalloc::NAME as MIMALLOC;
 
 /// Whether plain `malloc(size)` already meets `align`. C promises the
@@ -274,7 +279,7 @@ fn bundled() -> Vec<(&'static str, Make)> {
         ("system", || Box::new(system::System)),
         ("arena", || Box::new(arena::FixedArena::new())),
     ];
-    #[cfg(feature = "mimalloc")]
+    #[cfg(feature = "mimalloc-c")]
     list.push((mimalloc::NAME, || Box::new(mimalloc::Mimalloc::new())));
     #[cfg(feature = "jemalloc")]
     list.push(("jemalloc", || Box::new(jemalloc::Jemalloc::new())));
@@ -325,8 +330,9 @@ fn declared_make(name: &str) -> Option<Make> {
 }
 
 fn unknown(name: &str) -> String {
-    let flavor = ["mimalloc-secure", "mimalloc-debug", "mimalloc", "jemalloc"]
+    let flavor = MIMALLOC_FLAVORS
         .into_iter()
+        .chain(["mimalloc", "jemalloc"])
         .find(|f| *f == name);
     match flavor {
         Some(f) => format!(

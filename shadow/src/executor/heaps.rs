@@ -94,22 +94,31 @@ impl Executor {
         // visited block must hold a live one.
         let holds = |(start, size): (usize, usize), p: usize| start <= p && p < start + size.max(1);
         let expected: Vec<usize> = in_heap().map(|b| b.ptr).collect();
-        let missing: Vec<_> = expected
+        let missing: Vec<usize> = expected
             .iter()
-            .filter(|&&p| !visited.iter().any(|&v| holds(v, p)))
+            .copied()
+            .filter(|&p| !visited.iter().any(|&v| holds(v, p)))
             .collect();
-        let extra: Vec<_> = visited
+        let extra: Vec<usize> = visited
             .iter()
             .filter(|&&v| !expected.iter().any(|&p| holds(v, p)))
             .map(|v| v.0)
             .collect();
         if !missing.is_empty() || !extra.is_empty() || visited.len() != expected.len() {
+            // Counts and one `0x` address each, so the signature (which
+            // reads numbers as N) is the same whatever the addresses.
+            let list = |what: &str, blocks: &[usize]| match blocks.first() {
+                None => format!("{what} none"),
+                Some(p) => format!("{what} {} (first {p:#x})", blocks.len()),
+            };
             self.fail(Violation::HeapVisit {
                 heap: h,
                 detail: format!(
-                    "visit saw {} blocks, {} are live; missing {missing:x?}, extra {extra:x?}",
+                    "visit saw {} blocks, {} are live; {}, {}",
                     visited.len(),
-                    expected.len()
+                    expected.len(),
+                    list("missing", &missing),
+                    list("extra", &extra)
                 ),
             });
         }

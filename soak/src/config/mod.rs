@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
+use shadow::allocator::MIMALLOC_FLAVORS;
 use shadow::Target;
 
 use crate::declared::Declared;
@@ -271,7 +272,7 @@ impl Config {
         // The drift build is plain: the mimalloc flavors need builds of
         // their own, and a slot's `dylib:` is instrumented (it would not
         // load); a plain build of the same library is named in the list.
-        let flavor = |a: &str| matches!(a, "mimalloc-secure" | "mimalloc-debug");
+        let flavor = |a: &str| MIMALLOC_FLAVORS.contains(&a);
         let allocators: Vec<String> = match &d.allocators {
             Some(list) => {
                 for a in list {
@@ -322,8 +323,7 @@ impl Config {
         if Engine::parse(engine)? == Engine::Honggfuzz {
             // Its build is plain: one mimalloc, no ASan for an
             // instrumented library to link against.
-            if matches!(allocator, "mimalloc-secure" | "mimalloc-debug")
-                || allocator.starts_with("dylib:")
+            if MIMALLOC_FLAVORS.contains(&allocator) || allocator.starts_with("dylib:")
             {
                 bail!("slot {target}/{allocator}: honggfuzz runs the plain build, without the mimalloc flavors or `dylib:` allocators; give this slot engine = \"libfuzzer\"");
             }
@@ -356,7 +356,7 @@ fn check_allocator(name: &str) -> Result<()> {
         if !Path::new(path).is_file() {
             bail!("allocator library {path} does not exist; give an absolute path to a .so");
         }
-    } else if !matches!(name, "mimalloc-secure" | "mimalloc-debug") {
+    } else if !MIMALLOC_FLAVORS.contains(&name) {
         shadow::allocator::by_name(name).map_err(anyhow::Error::msg)?;
     }
     Ok(())

@@ -160,7 +160,8 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
         toml::Value::Table(t)
     };
     deps.insert("allocsoak-fuzz".into(), path_dep(fuzz.clone(), false));
-    deps.insert("shadow".into(), path_dep(root.join("shadow"), true));
+    // Without shadow's defaults: the build's features pick its mimalloc.
+    deps.insert("shadow".into(), path_dep(root.join("shadow"), false));
     // The engines' macros expand into this crate, naming them.
     for (name, version) in [("libfuzzer-sys", "0.4"), ("honggfuzz", "0.5")] {
         let mut t = toml::Table::new();
@@ -184,11 +185,13 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
         }
     }
     let features: toml::Table = toml::toml! {
-        default = ["libfuzzer"]
+        default = ["libfuzzer", "mimalloc"]
         libfuzzer = ["dep:libfuzzer-sys", "allocsoak-fuzz/libfuzzer"]
         honggfuzz = ["dep:honggfuzz", "allocsoak-fuzz/honggfuzz"]
+        mimalloc = ["allocsoak-fuzz/mimalloc"]
         mimalloc-secure = ["allocsoak-fuzz/mimalloc-secure"]
         mimalloc-debug = ["allocsoak-fuzz/mimalloc-debug"]
+        mimalloc-v3 = ["allocsoak-fuzz/mimalloc-v3"]
         drift = ["allocsoak-fuzz/drift"]
     };
     let mut doc = toml::Table::new();
