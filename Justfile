@@ -62,6 +62,7 @@ test: setup
     cargo test --workspace
     cargo test -p shadow --features mimalloc-secure --test clean mimalloc
     cargo test -p shadow --features mimalloc-debug --test clean --test mimalloc_debug mimalloc
+    cargo test -p shadow --no-default-features --features jemalloc,mimalloc-v3 --test clean --test mimalloc_v3 mimalloc
     {{allocsoak}} instrumentation
     ./scripts/hfuzz-build
     ./scripts/hfuzz-zoo

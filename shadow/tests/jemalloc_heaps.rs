@@ -311,7 +311,11 @@ heap-visit heap=0
     let _jemalloc = common::exclusive("jemalloc");
     let blind: &'static dyn Allocator = Box::leak(Box::new(Planted::BlindVisit));
     let line = common::caught(&program, blind).expect_err("a violation");
-    assert_eq!(shadow::violation::kind_of(&line), Some("heap-visit"), "{line}");
+    assert_eq!(
+        shadow::violation::kind_of(&line),
+        Some("heap-visit"),
+        "{line}"
+    );
     assert!(line.contains("missing 2 (first 0x"), "{line}");
     assert_eq!(
         report::key::key_of(&line).as_deref(),

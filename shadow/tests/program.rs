@@ -94,6 +94,26 @@ fn emitted_test_carries_the_program_text() {
         test.contains("unwrap_or_else(|_| \"zoo:double-issue\".to_string())"),
         "{test}"
     );
+    assert!(
+        test.contains("// shadow = { path = \"<allocsoak>/shadow\" }\n"),
+        "{test}"
+    );
+    // A mimalloc flavor is a feature of its own; v3 also drops v2.
+    let v3 = Program::rust_test(std::slice::from_ref(&program), "t", "mimalloc-v3", "");
+    assert!(
+        v3.contains(r#"// shadow = { path = "<allocsoak>/shadow", default-features = false, features = ["jemalloc", "mimalloc-v3"] }"#),
+        "{v3}"
+    );
+    let debug = Program::rust_test(
+        std::slice::from_ref(&program),
+        "t",
+        "zoo:usable-oversize@mimalloc-debug",
+        "",
+    );
+    assert!(
+        debug.contains(r#"features = ["mimalloc-debug"] }"#),
+        "{debug}"
+    );
 }
 
 #[test]

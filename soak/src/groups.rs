@@ -309,7 +309,7 @@ pub fn export(
          {title}\n\n\
          Found by allocsoak on {target} / {allocator}. `REPORT.md` has the details.\n\n\
          - `program.txt`: the op program (the failing op is marked); each op is one allocator call.\n\
-         - `test.rs`: the program as a standalone Rust `#[test]` (needs allocsoak's `shadow` crate as a dev-dependency).\n\
+         - `test.rs`: the program as a standalone Rust `#[test]` (its header says how to depend on allocsoak's `shadow` crate).\n\
          - `minimized` / `original`: the minimized program as text / the fuzz input{needs}; replay on allocsoak's fuzz binary:\n\n\
          ```sh\n{build}{tolerate}ALLOCSOAK_TEXT_INPUTS=1 ALLOCSOAK_ALLOCATOR='{allocator}' {binary} {files}\n```\n",
         id = g.row.id,

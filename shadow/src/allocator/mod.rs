@@ -34,6 +34,18 @@ pub use heaps::EmulatedHeaps;
 /// and the build is named after it.
 pub const MIMALLOC_FLAVORS: [&str; 3] = ["mimalloc-secure", "mimalloc-debug", "mimalloc-v3"];
 
+/// What a crate that depends on `shadow` adds to the dependency to get
+/// allocator `name` (a zoo's `@<base>` too): a mimalloc flavor is a
+/// feature, and v3 replaces the default v2. Empty for every other name.
+pub fn dependency_features(name: &str) -> &'static str {
+    match name.rsplit('@').next().unwrap_or(name) {
+        "mimalloc-secure" => r#", features = ["mimalloc-secure"]"#,
+        "mimalloc-debug" => r#", features = ["mimalloc-debug"]"#,
+        "mimalloc-v3" => r#", default-features = false, features = ["jemalloc", "mimalloc-v3"]"#,
+        _ => "",
+    }
+}
+
 /// The name of the mimalloc flavor this build links.
 #[cfg(feature = "mimalloc-c")]
 pub use mimalloc::NAME as MIMALLOC;

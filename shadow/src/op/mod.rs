@@ -563,10 +563,12 @@ impl Program {
             .iter()
             .map(|p| format!("        r#\"\n{p}\"#,\n"))
             .collect();
+        let features = crate::allocator::dependency_features(allocator);
         format!(
             "// Emitted by allocsoak: a replay of {what}, no fuzz engine needed.\n\
-             // Needs the `shadow` crate (allocsoak's shadow/) as a dev-dependency. It runs\n\
-             // on {allocator:?} unless ALLOCSOAK_ALLOCATOR names another allocator;\n\
+             // Needs allocsoak's `shadow` crate in [dev-dependencies]:\n\
+             // shadow = {{ path = \"<allocsoak>/shadow\"{features} }}\n\
+             // It runs on {allocator:?} unless ALLOCSOAK_ALLOCATOR names another allocator;\n\
              // it panics with an `allocsoak violation:` line while the bug is there.\n\
              #[test]\n\
              fn {test_name}() {{\n\

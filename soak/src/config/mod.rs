@@ -323,8 +323,7 @@ impl Config {
         if Engine::parse(engine)? == Engine::Honggfuzz {
             // Its build is plain: one mimalloc, no ASan for an
             // instrumented library to link against.
-            if MIMALLOC_FLAVORS.contains(&allocator) || allocator.starts_with("dylib:")
-            {
+            if MIMALLOC_FLAVORS.contains(&allocator) || allocator.starts_with("dylib:") {
                 bail!("slot {target}/{allocator}: honggfuzz runs the plain build, without the mimalloc flavors or `dylib:` allocators; give this slot engine = \"libfuzzer\"");
             }
         }
