@@ -353,18 +353,24 @@ fn lost_input(scratch: &Path, log: &str, history: Option<&Path>) -> Result<Optio
     let Some(kind) = report::kind(log) else {
         return Ok(None);
     };
-    let newest = history.and_then(|h| shadow::history::read(h).ok()?.pop());
-    let Some(input) = newest else {
-        eprintln!(
-            "allocsoak: a slice died of `{kind}` without writing its input, and has no input history (a slot of several cores); its log is kept in logs/"
-        );
-        return Ok(None);
+    let why = match history.map(shadow::history::read) {
+        None => "has no input history (a slot of several cores)".to_string(),
+        Some(Err(e)) => format!("its input history is unreadable ({e})"),
+        Some(Ok(mut inputs)) => match inputs.pop() {
+            Some(input) => {
+                // A stable name, so a retried finish finds the same file.
+                let hash = crate::state::stable_hash(&input);
+                let path = scratch.join(format!("artifacts/crash-history-{hash:016x}"));
+                crate::state::write_atomic(&path, &input)?;
+                return Ok(Some(path));
+            }
+            None => "its input history is empty".to_string(),
+        },
     };
-    // A stable name, so a retried finish finds the same file.
-    let hash = crate::state::stable_hash(&input);
-    let path = scratch.join(format!("artifacts/crash-history-{hash:016x}"));
-    crate::state::write_atomic(&path, &input)?;
-    Ok(Some(path))
+    eprintln!(
+        "allocsoak: a slice died of `{kind}` without writing its input, and {why}; its log is kept in logs/"
+    );
+    Ok(None)
 }
 
 /// The tolerated-violation counts a log reports (`allocsoak tolerated: N × key`,
@@ -387,6 +393,33 @@ fn tolerated_counts(log: &str) -> HashMap<String, u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_lost_input_is_the_history_s_newest_and_nothing_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("artifacts")).unwrap();
+        let log = "==1==ERROR: AddressSanitizer: SEGV on unknown address 0x000000000018\n";
+        let ring = dir.path().join("history");
+        let mut history = shadow::history::Ring::create(&ring, 1024).unwrap();
+        history.push(b"older");
+        history.push(b"newest");
+        drop(history);
+        let filed = super::lost_input(dir.path(), log, Some(&ring)).unwrap();
+        let filed = filed.expect("an input");
+        assert_eq!(std::fs::read(&filed).unwrap(), b"newest");
+        assert!(filed.starts_with(dir.path().join("artifacts")));
+        // No history, an unreadable one, or no report: nothing.
+        assert_eq!(super::lost_input(dir.path(), log, None).unwrap(), None);
+        std::fs::write(&ring, b"not a ring").unwrap();
+        assert_eq!(
+            super::lost_input(dir.path(), log, Some(&ring)).unwrap(),
+            None
+        );
+        assert_eq!(
+            super::lost_input(dir.path(), "clean\n", Some(&ring)).unwrap(),
+            None
+        );
+    }
+
     #[test]
     fn tolerated_counts_keep_the_last_power_of_two() {
         let log = "allocsoak tolerated: 1 × overlap in alloc: x\n\
