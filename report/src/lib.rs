@@ -33,4 +33,4 @@ mod parse;
 mod signature;
 
 pub use frame::Frame;
-pub use signature::{kind, stack, Signature};
+pub use signature::{kind, stack, Signature, DEADLY};

@@ -3,7 +3,9 @@
 //! An allocator keeps state across the inputs of one process, so a crash
 //! may need the inputs before it: one corrupts the allocator, a later one
 //! dies of it. When `ALLOCSOAK_HISTORY` names a file, the harness copies
-//! each input into a ring in that file before running it ([`record`]). The
+//! each input into a ring in that file before running it ([`record`]);
+//! `{pid}` in the name is the process's id, so each of libFuzzer's `-fork`
+//! children keeps a ring of its own. The
 //! file is mapped shared, so what is in the ring is in the file however
 //! the process ends (a sanitizer abort, a panic, a signal, libFuzzer's
 //! `_Exit` after a timeout or an OOM, even SIGKILL), with no death hook to
@@ -180,6 +182,7 @@ fn ring() -> Option<&'static Mutex<Ring>> {
     static RING: OnceLock<Option<Mutex<Ring>>> = OnceLock::new();
     RING.get_or_init(|| {
         let path = std::env::var_os("ALLOCSOAK_HISTORY")?;
+        let path = (path.to_string_lossy()).replace("{pid}", &std::process::id().to_string());
         match Ring::create(Path::new(&path), CAPACITY) {
             Ok(ring) => Some(Mutex::new(ring)),
             Err(e) => {

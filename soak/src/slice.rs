@@ -28,6 +28,9 @@ struct SliceFile {
     target: String,
     allocator: String,
     engine: String,
+    /// libFuzzer ran `-fork` children, each with its own input history.
+    #[serde(default)]
+    forked: bool,
 }
 
 /// Runs slot `slot_id` for `secs` on `cores` as slice `slice_id`, then
@@ -39,11 +42,13 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         std::fs::create_dir_all(scratch.join(sub))
             .with_context(|| format!("failed to create {}", scratch.join(sub).display()))?;
     }
+    let fork_past = soak.lock_store().ending_groups(&slot.allocator)? > 0;
     let record = SliceFile {
         slot_id,
         target: slot.target.clone(),
         allocator: slot.allocator.clone(),
         engine: slot.engine.clone(),
+        forked: Engine::parse(&slot.engine)? == Engine::LibFuzzer && (cores > 1 || fork_past),
     };
     crate::state::write_atomic(
         &scratch.join("slice.toml"),
@@ -60,6 +65,7 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         secs,
         cores,
         tolerate,
+        fork_past,
     };
     let mut command = engine_command(soak, &slot, &scratch, run)?;
     let log = std::fs::File::create(scratch.join("fuzz.log"))?;
@@ -93,44 +99,57 @@ struct EngineRun {
     cores: usize,
     /// The keys to get past, when there are any.
     tolerate: Option<PathBuf>,
+    /// A group filed for this allocator ends the process when it recurs
+    /// ([`crate::store::Store::ending_groups`]): libFuzzer runs `-fork`
+    /// with `-ignore_crashes`, so a child's death is not the slice's.
+    fork_past: bool,
 }
 
 /// The slot's engine on its target and allocator, from the persistent
 /// corpus and the committed seeds, new inputs into the scratch's `new/`,
 /// findings into its `artifacts/`, with the soak's per-input limits, the
-/// keys to get past and an input history (on one core only: the engine's
-/// processes would share the ring).
+/// keys to get past and an input history: `history` for one process,
+/// `history-<pid>` for each of libFuzzer's `-fork` children (honggfuzz's
+/// threads would share one ring, so it keeps none on several cores).
 fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -> Result<Command> {
     let target: Target = slot.target.parse().map_err(anyhow::Error::msg)?;
     let (project, config) = (&soak.project, &soak.config);
     let corpus = Corpus::new(&soak.state, target).path();
-    let history = (run.cores == 1).then(|| scratch.join("history"));
     let (secs, tolerate) = (run.secs, run.tolerate);
     Ok(match Engine::parse(&slot.engine)? {
-        Engine::LibFuzzer => libfuzzer::Run {
-            seed: run.slice_id as u64,
-            secs,
-            corpus: vec![scratch.join("new"), corpus, project.seeds(target)],
-            tolerate,
-            history,
-            args: [
-                format!("-timeout={}", config.timeout_secs),
-                format!("-rss_limit_mb={}", config.rss_limit_mb),
-            ]
-            .into_iter()
-            .chain(soak.runs.map(|n| format!("-runs={n}")))
-            .chain((run.cores > 1).then(|| format!("-fork={}", run.cores)))
-            .collect(),
-            ..libfuzzer::Run::new(
-                project,
-                target,
-                &slot.allocator,
-                PathBuf::new(),
-                scratch.join("artifacts"),
-            )
+        Engine::LibFuzzer => {
+            let fork = (run.cores > 1 || run.fork_past).then_some(run.cores);
+            let history = match fork {
+                Some(_) => scratch.join("history-{pid}"),
+                None => scratch.join("history"),
+            };
+            libfuzzer::Run {
+                seed: run.slice_id as u64,
+                secs,
+                corpus: vec![scratch.join("new"), corpus, project.seeds(target)],
+                tolerate,
+                history: Some(history),
+                args: [
+                    format!("-timeout={}", config.timeout_secs),
+                    format!("-rss_limit_mb={}", config.rss_limit_mb),
+                ]
+                .into_iter()
+                .chain(soak.runs.map(|n| format!("-runs={n}")))
+                .chain(fork.map(|n| format!("-fork={n}")))
+                .chain(run.fork_past.then(|| "-ignore_crashes=1".to_string()))
+                .collect(),
+                ..libfuzzer::Run::new(
+                    project,
+                    target,
+                    &slot.allocator,
+                    PathBuf::new(),
+                    scratch.join("artifacts"),
+                )
+            }
+            .command()
         }
-        .command(),
         Engine::Honggfuzz => {
+            let history = (run.cores == 1).then(|| scratch.join("history"));
             let hf = honggfuzz::Run {
                 driver: project.honggfuzz_driver(),
                 binary: project.honggfuzz_binary(target),
@@ -261,7 +280,13 @@ pub fn finish(
     };
     let (mut new_groups, mut repeats, mut findings) = (0, 0, 0);
     let mut artifacts = engine.artifacts(&scratch.join("artifacts"))?;
-    if artifacts.is_empty() && !stopped && engine == Engine::LibFuzzer {
+    if record.forked {
+        for lost in lost_in_children(scratch, &log)? {
+            if !artifacts.contains(&lost) {
+                artifacts.push(lost);
+            }
+        }
+    } else if artifacts.is_empty() && !stopped && engine == Engine::LibFuzzer {
         artifacts.extend(lost_input(scratch, &log, history.as_deref())?);
     }
     for artifact in artifacts {
@@ -354,16 +379,10 @@ fn lost_input(scratch: &Path, log: &str, history: Option<&Path>) -> Result<Optio
         return Ok(None);
     };
     let why = match history.map(shadow::history::read) {
-        None => "has no input history (a slot of several cores)".to_string(),
+        None => "has no input history".to_string(),
         Some(Err(e)) => format!("its input history is unreadable ({e})"),
         Some(Ok(mut inputs)) => match inputs.pop() {
-            Some(input) => {
-                // A stable name, so a retried finish finds the same file.
-                let hash = crate::state::stable_hash(&input);
-                let path = scratch.join(format!("artifacts/crash-history-{hash:016x}"));
-                crate::state::write_atomic(&path, &input)?;
-                return Ok(Some(path));
-            }
+            Some(input) => return save_lost(scratch, &input).map(Some),
             None => "its input history is empty".to_string(),
         },
     };
@@ -371,6 +390,47 @@ fn lost_input(scratch: &Path, log: &str, history: Option<&Path>) -> Result<Optio
         "allocsoak: a slice died of `{kind}` without writing its input, and {why}; its log is kept in logs/"
     );
     Ok(None)
+}
+
+/// The inputs libFuzzer's `-fork` children died of without writing them.
+/// A child writes every finding but a deadly signal's, which ASan reports
+/// (`==<pid>==ERROR: AddressSanitizer: SEGV ...`, a line the parent copies
+/// into its log) and ends the child on; that child's ring,
+/// `history-<pid>`, has the input last.
+fn lost_in_children(scratch: &Path, log: &str) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for (pid, kind) in log.lines().filter_map(deadly_report) {
+        let ring = scratch.join(format!("history-{pid}"));
+        match shadow::history::read(&ring).map(|mut inputs| inputs.pop()) {
+            Ok(Some(input)) => found.push(save_lost(scratch, &input)?),
+            Ok(None) => eprintln!("allocsoak: a fork child died of `{kind}` with an empty input history"),
+            Err(e) => eprintln!("allocsoak: a fork child died of `{kind}`, and its input history is unreadable ({e})"),
+        }
+    }
+    found.sort();
+    found.dedup();
+    Ok(found)
+}
+
+/// The process id and kind of an ASan report of a deadly signal
+/// ([`report::DEADLY`]): `==4242==ERROR: AddressSanitizer: SEGV on ...`.
+fn deadly_report(line: &str) -> Option<(u32, &str)> {
+    let (pid, rest) = line
+        .strip_prefix("==")?
+        .split_once("==ERROR: AddressSanitizer: ")?;
+    let kind = rest.split_whitespace().next()?;
+    report::DEADLY
+        .contains(&kind)
+        .then_some((pid.parse().ok()?, kind))
+}
+
+/// Writes a lost input into `artifacts/` under a stable name
+/// (`crash-history-<hash>`), so a retried finish finds the same file.
+fn save_lost(scratch: &Path, input: &[u8]) -> Result<PathBuf> {
+    let hash = crate::state::stable_hash(input);
+    let path = scratch.join(format!("artifacts/crash-history-{hash:016x}"));
+    crate::state::write_atomic(&path, input)?;
+    Ok(path)
 }
 
 /// The tolerated-violation counts a log reports (`allocsoak tolerated: N × key`,
@@ -416,6 +476,39 @@ mod tests {
         );
         assert_eq!(
             super::lost_input(dir.path(), "clean\n", Some(&ring)).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_fork_child_s_deadly_signal_is_taken_from_its_own_history() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("artifacts")).unwrap();
+        for (pid, input) in [(41, &b"segv"[..]), (42, b"violation")] {
+            let ring = dir.path().join(format!("history-{pid}"));
+            let mut history = shadow::history::Ring::create(&ring, 1024).unwrap();
+            history.push(b"before");
+            history.push(input);
+        }
+        // The parent's log: a child's SEGV (no input written), another
+        // child's panic (libFuzzer wrote that one), and the same SEGV again.
+        let log =
+            "#1000: cov: 10 ft: 20 corp: 3 exec/s: 500 oom/timeout/crash: 0/0/0 time: 2s job: 1\n\
+                   ==41==ERROR: AddressSanitizer: SEGV on unknown address 0x000000000018\n\
+                   ==42== ERROR: libFuzzer: deadly signal\n\
+                   ==41==ERROR: AddressSanitizer: SEGV on unknown address 0x000000000018\n\
+                   ==43==ERROR: AddressSanitizer: heap-use-after-free on address 0x6020\n";
+        let lost = super::lost_in_children(dir.path(), log).unwrap();
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        assert_eq!(std::fs::read(&lost[0]).unwrap(), b"segv");
+        assert_eq!(
+            super::deadly_report("==7==ERROR: AddressSanitizer: stack-overflow on address 0x1"),
+            Some((7, "stack-overflow"))
+        );
+        assert_eq!(
+            super::deadly_report(
+                "==7==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x1"
+            ),
             None
         );
     }

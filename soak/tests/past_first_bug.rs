@@ -2,7 +2,8 @@
 //! it — a bug only reachable through a sound violation, a panic inside the
 //! allocator, a sanitizer report — and keys two bugs of one kind in two
 //! size tiers apart; a deadly signal that left no input is filed from the
-//! slice's input history, once. The real daemon and fuzz binaries, as in `soak.rs`.
+//! input history, and got past in libFuzzer's -fork. The real daemon and
+//! fuzz binaries, as in `soak.rs`.
 
 mod common;
 
@@ -156,25 +157,41 @@ fn a_sanitizer_report_is_got_past_once_filed() {
 }
 
 #[test]
-fn a_deadly_signal_that_left_no_input_is_filed_once() {
+fn a_deadly_signal_is_filed_from_the_input_history_and_got_past() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     // wild-write's SEGV: ASan reports it from its signal handler and ends
-    // the process holding its crash state, so libFuzzer writes no input.
-    // The slice's input history has it; a SEGV is never tolerated, so
-    // every later slice dies of it too, and files a repeat of the group.
-    let out = soak_alloc_ops(&state, "zoo:wild-write", "30", &["--slice-secs", "10"]);
+    // the process holding its crash state, so libFuzzer writes no input;
+    // the slice's input history has it. A SEGV is never tolerated, so the
+    // slices after it run libFuzzer's -fork, which goes on past each
+    // child that dies of it (that child's own history has the input), to
+    // dirty-zeroed.
+    let allocator = "zoo:wild-write+dirty-zeroed";
+    let out = soak_alloc_ops(&state, allocator, "90", &["--slice-secs", "30"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
-    assert_eq!(kinds(&state), vec!["SEGV"], "{filed:?}\n{stdout}");
-    assert_eq!(filed.len(), 1, "{filed:?}\n{stdout}");
-    let (id, _, crashes, _, title) = &filed[0];
-    assert!(title.contains("class_of"), "{title}");
-    assert!(*crashes >= 2, "{crashes} crashes\n{stdout}");
-    let folder = state.join("crashes").join(id);
-    assert!(folder.join("original").is_file(), "{}", folder.display());
-    assert!(folder.join("program.txt").is_file(), "{}", folder.display());
+    let segv: Vec<_> = filed.iter().filter(|g| g.1 == "SEGV").collect();
+    assert!(!segv.is_empty(), "{filed:?}\n{stdout}");
+    assert!(
+        filed.iter().all(|g| g.1 == "SEGV" || g.1 == "zeroed"),
+        "{filed:?}\n{stdout}"
+    );
+    assert!(filed.iter().any(|g| g.1 == "zeroed"), "{filed:?}\n{stdout}");
+    for (id, _, _, _, title) in &segv {
+        assert!(title.contains("class_of"), "{title}");
+        let folder = state.join("crashes").join(id);
+        assert!(folder.join("original").is_file(), "{}", folder.display());
+        assert!(folder.join("program.txt").is_file(), "{}", folder.display());
+    }
+    // Children died of it and were filed as repeats, while their slices
+    // fuzzed for most of their 30 s.
+    let crashes: i64 = segv.iter().map(|g| g.2).sum();
+    assert!(crashes > segv.len() as i64, "{crashes} crashes\n{stdout}");
+    let long = count(&state, "SELECT COUNT(*) FROM slice WHERE fuzz_secs > 20");
+    assert!(long >= 2, "{long} slices fuzzed past 20 s\n{stdout}");
+    let duty = duty_cycle(&state);
+    assert!(duty > 0.6, "duty cycle {duty:.2}\n{stdout}");
 }
 
 #[test]
