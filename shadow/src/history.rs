@@ -182,7 +182,9 @@ fn ring() -> Option<&'static Mutex<Ring>> {
     static RING: OnceLock<Option<Mutex<Ring>>> = OnceLock::new();
     RING.get_or_init(|| {
         let path = std::env::var_os("ALLOCSOAK_HISTORY")?;
-        let path = (path.to_string_lossy()).replace("{pid}", &std::process::id().to_string());
+        let path = path
+            .to_string_lossy()
+            .replace("{pid}", &std::process::id().to_string());
         match Ring::create(Path::new(&path), CAPACITY) {
             Ok(ring) => Some(Mutex::new(ring)),
             Err(e) => {
