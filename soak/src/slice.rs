@@ -65,6 +65,7 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         secs,
         cores,
         tolerate,
+        forked: record.forked,
         fork_past,
     };
     let mut command = engine_command(soak, &slot, &scratch, run)?;
@@ -99,6 +100,8 @@ struct EngineRun {
     cores: usize,
     /// The keys to get past, when there are any.
     tolerate: Option<PathBuf>,
+    /// libFuzzer runs `-fork` children (several cores, or `fork_past`).
+    forked: bool,
     /// A group filed for this allocator ends the process when it recurs
     /// ([`crate::store::Store::ending_groups`]): libFuzzer runs `-fork`
     /// with `-ignore_crashes`, so a child's death is not the slice's.
@@ -118,10 +121,9 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
     let (secs, tolerate) = (run.secs, run.tolerate);
     Ok(match Engine::parse(&slot.engine)? {
         Engine::LibFuzzer => {
-            let fork = (run.cores > 1 || run.fork_past).then_some(run.cores);
-            let history = match fork {
-                Some(_) => scratch.join("history-{pid}"),
-                None => scratch.join("history"),
+            let history = match run.forked {
+                true => scratch.join("history-{pid}"),
+                false => scratch.join("history"),
             };
             libfuzzer::Run {
                 seed: run.slice_id as u64,
@@ -135,7 +137,7 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 ]
                 .into_iter()
                 .chain(soak.runs.map(|n| format!("-runs={n}")))
-                .chain(fork.map(|n| format!("-fork={n}")))
+                .chain(run.forked.then(|| format!("-fork={}", run.cores)))
                 .chain(run.fork_past.then(|| "-ignore_crashes=1".to_string()))
                 .collect(),
                 ..libfuzzer::Run::new(
