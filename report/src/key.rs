@@ -49,19 +49,29 @@ pub fn key_of(line: &str) -> Option<String> {
         }
         None => ("?".to_string(), rest),
     };
-    let (message, raised_by) = match (message.rfind(REFERENCE), message.rfind(UNDER_TEST)) {
-        (Some(i), _) => (&message[..i], message[i..].trim_end()),
-        (None, Some(i)) => (&message[..i], ""),
-        (None, None) => (message, ""),
+    let (message, reference) = match (message.rfind(REFERENCE), message.rfind(UNDER_TEST)) {
+        (Some(i), _) => (&message[..i], reference_of(&message[i..])),
+        (None, Some(i)) => (&message[..i], None),
+        (None, None) => (message, None),
     };
+    Some(key(kind, &site, message, reference))
+}
+
+/// The key of a violation from its parts: its kind, its site, its message
+/// (without who raised it) and, when the reference side of
+/// `diff_mimalloc` raised it, the reference's name. The harness builds
+/// keys from its typed violations with it; [`key_of`] reads the same parts
+/// out of a line (an engine log from before records), so both agree.
+pub fn key(kind: &str, site: &str, message: &str, reference: Option<&str>) -> String {
+    let raised_by = reference.map_or_else(String::new, |r| format!("{REFERENCE}{r}]"));
     let message = match message.rsplit_once(KEEP) {
         Some((text, kept)) => format!("{}{KEEP}{kept}{raised_by}", numbers_to_n(text.trim())),
         None => format!("{}{raised_by}", numbers_to_n(message.trim())),
     };
     if kind == "panic" {
-        return Some(format!("panic: {message}"));
+        return format!("panic: {message}");
     }
-    Some(format!("{kind} in {site}: {message}"))
+    format!("{kind} in {site}: {message}")
 }
 
 /// The reference allocator that raised a violation line (or key), or

@@ -6,6 +6,8 @@
 //!   finding, [`stack`] its crash stack.
 //! - [`key`]: the key of an `allocsoak violation:` line, which tolerance
 //!   (in `shadow`) and signatures share.
+//! - [`Record`]: a violation as the harness raised it, typed; signed by
+//!   [`Signature::from_record`] without reading the log.
 //!
 //! Parsing is in named steps (`parse.rs`), frame rules in `frame.rs`, and
 //! real engine logs pin both (`testdata/`, `tests/golden.rs`).
@@ -30,7 +32,9 @@
 mod frame;
 pub mod key;
 mod parse;
+pub mod record;
 mod signature;
 
 pub use frame::Frame;
+pub use record::Record;
 pub use signature::{kind, stack, Signature, DEADLY};

@@ -18,15 +18,22 @@ use crate::parse::{
     assertion_message, crash_message, finding, first_stack, leak_message, sanitizer_message,
     top_frames, Class,
 };
+use crate::record::Record;
 
 /// The identity of a crash: two logs with equal signatures show one bug.
 ///
 /// # The dedup rule
 ///
-/// A signature is a kind, a normalized message and at most three frames,
-/// and two crashes are one group when all three are equal (when their
-/// [`key`](Signature::key)s are). What goes into each part depends on what
-/// the log reports first (the precedence of [`kind`]):
+/// A signature is a kind, the allocator, a normalized message and at most
+/// three frames, and two crashes are one group when all four are equal
+/// (when their [`key`](Signature::key)s are). A group belongs to one
+/// allocator: the same symptom in two allocators (one planted bug in two
+/// bases, one crate declared under two names) is two groups, each with its
+/// own slot and repro command. The allocator is the slot's, or, for a
+/// violation the reference side of `diff_mimalloc` raised, the reference's
+/// (its bug is one group whichever slot compared against it). What goes
+/// into the other parts depends on what the log reports first (the
+/// precedence of [`kind`]):
 ///
 /// - **Violation** (`allocsoak violation: <kind>: op #N ...`): the kind and
 ///   the shadow's key, [`key::key_of`] (`<kind> in <op family>:
@@ -80,6 +87,8 @@ use crate::parse::{
 pub struct Signature {
     /// The finding's kind, as [`kind`] returns it.
     pub kind: String,
+    /// The allocator the finding belongs to.
+    pub allocator: String,
     /// The top frames, normalized function names; empty for violations,
     /// timeouts and out-of-memory.
     pub frames: Vec<String>,
@@ -91,12 +100,19 @@ pub struct Signature {
 impl Signature {
     /// The signature of the first finding in `log`, or `None` when the log
     /// reports nothing ([`kind`] is `None` exactly then). `slot` is
-    /// `target/allocator`; it is part of the signature only for timeouts and
-    /// out-of-memory.
+    /// `target/allocator`: its allocator is the signature's (but for a
+    /// reference's violation), and the whole slot is the message of a
+    /// timeout or out-of-memory.
     pub fn from_log(log: &str, slot: &str) -> Option<Signature> {
         let lines: Vec<&str> = log.lines().collect();
         let (at, class, kind) = finding(&lines)?;
         let after = &lines[at..];
+        let allocator = match class {
+            Class::Violation => key::reference_of(after[0]),
+            _ => None,
+        }
+        .unwrap_or_else(|| slot_allocator(slot))
+        .to_string();
         let (message, frames) = match class {
             Class::Violation => {
                 // A line without `: ` after the kind has no key; keep it whole.
@@ -112,15 +128,28 @@ impl Signature {
         };
         Some(Signature {
             kind,
+            allocator,
             frames,
             message,
         })
     }
 
-    /// The full identity: the kind, the message and each frame, one per
-    /// line, in that order. Equal keys are one group.
+    /// The signature of a violation the harness recorded: its kind, its
+    /// allocator and its key, no frames; the same signature
+    /// [`from_log`](Signature::from_log) reads from the record's line.
+    pub fn from_record(record: &Record) -> Signature {
+        Signature {
+            kind: record.kind.clone(),
+            allocator: record.allocator.clone(),
+            frames: Vec::new(),
+            message: record.key.clone(),
+        }
+    }
+
+    /// The full identity: the kind, the allocator, the message and each
+    /// frame, one per line, in that order. Equal keys are one group.
     pub fn key(&self) -> String {
-        let mut key = format!("{}\n{}", self.kind, self.message);
+        let mut key = format!("{}\n{}\n{}", self.kind, self.allocator, self.message);
         for frame in &self.frames {
             key.push('\n');
             key.push_str(frame);
@@ -191,10 +220,18 @@ impl Signature {
     pub fn rss_drift(series: &str) -> Signature {
         Signature {
             kind: "rss-drift".into(),
+            allocator: slot_allocator(series).to_string(),
             frames: Vec::new(),
             message: series.to_string(),
         }
     }
+}
+
+/// The allocator of a slot, `target/allocator` (the whole text without a
+/// `/`); the allocator's name may hold `/` itself (`dylib:/abs/lib.so:p_`).
+fn slot_allocator(slot: &str) -> &str {
+    slot.split_once('/')
+        .map_or(slot, |(_, allocator)| allocator)
 }
 
 /// The sanitizer error types of a deadly signal (`ERROR: AddressSanitizer:
@@ -245,6 +282,49 @@ mod tests {
         assert_eq!(a.tolerance_key(), None);
         assert_eq!(a.id(), Signature::rss_drift("alloc_ops/system").id());
         assert_ne!(a.id(), Signature::rss_drift("heap_api/system").id());
+    }
+
+    #[test]
+    fn a_group_belongs_to_one_allocator_but_a_reference_bug_to_the_reference() {
+        let line = |by: &str| {
+            format!("allocsoak violation: alignment: op #0 `alloc size=1 align=16` (alloc size 0..64 align ..16): block 0x18 (size 1) is not aligned to 16 [{by}]\n")
+        };
+        let system = Signature::from_log(&line("allocator zoo:x"), "alloc_ops/zoo:x").unwrap();
+        let jemalloc = Signature::from_log(
+            &line("allocator zoo:x@jemalloc"),
+            "alloc_ops/zoo:x@jemalloc",
+        )
+        .unwrap();
+        assert_eq!(system.message, jemalloc.message, "one symptom");
+        assert_eq!(system.allocator, "zoo:x");
+        assert_ne!(system.id(), jemalloc.id(), "two allocators, two groups");
+        let reference = line("reference allocator mimalloc");
+        let a = Signature::from_log(&reference, "diff_mimalloc/system").unwrap();
+        let b = Signature::from_log(&reference, "diff_mimalloc/zoo:x").unwrap();
+        assert_eq!(a.allocator, "mimalloc");
+        assert_eq!(a.id(), b.id(), "the reference's bug, whoever compared");
+        let dylib = Signature::from_log(&line("allocator x"), "alloc_ops/dylib:/a/lib.so:p_");
+        assert_eq!(dylib.unwrap().allocator, "dylib:/a/lib.so:p_");
+    }
+
+    #[test]
+    fn a_record_signs_as_its_line_does() {
+        let line = "allocsoak violation: alignment: op #0 `alloc size=1 align=16` (alloc size 0..64 align ..16): block 0x18 (size 1) is not aligned to 16 [allocator zoo:x]";
+        let record = Record {
+            kind: "alignment".into(),
+            key: key::key_of(line).unwrap(),
+            allocator: "zoo:x".into(),
+            reference: false,
+            op_index: 0,
+            op: "alloc size=1 align=16".into(),
+            site: "alloc size 0..64 align ..16".into(),
+            sound: true,
+            line: line.into(),
+        };
+        let from_log = Signature::from_log(line, "alloc_ops/zoo:x").unwrap();
+        assert_eq!(Signature::from_record(&record), from_log);
+        let back = Record::from_json(&record.to_json()).unwrap();
+        assert_eq!(back, record);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 SEGV WRITE in mi_heap_malloc_use_guarded < mi_heap_malloc_zero_aligned_at < mi_heap_malloc_aligned_at
-4cc3a6e1fcc1855c
+33374e4a0ebf4689
 SEGV
+system
 SEGV WRITE
 mi_heap_malloc_use_guarded
 mi_heap_malloc_zero_aligned_at

@@ -1,6 +1,7 @@
 double-free in <shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::free < call < shadow::executor::Executor::free_block
-7ece99479806c8f7
+fca7ec3fabe46461
 double-free
+system
 double-free
 <shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::free
 call

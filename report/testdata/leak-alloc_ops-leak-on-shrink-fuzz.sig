@@ -1,6 +1,7 @@
 direct leak in aligned < <shadow::allocator::system::System as shadow::allocator::Allocator>::alloc < alloc_inner
-f2242ba70c15315e
+58d6fe9439510268
 leak
+system
 direct leak
 aligned
 <shadow::allocator::system::System as shadow::allocator::Allocator>::alloc

@@ -1,4 +1,5 @@
 oom in alloc_ops/system
-e687401851cc025f
+afe7829cd01a445f
 oom
+system
 alloc_ops/system

@@ -1,4 +1,5 @@
 timeout in alloc_ops/system
-f6288fd2f50ff338
+e4b308a028c2ffc4
 timeout
+system
 alloc_ops/system

@@ -1,4 +1,5 @@
 alignment in alloc: block N (size N) is not aligned to N
-2c5c31c2767b24b2
+aeb1db826748f971
 alignment
+system
 alignment in alloc: block N (size N) is not aligned to N

@@ -1,4 +1,5 @@
 overlap in alloc: block N+N overlaps live block N+N
-9e3d786b6b94a524
+51465d02cf105798
 overlap
+system
 overlap in alloc: block N+N overlaps live block N+N

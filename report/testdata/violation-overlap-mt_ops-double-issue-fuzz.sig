@@ -1,4 +1,5 @@
 overlap in realloc: block N+N overlaps live block N+N
-c1bf81afefacc931
+317cb61302582fb2
 overlap
+system
 overlap in realloc: block N+N overlaps live block N+N

@@ -1,4 +1,5 @@
 realloc-prefix in realloc: realloc N+N -> N+N lost the prefix: offset N expected N found N
-c549e57a96129f81
+bd3190e19972a3b9
 realloc-prefix
+system
 realloc-prefix in realloc: realloc N+N -> N+N lost the prefix: offset N expected N found N

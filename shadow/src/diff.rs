@@ -31,7 +31,7 @@
 use crate::allocator::{malloc_serves, Allocator};
 use crate::executor::{Executor, Mode, Outcome, Stats};
 use crate::op::{Op, Program, NEWEST};
-use crate::violation::{Report, Violation};
+use crate::violation::{By, Report, Violation};
 
 /// Largest size whose usable size is a pure function of the request in
 /// mimalloc (its small and medium bins).
@@ -86,18 +86,16 @@ pub fn run(
                         ba.size,
                         bb.usable
                     );
-                    let report = Report {
+                    crate::violation::raise(Report {
                         op_index: i,
                         op: op.to_string(),
                         site: a.site(),
                         violation: Violation::Diff { detail },
-                    };
-                    crate::violation::raise(format!(
-                        "{report}{}{}, reference {}]",
-                        report::key::UNDER_TEST,
-                        under_test.name(),
-                        reference.name()
-                    ));
+                        by: By::Versus {
+                            allocator: under_test.name().to_string(),
+                            reference: reference.name().to_string(),
+                        },
+                    });
                 }
             }
             // A size-0 block on one side, null on the other: both legal.

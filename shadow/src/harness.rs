@@ -11,6 +11,11 @@
 //!   patterns) that are got past instead of crashing: a violation that
 //!   leaves the heap sound is counted and the program goes on, any other
 //!   ends its program quietly (see [`crate::violation`]).
+//! - `ALLOCSOAK_FINDINGS`: a folder where a violation that leaves the
+//!   heap sound is saved with its input, and the process goes on; unset,
+//!   it panics unless tolerated (see [`crate::findings`]).
+//! - `ALLOCSOAK_RECORD`: a file the violation that ends the run is
+//!   written to, typed (replays set it).
 //! - `ALLOCSOAK_HISTORY`: a file that keeps the last inputs the process
 //!   ran, for a crash that needs them (see [`crate::history`]).
 //! - `ALLOCSOAK_TEXT_INPUTS=1`: an input that is op program text (as
@@ -147,7 +152,9 @@ pub fn fuzz(target: Target, data: &[u8]) {
         }),
         false => Program::decode(target, data),
     };
-    crate::violation::tolerate(|| {
-        run_program(&program, config.alloc, config.mode);
+    crate::findings::with_input(data, || {
+        crate::violation::tolerate(|| {
+            run_program(&program, config.alloc, config.mode);
+        })
     });
 }

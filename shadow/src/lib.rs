@@ -25,6 +25,7 @@ pub mod allocator;
 pub mod diff;
 pub mod edges;
 pub mod executor;
+pub mod findings;
 pub mod guard;
 pub mod harness;
 pub mod history;

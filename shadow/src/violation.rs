@@ -2,15 +2,18 @@
 //!
 //! The line always starts `allocsoak violation: <kind>: op #<index> `<op>``,
 //! then the [`Site`] in parentheses (the allocator function the op called
-//! and the size and alignment buckets of its block), then the message, so
-//! every engine records it as a crash and triage can key on `<kind>`.
-//! [`key_of`] turns the line into the key both the soak's tolerance and
-//! triage's signatures use, so the two always agree on what one bug is.
+//! and the size and alignment buckets of its block), then the message and
+//! who raised it ([`By`]), so every engine records it as a crash. The line
+//! is for people: the pipeline gets the typed [`Report::record`] (written
+//! to the findings folder, or where `ALLOCSOAK_RECORD` says in a replay),
+//! and [`Report::key`] builds the key the soak's tolerance and triage's
+//! signatures share from the violation's parts.
 //!
 //! Some violations leave the heap sound ([`Violation::leaves_heap_sound`]):
-//! once tolerated, the program records them ([`record`]) and goes on, so a
-//! bug behind them on the same path is still reached. The others end the
-//! program ([`raise`]).
+//! the program records them ([`record`]) and goes on, so a bug behind them
+//! on the same path is still reached; while fuzzing they are saved as
+//! findings ([`crate::findings`]) and never end the process. The others
+//! end the program ([`raise`]).
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -19,6 +22,7 @@ use std::sync::{Mutex, OnceLock};
 
 use report::key::KEEP;
 pub use report::key::{key_of, kind_of, numbers_to_n};
+use report::Record;
 
 use crate::pattern::Mismatch;
 
@@ -336,17 +340,76 @@ impl fmt::Display for Violation {
     }
 }
 
-/// A violation with the op that exposed it.
+/// Who raised a violation: the bracket that ends its line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum By {
+    /// The allocator under test: ` [allocator <name>]`.
+    Allocator(String),
+    /// The reference side of `diff_mimalloc`:
+    /// ` [reference allocator <name>]`; the violation is the reference's.
+    Reference(String),
+    /// The allocator under test disagrees with the reference:
+    /// ` [allocator <name>, reference <name>]`; the violation is the
+    /// allocator under test's.
+    Versus {
+        allocator: String,
+        reference: String,
+    },
+}
+
+/// A violation with the op that exposed it and who raised it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
     pub op_index: usize,
     pub op: String,
     pub site: Site,
     pub violation: Violation,
+    pub by: By,
+}
+
+impl Report {
+    /// The violation's key ([`report::key::key`]), built from its parts:
+    /// what tolerance lists and signatures group on.
+    pub fn key(&self) -> String {
+        let reference = match &self.by {
+            By::Reference(name) => Some(name.as_str()),
+            _ => None,
+        };
+        report::key::key(
+            self.violation.kind(),
+            &self.site.to_string(),
+            &self.violation.to_string(),
+            reference,
+        )
+    }
+
+    /// The allocator the violation belongs to.
+    pub fn allocator(&self) -> &str {
+        match &self.by {
+            By::Allocator(name) | By::Reference(name) => name,
+            By::Versus { allocator, .. } => allocator,
+        }
+    }
+
+    /// The typed record of this violation, for the crash pipeline.
+    pub fn record(&self) -> Record {
+        Record {
+            kind: self.violation.kind().to_string(),
+            key: self.key(),
+            allocator: self.allocator().to_string(),
+            reference: matches!(self.by, By::Reference(_)),
+            op_index: self.op_index,
+            op: self.op.clone(),
+            site: self.site.to_string(),
+            sound: self.violation.leaves_heap_sound(),
+            line: self.to_string(),
+        }
+    }
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use report::key::{REFERENCE, UNDER_TEST};
         write!(
             f,
             "allocsoak violation: {}: op #{} `{}` ({}): {}",
@@ -355,7 +418,15 @@ impl fmt::Display for Report {
             self.op,
             self.site,
             self.violation
-        )
+        )?;
+        match &self.by {
+            By::Allocator(name) => write!(f, "{UNDER_TEST}{name}]"),
+            By::Reference(name) => write!(f, "{REFERENCE}{name}]"),
+            By::Versus {
+                allocator,
+                reference,
+            } => write!(f, "{UNDER_TEST}{allocator}, reference {reference}]"),
+        }
     }
 }
 
@@ -413,40 +484,47 @@ pub fn tolerating() -> bool {
     TOLERATING.with(Cell::get)
 }
 
-/// Counts `key` when it is tolerated (printed at each power of two as
-/// `allocsoak tolerated: <count> × <key>`); false when it is not.
+/// Counts a violation the process went on past (tolerated, or saved as a
+/// finding), and returns its count so far. Each power of two is printed
+/// (`allocsoak tolerated: <count> × <key>`, or `recorded` for a finding
+/// not yet filed) and written to the findings folder's counts file, which
+/// the soak reads.
+fn count(key: &str, tolerated: bool) -> u64 {
+    static COUNTS: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+    let mut counts = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+    let counts = counts.get_or_insert_with(HashMap::new);
+    let n = counts.entry(key.to_string()).or_insert(0);
+    *n += 1;
+    let n = *n;
+    if n.is_power_of_two() {
+        let how = if tolerated { "tolerated" } else { "recorded" };
+        eprintln!("allocsoak {how}: {n} × {key}");
+        crate::findings::write_counts(counts);
+    }
+    n
+}
+
+/// Counts `key` when it is tolerated; false when it is not.
 pub(crate) fn count_tolerated(key: &str) -> bool {
     if tolerated().is_empty() || !is_tolerated(key) {
         return false;
     }
-    static COUNTS: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
-    let mut counts = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
-    let n = counts
-        .get_or_insert_with(HashMap::new)
-        .entry(key.to_string())
-        .or_insert(0);
-    *n += 1;
-    if n.is_power_of_two() {
-        eprintln!("allocsoak tolerated: {n} × {key}");
-    }
+    count(key, true);
     true
 }
 
-fn line_tolerated(line: &str) -> bool {
-    key_of(line).is_some_and(|k| count_tolerated(&k))
-}
-
-/// Ends the program at a violation: panics with its line, or, when the
-/// line's key is tolerated, counts it and ends the program quietly
-/// ([`end_quietly`]). A tolerated sanitizer report that came in first
-/// ([`crate::sanitizer`]) ends it quietly too: the violation is its
-/// consequence.
-pub fn raise(line: String) -> ! {
+/// Ends the program at a violation: panics with its line (after writing
+/// its record where `ALLOCSOAK_RECORD` says), or, when its key is
+/// tolerated, counts it and ends the program quietly ([`end_quietly`]). A
+/// tolerated sanitizer report that came in first ([`crate::sanitizer`])
+/// ends it quietly too: the violation is its consequence.
+pub fn raise(report: Report) -> ! {
     crate::sanitizer::check();
-    if line_tolerated(&line) {
+    if count_tolerated(&report.key()) {
         end_quietly();
     }
-    panic!("{line}")
+    crate::findings::write_record(&report);
+    panic!("{report}")
 }
 
 /// Unwinds out of the program with [`Tolerated`], which skips the panic
@@ -456,14 +534,25 @@ pub fn end_quietly() -> ! {
     std::panic::resume_unwind(Box::new(Tolerated));
 }
 
-/// Records a violation that leaves the heap sound: returns when its key is
-/// tolerated (counted as [`raise`] counts), so the program goes on;
-/// panics with its line otherwise.
-pub fn record(line: String) {
+/// Records a violation that leaves the heap sound, and returns so the
+/// program goes on with the block: when its key is tolerated (counted),
+/// and, while fuzzing with a findings folder (`ALLOCSOAK_FINDINGS`), when
+/// it is not (saved there with the input, a few inputs per key, and
+/// counted): a sound violation never ends a fuzz process. Without a
+/// findings folder (a replay) an untolerated one panics as [`raise`] does.
+pub fn record(report: Report) {
     crate::sanitizer::check();
-    if !line_tolerated(&line) {
-        panic!("{line}")
+    let key = report.key();
+    if count_tolerated(&key) {
+        return;
     }
+    if crate::findings::active() {
+        let n = count(&key, false);
+        crate::findings::save(&report, &key, n);
+        return;
+    }
+    crate::findings::write_record(&report);
+    panic!("{report}")
 }
 
 /// Catches a tolerated violation's unwind out of `f`; any other panic goes on.
@@ -492,8 +581,12 @@ mod tests {
                 op: op.into(),
                 site,
                 violation: v,
+                by: By::Allocator("zoo:x".into()),
             };
-            format!("thread 'x' panicked: {r} [allocator zoo:x]")
+            let line = format!("thread 'x' panicked: {r}");
+            // The key built from the parts is the key read from the line.
+            assert_eq!(key_of(&line), Some(r.key()), "{line}");
+            line
         };
         let misaligned = |ptr| Violation::Alignment {
             ptr,
@@ -553,6 +646,44 @@ mod tests {
             key_of(&panic("src/zoo.rs:120")),
             key_of(&panic("src/zoo.rs:130"))
         );
+    }
+
+    #[test]
+    fn a_report_keys_and_records_as_its_line_reads() {
+        let report = |by: By| Report {
+            op_index: 3,
+            op: "alloc size=2500 align=8".into(),
+            site: Site::new("alloc", 2500, 8),
+            violation: Violation::Panic {
+                message: "index 43 out of range".into(),
+                location: "src/x.rs:12".into(),
+            },
+            by,
+        };
+        for by in [
+            By::Allocator("zoo:x".into()),
+            By::Reference("mimalloc".into()),
+            By::Versus {
+                allocator: "zoo:x".into(),
+                reference: "mimalloc".into(),
+            },
+        ] {
+            let r = report(by);
+            let line = r.to_string();
+            assert_eq!(key_of(&line), Some(r.key()), "{line}");
+            let record = r.record();
+            assert_eq!(record.line, line);
+            assert_eq!(record.kind, "panic");
+            assert!(!record.sound);
+            assert_eq!(
+                report::Signature::from_record(&record),
+                report::Signature::from_log(&line, "alloc_ops/zoo:x").unwrap(),
+                "{line}"
+            );
+        }
+        let reference = report(By::Reference("mimalloc".into()));
+        assert!(reference.key().ends_with(" [reference allocator mimalloc]"));
+        assert_eq!(reference.record().allocator, "mimalloc");
     }
 
     #[test]

@@ -23,11 +23,11 @@ use crate::engine::Engine;
 use crate::intake;
 use crate::notify::Notifier;
 use crate::project::{Build, Project};
-use crate::running::Soak;
+use crate::running::{filing_grace, Soak};
 use crate::scheduler::{self, Rng};
 use crate::state::StateDir;
 use crate::store::Store;
-use crate::{groups, rss, slice, status};
+use crate::{groups, pending, rss, slice, status};
 
 /// What a soak is asked to do.
 pub struct Options {
@@ -102,32 +102,113 @@ impl Soak {
         slice::run(self, slot_id, slice_id, secs, cores)
     }
 
-    fn worker(&self) -> Result<()> {
-        while !self.stop.load(Ordering::Relaxed) {
-            let secs = self.remaining().as_secs().min(self.slice_secs);
-            if secs < 2 {
-                break;
+    /// Runs slices until the deadline or a stop. A slice that fails (its
+    /// engine does not start, its scratch cannot be written, the store
+    /// refuses a row) is reported and the worker goes on after a pause
+    /// that doubles while failures repeat: nothing one slice does ends the
+    /// soak, and what it left is finished at the next start.
+    fn worker(&self) {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match self.next_slice() {
+                Ok(true) => backoff = FIRST_BACKOFF,
+                Ok(false) => return,
+                Err(e) => {
+                    eprintln!(
+                        "allocsoak: a slice failed: {e:#}; the soak goes on in {} s",
+                        backoff.as_secs()
+                    );
+                    self.pause(backoff);
+                    backoff = (backoff * 2).min(LAST_BACKOFF);
+                }
             }
-            let Some(slot_id) = self.next()? else {
-                break;
-            };
-            let Some(cores) = self.cores.take(self.slot_cores(slot_id), &self.stop) else {
-                self.busy.lock().unwrap().remove(&slot_id);
-                break;
-            };
-            // Waiting for cores took some of the time left.
-            let secs = self.remaining().as_secs().min(self.slice_secs);
-            let result = match secs {
-                0..=1 => Ok(()),
-                _ => self.run_slice(slot_id, secs, cores),
-            };
-            self.cores.give(cores);
-            self.busy.lock().unwrap().remove(&slot_id);
-            result?;
         }
-        Ok(())
+    }
+
+    /// Draws a slot and runs one slice of it; false when the soak is over.
+    fn next_slice(&self) -> Result<bool> {
+        let secs = self.remaining().as_secs().min(self.slice_secs);
+        if self.stop.load(Ordering::Relaxed) || secs < 2 {
+            return Ok(false);
+        }
+        let Some(slot_id) = self.next()? else {
+            return Ok(false);
+        };
+        let Some(cores) = self.cores.take(self.slot_cores(slot_id), &self.stop) else {
+            self.busy.lock().unwrap().remove(&slot_id);
+            return Ok(false);
+        };
+        // Waiting for cores took some of the time left.
+        let secs = self.remaining().as_secs().min(self.slice_secs);
+        let result = match secs {
+            0..=1 => Ok(()),
+            _ => self.run_slice(slot_id, secs, cores),
+        };
+        self.cores.give(cores);
+        self.busy.lock().unwrap().remove(&slot_id);
+        result.map(|()| true)
+    }
+
+    /// Sleeps `how_long`, or until the soak stops or its deadline passes.
+    fn pause(&self, how_long: Duration) {
+        let until = Instant::now() + how_long;
+        while Instant::now() < until
+            && !self.stop.load(Ordering::Relaxed)
+            && !self.remaining().is_zero()
+        {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Files what slices found ([`pending`]), oldest first, until filing
+    /// closes, or, once the fuzz workers are `done`, nothing waits. The
+    /// fuzz workers never wait for a filing.
+    fn intake_worker(&self, done: &AtomicBool) {
+        loop {
+            let finished = done.load(Ordering::Relaxed);
+            match pending::claim(self) {
+                Ok(Some(id)) => pending::file(self, id),
+                Ok(None) if finished || self.filing_closed() => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(500)),
+                Err(e) => {
+                    eprintln!("allocsoak: the intake queue: {e:#}; it is read again in 10 s");
+                    std::thread::sleep(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    /// Watches one drift series until the soak ends. A watch that fails
+    /// (its replay binary will not start, a narrowing replay dies, the
+    /// store refuses a reading) is reported and started again after a
+    /// pause that doubles while failures repeat: a drift worker never ends
+    /// the soak.
+    fn drift_worker(&self, watch: &rss::Watch, series: &crate::config::Series) {
+        let mut backoff = FIRST_BACKOFF;
+        while !watch.stop.load(Ordering::Relaxed) {
+            match rss::watch(watch, series) {
+                Ok(()) => return,
+                Err(e) => {
+                    eprintln!(
+                        "allocsoak: drift {}: {e:#}; its watch starts again in {} s",
+                        series.label(),
+                        backoff.as_secs()
+                    );
+                    let until = Instant::now() + backoff;
+                    while Instant::now() < until && !watch.stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(250));
+                    }
+                    backoff = (backoff * 2).min(LAST_BACKOFF);
+                }
+            }
+        }
     }
 }
+
+/// The first pause after a worker failed; it doubles with each failure
+/// in a row, up to [`LAST_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(10);
+const LAST_BACKOFF: Duration = Duration::from_secs(600);
 
 /// What a soak filed, for the summary.
 pub struct Summary {
@@ -198,13 +279,17 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         new_groups: Mutex::new(Vec::new()),
         run_id,
         deadline: Instant::now() + options.duration,
+        filing_until: (!options.once)
+            .then(|| Instant::now() + options.duration + filing_grace(options.duration)),
+        pending_claimed: Mutex::new(HashSet::new()),
         slice_secs,
     };
+    pending::recover(&soak.state)?;
     finish_leftover_slices(&soak)?;
     notifier.ready();
 
     let started = Instant::now();
-    let errors: Mutex<Vec<anyhow::Error>> = Mutex::new(Vec::new());
+    let fuzzing_done = AtomicBool::new(false);
     let workers_done = AtomicBool::new(false);
     // The drift workers stop with the fuzz workers (at the deadline too).
     let drift_stop = AtomicBool::new(false);
@@ -221,33 +306,19 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     };
     std::thread::scope(|s| {
         for series in &drift_series {
-            let (watch, errors, soak) = (&watch, &errors, &soak);
-            s.spawn(move || {
-                if let Err(e) = rss::watch(watch, series) {
-                    soak.stop.store(true, Ordering::Relaxed);
-                    errors
-                        .lock()
-                        .unwrap()
-                        .push(e.context(format!("drift {}", series.label())));
-                }
-            });
+            let (watch, soak) = (&watch, &soak);
+            s.spawn(move || soak.drift_worker(watch, series));
         }
         let handles: Vec<_> = (0..options.jobs.max(1))
-            .map(|_| {
-                s.spawn(|| {
-                    if let Err(e) = soak.worker() {
-                        // One worker's failure ends the soak: a broken
-                        // state dir must not be written on.
-                        soak.stop.store(true, Ordering::Relaxed);
-                        errors.lock().unwrap().push(e);
-                    }
-                })
-            })
+            .map(|_| s.spawn(|| soak.worker()))
             .collect();
+        let intake = s.spawn(|| soak.intake_worker(&fuzzing_done));
         s.spawn(|| {
             for h in handles {
                 let _ = h.join();
             }
+            fuzzing_done.store(true, Ordering::Relaxed);
+            let _ = intake.join();
             workers_done.store(true, Ordering::Relaxed);
         });
         let mut last_print = Instant::now();
@@ -287,9 +358,6 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         &soak.config.drift.trend(),
     ) {
         println!("{text}");
-    }
-    if let Some(e) = errors.into_inner().unwrap().into_iter().next() {
-        return Err(e);
     }
     let new_groups = soak.new_groups.lock().unwrap().clone();
     Ok(Summary {

@@ -43,6 +43,10 @@ pub struct Run {
     pub tolerate: Option<PathBuf>,
     /// Where the engine keeps the inputs it ran last (`ALLOCSOAK_HISTORY`).
     pub history: Option<PathBuf>,
+    /// Where violations that leave the heap sound are saved, so the
+    /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
+    /// first one ends the run as a crash.
+    pub findings: Option<PathBuf>,
 }
 
 /// The `--statsfile` of a run in `scratch`.
@@ -134,6 +138,9 @@ impl Run {
         }
         if let Some(h) = &self.history {
             cmd.env("ALLOCSOAK_HISTORY", h);
+        }
+        if let Some(f) = &self.findings {
+            cmd.env("ALLOCSOAK_FINDINGS", f);
         }
         cmd.arg("--").arg(&self.binary);
         cmd

@@ -91,6 +91,7 @@ pub fn import(
             history: None,
             timeout_secs: config.timeout_secs,
             rss_limit_mb: config.rss_limit_mb,
+            budget: Default::default(),
         };
         let name = input
             .file_name()

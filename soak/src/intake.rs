@@ -9,6 +9,8 @@
 //! place whole before the store hears of it.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use report::Signature;
@@ -26,6 +28,24 @@ const TRIES: usize = 3;
 /// Replays of an artifact whose program has a race section: every one
 /// runs, and the group reports how many reproduced.
 const RACE_TRIES: usize = 20;
+/// How long a filing may take: minimizing and shrinking stop with what
+/// they have once the soak's filing time is over or it was asked to stop.
+#[derive(Clone, Copy, Default)]
+pub struct Budget<'a> {
+    /// When filing closes; `None`: no end.
+    pub until: Option<Instant>,
+    /// Set when the soak is asked to stop.
+    pub stop: Option<&'a AtomicBool>,
+}
+
+impl Budget<'_> {
+    /// Whether the time is over.
+    pub fn over(&self) -> bool {
+        self.until.is_some_and(|t| Instant::now() >= t)
+            || self.stop.is_some_and(|s| s.load(Ordering::Relaxed))
+    }
+}
+
 /// What intake needs to know about the slot an artifact came from.
 pub struct Source<'a> {
     pub target: Target,
@@ -42,6 +62,8 @@ pub struct Source<'a> {
     pub history: Option<&'a Path>,
     pub timeout_secs: u64,
     pub rss_limit_mb: u64,
+    /// When to stop minimizing and shrinking.
+    pub budget: Budget<'a>,
 }
 
 /// What filing an artifact did.
@@ -165,6 +187,7 @@ fn sign(src: &Source, replay: &Replay, engine_log: &str) -> Signature {
         .unwrap_or_else(|| Signature {
             // The engine wrote an artifact but no log says why.
             kind: "crash".into(),
+            allocator: src.allocator.to_string(),
             frames: Vec::new(),
             message: format!("unreported crash in {slot}"),
         })
@@ -247,7 +270,13 @@ pub fn file(
     // A crash that needs its history keeps the few inputs it needs, in
     // `history/`, and its program is minimized replayed after them.
     let shrunk = match &history {
-        Some(h) => Some(h.shrink(&src.replayer(), artifact, &src.slot_label(), &sig)?),
+        Some(h) => Some(h.shrink(
+            &src.replayer(),
+            artifact,
+            &src.slot_label(),
+            &sig,
+            &src.budget,
+        )?),
         None => None,
     };
     let before = match &shrunk {
@@ -264,6 +293,7 @@ pub fn file(
             &sig,
             shrunk.as_ref().map_or(&replay.log, |s| &s.replay.log),
             &work,
+            &src.budget,
         )?,
         false => None,
     };
@@ -427,7 +457,7 @@ pub fn refill_all(state: &StateDir, store: &Store) -> Result<()> {
 }
 
 /// Renames `from` to `to`; copies and then removes across file systems.
-fn move_file(from: &Path, to: &Path) -> Result<()> {
+pub fn move_file(from: &Path, to: &Path) -> Result<()> {
     if std::fs::rename(from, to).is_err() {
         state::copy_atomic(from, to)?;
         std::fs::remove_file(from)

@@ -38,6 +38,7 @@ pub mod libfuzzer;
 pub mod minimize;
 pub mod notify;
 pub mod pass;
+pub mod pending;
 pub mod project;
 pub mod quick;
 pub mod repro;

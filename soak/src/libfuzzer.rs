@@ -26,6 +26,10 @@ pub struct Run {
     pub tolerate: Option<PathBuf>,
     /// Where the engine keeps the inputs it ran last (`ALLOCSOAK_HISTORY`).
     pub history: Option<PathBuf>,
+    /// Where violations that leave the heap sound are saved, so the
+    /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
+    /// first one ends the run as a crash.
+    pub findings: Option<PathBuf>,
     /// More libFuzzer flags.
     pub args: Vec<String>,
 }
@@ -66,6 +70,7 @@ impl Run {
             out,
             tolerate: None,
             history: None,
+            findings: None,
             args: Vec::new(),
         }
     }
@@ -91,6 +96,9 @@ impl Run {
         }
         if let Some(h) = &self.history {
             cmd.env("ALLOCSOAK_HISTORY", h);
+        }
+        if let Some(f) = &self.findings {
+            cmd.env("ALLOCSOAK_FINDINGS", f);
         }
         cmd.args(&self.args);
         cmd

@@ -12,6 +12,8 @@ use shadow::{Program, Target};
 use triage::render;
 use triage::replay::{Replay, Replayer};
 
+use crate::intake::Budget;
+
 /// Seconds minimizing one new group's program may take; past it the
 /// program is kept as far as it got.
 const MINIMIZE_SECS: u64 = 10;
@@ -53,6 +55,7 @@ pub fn minimize(
     sig: &Signature,
     log: &str,
     work: &Path,
+    budget: &Budget,
 ) -> Result<Option<Minimized>> {
     if matches!(sig.kind.as_str(), "timeout" | "oom") {
         return Ok(None);
@@ -75,7 +78,7 @@ pub fn minimize(
     };
     let mut error = None;
     let m = triage::minimize::minimize(&program, render::failing_op(log), |p| {
-        if error.is_some() || Instant::now() > deadline {
+        if error.is_some() || Instant::now() > deadline || budget.over() {
             return false;
         }
         fails(p).unwrap_or_else(|e| {

@@ -4,15 +4,15 @@
 //! ([`crate::slice`]) runs and files through it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use shadow::Target;
 
 use crate::config::{Config, Slot};
-use crate::intake::Filed;
+use crate::intake::{Budget, Filed};
 use crate::project::Project;
 use crate::scheduler::{self, Rng};
 use crate::state::StateDir;
@@ -36,7 +36,21 @@ pub struct Soak {
     pub(crate) new_groups: Mutex<Vec<String>>,
     pub(crate) run_id: i64,
     pub(crate) deadline: Instant,
+    /// When filings stop and what is left waits in `pending/` for the next
+    /// soak: a little past the deadline (see [`filing_grace`]); `None` in a
+    /// soak that runs each slot once, which files everything it found.
+    pub(crate) filing_until: Option<Instant>,
+    /// The pending folders a worker is filing now.
+    pub(crate) pending_claimed: Mutex<HashSet<i64>>,
     pub(crate) slice_secs: u64,
+}
+
+/// How long after its deadline a soak still files what its last slices
+/// found: 30 s, and 1 % of a long soak's duration. Together with the merge
+/// and the filing in flight, a soak ends within a minute (or 2 %) of its
+/// duration.
+pub fn filing_grace(duration: Duration) -> Duration {
+    Duration::from_secs(30) + duration / 100
 }
 
 impl Soak {
@@ -62,6 +76,21 @@ impl Soak {
         self.merging[&target]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether filing has closed: the soak was asked to stop, or its
+    /// filing time is over. Artifacts not filed by then are parked in
+    /// `pending/` ([`crate::pending`]).
+    pub fn filing_closed(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.filing_until.is_some_and(|t| Instant::now() >= t)
+    }
+
+    /// What a filing may spend: until filing closes.
+    pub fn budget(&self) -> Budget<'_> {
+        Budget {
+            until: self.filing_until,
+            stop: Some(&self.stop),
+        }
     }
 
     pub fn filed(&self, f: &Filed) {

@@ -73,16 +73,23 @@ pub struct Yield<'a> {
 
 /// The yield factor after a slice.
 pub fn next_factor(factor: f64, y: &Yield) -> f64 {
+    let f = if y.stats.merged_units > 0 {
+        factor * 1.25
+    } else {
+        factor * 0.8
+    };
+    filing_factor(f, y.new_groups, y.repeats)
+}
+
+/// The yield factor once a slice's findings are filed (the intake worker
+/// files them after the slice): a new group raises it, crashes into known
+/// groups lower it.
+pub fn filing_factor(factor: f64, new_groups: usize, repeats: usize) -> f64 {
     let mut f = factor;
-    if y.new_groups > 0 {
+    if new_groups > 0 {
         f *= 1.5;
     }
-    if y.stats.merged_units > 0 {
-        f *= 1.25;
-    } else {
-        f *= 0.8;
-    }
-    if y.repeats > 0 {
+    if repeats > 0 {
         f *= 0.5;
     }
     f.clamp(FLOOR, CEILING)

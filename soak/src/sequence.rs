@@ -92,13 +92,14 @@ impl History {
         artifact: &Path,
         slot: &str,
         sig: &Signature,
+        budget: &crate::intake::Budget,
     ) -> Result<Shrunk> {
         let start = Instant::now();
         let deadline = start + Duration::from_secs(SHRINK_SECS);
         let mut failure = None;
         let mut replays = 0;
         let mut reproduces = |before: &[PathBuf]| -> bool {
-            if failure.is_some() || Instant::now() > deadline {
+            if failure.is_some() || Instant::now() > deadline || budget.over() {
                 return false;
             }
             replays += 1;

@@ -13,7 +13,7 @@ use shadow::Target;
 
 use crate::corpus::{count_files, Corpus};
 use crate::engine::Engine;
-use crate::intake::{self, Source};
+use crate::pending::{self, Found};
 use crate::project::Build;
 use crate::running::Soak;
 use crate::scheduler::{self, Yield};
@@ -21,16 +21,38 @@ use crate::store::SliceStats;
 use crate::store::SlotRow;
 use crate::{honggfuzz, libfuzzer};
 
-/// A slice's scratch folder names its slot, so a restart can finish it.
+/// A slice's scratch folder names its slot, so a restart can finish it
+/// (and its pending folder, so a later soak can file what it left).
 #[derive(Serialize, Deserialize)]
-struct SliceFile {
-    slot_id: i64,
-    target: String,
-    allocator: String,
-    engine: String,
+pub(crate) struct SliceFile {
+    pub slot_id: i64,
+    pub target: String,
+    pub allocator: String,
+    pub engine: String,
     /// libFuzzer ran `-fork` children, each with its own input history.
     #[serde(default)]
-    forked: bool,
+    pub forked: bool,
+}
+
+impl SliceFile {
+    /// The record in `dir` (a scratch or a pending folder).
+    pub fn read(dir: &Path) -> Result<SliceFile> {
+        let path = dir.join("slice.toml");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("failed to read {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("{} is not a slice record", path.display()))
+    }
+
+    pub fn target(&self) -> Result<Target> {
+        self.target.parse().map_err(anyhow::Error::msg)
+    }
+
+    /// The libFuzzer build this slice's findings replay on.
+    pub fn binary(&self, soak: &Soak) -> Result<PathBuf> {
+        Ok(soak
+            .project
+            .binary(Build::for_allocator(&self.allocator), self.target()?))
+    }
 }
 
 /// Runs slot `slot_id` for `secs` on `cores` as slice `slice_id`, then
@@ -38,7 +60,7 @@ struct SliceFile {
 pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) -> Result<()> {
     let slot = soak.slot(slot_id)?;
     let scratch = soak.state.slice(slice_id);
-    for sub in ["new", "artifacts"] {
+    for sub in ["new", "artifacts", "findings"] {
         std::fs::create_dir_all(scratch.join(sub))
             .with_context(|| format!("failed to create {}", scratch.join(sub).display()))?;
     }
@@ -110,7 +132,8 @@ struct EngineRun {
 
 /// The slot's engine on its target and allocator, from the persistent
 /// corpus and the committed seeds, new inputs into the scratch's `new/`,
-/// findings into its `artifacts/`, with the soak's per-input limits, the
+/// crashes into its `artifacts/` and the sound violations it goes on past
+/// into its `findings/`, with the soak's per-input limits, the
 /// keys to get past and an input history: `history` for one process,
 /// `history-<pid>` for each of libFuzzer's `-fork` children (honggfuzz's
 /// threads would share one ring, so it keeps none on several cores).
@@ -131,6 +154,7 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 corpus: vec![scratch.join("new"), corpus, project.seeds(target)],
                 tolerate,
                 history: Some(history),
+                findings: Some(scratch.join("findings")),
                 args: [
                     format!("-timeout={}", config.timeout_secs),
                     format!("-rss_limit_mb={}", config.rss_limit_mb),
@@ -166,6 +190,7 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 threads: run.cores,
                 tolerate,
                 history,
+                findings: Some(scratch.join("findings")),
             };
             hf.prepare()?;
             hf.command()
@@ -205,18 +230,23 @@ pub fn finish(
     fuzz_secs: f64,
     stopped: bool,
 ) -> Result<()> {
-    let text = std::fs::read_to_string(scratch.join("slice.toml"))
-        .with_context(|| format!("failed to read {}", scratch.join("slice.toml").display()))?;
-    let record: SliceFile = toml::from_str(&text)?;
-    let target: Target = record.target.parse().map_err(anyhow::Error::msg)?;
+    let record = SliceFile::read(scratch)?;
+    let target = record.target()?;
     let engine = Engine::parse(&record.engine)?;
-    let binary = soak
-        .project
-        .binary(Build::for_allocator(&record.allocator), target);
+    let binary = record.binary(soak)?;
     let log = std::fs::read_to_string(scratch.join("fuzz.log")).unwrap_or_default();
     let tolerate = scratch.join("tolerate");
     let tolerate = (std::fs::metadata(&tolerate).map_or(0, |m| m.len()) > 0).then_some(tolerate);
-    let mut env = vec![("ALLOCSOAK_ALLOCATOR".to_string(), record.allocator.clone())];
+    // Merges go on past sound violations as the engine did (the corpus
+    // may hold inputs with one not filed yet); what they save is filed
+    // with the slice's findings.
+    let mut env = vec![
+        ("ALLOCSOAK_ALLOCATOR".to_string(), record.allocator.clone()),
+        (
+            "ALLOCSOAK_FINDINGS".to_string(),
+            scratch.join("findings").to_string_lossy().into_owned(),
+        ),
+    ];
     if let Some(t) = &tolerate {
         env.push((
             "ALLOCSOAK_TOLERATE".into(),
@@ -268,19 +298,6 @@ pub fn finish(
     }
 
     let history = Some(scratch.join("history")).filter(|h| h.is_file());
-    let src = Source {
-        target,
-        allocator: &record.allocator,
-        engine: &record.engine,
-        slot_id: record.slot_id,
-        slice_id: Some(slice_id),
-        binary: &binary,
-        tolerate: tolerate.as_deref(),
-        history: history.as_deref(),
-        timeout_secs: soak.config.timeout_secs,
-        rss_limit_mb: soak.config.rss_limit_mb,
-    };
-    let (mut new_groups, mut repeats, mut findings) = (0, 0, 0);
     let mut artifacts = engine.artifacts(&scratch.join("artifacts"))?;
     if record.forked {
         for lost in lost_in_children(scratch, &log)? {
@@ -291,24 +308,18 @@ pub fn finish(
     } else if artifacts.is_empty() && !stopped && engine == Engine::LibFuzzer {
         artifacts.extend(lost_input(scratch, &log, history.as_deref())?);
     }
-    for artifact in artifacts {
-        let filed = match intake::file(&soak.state, &soak.store, &src, &artifact, &log) {
-            Ok(f) => f,
-            Err(e) => {
-                problems.push(e.context(format!("filing {}", artifact.display())));
-                continue;
-            }
-        };
-        findings += 1;
-        if filed.new {
-            new_groups += 1;
-            soak.filed(&filed);
-        } else {
-            repeats += 1;
-        }
+    // What it found waits for the intake worker, with the sound
+    // violations the engine went on past: the next slice starts now.
+    let found = Found {
+        artifacts,
+        findings: saved_findings(&scratch.join("findings"))?,
+    };
+    let crashes = found.artifacts.len() as u64;
+    if let Err(e) = pending::park(&soak.state, slice_id, scratch, &found) {
+        problems.push(e.context("parking what the slice found"));
     }
 
-    let tolerated = tolerated_counts(&log);
+    let tolerated = went_past(&scratch.join("findings"))?;
     let keys = soak.lock_store().tolerated_keys(&record.allocator)?;
     let progress = engine.progress(scratch).unwrap_or_default();
     // libFuzzer's final stats (none in a honggfuzz log: 0).
@@ -322,14 +333,14 @@ pub fn finish(
         new_units,
         merged_units,
         peak_rss_mb: libfuzzer::final_stat(&log, "stat::peak_rss_mb").max(progress.rss_mb),
-        findings,
+        findings: found.len() as u64,
         tolerated: tolerated.values().sum(),
         outcome: if fuzz_secs == 0.0 {
             "killed".into()
         } else if stopped {
             "stop".into()
         } else {
-            engine.outcome(&log, findings)
+            engine.outcome(&log, crashes)
         },
     };
     {
@@ -341,12 +352,13 @@ pub fn finish(
         }
         store.end_slice(slice_id, &stats)?;
         let slot = store.slot_by_id(record.slot_id)?;
+        // New groups and repeats reweigh it as the intake files them.
         let factor = scheduler::next_factor(
             slot.weight,
             &Yield {
                 stats: &stats,
-                new_groups,
-                repeats,
+                new_groups: 0,
+                repeats: 0,
             },
         );
         store.set_weight(record.slot_id, factor)?;
@@ -435,22 +447,57 @@ fn save_lost(scratch: &Path, input: &[u8]) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The tolerated-violation counts a log reports (`allocsoak tolerated: N × key`,
-/// printed at powers of two; the last one of each key is its count).
-fn tolerated_counts(log: &str) -> HashMap<String, u64> {
-    let mut counts = HashMap::new();
-    for line in log.lines() {
-        let Some(rest) = line.strip_prefix("allocsoak tolerated: ") else {
-            continue;
-        };
-        if let Some((n, key)) = rest.split_once(" × ") {
-            if let Ok(n) = n.parse::<u64>() {
-                let c = counts.entry(key.to_string()).or_insert(0);
-                *c = n.max(*c);
-            }
+/// The inputs the harness saved in a slice's `findings/` (see
+/// `shadow::findings`): every file but the records beside them, the counts
+/// and what is still being written.
+fn saved_findings(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut inputs = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(inputs),
+        Err(e) => return Err(e).with_context(|| format!("failed to read {}", dir.display())),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if !(name.starts_with('.') || name.ends_with(".json")) {
+            inputs.push(path);
         }
     }
-    counts
+    inputs.sort();
+    Ok(inputs)
+}
+
+/// How often the slice's processes went on past each violation key
+/// (tolerated, or saved as a finding), from the counts files each wrote
+/// in `findings/` (`counts-<pid>.json`), summed over processes.
+fn went_past(dir: &Path) -> Result<HashMap<String, u64>> {
+    let mut total = HashMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(total);
+    };
+    for entry in entries {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if !(name.starts_with("counts-") && name.ends_with(".json")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("failed to read {}", path.display()))?;
+        // A process killed mid-rename leaves the last whole file; a file
+        // that does not read is someone else's, and is skipped.
+        let Ok(counts) = serde_json::from_str::<HashMap<String, u64>>(&text) else {
+            eprintln!(
+                "allocsoak: {} is not a counts file; skipped",
+                path.display()
+            );
+            continue;
+        };
+        for (key, n) in counts {
+            *total.entry(key).or_insert(0) += n;
+        }
+    }
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -516,13 +563,25 @@ mod tests {
     }
 
     #[test]
-    fn tolerated_counts_keep_the_last_power_of_two() {
-        let log = "allocsoak tolerated: 1 × overlap in alloc: x\n\
-                   allocsoak tolerated: 2 × overlap in alloc: x\n\
-                   allocsoak tolerated: 1 × alignment in alloc: y\n\
-                   allocsoak tolerated: 4 × overlap in alloc: x\n";
-        let counts = super::tolerated_counts(log);
-        assert_eq!(counts["overlap in alloc: x"], 4);
-        assert_eq!(counts["alignment in alloc: y"], 1);
+    fn findings_are_the_saved_inputs_and_counts_add_up_over_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path();
+        for name in [
+            "aa-11",
+            "aa-11.json",
+            "bb-22",
+            ".tmp-7-bb-23",
+            "counts-1.json",
+        ] {
+            std::fs::write(f.join(name), b"{}").unwrap();
+        }
+        std::fs::write(f.join("counts-1.json"), r#"{"a":4,"b":1}"#).unwrap();
+        std::fs::write(f.join("counts-2.json"), r#"{"a":2}"#).unwrap();
+        let inputs = super::saved_findings(f).unwrap();
+        assert_eq!(inputs, [f.join("aa-11"), f.join("bb-22")]);
+        let counts = super::went_past(f).unwrap();
+        assert_eq!(counts["a"], 6);
+        assert_eq!(counts["b"], 1);
+        assert!(super::saved_findings(&f.join("none")).unwrap().is_empty());
     }
 }

@@ -8,10 +8,13 @@
 //!                               generation `.<target>.g<N>`, swapped atomically
 //! <state>/crashes/<signature>/  one folder per crash group, REPORT.md inside
 //! <state>/logs/                 engine logs of finished slices
-//! <state>/slices/<id>/          a running slice's scratch: new/, artifacts/
+//! <state>/slices/<id>/          a running slice's scratch: new/, artifacts/, findings/
+//! <state>/pending/<id>/         what a slice left to file when the soak ended
+//!                               (artifacts/, its slice.toml, tolerate and history)
 //! ```
 //! Nothing here is deleted except a slice's scratch once everything in it
-//! has been merged or filed, and corpus generations the symlink left.
+//! has been merged, filed or moved to `pending/`, a pending folder once
+//! everything in it is filed, and corpus generations the symlink left.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -55,7 +58,7 @@ impl StateDir {
             root: root.to_path_buf(),
             _lock: Some(lock),
         };
-        for sub in ["corpus", "crashes", "logs", "slices"] {
+        for sub in ["corpus", "crashes", "logs", "slices", "pending"] {
             let p = dir.root.join(sub);
             std::fs::create_dir_all(&p)
                 .with_context(|| format!("failed to create {}", p.display()))?;
@@ -151,6 +154,15 @@ impl StateDir {
 
     pub fn slice(&self, id: i64) -> PathBuf {
         self.slices().join(id.to_string())
+    }
+
+    /// Filings a soak left for the next one: `pending/<slice>/`.
+    pub fn pending(&self) -> PathBuf {
+        self.root.join("pending")
+    }
+
+    pub fn pending_slice(&self, id: i64) -> PathBuf {
+        self.pending().join(id.to_string())
     }
 }
 

@@ -101,6 +101,13 @@ pub fn render(
     if let Some(duty) = o.duty_cycle {
         write!(out, ", duty cycle {:.1}%", duty * 100.0)?;
     }
+    let pending = crate::pending::count(state);
+    if pending > 0 {
+        write!(
+            out,
+            ", {pending} filings pending (taken in at the next start)"
+        )?;
+    }
     writeln!(out)?;
     writeln!(
         out,

@@ -235,6 +235,7 @@ fn minimized_ops(case: &Case, run: &crate::libfuzzer::Run, o: &Outcome) -> Resul
         &sig,
         &log,
         dir,
+        &crate::intake::Budget::default(),
     )?;
     Ok(match m {
         Some(m) => format!("{}->{} in {:.1}s", m.ops_before, m.ops_after, m.secs),

@@ -84,19 +84,53 @@ fn kept(state: &Path) -> BTreeSet<String> {
     out
 }
 
-/// Crash artifacts waiting in slice scratch (filed on the next start).
-fn pending_artifacts(state: &Path) -> usize {
+/// Files in `dir` a filing would take: every file but records, counts
+/// and what is still being written.
+fn inputs_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .filter(|n| {
+                    !(n.starts_with('.') || n.ends_with(".json") || n.starts_with("slow-unit"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Crash artifacts and saved findings waiting in slice scratch (filed on
+/// the next start).
+fn scratch_artifacts(state: &Path) -> usize {
     let Ok(slices) = std::fs::read_dir(state.join("slices")) else {
         return 0;
     };
     slices
-        .filter_map(|s| std::fs::read_dir(s.ok()?.path().join("artifacts")).ok())
-        .map(|a| {
-            a.filter_map(|e| e.ok())
-                .filter(|e| !e.file_name().to_string_lossy().starts_with("slow-unit"))
-                .count()
+        .filter_map(|s| s.ok())
+        .map(|s| {
+            inputs_in(&s.path().join("artifacts")).len()
+                + inputs_in(&s.path().join("findings")).len()
         })
         .sum()
+}
+
+/// Artifacts a soak parked in `pending/` when its filing time was over.
+fn parked(state: &Path) -> Vec<String> {
+    let Ok(slices) = std::fs::read_dir(state.join("pending")) else {
+        return Vec::new();
+    };
+    slices
+        .filter_map(|s| s.ok())
+        .flat_map(|s| {
+            let mut inputs = inputs_in(&s.path().join("artifacts"));
+            inputs.extend(inputs_in(&s.path().join("findings")));
+            inputs
+        })
+        .collect()
+}
+
+/// Everything found and not yet filed.
+fn pending_artifacts(state: &Path) -> usize {
+    scratch_artifacts(state) + parked(state).len()
 }
 
 /// What a daemon was in the middle of.
@@ -216,7 +250,9 @@ fn sigkill_at_any_moment_loses_nothing() {
     assert!(last.wait().unwrap().success());
     let now = kept(&state);
     assert!(seen.is_subset(&now));
-    assert_eq!(pending_artifacts(&state), 0);
+    // Filed, or parked for the next soak (one that ends on time may leave
+    // some): nothing is left in a slice's scratch.
+    assert_eq!(scratch_artifacts(&state), 0);
     assert!(
         now.iter().any(|f| f.starts_with("corpus/")),
         "no corpus grew: {now:?}"
@@ -237,6 +273,146 @@ fn sigkill_at_any_moment_loses_nothing() {
         })
         .count() as i64;
     assert_eq!(groups, on_disk, "the store and crashes/ disagree");
+}
+
+#[test]
+fn a_stop_during_filing_ends_within_seconds_and_the_next_soak_files_what_it_left() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // Alignment violations at many sites: each slice saves a dozen
+    // findings, whose filing takes longer than a stop may.
+    let slot = ("alloc_ops", "zoo:small-underalign+size-eq-align");
+    let mut child = start(&state, "600", slot);
+    let before = other_generations(&state);
+    busy_moment(
+        &state,
+        child.id(),
+        &before,
+        Busy::Filing,
+        Duration::from_secs(120),
+    );
+    assert!(
+        busy(&state, child.id(), &before).contains(&Busy::Filing),
+        "never filed"
+    );
+    let waiting = scratch_artifacts(&state);
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let asked = Instant::now();
+    let status = child.wait().unwrap();
+    let took = asked.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(
+        took < Duration::from_secs(10),
+        "stopped {took:?} after SIGINT"
+    );
+    let left = parked(&state);
+    eprintln!("{waiting} waiting at the stop, {} parked", left.len());
+    assert!(!left.is_empty(), "nothing was left pending");
+    assert_eq!(scratch_artifacts(&state), 0);
+    // The next soak files them first.
+    let groups_before = kept(&state)
+        .iter()
+        .filter(|k| k.starts_with("crashes/"))
+        .count();
+    let mut next = start(&state, "20", slot);
+    assert!(next.wait().unwrap().success());
+    let still: Vec<_> = parked(&state)
+        .into_iter()
+        .filter(|p| left.contains(p))
+        .collect();
+    assert!(still.is_empty(), "still pending: {still:?}");
+    let filed = kept(&state)
+        .iter()
+        .filter(|k| k.starts_with("crashes/"))
+        .count();
+    assert!(
+        filed >= groups_before + left.len(),
+        "{filed} crash inputs kept, {groups_before} before, {} parked",
+        left.len()
+    );
+}
+
+/// Every process below `pid` (its children's children too).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.filter_map(|t| t.ok()) {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                out.push(c);
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn killing_its_workers_never_ends_a_soak() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // Fuzz slices, merges, filings (replays, minimizing) and a drift
+    // replay all run as processes of their own; every few seconds one of
+    // them, whichever, is killed.
+    let config = dir.path().join("soak.toml");
+    std::fs::write(
+        &config,
+        "[drift]\ntargets = [\"alloc_ops\"]\ncpu_share = 0.5\ninterval_secs = 1\n",
+    )
+    .unwrap();
+    let secs = 60;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_allocsoak"))
+        .arg("soak")
+        .arg("--state")
+        .arg(&state)
+        .arg("--config")
+        .arg(&config)
+        .args(["--target", "alloc_ops", "--allocator", BUGS])
+        .args([
+            "--jobs",
+            "2",
+            "--slice-secs",
+            "8",
+            "--duration",
+            &secs.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut killed = BTreeSet::new();
+    while start.elapsed() < Duration::from_secs(secs - 5) {
+        std::thread::sleep(Duration::from_secs(3));
+        let below = descendants(child.id());
+        if let Some(victim) = below.iter().rev().find(|p| !killed.contains(*p)) {
+            let name = std::fs::read_to_string(format!("/proc/{victim}/comm")).unwrap_or_default();
+            unsafe { libc::kill(*victim as i32, libc::SIGKILL) };
+            killed.insert(*victim);
+            eprintln!("killed {victim} ({})", name.trim());
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stderr}", out.status);
+    assert!(killed.len() >= 10, "only {} kills", killed.len());
+    assert!(
+        took < Duration::from_secs(secs + 60),
+        "ended {took:?} after its start"
+    );
+    let db = rusqlite::Connection::open(state.join("store.sqlite")).unwrap();
+    let slices: i64 = db
+        .query_row("SELECT COUNT(*) FROM slice", [], |r| r.get(0))
+        .unwrap();
+    assert!(slices >= 4, "{slices} slices\n{stderr}");
 }
 
 #[test]

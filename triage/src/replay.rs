@@ -5,10 +5,10 @@
 //! replay the same way.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use report::Signature;
+use report::{Record, Signature};
 
 /// How to replay inputs of one slot.
 pub struct Replayer<'a> {
@@ -31,15 +31,49 @@ pub struct Replay {
     pub log: String,
     /// Whether the inputs failed again with a finding.
     pub reproduced: bool,
+    /// The violation that ended the run, as the harness recorded it
+    /// (`ALLOCSOAK_RECORD`); `None` when something else ended it.
+    pub record: Option<Record>,
 }
 
 impl Replay {
-    /// The replay's signature, when it reproduced.
+    /// The replay's signature, when it reproduced: its violation's record
+    /// when the harness wrote one, else what the log reports (a sanitizer
+    /// report, a crash, an engine's finding).
     pub fn signature(&self, slot: &str) -> Option<Signature> {
-        self.reproduced
-            .then(|| Signature::from_log(&self.log, slot))
-            .flatten()
+        if !self.reproduced {
+            return None;
+        }
+        match &self.record {
+            Some(record) => Some(Signature::from_record(record)),
+            None => Signature::from_log(&self.log, slot),
+        }
     }
+}
+
+/// A fresh path for one replay's record, unique in this machine's temp
+/// folder (replays run from several threads and processes at once).
+fn record_path() -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!(
+        "allocsoak-record-{}-{}.json",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Runs a replay command with a record file of its own; returns its stderr,
+/// whether it failed, and the record the harness left.
+fn run(mut cmd: Command) -> io::Result<(String, bool, Option<Record>)> {
+    let path = record_path();
+    let out = cmd.env("ALLOCSOAK_RECORD", &path).output();
+    let text = std::fs::read_to_string(&path).ok();
+    let _ = std::fs::remove_file(&path);
+    let out = out?;
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let record = text.and_then(|t| Record::from_json(&t).ok());
+    Ok((log, !out.status.success(), record))
 }
 
 impl Replayer<'_> {
@@ -64,10 +98,13 @@ impl Replayer<'_> {
     /// Replays `inputs` once, in order, in one process. `Err` only when
     /// the binary cannot run.
     pub fn replay(&self, inputs: &[&Path], tolerate: bool) -> io::Result<Replay> {
-        let out = self.command(inputs, tolerate).output()?;
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        let reproduced = !out.status.success() && report::kind(&log).is_some();
-        Ok(Replay { log, reproduced })
+        let (log, failed, record) = run(self.command(inputs, tolerate))?;
+        let reproduced = failed && (record.is_some() || report::kind(&log).is_some());
+        Ok(Replay {
+            log,
+            reproduced,
+            record,
+        })
     }
 }
 
@@ -83,10 +120,13 @@ impl Replayer<'_> {
         if sig.frames.is_empty() {
             cmd.arg("-handle_abrt=0").env("RUST_BACKTRACE", "0");
         }
-        let out = cmd.output()?;
-        let log = String::from_utf8_lossy(&out.stderr);
-        Ok(!out.status.success()
-            && Signature::from_log(&log, slot).is_some_and(|s| s.id() == sig.id()))
+        let (log, failed, record) = run(cmd)?;
+        let replay = Replay {
+            log,
+            reproduced: failed,
+            record,
+        };
+        Ok(replay.signature(slot).is_some_and(|s| s.id() == sig.id()))
     }
 }
 

@@ -1,42 +1,42 @@
 //! How an allocator call is made and how a finding leaves the executor:
 //! the guarded call (a panic in the allocator is a finding), and the
-//! violation line, fatal or flagged.
+//! violation's report, fatal or flagged.
 
 use super::{Executor, On};
 use crate::allocator::Allocator;
 use crate::guard::{self, Panicked};
-use crate::violation::{self, Report, Violation};
+use crate::violation::{self, By, Report, Violation};
 
 impl Executor {
-    pub(super) fn line(&self, violation: Violation) -> String {
+    pub(super) fn report(&self, violation: Violation) -> Report {
         let op = self
             .op
             .map_or_else(|| "end of program".to_string(), |op| op.to_string());
-        let report = Report {
+        let name = self.alloc.name().to_string();
+        Report {
             op_index: self.op_index,
             op,
             site: self.site,
             violation,
-        };
-        use report::key::{REFERENCE, UNDER_TEST};
-        let by = if self.reference {
-            REFERENCE
-        } else {
-            UNDER_TEST
-        };
-        format!("{report}{by}{}]", self.alloc.name())
+            by: if self.reference {
+                By::Reference(name)
+            } else {
+                By::Allocator(name)
+            },
+        }
     }
 
     /// Ends the program at a violation (quietly when it is tolerated).
     pub(super) fn fail(&self, violation: Violation) -> ! {
-        violation::raise(self.line(violation));
+        violation::raise(self.report(violation));
     }
 
     /// A violation that leaves the heap sound: returns when it is
-    /// tolerated, and the caller goes on with the block.
+    /// tolerated or saved as a finding, and the caller goes on with the
+    /// block.
     pub(super) fn flag(&self, violation: Violation) {
         debug_assert!(violation.leaves_heap_sound());
-        violation::record(self.line(violation));
+        violation::record(self.report(violation));
     }
 
     pub(super) fn panicked(&self, p: Panicked) -> ! {

@@ -27,8 +27,14 @@ const HEADER: &str = "\
 # Written by `allocsoak triage known --state <dir> --out <this file>`.
 ";
 
+/// The file's format: 2 since group ids name their allocator (a file
+/// without it holds ids no soak files any more).
+const VERSION: u32 = 2;
+
 #[derive(Serialize, Deserialize)]
 struct KnownFile {
+    #[serde(default)]
+    version: u32,
     #[serde(default, rename = "group")]
     groups: Vec<Entry>,
 }
@@ -83,6 +89,12 @@ pub fn import(from: &Path, state: &StateDir, store: &Store) -> Result<usize> {
             e.message()
         )
     })?;
+    if file.version != VERSION && !file.groups.is_empty() {
+        bail!(
+            "{} was written by an older allocsoak (its group ids do not name their allocator); rewrite it with `allocsoak triage known --state <dir> --out FILE`",
+            from.display()
+        );
+    }
     for entry in &file.groups {
         materialize(entry, state)
             .with_context(|| format!("group {} in {}", entry.id, from.display()))?;
@@ -193,7 +205,13 @@ pub fn write(state: &StateDir, store: &Store, out: &Path) -> Result<usize> {
     }
     groups.sort_by(|a, b| a.id.cmp(&b.id));
     let n = groups.len();
-    let text = format!("{HEADER}\n{}", toml::to_string(&KnownFile { groups })?);
+    let text = format!(
+        "{HEADER}\n{}",
+        toml::to_string(&KnownFile {
+            version: VERSION,
+            groups
+        })?
+    );
     state::write_atomic(out, text.as_bytes())?;
     Ok(n)
 }

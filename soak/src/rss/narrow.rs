@@ -125,6 +125,9 @@ pub struct Narrowed {
     /// too slow to show in one (or one every program drives); every
     /// program is kept.
     pub too_slow: bool,
+    /// Why the first narrowing replay that failed did (a violation, a
+    /// crash): such a replay counts as not drifting, and narrowing goes on.
+    pub failed: Option<String>,
 }
 
 impl Narrowed {
@@ -136,11 +139,14 @@ impl Narrowed {
                 self.of, self.secs
             );
         }
-        let note = if self.complete {
-            ""
+        let mut note = if self.complete {
+            String::new()
         } else {
-            ", not to the end"
+            ", not to the end".to_string()
         };
+        if let Some(why) = &self.failed {
+            note.push_str(&format!("; a replay failed: {why}"));
+        }
         format!(
             "{} programs to {} in {:.0} s ({} replays{note})",
             self.of,
@@ -163,11 +169,20 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
         Ok(measure(cmd, ops, line, Some(w.stop))?.drifts)
     };
     let mut replays = 1;
-    // `None`: the soak stopped the replay.
-    let whole = match drifts(&programs) {
-        Err(_) if w.stopping() => None,
-        whole => Some(whole?),
+    // A replay that fails (a violation the replay does not get past, the
+    // process over its limit in a way `measure` cannot read) does not
+    // drift; the first failure is kept for the group's page.
+    let mut failed = None;
+    let mut drifts_or_note = |subset: &[PathBuf]| match drifts(subset) {
+        Ok(d) => d,
+        Err(e) => {
+            failed.get_or_insert_with(|| format!("{e:#}"));
+            false
+        }
     };
+    // `None`: the soak stopped the replay.
+    let whole = drifts_or_note(&programs);
+    let whole = (!w.stopping()).then_some(whole);
     if whole != Some(true) {
         // Nothing to narrow (or no time to): the group keeps every program.
         return Ok(Narrowed {
@@ -176,26 +191,19 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
             secs: start.elapsed().as_secs_f64(),
             replays,
             complete: whole.is_some(),
-            too_slow: whole == Some(false),
+            too_slow: whole == Some(false) && failed.is_none(),
+            failed,
         });
     }
-    let mut error = None;
     let mut out_of_time = false;
     let found = triage::ddmin::ddmin(&programs, |subset| {
-        if error.is_some() || w.stopping() || Instant::now() >= deadline {
+        if w.stopping() || Instant::now() >= deadline {
             out_of_time = true;
             return false;
         }
         replays += 1;
-        drifts(subset).unwrap_or_else(|e| {
-            error = Some(e);
-            false
-        })
+        drifts_or_note(subset)
     });
-    // A replay the soak's stop killed leaves what was found so far.
-    if let Some(e) = error.filter(|_| !w.stopping()) {
-        return Err(e);
-    }
     Ok(Narrowed {
         of: programs.len(),
         programs: found,
@@ -203,6 +211,7 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
         replays,
         complete: !out_of_time,
         too_slow: false,
+        failed,
     })
 }
 

@@ -1,0 +1,49 @@
+//! The typed violation record: what the harness raised, as it raised it.
+//!
+//! The harness writes one [`Record`] per violation it saves (JSON, next to
+//! the input in a slice's findings folder) and, in a replay, the violation
+//! that ended the run (the file `ALLOCSOAK_RECORD` names). The crash
+//! pipeline signs that record ([`crate::Signature::from_record`]) instead
+//! of reading the violation line back out of the log: the line is for
+//! people, the record for the pipeline.
+
+use serde::{Deserialize, Serialize};
+
+/// One violation, as the executor raised it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The violation's kind (`alignment`, `overlap`, `panic`, ...).
+    pub kind: String,
+    /// Its key ([`crate::key`]): what tolerance lists and signatures group
+    /// on. Built from the typed violation, never parsed from the line.
+    pub key: String,
+    /// The allocator the violation belongs to: the one under test, or, on
+    /// the reference side of `diff_mimalloc`, the reference.
+    pub allocator: String,
+    /// Raised by the reference side of `diff_mimalloc`.
+    pub reference: bool,
+    /// The op's index in its program.
+    pub op_index: usize,
+    /// The op as text (`alloc size=41 align=64`).
+    pub op: String,
+    /// The allocator call and the block's size and alignment tiers
+    /// (`alloc size 0..64 align 32..`).
+    pub site: String,
+    /// Whether the heap is still sound after it, so a program can go on.
+    pub sound: bool,
+    /// The whole violation line, for people.
+    pub line: String,
+}
+
+impl Record {
+    /// The record as one line of JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a record always serializes")
+    }
+
+    /// A record read back from [`Record::to_json`]'s text; `Err` says what
+    /// was wrong with it.
+    pub fn from_json(text: &str) -> Result<Record, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}

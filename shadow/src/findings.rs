@@ -1,0 +1,139 @@
+//! Where the harness puts what the pipeline reads: sound violations saved
+//! while fuzzing, their counts, and the record of the violation that ended
+//! a replay.
+//!
+//! - `ALLOCSOAK_FINDINGS=<dir>` (set by the soak for each slice): a
+//!   violation that leaves the heap sound never ends the process. The
+//!   input that showed a key first is saved as `<dir>/<key hash>-<input
+//!   hash>` (the input's bytes) with its [`report::Record`] beside it
+//!   (`….json`), [`SAVED_PER_KEY`] input per key and process; every
+//!   later one is only counted. The counts of every key the process
+//!   went on past (tolerated or saved) are in `<dir>/counts-<pid>.json`,
+//!   rewritten at each power of two. Each file is written aside and
+//!   renamed in, record before input, so a reader that sees an input sees
+//!   its record, and a kill leaves no half-written file.
+//! - `ALLOCSOAK_RECORD=<file>` (set by replays): the violation that ends
+//!   the run is written there as a [`report::Record`] before the line is printed,
+//!   so the pipeline signs the typed record, not the log.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::violation::Report;
+
+/// Inputs saved per violation key and process; the rest are counted.
+pub const SAVED_PER_KEY: u64 = 1;
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+fn folder() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| env_path("ALLOCSOAK_FINDINGS"))
+        .as_deref()
+}
+
+/// Whether sound violations are saved as findings and the process goes
+/// on (`ALLOCSOAK_FINDINGS` is set).
+pub fn active() -> bool {
+    folder().is_some()
+}
+
+thread_local! {
+    /// The input the fuzz target is running on this thread, while it runs.
+    static INPUT: Cell<Option<(*const u8, usize)>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with `data` as the input a saved finding names.
+pub fn with_input<R>(data: &[u8], f: impl FnOnce() -> R) -> R {
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            INPUT.with(|i| i.set(None));
+        }
+    }
+    INPUT.with(|i| i.set(Some((data.as_ptr(), data.len()))));
+    let _clear = Clear;
+    f()
+}
+
+fn input() -> Option<Vec<u8>> {
+    let (ptr, len) = INPUT.with(Cell::get)?;
+    // SAFETY: `with_input` sets the pointer from a live `&[u8]` and clears
+    // it when `f` returns or unwinds, and this thread is inside `f`.
+    Some(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec())
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// Writes `bytes` to `path` by way of a temporary name in its folder.
+fn write_aside(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".tmp-{}-{name}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+fn complain(what: &str, path: &Path, e: std::io::Error) {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    if ONCE.set(()).is_ok() {
+        eprintln!(
+            "allocsoak: cannot write {what} {}: {e}; fuzzing goes on",
+            path.display()
+        );
+    }
+}
+
+/// Saves the running input and `report`'s record for `key`, the `seen`th
+/// time the process saw it (nothing past [`SAVED_PER_KEY`], or off the
+/// fuzzing thread, where no input is known).
+pub fn save(report: &Report, key: &str, seen: u64) {
+    let (Some(dir), Some(input)) = (folder(), input()) else {
+        return;
+    };
+    if seen > SAVED_PER_KEY {
+        return;
+    }
+    let name = format!("{:016x}-{:016x}", hash(key.as_bytes()), hash(&input));
+    let record = dir.join(format!("{name}.json"));
+    let saved = std::fs::create_dir_all(dir)
+        .and_then(|()| write_aside(&record, report.record().to_json().as_bytes()))
+        .and_then(|()| write_aside(&dir.join(&name), &input));
+    if let Err(e) = saved {
+        complain("the finding", &dir.join(name), e);
+    }
+}
+
+/// Rewrites this process's counts file in the findings folder, if any.
+pub(crate) fn write_counts(counts: &HashMap<String, u64>) {
+    let Some(dir) = folder() else {
+        return;
+    };
+    let path = dir.join(format!("counts-{}.json", std::process::id()));
+    let text = serde_json::to_string(counts).expect("a map of strings serializes");
+    let written = std::fs::create_dir_all(dir).and_then(|()| write_aside(&path, text.as_bytes()));
+    if let Err(e) = written {
+        complain("the counts", &path, e);
+    }
+}
+
+/// Writes `report`'s record where `ALLOCSOAK_RECORD` says, if it does.
+pub(crate) fn write_record(report: &Report) {
+    static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let Some(path) = FILE.get_or_init(|| env_path("ALLOCSOAK_RECORD")) else {
+        return;
+    };
+    if let Err(e) = write_aside(path, report.record().to_json().as_bytes()) {
+        complain("the record", path, e);
+    }
+}
