@@ -21,6 +21,7 @@ fn reaching(bug: Bug) -> String {
         }
         Bug::SmallUnderalign => "target alloc_ops\nalloc size=8 align=16\n",
         Bug::SizeEqAlign => "target alloc_ops\nalloc size=4096 align=4096\n",
+        Bug::AlignIgnored => "target alloc_ops\nalloc size=100 align=64\n",
         Bug::DoubleIssue => "target alloc_ops\nalloc size=40 align=8\nfree slot=0\nalloc size=40 align=8\nalloc size=40 align=8\n",
         Bug::UsableOversize => "target alloc_ops\nalloc size=100 align=8\nusable-size slot=0\nalloc size=100 align=8\nusable-size slot=1\n",
         Bug::ShortReallocCopy => "target alloc_ops\nalloc size=300 align=8\nrealloc slot=0 to=double\n",
@@ -103,7 +104,7 @@ fn every_planted_bug_is_reported_with_its_kind() {
 #[test]
 fn bugs_stay_hidden_off_their_condition() {
     // Same op shapes, sizes just outside each bug's condition.
-    let benign = "target alloc_ops\nalloc size=24 align=16\nalloc size=4096 align=2048\nalloc size=64 align=8\nfree slot=2\n\
+    let benign = "target alloc_ops\nalloc size=24 align=16\nalloc size=4096 align=16\nalloc size=64 align=8\nfree slot=2\n\
                   alloc size=64 align=8\nalloc size=64 align=8\nrealloc slot=0 to=double\nalloc size=300 align=8 zeroed\n";
     let program = common::program(benign);
     for bug in Bug::ALL {

@@ -12,12 +12,16 @@
 //! generation; [`Corpus::recover`] removes half-built ones.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
 use crate::state::StateDir;
+
+/// The longest a merge or prune may run before it is killed (and the
+/// corpus stays as it was): a merge that hangs must not hold up the soak.
+const MERGE_LIMIT: Duration = Duration::from_secs(30 * 60);
 
 pub struct Corpus<'a> {
     state: &'a StateDir,
@@ -155,13 +159,13 @@ impl<'a> Corpus<'a> {
         }
         std::fs::create_dir_all(&next)
             .with_context(|| format!("failed to create {}", next.display()))?;
-        let out = triage::replay::engine_command(binary)
-            .envs(env.iter().map(|(k, v)| (k, v)))
+        let mut cmd = triage::replay::engine_command(binary);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)))
             .args(flags)
             .arg(format!("-merge_control_file={}", control.display()))
             .arg(&next)
-            .args(from)
-            .output()
+            .args(from);
+        let out = triage::replay::output_within(&mut cmd, MERGE_LIMIT)
             .with_context(|| format!("failed to run {}; run `just build`", binary.display()))?;
         if !out.status.success() {
             let log = String::from_utf8_lossy(&out.stderr);

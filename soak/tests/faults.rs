@@ -368,7 +368,7 @@ fn killing_its_workers_never_ends_a_soak() {
     )
     .unwrap();
     let secs = 60;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_allocsoak"))
+    let child = Command::new(env!("CARGO_BIN_EXE_allocsoak"))
         .arg("soak")
         .arg("--state")
         .arg(&state)

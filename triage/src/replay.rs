@@ -4,9 +4,10 @@
 //! that sequence). Inputs from honggfuzz are the same raw bytes and
 //! replay the same way.
 
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use report::{Record, Signature};
 
@@ -63,11 +64,63 @@ fn record_path() -> PathBuf {
     ))
 }
 
-/// Runs a replay command with a record file of its own; returns its stderr,
-/// whether it failed, and the record the harness left.
-fn run(mut cmd: Command) -> io::Result<(String, bool, Option<Record>)> {
+/// Runs `cmd` to its end and returns its output, as [`Command::output`]
+/// does, but kills it once it runs past `limit`: a replay or merge that
+/// hangs (a sanitizer waiting on a symbolizer that died) must not hold up
+/// a soak. The stderr of a killed run ends with a line that says so.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> io::Result<Output> {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut text);
+            }
+            text
+        })
+    };
+    let out = read(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = read(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let start = Instant::now();
+    let mut killed = false;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if !killed && start.elapsed() > limit {
+            let _ = child.kill();
+            killed = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = err.join().unwrap_or_default();
+    if killed {
+        let secs = start.elapsed().as_secs();
+        stderr.extend(format!("\nallocsoak: killed after {secs} s, past its limit\n").as_bytes());
+    }
+    Ok(Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr,
+    })
+}
+
+/// Runs a replay command with a record file of its own, for at most
+/// `limit`; returns its stderr, whether it failed, and the record the
+/// harness left.
+fn run(mut cmd: Command, limit: Duration) -> io::Result<(String, bool, Option<Record>)> {
     let path = record_path();
-    let out = cmd.env("ALLOCSOAK_RECORD", &path).output();
+    let out = output_within(cmd.env("ALLOCSOAK_RECORD", &path), limit);
     let text = std::fs::read_to_string(&path).ok();
     let _ = std::fs::remove_file(&path);
     let out = out?;
@@ -77,6 +130,13 @@ fn run(mut cmd: Command) -> io::Result<(String, bool, Option<Record>)> {
 }
 
 impl Replayer<'_> {
+    /// The longest a replay of `inputs` may take: each input its
+    /// `-timeout`, and half a minute for the process to start, report and
+    /// symbolize.
+    fn limit(&self, inputs: &[&Path]) -> Duration {
+        Duration::from_secs(self.timeout_secs * inputs.len() as u64 + 30)
+    }
+
     /// The command that replays `inputs` (fuzz bytes or op program text)
     /// in order in one process, as a user would type it.
     pub fn command(&self, inputs: &[&Path], tolerate: bool) -> Command {
@@ -98,7 +158,7 @@ impl Replayer<'_> {
     /// Replays `inputs` once, in order, in one process. `Err` only when
     /// the binary cannot run.
     pub fn replay(&self, inputs: &[&Path], tolerate: bool) -> io::Result<Replay> {
-        let (log, failed, record) = run(self.command(inputs, tolerate))?;
+        let (log, failed, record) = run(self.command(inputs, tolerate), self.limit(inputs))?;
         let reproduced = failed && (record.is_some() || report::kind(&log).is_some());
         Ok(Replay {
             log,
@@ -120,7 +180,7 @@ impl Replayer<'_> {
         if sig.frames.is_empty() {
             cmd.arg("-handle_abrt=0").env("RUST_BACKTRACE", "0");
         }
-        let (log, failed, record) = run(cmd)?;
+        let (log, failed, record) = run(cmd, self.limit(inputs))?;
         let replay = Replay {
             log,
             reproduced: failed,

@@ -101,10 +101,15 @@ pub enum Bug {
     /// bytes of the split-off tail to the arena: planted in `arena`, whose
     /// capacity then shrinks a little with every such realloc.
     CapacityLeak,
+    /// Every request aligned to 32 or more comes back 16 bytes past an
+    /// aligned address, at every entry point (alloc, zeroed, realloc, the
+    /// aligned optional calls) and every size: one line of the
+    /// allocator, reached by every op family, size tier and target.
+    AlignIgnored,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 32] = [
+    pub const ALL: [Bug; 33] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -137,6 +142,7 @@ impl Bug {
         Bug::PurgeDropsLive,
         Bug::CapacityLeak,
         Bug::SlowLeak,
+        Bug::AlignIgnored,
     ];
 
     pub fn name(self) -> &'static str {
@@ -173,6 +179,7 @@ impl Bug {
             Bug::PurgeDropsLive => "purge-drops-live",
             Bug::CapacityLeak => "capacity-leak",
             Bug::SlowLeak => "slow-leak",
+            Bug::AlignIgnored => "align-ignored",
         }
     }
 
@@ -227,7 +234,7 @@ impl Bug {
             Bug::LargeDirtyZeroed | Bug::RezallocDirty => &["zeroed"],
             Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::SizedFreeMisclass => &["usable-size"],
             Bug::FullPageReissue => &["overlap"],
-            Bug::PlainReallocMisaligns => &["alignment"],
+            Bug::PlainReallocMisaligns | Bug::AlignIgnored => &["alignment"],
             Bug::ReallocNullFails => &["null"],
             Bug::FreeNullPanics => &["panic"],
             Bug::GoodSizeLies => &["good-size"],

@@ -476,6 +476,9 @@ impl Zoo {
                 return p as *mut u8;
             }
         }
+        if self.has(Bug::AlignIgnored) && align >= 32 {
+            return self.shifted(size, align, 16, zeroed);
+        }
         if self.has(Bug::SmallUnderalign) && size <= 8 && align == 16 {
             return self.shifted(size, 16, 8, zeroed);
         }
