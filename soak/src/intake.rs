@@ -208,6 +208,14 @@ pub fn file(
     // must file one group, not race to build its folder.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // A saved finding of a known group is a repeat: the record the harness
+    // wrote beside it says what it showed, and counting it needs no replay.
+    if let Some(record) = saved_record(artifact) {
+        let id = Signature::from_record(&record).id();
+        if lock(store).group(&id)?.is_some() {
+            return file_repeat(state, store, src, artifact, &id, true);
+        }
+    }
     let mut reproduction = reproduce(src, artifact)?;
     let history = match src.history {
         Some(ring) if !reproduction.reproduced() => {
@@ -221,42 +229,7 @@ pub fn file(
     let id = sig.id();
     let known = lock(store).group(&id)?.is_some() || state.crash_group(&id).is_dir();
     if known {
-        let dest = state.crash_group(&id).join("inputs");
-        std::fs::create_dir_all(&dest)?;
-        let name = format!(
-            "{}-{}",
-            src.slice_id
-                .map_or_else(|| "x".to_string(), |s| s.to_string()),
-            artifact
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-        );
-        let kept = dest.join(name);
-        move_file(artifact, &kept)?;
-        let store = lock(store);
-        refill(state, &store, &id)?;
-        store.add_crash(
-            &id,
-            src.slot_id,
-            src.slice_id,
-            &kept.to_string_lossy(),
-            reproduced,
-        )?;
-        if let Some(g) = store.group(&id)? {
-            if g.status == "fixed" {
-                // Marked fixed by `triage verify`, and here it is again.
-                store.set_status(&id, "regressed")?;
-            } else if !reproduced && g.status == "new" {
-                store.set_status(&id, "flaky")?;
-            }
-        }
-        if let Some(g) = store.group(&id)? {
-            crate::group_page::write_report(state, &store, &g)?;
-        }
-        return Ok(Filed {
-            group_id: id,
-            new: false,
-        });
+        return file_repeat(state, store, src, artifact, &id, reproduced);
     }
 
     // A new group: build its folder aside, then rename it into place.
@@ -357,6 +330,69 @@ pub fn file(
     Ok(Filed {
         group_id: id,
         new: true,
+    })
+}
+
+/// The record the harness saved beside a finding's input
+/// (`<input>.json`, see `shadow::findings`), if there is one that reads.
+pub fn saved_record(input: &Path) -> Option<report::Record> {
+    let text = std::fs::read_to_string(record_path(input)).ok()?;
+    report::Record::from_json(&text).ok()
+}
+
+/// Where the harness keeps the record of a saved finding `input`.
+pub fn record_path(input: &Path) -> PathBuf {
+    let mut name = input.file_name().unwrap_or_default().to_os_string();
+    name.push(".json");
+    input.with_file_name(name)
+}
+
+/// Files `artifact` into the known group `id`: kept in its `inputs/`,
+/// counted, a fixed group marked regressed and a new one flaky when this
+/// one did not reproduce.
+fn file_repeat(
+    state: &StateDir,
+    store: &std::sync::Mutex<Store>,
+    src: &Source,
+    artifact: &Path,
+    id: &str,
+    reproduced: bool,
+) -> Result<Filed> {
+    let dest = state.crash_group(id).join("inputs");
+    std::fs::create_dir_all(&dest)?;
+    let name = format!(
+        "{}-{}",
+        src.slice_id
+            .map_or_else(|| "x".to_string(), |s| s.to_string()),
+        artifact
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    );
+    let kept = dest.join(name);
+    move_file(artifact, &kept)?;
+    let store = lock(store);
+    refill(state, &store, id)?;
+    store.add_crash(
+        id,
+        src.slot_id,
+        src.slice_id,
+        &kept.to_string_lossy(),
+        reproduced,
+    )?;
+    if let Some(g) = store.group(id)? {
+        if g.status == "fixed" {
+            // Marked fixed by `triage verify`, and here it is again.
+            store.set_status(id, "regressed")?;
+        } else if !reproduced && g.status == "new" {
+            store.set_status(id, "flaky")?;
+        }
+    }
+    if let Some(g) = store.group(id)? {
+        crate::group_page::write_report(state, &store, &g)?;
+    }
+    Ok(Filed {
+        group_id: id.to_string(),
+        new: false,
     })
 }
 

@@ -78,6 +78,11 @@ pub fn park(state: &StateDir, slice_id: i64, scratch: &Path, found: &Found) -> R
             let name = input
                 .file_name()
                 .with_context(|| format!("{} has no file name", input.display()))?;
+            // The record first: an input waiting is never without it.
+            let record = intake::record_path(input);
+            if record.is_file() {
+                intake::move_file(&record, &intake::record_path(&work.join(kind).join(name)))?;
+            }
             intake::move_file(input, &work.join(kind).join(name))?;
         }
     }
@@ -125,8 +130,8 @@ pub fn recover(state: &StateDir) -> Result<()> {
     Ok(())
 }
 
-/// The files in `dir`, sorted, but those still being written (`.tmp-…`);
-/// none when it is missing.
+/// The inputs in `dir`, sorted: every file but the records beside them
+/// and those still being written (`.tmp-…`); none when it is missing.
 fn list(dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -136,10 +141,8 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in entries {
         let path = entry?.path();
-        if !path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-        {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if !(name.starts_with('.') || name.ends_with(".json")) {
             files.push(path);
         }
     }
@@ -238,7 +241,11 @@ fn file_claimed(soak: &Soak, id: i64) -> Result<()> {
             if soak.filing_closed() {
                 break 'kinds;
             }
-            match intake::file(&soak.state, &soak.store, &src, &input, &log) {
+            let filed = intake::file(&soak.state, &soak.store, &src, &input, &log);
+            if filed.is_ok() {
+                let _ = std::fs::remove_file(intake::record_path(&input));
+            }
+            match filed {
                 Ok(filed) if filed.new => {
                     new_groups += 1;
                     soak.filed(&filed);

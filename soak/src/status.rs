@@ -103,10 +103,7 @@ pub fn render(
     }
     let pending = crate::pending::count(state);
     if pending > 0 {
-        write!(
-            out,
-            ", {pending} filings pending (taken in at the next start)"
-        )?;
+        write!(out, ", {pending} filings pending")?;
     }
     writeln!(out)?;
     writeln!(

@@ -476,7 +476,7 @@ impl Zoo {
                 return p as *mut u8;
             }
         }
-        if self.has(Bug::AlignIgnored) && align >= 32 {
+        if self.has(Bug::AlignIgnored) && align >= 32 && size < crate::edges::IMPOSSIBLE_FROM {
             return self.shifted(size, align, 16, zeroed);
         }
         if self.has(Bug::SmallUnderalign) && size <= 8 && align == 16 {
