@@ -18,6 +18,27 @@ pub const UNDER_TEST: &str = " [allocator ";
 /// ` [reference allocator <name>]`.
 pub const REFERENCE: &str = " [reference allocator ";
 
+/// The violation kinds that leave the heap sound (a misaligned block, a
+/// wrong usable size or good size, a dirty zeroed block, a failed request,
+/// capacity lost at a program's end): a fuzz process goes on past them,
+/// filed or not, so a replay of what it found after one must go on past
+/// them too ([`sound_patterns`]).
+pub const SOUND_KINDS: [&str; 6] = [
+    "alignment",
+    "usable-size",
+    "good-size",
+    "zeroed",
+    "null",
+    "capacity-leak",
+];
+
+/// Tolerate-file lines (`<kind> in *`) that get past every sound
+/// violation: what a replay of a crash from a fuzz process that went on
+/// past them adds to its tolerate file.
+pub fn sound_patterns() -> String {
+    SOUND_KINDS.iter().map(|k| format!("{k} in *\n")).collect()
+}
+
 /// Pulls the kind out of a violation line (from a panic message or a log).
 pub fn kind_of(line: &str) -> Option<&str> {
     let rest = &line[line.find(MARK)? + MARK.len()..];

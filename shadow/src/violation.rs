@@ -153,15 +153,7 @@ impl Violation {
     /// doubt (two owners of one block, overwritten contents, an allocator
     /// that stopped mid-call) and end the program.
     pub fn leaves_heap_sound(&self) -> bool {
-        matches!(
-            self,
-            Violation::Alignment { .. }
-                | Violation::UsableSize { .. }
-                | Violation::GoodSize { .. }
-                | Violation::Zeroed { .. }
-                | Violation::Null { .. }
-                | Violation::CapacityLeak { .. }
-        )
+        report::key::SOUND_KINDS.contains(&self.kind())
     }
 }
 

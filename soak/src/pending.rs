@@ -217,26 +217,37 @@ fn file_claimed(soak: &Soak, id: i64) -> Result<()> {
     let dir = soak.state.pending_slice(id);
     let record = SliceFile::read(&dir)?;
     let binary = record.binary(soak)?;
-    let tolerate = dir.join("tolerate");
-    let tolerate = (std::fs::metadata(&tolerate).map_or(0, |m| m.len()) > 0).then_some(tolerate);
+    let target = record.target()?;
+    let keys = std::fs::read_to_string(dir.join("tolerate")).unwrap_or_default();
+    let tolerate = (!keys.is_empty()).then(|| dir.join("tolerate"));
+    // The engine went on past every sound violation, filed or not, to
+    // its crashes: their replays do too.
+    let past_sound = dir.join("tolerate-crashes");
+    state::write_atomic(
+        &past_sound,
+        format!("{keys}{}", report::key::sound_patterns()).as_bytes(),
+    )?;
     let history = Some(dir.join("history")).filter(|h| h.is_file());
     let log = std::fs::read_to_string(soak.state.logs().join(format!("slice-{id}.log")))
         .unwrap_or_default();
-    let src = Source {
-        target: record.target()?,
-        allocator: &record.allocator,
-        engine: &record.engine,
-        slot_id: record.slot_id,
-        slice_id: Some(id),
-        binary: &binary,
-        tolerate: tolerate.as_deref(),
-        history: history.as_deref(),
-        timeout_secs: soak.config.timeout_secs,
-        rss_limit_mb: soak.config.rss_limit_mb,
-        budget: soak.budget(),
-    };
     let (mut new_groups, mut repeats) = (0, 0);
     'kinds: for kind in KINDS {
+        let src = Source {
+            target,
+            allocator: &record.allocator,
+            engine: &record.engine,
+            slot_id: record.slot_id,
+            slice_id: Some(id),
+            binary: &binary,
+            tolerate: match kind {
+                "artifacts" => Some(past_sound.as_path()),
+                _ => tolerate.as_deref(),
+            },
+            history: history.as_deref(),
+            timeout_secs: soak.config.timeout_secs,
+            rss_limit_mb: soak.config.rss_limit_mb,
+            budget: soak.budget(),
+        };
         for input in list(&dir.join(kind))? {
             if soak.filing_closed() {
                 break 'kinds;
