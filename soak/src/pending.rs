@@ -121,8 +121,8 @@ pub fn recover(state: &StateDir) -> Result<()> {
             continue;
         }
         let found = Found {
-            artifacts: list(&tmp.join("artifacts"))?,
-            findings: list(&tmp.join("findings"))?,
+            artifacts: inputs(&tmp.join("artifacts"))?,
+            findings: inputs(&tmp.join("findings"))?,
         };
         park(state, id, &tmp, &found)?;
         state::remove_scratch(&tmp)?;
@@ -130,9 +130,10 @@ pub fn recover(state: &StateDir) -> Result<()> {
     Ok(())
 }
 
-/// The inputs in `dir`, sorted: every file but the records beside them
-/// and those still being written (`.tmp-…`); none when it is missing.
-fn list(dir: &Path) -> Result<Vec<PathBuf>> {
+/// The inputs in `dir` (a slice's `findings/`, a pending folder's
+/// `artifacts/` or `findings/`), sorted: every file but the records beside
+/// them and those still being written (`.tmp-…`); none when it is missing.
+pub fn inputs(dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -152,7 +153,7 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// The slices with a pending folder, oldest first.
 fn slices(state: &StateDir) -> Result<Vec<i64>> {
-    let mut ids: Vec<i64> = list(&state.pending())?
+    let mut ids: Vec<i64> = inputs(&state.pending())?
         .iter()
         .filter_map(|p| p.file_name()?.to_str()?.parse().ok())
         .collect();
@@ -164,7 +165,7 @@ fn slices(state: &StateDir) -> Result<Vec<i64>> {
 fn waiting(dir: &Path) -> Result<usize> {
     let mut n = 0;
     for kind in KINDS {
-        n += list(&dir.join(kind))?.len();
+        n += inputs(&dir.join(kind))?.len();
     }
     Ok(n)
 }
@@ -248,7 +249,7 @@ fn file_claimed(soak: &Soak, id: i64) -> Result<()> {
             rss_limit_mb: soak.config.rss_limit_mb,
             budget: soak.budget(),
         };
-        for input in list(&dir.join(kind))? {
+        for input in inputs(&dir.join(kind))? {
             if soak.filing_closed() {
                 break 'kinds;
             }

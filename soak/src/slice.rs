@@ -312,7 +312,7 @@ pub fn finish(
     // violations the engine went on past: the next slice starts now.
     let found = Found {
         artifacts,
-        findings: saved_findings(&scratch.join("findings"))?,
+        findings: pending::inputs(&scratch.join("findings"))?,
     };
     let crashes = found.artifacts.len() as u64;
     if let Err(e) = pending::park(&soak.state, slice_id, scratch, &found) {
@@ -447,27 +447,6 @@ fn save_lost(scratch: &Path, input: &[u8]) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The inputs the harness saved in a slice's `findings/` (see
-/// `shadow::findings`): every file but the records beside them, the counts
-/// and what is still being written.
-fn saved_findings(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut inputs = Vec::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(inputs),
-        Err(e) => return Err(e).with_context(|| format!("failed to read {}", dir.display())),
-    };
-    for entry in entries {
-        let path = entry?.path();
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        if !(name.starts_with('.') || name.ends_with(".json")) {
-            inputs.push(path);
-        }
-    }
-    inputs.sort();
-    Ok(inputs)
-}
-
 /// How often the slice's processes went on past each violation key
 /// (tolerated, or saved as a finding), from the counts files each wrote
 /// in `findings/` (`counts-<pid>.json`), summed over processes.
@@ -577,11 +556,11 @@ mod tests {
         }
         std::fs::write(f.join("counts-1.json"), r#"{"a":4,"b":1}"#).unwrap();
         std::fs::write(f.join("counts-2.json"), r#"{"a":2}"#).unwrap();
-        let inputs = super::saved_findings(f).unwrap();
+        let inputs = crate::pending::inputs(f).unwrap();
         assert_eq!(inputs, [f.join("aa-11"), f.join("bb-22")]);
         let counts = super::went_past(f).unwrap();
         assert_eq!(counts["a"], 6);
         assert_eq!(counts["b"], 1);
-        assert!(super::saved_findings(&f.join("none")).unwrap().is_empty());
+        assert!(crate::pending::inputs(&f.join("none")).unwrap().is_empty());
     }
 }
