@@ -84,15 +84,28 @@ pub fn key_of(line: &str) -> Option<String> {
 /// keys from its typed violations with it; [`key_of`] reads the same parts
 /// out of a line (an engine log from before records), so both agree.
 pub fn key(kind: &str, site: &str, message: &str, reference: Option<&str>) -> String {
-    let raised_by = reference.map_or_else(String::new, |r| format!("{REFERENCE}{r}]"));
-    let message = match message.rsplit_once(KEEP) {
-        Some((text, kept)) => format!("{}{KEEP}{kept}{raised_by}", numbers_to_n(text.trim())),
-        None => format!("{}{raised_by}", numbers_to_n(message.trim())),
-    };
+    let message = normalized(message, reference);
     if kind == "panic" {
         return format!("panic: {message}");
     }
     format!("{kind} in {site}: {message}")
+}
+
+/// The key of a violation without its site, `<kind>: <message>`: what a
+/// signature keyed on the allocator's code path keeps, so that one path
+/// reached through several calls, size tiers and targets is one group.
+pub fn what(kind: &str, message: &str, reference: Option<&str>) -> String {
+    format!("{kind}: {}", normalized(message, reference))
+}
+
+/// A message with numbers as `N` (but what follows [`KEEP`]) and, for the
+/// reference side of `diff_mimalloc`, its name appended.
+fn normalized(message: &str, reference: Option<&str>) -> String {
+    let raised_by = reference.map_or_else(String::new, |r| format!("{REFERENCE}{r}]"));
+    match message.rsplit_once(KEEP) {
+        Some((text, kept)) => format!("{}{KEEP}{kept}{raised_by}", numbers_to_n(text.trim())),
+        None => format!("{}{raised_by}", numbers_to_n(message.trim())),
+    }
 }
 
 /// The reference allocator that raised a violation line (or key), or

@@ -33,6 +33,16 @@ pub struct Record {
     pub sound: bool,
     /// The whole violation line, for people.
     pub line: String,
+    /// For a violation of what one op's allocator calls returned, the
+    /// allocator's own functions those calls ran (sorted names, see
+    /// `shadow::coverage`); empty when no replay probe ran or the violation
+    /// is not of a call's result. The signature keys on it when present.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path: Vec<String>,
+    /// The key without the site: `<kind>: <message, numbers as N>` (and who
+    /// raised it, for the reference), what a path-keyed signature keeps.
+    #[serde(default)]
+    pub what: String,
 }
 
 impl Record {

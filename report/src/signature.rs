@@ -35,6 +35,18 @@ use crate::record::Record;
 /// into the other parts depends on what the log reports first (the
 /// precedence of [`kind`]):
 ///
+/// - **Violation of a call's result, with its path** (a replay's record
+///   whose `path` a probe filled: `shadow::coverage`): the kind, the
+///   message without the site (`alignment: block N (size N) is not aligned
+///   to N`) and, as frames, the allocator's own functions the failing op's
+///   calls ran, sorted ([`Signature::path`] is set). Like a stack keys a
+///   crash, that path keys the bug: one path reached through `alloc` and
+///   `alloc-zeroed`, in every size tier and every target, is one group, and
+///   two bugs of one kind in two functions are two. The pipeline also
+///   joins a path to a group of the same kind whose path contains it or is
+///   contained in it ([`Signature::same_path`]): an entry point that wraps
+///   another (`calloc` over `alloc`, `realloc` that allocates), or a
+///   first call that also set the allocator up.
 /// - **Violation** (`allocsoak violation: <kind>: op #N ...`): the kind and
 ///   the shadow's key, [`key::key_of`] (`<kind> in <op family>:
 ///   <message with numbers as N>`); no frames. The line already names the
@@ -95,6 +107,9 @@ pub struct Signature {
     /// The normalized message: the shadow key for a violation, the slot for
     /// a timeout or out-of-memory.
     pub message: String,
+    /// The frames are a violation's code path (the allocator functions the
+    /// failing op ran, a sorted set), not a stack.
+    pub path: bool,
 }
 
 impl Signature {
@@ -131,19 +146,46 @@ impl Signature {
             allocator,
             frames,
             message,
+            path: false,
         })
     }
 
-    /// The signature of a violation the harness recorded: its kind, its
-    /// allocator and its key, no frames; the same signature
-    /// [`from_log`](Signature::from_log) reads from the record's line.
+    /// The signature of a violation the harness recorded: with its code
+    /// path when the record has one (kind, allocator, the key without the
+    /// site, the path as frames), else its kind, its allocator and its key,
+    /// no frames: the same signature [`from_log`](Signature::from_log)
+    /// reads from the record's line.
     pub fn from_record(record: &Record) -> Signature {
+        let path = !record.path.is_empty() && !record.what.is_empty();
         Signature {
             kind: record.kind.clone(),
             allocator: record.allocator.clone(),
-            frames: Vec::new(),
-            message: record.key.clone(),
+            frames: if path {
+                record.path.clone()
+            } else {
+                Vec::new()
+            },
+            message: if path {
+                record.what.clone()
+            } else {
+                record.key.clone()
+            },
+            path,
         }
+    }
+
+    /// Whether two code-path signatures show one bug: one kind, one
+    /// allocator, one message, and one path containing the other (an
+    /// entry point that wraps another, a call that also set the allocator
+    /// up, runs every function of the plain one and more).
+    pub fn same_path(&self, other: &Signature) -> bool {
+        let contains = |a: &[String], b: &[String]| b.iter().all(|f| a.binary_search(f).is_ok());
+        self.path
+            && other.path
+            && self.kind == other.kind
+            && self.allocator == other.allocator
+            && self.message == other.message
+            && (contains(&self.frames, &other.frames) || contains(&other.frames, &self.frames))
     }
 
     /// The full identity: the kind, the allocator, the message and each
@@ -157,6 +199,26 @@ impl Signature {
         key
     }
 
+    /// The signature [`key`](Signature::key) was made of (`path` says
+    /// whether its frames are a code path); `None` for a text with fewer
+    /// than three lines. The store keeps a group's key; this reads it back.
+    pub fn from_key(key: &str, path: bool) -> Option<Signature> {
+        let mut lines = key.split('\n');
+        Some(Signature {
+            kind: lines.next()?.to_string(),
+            allocator: lines.next()?.to_string(),
+            message: lines.next()?.to_string(),
+            frames: lines.map(str::to_string).collect(),
+            path,
+        })
+    }
+
+    /// Whether `other` shows the bug this signature does: one key, or one
+    /// code path containing the other ([`same_path`](Signature::same_path)).
+    pub fn same_bug(&self, other: &Signature) -> bool {
+        self.key() == other.key() || self.same_path(other)
+    }
+
     /// The group's id: the first 16 hex digits of the SHA-256 of
     /// [`key`](Signature::key); its folder is `crashes/<id>/`.
     pub fn id(&self) -> String {
@@ -168,6 +230,15 @@ impl Signature {
     /// shadow::executor::Executor::free_block < ...`, a violation's key, or
     /// `timeout in alloc_ops/system`.
     pub fn title(&self) -> String {
+        if self.path {
+            const SHOWN: usize = 3;
+            let mut title = format!("{} in ", self.message);
+            title.push_str(&self.frames[..self.frames.len().min(SHOWN)].join(", "));
+            if self.frames.len() > SHOWN {
+                title.push_str(&format!(" and {} more", self.frames.len() - SHOWN));
+            }
+            return title;
+        }
         if self.is_engine() {
             format!("{} in {}", self.kind, self.message)
         } else if self.frames.is_empty() {
@@ -198,6 +269,11 @@ impl Signature {
     /// no harness gets past, and for a deadly signal ([`DEADLY`]): ASan
     /// ends the process after one, tolerated or not.
     pub fn tolerance_key(&self) -> Option<String> {
+        if self.path {
+            // Its variants' keys, which the record has and the pipeline
+            // keeps with the group.
+            return None;
+        }
         if let Some(key) = self.violation_key() {
             return Some(key.to_string());
         }
@@ -223,6 +299,7 @@ impl Signature {
             allocator: slot_allocator(series).to_string(),
             frames: Vec::new(),
             message: series.to_string(),
+            path: false,
         }
     }
 }
@@ -320,11 +397,63 @@ mod tests {
             site: "alloc size 0..64 align ..16".into(),
             sound: true,
             line: line.into(),
+            path: Vec::new(),
+            what: String::new(),
         };
         let from_log = Signature::from_log(line, "alloc_ops/zoo:x").unwrap();
         assert_eq!(Signature::from_record(&record), from_log);
         let back = Record::from_json(&record.to_json()).unwrap();
         assert_eq!(back, record);
+    }
+
+    #[test]
+    fn a_path_keys_the_group_whichever_site_reached_it() {
+        let record = |site: &str, path: &[&str]| Record {
+            kind: "alignment".into(),
+            key: format!("alignment in {site}: block N (size N) is not aligned to N"),
+            allocator: "port".into(),
+            reference: false,
+            op_index: 0,
+            op: "alloc size=1 align=64".into(),
+            site: site.into(),
+            sound: true,
+            line: String::new(),
+            path: path.iter().map(|f| f.to_string()).collect(),
+            what: "alignment: block N (size N) is not aligned to N".into(),
+        };
+        let alloc = Signature::from_record(&record(
+            "alloc size 0..64 align 32..",
+            &["port::aligned", "port::alloc"],
+        ));
+        let zeroed = Signature::from_record(&record(
+            "alloc-zeroed size 4K..256K align 32..",
+            &["port::aligned", "port::alloc"],
+        ));
+        assert_eq!(alloc.id(), zeroed.id(), "one path, one group");
+        assert_eq!(alloc.tolerance_key(), None, "its variants' keys are");
+        assert_eq!(
+            alloc.title(),
+            "alignment: block N (size N) is not aligned to N in port::aligned, port::alloc"
+        );
+        let wrapped = Signature::from_record(&record(
+            "calloc size 0..64 align 32..",
+            &["port::aligned", "port::alloc", "port::calloc"],
+        ));
+        assert_ne!(alloc.id(), wrapped.id());
+        assert!(alloc.same_path(&wrapped) && wrapped.same_path(&alloc));
+        let other = Signature::from_record(&record(
+            "alloc size 0..64 align 32..",
+            &["port::alloc", "port::small"],
+        ));
+        assert!(!alloc.same_path(&other), "two functions, two bugs");
+        let mut elsewhere = wrapped.clone();
+        elsewhere.allocator = "other".into();
+        assert!(!alloc.same_path(&elsewhere), "two allocators, two groups");
+        assert!(alloc.same_bug(&wrapped) && alloc.same_bug(&alloc));
+        assert_eq!(Signature::from_key(&wrapped.key(), true), Some(wrapped));
+        let no_path = Signature::from_record(&record("alloc size 0..64 align 32..", &[]));
+        assert!(!no_path.path && no_path.violation_key().is_some());
+        assert!(!no_path.same_path(&no_path));
     }
 
     #[test]

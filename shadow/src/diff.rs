@@ -90,6 +90,7 @@ pub fn run(
                         op_index: i,
                         op: op.to_string(),
                         site: a.site(),
+                        path: Vec::new(),
                         violation: Violation::Diff { detail },
                         by: By::Versus {
                             allocator: under_test.name().to_string(),

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod allocator;
+pub mod coverage;
 pub mod diff;
 pub mod edges;
 pub mod executor;

@@ -155,6 +155,29 @@ impl Violation {
     pub fn leaves_heap_sound(&self) -> bool {
         report::key::SOUND_KINDS.contains(&self.kind())
     }
+
+    /// Whether this violation is of what the op's own allocator calls
+    /// returned or did (a block, a size, an error callback), so the code
+    /// those calls ran is where the bug is: its key is that path
+    /// ([`Report::path`]). Contents broken since an earlier op, a heap
+    /// walk, a validator, a comparison with the reference, a panic (its
+    /// frame names it) and capacity lost over a whole program are not.
+    pub fn is_of_a_call(&self) -> bool {
+        matches!(
+            self,
+            Violation::Null { .. }
+                | Violation::ImpossibleSuccess { .. }
+                | Violation::CallocOverflow { .. }
+                | Violation::Alignment { .. }
+                | Violation::Overlap { .. }
+                | Violation::UsableSize { .. }
+                | Violation::ReallocPrefix { .. }
+                | Violation::Zeroed { .. }
+                | Violation::GoodSize { .. }
+                | Violation::Realloc { .. }
+                | Violation::AllocatorError { .. }
+        )
+    }
 }
 
 /// Where a violation happened: the allocator function the op called and
@@ -355,6 +378,10 @@ pub struct Report {
     pub op_index: usize,
     pub op: String,
     pub site: Site,
+    /// The allocator's own functions the op's calls ran (sorted), for a
+    /// violation of a call's result in a replay ([`crate::coverage`]);
+    /// empty otherwise.
+    pub path: Vec<String>,
     pub violation: Violation,
     pub by: By,
 }
@@ -363,16 +390,20 @@ impl Report {
     /// The violation's key ([`report::key::key`]), built from its parts:
     /// what tolerance lists and signatures group on.
     pub fn key(&self) -> String {
-        let reference = match &self.by {
-            By::Reference(name) => Some(name.as_str()),
-            _ => None,
-        };
         report::key::key(
             self.violation.kind(),
             &self.site.to_string(),
             &self.violation.to_string(),
-            reference,
+            self.reference(),
         )
+    }
+
+    /// The reference that raised it, on the reference side of `diff_mimalloc`.
+    fn reference(&self) -> Option<&str> {
+        match &self.by {
+            By::Reference(name) => Some(name.as_str()),
+            _ => None,
+        }
     }
 
     /// The allocator the violation belongs to.
@@ -395,6 +426,12 @@ impl Report {
             site: self.site.to_string(),
             sound: self.violation.leaves_heap_sound(),
             line: self.to_string(),
+            path: self.path.clone(),
+            what: report::key::what(
+                self.violation.kind(),
+                &self.violation.to_string(),
+                self.reference(),
+            ),
         }
     }
 }
@@ -572,6 +609,7 @@ mod tests {
                 op_index: 7,
                 op: op.into(),
                 site,
+                path: Vec::new(),
                 violation: v,
                 by: By::Allocator("zoo:x".into()),
             };
@@ -646,6 +684,7 @@ mod tests {
             op_index: 3,
             op: "alloc size=2500 align=8".into(),
             site: Site::new("alloc", 2500, 8),
+            path: Vec::new(),
             violation: Violation::Panic {
                 message: "index 43 out of range".into(),
                 location: "src/x.rs:12".into(),

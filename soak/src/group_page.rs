@@ -30,14 +30,23 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         })
         .unwrap_or(&g.title)
         .trim();
-    // The frames inside the harness and the allocator; stack.txt has all.
-    let stack = report::stack(&log)
-        .iter()
-        .filter(|f| !f.is_noise())
-        .take(12)
-        .map(|f| f.to_string())
-        .collect::<Vec<_>>()
-        .join("\n");
+    // A code path's group: the allocator functions the failing op ran.
+    // Else the frames inside the harness and the allocator; stack.txt has all.
+    let signature = g.signature();
+    let stack = match signature.as_ref().filter(|s| s.path) {
+        Some(s) => format!(
+            "the allocator's functions the failing op ran (its path, which the group keys on):\n{}",
+            s.frames.join("\n")
+        ),
+        None => report::stack(&log)
+            .iter()
+            .filter(|f| !f.is_noise())
+            .take(12)
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    let variants = variants_table(store, &g.id)?;
     let program = read("program.txt");
     let inputs = crate::corpus::count_files(&dir.join("inputs"))?;
     let record = toml::from_str::<GroupFile>(&read("group.toml")).ok();
@@ -84,6 +93,7 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
          ## Reproduce\n\n```sh\n{repro}\n```\n\n\
          ## What\n\n```text\n{what}\n```\n\n\
          ## Where\n\n```text\n{stack}\n```\n\n\
+         {variants}\
          ## {which}\n\n```text\n{program}```\n\n\
          ## Files\n\n\
          - `original`: the input the fuzzer wrote; `minimized`: the minimized program as text (when a smaller program fails the same way)\n\
@@ -109,6 +119,29 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         },
     );
     state::write_atomic(&dir.join("REPORT.md"), text.as_bytes())
+}
+
+/// The ways the group's bug was reached, as a Markdown section (empty
+/// when none was recorded): the allocator call with the block's size and
+/// alignment tiers, the target, how often, and the first input.
+fn variants_table(store: &Store, id: &str) -> Result<String> {
+    let rows = store.variants(id)?;
+    if rows.is_empty() {
+        return Ok(String::new());
+    }
+    let mut text = format!(
+        "## Variants\n\n{} way(s) to this bug: one group, whichever call, size tier or target reached it.\n\n\
+         | call and tiers | target | count | first input |\n| --- | --- | ---: | --- |\n",
+        rows.len()
+    );
+    for v in rows {
+        text.push_str(&format!(
+            "| `{}` | {} | {} | `{}` |\n",
+            v.site, v.target, v.count, v.first_input
+        ));
+    }
+    text.push('\n');
+    Ok(text)
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` from unix seconds.
@@ -160,6 +193,7 @@ mod tests {
                 status: "new".into(),
                 minimized: None,
                 repro: String::new(),
+                path: false,
             };
             std::fs::create_dir_all(state.crash_group(id)).unwrap();
             write_report(&state, &store, &g).unwrap();

@@ -102,6 +102,9 @@ pub struct GroupFile {
     /// What minimizing the program did (`384 ops to 3 in 4.1 s (57 replays)`).
     #[serde(default)]
     pub minimized_ops: Option<String>,
+    /// The signature's frames are the violation's code path.
+    #[serde(default)]
+    pub path: bool,
 }
 
 impl Source<'_> {
@@ -190,6 +193,7 @@ fn sign(src: &Source, replay: &Replay, engine_log: &str) -> Signature {
             allocator: src.allocator.to_string(),
             frames: Vec::new(),
             message: format!("unreported crash in {slot}"),
+            path: false,
         })
 }
 
@@ -209,11 +213,11 @@ pub fn file(
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // A saved finding of a known group is a repeat: the record the harness
-    // wrote beside it says what it showed, and counting it needs no replay.
+    // wrote beside it says what it showed (a key the group was reached by
+    // before), and counting it needs no replay.
     if let Some(record) = saved_record(artifact) {
-        let id = Signature::from_record(&record).id();
-        if lock(store).group(&id)?.is_some() {
-            return file_repeat(state, store, src, artifact, &id, true);
+        if let Some(id) = group_of_record(&lock(store), &record)? {
+            return file_repeat(state, store, src, artifact, &id, true, Some(&record));
         }
     }
     let mut reproduction = reproduce(src, artifact)?;
@@ -226,10 +230,11 @@ pub fn file(
     let reproduced = reproduction.reproduced();
     let replay = &reproduction.replay;
     let sig = sign(src, replay, engine_log);
-    let id = sig.id();
-    let known = lock(store).group(&id)?.is_some() || state.crash_group(&id).is_dir();
-    if known {
-        return file_repeat(state, store, src, artifact, &id, reproduced);
+    let record = replay.record.as_ref().filter(|_| reproduced);
+    let known = group_of(&lock(store), &sig)?;
+    let id = known.clone().unwrap_or_else(|| sig.id());
+    if known.is_some() || state.crash_group(&id).is_dir() {
+        return file_repeat(state, store, src, artifact, &id, reproduced, record);
     }
 
     // A new group: build its folder aside, then rename it into place.
@@ -287,11 +292,15 @@ pub fn file(
     if src.tolerate.is_some_and(|t| t.is_file()) {
         state::copy_atomic(src.tolerate.unwrap(), &work.join("tolerate"))?;
     }
-    let record = GroupFile {
+    let group_file = GroupFile {
         signature: sig.key(),
         kind: sig.kind.clone(),
         title: sig.title(),
-        tolerance_key: sig.tolerance_key(),
+        // A path's group is tolerated by the keys of its variants.
+        tolerance_key: match record {
+            Some(r) if sig.path => Some(r.key.clone()),
+            _ => sig.tolerance_key(),
+        },
         target: src.target.name().to_string(),
         allocator: src.allocator.to_string(),
         engine: src.engine.to_string(),
@@ -304,10 +313,11 @@ pub fn file(
         history: before.len(),
         history_shrunk: shrunk.as_ref().map(|s| s.summary()),
         minimized_ops: minimized.as_ref().map(|m| m.summary()),
+        path: sig.path,
     };
     state::write_atomic(
         &work.join("group.toml"),
-        toml::to_string(&record)?.as_bytes(),
+        toml::to_string(&group_file)?.as_bytes(),
     )?;
     state::write_atomic(&work.join("replay.log"), shown_log.as_bytes())?;
     state::write_atomic(&work.join("engine.log"), engine_log.as_bytes())?;
@@ -321,6 +331,7 @@ pub fn file(
     refill(state, &store, &id)?;
     let original = dir.join("original").to_string_lossy().into_owned();
     store.add_crash(&id, src.slot_id, src.slice_id, &original, reproduced)?;
+    add_variant(&store, src, &id, record, &original)?;
     if !reproduced {
         store.set_status(&id, "flaky")?;
     }
@@ -347,9 +358,68 @@ pub fn record_path(input: &Path) -> PathBuf {
     input.with_file_name(name)
 }
 
+/// The group a replay's signature files into: the group of that
+/// signature, or the oldest code-path group of the same bug (one path
+/// containing the other: [`Signature::same_path`]); `None` for a new bug.
+fn group_of(store: &Store, sig: &Signature) -> Result<Option<String>> {
+    let id = sig.id();
+    if store.group(&id)?.is_some() {
+        return Ok(Some(id));
+    }
+    if !sig.path {
+        return Ok(None);
+    }
+    Ok(store
+        .path_groups()?
+        .into_iter()
+        .find(|g| g.signature().is_some_and(|s| s.same_path(sig)))
+        .map(|g| g.id))
+}
+
+/// The group a saved finding's record already belongs to: the group of
+/// its signature, or the group its key is a variant of (for its
+/// allocator).
+fn group_of_record(store: &Store, record: &report::Record) -> Result<Option<String>> {
+    let id = Signature::from_record(record).id();
+    if store.group(&id)?.is_some() {
+        return Ok(Some(id));
+    }
+    Ok(store
+        .groups_of_variant(&record.key)?
+        .into_iter()
+        .find(|g| {
+            g.signature()
+                .is_some_and(|s| s.allocator == record.allocator)
+        })
+        .map(|g| g.id))
+}
+
+/// Counts the way a violation (its record) reached group `id`: its key,
+/// site and target, and `input` when it is the first.
+fn add_variant(
+    store: &Store,
+    src: &Source,
+    id: &str,
+    record: Option<&report::Record>,
+    input: &str,
+) -> Result<()> {
+    let Some(r) = record else {
+        return Ok(());
+    };
+    store.add_variant(&store::VariantRow {
+        group_id: id.to_string(),
+        key: r.key.clone(),
+        site: r.site.clone(),
+        target: src.target.name().to_string(),
+        count: 1,
+        first_input: input.to_string(),
+    })
+}
+
 /// Files `artifact` into the known group `id`: kept in its `inputs/`,
-/// counted, a fixed group marked regressed and a new one flaky when this
-/// one did not reproduce.
+/// counted (as a variant, when its `record` says how it was reached), a
+/// fixed group marked regressed and a new one flaky when this one did not
+/// reproduce.
 fn file_repeat(
     state: &StateDir,
     store: &std::sync::Mutex<Store>,
@@ -357,6 +427,7 @@ fn file_repeat(
     artifact: &Path,
     id: &str,
     reproduced: bool,
+    record: Option<&report::Record>,
 ) -> Result<Filed> {
     let dest = state.crash_group(id).join("inputs");
     std::fs::create_dir_all(&dest)?;
@@ -379,6 +450,7 @@ fn file_repeat(
         &kept.to_string_lossy(),
         reproduced,
     )?;
+    add_variant(&store, src, id, record, &kept.to_string_lossy())?;
     if let Some(g) = store.group(id)? {
         if g.status == "fixed" {
             // Marked fixed by `triage verify`, and here it is again.
@@ -473,6 +545,7 @@ pub fn refill(state: &StateDir, store: &Store, id: &str) -> Result<()> {
         status: "new".into(),
         minimized: g.minimized,
         repro: g.repro,
+        path: g.path,
     })
 }
 
@@ -530,7 +603,7 @@ fn repro_command(
     let plain = src.replay(&inputs, false)?;
     let plain_same = plain
         .signature(&src.slot_label())
-        .is_some_and(|s| s.id() == sig.id());
+        .is_some_and(|s| s.same_bug(sig));
     let tolerate = if plain_same || src.tolerate.is_none() {
         String::new()
     } else {

@@ -100,7 +100,7 @@ pub fn minimize(
     crate::state::write_atomic(&path, m.program.to_string().as_bytes())?;
     let all = inputs(&path);
     let replay = replayer.replay(&all.iter().map(PathBuf::as_path).collect::<Vec<_>>(), true)?;
-    if replay.signature(slot).is_none_or(|s| s.id() != sig.id()) {
+    if replay.signature(slot).is_none_or(|s| !s.same_bug(sig)) {
         // It failed the same way during the search but not now: a flaky
         // program keeps its original.
         std::fs::remove_file(&path)?;

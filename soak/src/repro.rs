@@ -24,7 +24,7 @@ pub struct Case {
     pub allocator: String,
     pub tolerate: Option<PathBuf>,
     /// The group the input belongs to, when it came from one.
-    pub group: Option<String>,
+    pub group: Option<crate::store::GroupRow>,
     /// The emitted test's name.
     pub test_name: String,
 }
@@ -49,7 +49,7 @@ impl Case {
                 target: g.target()?,
                 allocator: g.slot.allocator.clone(),
                 tolerate: g.tolerate(),
-                group: Some(g.row.id.clone()),
+                group: Some(g.row.clone()),
                 test_name: groups::test_name(&g.row),
             });
         }
@@ -132,8 +132,9 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
                     writeln!(text, "  #{i} {f}")?;
                 }
             }
-            if let Some(group) = &case.group {
-                let same = sig.id() == *group;
+            if let Some(row) = &case.group {
+                let group = &row.id;
+                let same = sig.id() == *group || row.signature().is_some_and(|g| g.same_bug(sig));
                 writeln!(
                     text,
                     "\ngroup {group}: {}",

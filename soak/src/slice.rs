@@ -345,10 +345,15 @@ pub fn finish(
     };
     {
         let store = soak.lock_store();
+        // A group is tolerated by each of its variants' keys.
+        let mut per_group: std::collections::BTreeMap<&str, u64> = Default::default();
         for (key, count) in &tolerated {
             if let Some((group, _)) = keys.iter().find(|(_, k)| k == key) {
-                store.add_tolerated(slice_id, group, *count)?;
+                *per_group.entry(group.as_str()).or_default() += count;
             }
+        }
+        for (group, count) in per_group {
+            store.add_tolerated(slice_id, group, count)?;
         }
         store.end_slice(slice_id, &stats)?;
         let slot = store.slot_by_id(record.slot_id)?;

@@ -12,6 +12,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_init.sql"),
     include_str!("../migrations/0002_tolerance_key.sql"),
     include_str!("../migrations/0003_drift.sql"),
+    include_str!("../migrations/0004_paths.sql"),
 ];
 
 pub struct Store {
@@ -59,6 +60,28 @@ pub struct GroupRow {
     pub status: String,
     pub minimized: Option<String>,
     pub repro: String,
+    /// The signature's frames are a code path ([`report::Signature::path`]).
+    pub path: bool,
+}
+
+/// One way a group's bug was reached (a row of its variants table).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VariantRow {
+    pub group_id: String,
+    /// The violation's key, which the group's slices tolerate.
+    pub key: String,
+    /// The allocator call and the block's tiers (`alloc size 0..64 align 32..`).
+    pub site: String,
+    pub target: String,
+    pub count: i64,
+    pub first_input: String,
+}
+
+impl GroupRow {
+    /// The signature the group was filed under.
+    pub fn signature(&self) -> Option<report::Signature> {
+        report::Signature::from_key(&self.signature, self.path)
+    }
 }
 
 pub fn now() -> i64 {
@@ -296,8 +319,8 @@ impl Store {
     pub fn insert_group(&self, g: &GroupRow) -> Result<()> {
         self.conn.execute(
             "INSERT OR IGNORE INTO crash_group (id, signature, kind, title, tolerance_key, slot_id,
-                first_seen, last_seen, count, status, minimized, repro)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                first_seen, last_seen, count, status, minimized, repro, path)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 g.id,
                 g.signature,
@@ -310,7 +333,8 @@ impl Store {
                 g.count,
                 g.status,
                 g.minimized,
-                g.repro
+                g.repro,
+                g.path
             ],
         )?;
         Ok(())
@@ -353,16 +377,80 @@ impl Store {
     /// a key ends `[reference allocator <name>]` and matches only a
     /// violation of that reference, never one of the allocator under test.
     pub fn tolerated_keys(&self, allocator: &str) -> Result<Vec<(String, String)>> {
+        // A group's own key, and every variant's.
         let mut stmt = self.conn.prepare(
-            "SELECT g.id, g.tolerance_key FROM crash_group g JOIN slot s ON s.id = g.slot_id
-             WHERE (s.allocator = ?1 OR instr(g.tolerance_key, ?2) > 0)
-               AND g.tolerance_key IS NOT NULL AND g.status != 'fixed'
-             ORDER BY g.id",
+            "SELECT id, key FROM (
+                 SELECT g.id AS id, g.tolerance_key AS key, s.allocator AS allocator, g.status AS status
+                   FROM crash_group g JOIN slot s ON s.id = g.slot_id
+                 UNION
+                 SELECT g.id, v.key, s.allocator, g.status
+                   FROM variant v JOIN crash_group g ON g.id = v.group_id
+                   JOIN slot s ON s.id = g.slot_id)
+             WHERE (allocator = ?1 OR instr(key, ?2) > 0)
+               AND key IS NOT NULL AND status != 'fixed'
+             ORDER BY id, key",
         )?;
         let rows = stmt.query_map(
             params![allocator, report::key::REFERENCE.trim_start()],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Counts one more of `v`'s way to its group (its input the first, when new).
+    pub fn add_variant(&self, v: &VariantRow) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO variant (group_id, key, site, target, count, first_input, first_seen)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (group_id, key, target) DO UPDATE SET count = count + excluded.count",
+            params![
+                v.group_id,
+                v.key,
+                v.site,
+                v.target,
+                v.count,
+                v.first_input,
+                now()
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// A group's variants, most frequent first.
+    pub fn variants(&self, group_id: &str) -> Result<Vec<VariantRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT group_id, key, site, target, count, first_input FROM variant
+             WHERE group_id = ?1 ORDER BY count DESC, site, target",
+        )?;
+        let rows = stmt.query_map([group_id], |r| {
+            Ok(VariantRow {
+                group_id: r.get(0)?,
+                key: r.get(1)?,
+                site: r.get(2)?,
+                target: r.get(3)?,
+                count: r.get(4)?,
+                first_input: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The groups a violation key is a variant of (of any allocator: the
+    /// caller checks whose, a reference's key names the reference).
+    pub fn groups_of_variant(&self, key: &str) -> Result<Vec<GroupRow>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{GROUP_SELECT} WHERE id IN (SELECT group_id FROM variant WHERE key = ?1) ORDER BY id"
+        ))?;
+        let rows = stmt.query_map([key], group_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Every group keyed by a code path, oldest first.
+    pub fn path_groups(&self) -> Result<Vec<GroupRow>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{GROUP_SELECT} WHERE path = 1 ORDER BY first_seen, id"
+        ))?;
+        let rows = stmt.query_map([], group_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -437,7 +525,7 @@ impl Store {
 }
 
 const GROUP_SELECT: &str = "SELECT id, signature, kind, title, tolerance_key, slot_id, first_seen,
-    last_seen, count, status, minimized, repro FROM crash_group";
+    last_seen, count, status, minimized, repro, path FROM crash_group";
 
 fn slot_row(r: &rusqlite::Row) -> rusqlite::Result<SlotRow> {
     Ok(SlotRow {
@@ -463,6 +551,7 @@ fn group_row(r: &rusqlite::Row) -> rusqlite::Result<GroupRow> {
         status: r.get(9)?,
         minimized: r.get(10)?,
         repro: r.get(11)?,
+        path: r.get(12)?,
     })
 }
 
@@ -519,6 +608,7 @@ mod tests {
             status: "new".into(),
             minimized: None,
             repro: String::new(),
+            path: false,
         };
         let own = "overlap in alloc size 0..64 align ..16: block N+N overlaps live block N+N";
         let reference = format!("{own} [reference allocator mimalloc]");
@@ -534,6 +624,68 @@ mod tests {
         };
         assert_eq!(keys("zoo:x"), vec![own.to_string(), reference.clone()]);
         assert_eq!(keys("system"), vec![reference]);
+    }
+
+    #[test]
+    fn a_groups_variants_are_counted_and_each_key_is_tolerated() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("store.sqlite")).unwrap();
+        let slot = store.slot("alloc_ops", "port", "libfuzzer", 1.0).unwrap();
+        let first =
+            "alignment in alloc size 0..64 align 32..: block N (size N) is not aligned to N";
+        let second = "alignment in alloc-zeroed size 4K..256K align 32..: block N (size N) is not aligned to N";
+        store
+            .insert_group(&GroupRow {
+                id: "g".into(),
+                signature: "alignment\nport\nalignment: block N (size N) is not aligned to N\nport::aligned".into(),
+                kind: "alignment".into(),
+                title: String::new(),
+                tolerance_key: Some(first.into()),
+                slot_id: slot.id,
+                first_seen: 0,
+                last_seen: 0,
+                count: 1,
+                status: "new".into(),
+                minimized: None,
+                repro: String::new(),
+                path: true,
+            })
+            .unwrap();
+        let variant = |key: &str, site: &str, input: &str| VariantRow {
+            group_id: "g".into(),
+            key: key.into(),
+            site: site.into(),
+            target: "alloc_ops".into(),
+            count: 1,
+            first_input: input.into(),
+        };
+        store
+            .add_variant(&variant(first, "alloc size 0..64 align 32..", "a"))
+            .unwrap();
+        store
+            .add_variant(&variant(first, "alloc size 0..64 align 32..", "b"))
+            .unwrap();
+        store
+            .add_variant(&variant(
+                second,
+                "alloc-zeroed size 4K..256K align 32..",
+                "c",
+            ))
+            .unwrap();
+        let rows = store.variants("g").unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].count, rows[0].first_input.as_str()), (2, "a"));
+        let keys: Vec<String> = store
+            .tolerated_keys("port")
+            .unwrap()
+            .into_iter()
+            .map(|(_, k)| k)
+            .collect();
+        assert_eq!(keys, vec![first.to_string(), second.to_string()]);
+        assert_eq!(store.groups_of_variant(second).unwrap()[0].id, "g");
+        let g = store.path_groups().unwrap().remove(0);
+        let sig = g.signature().unwrap();
+        assert!(sig.path && sig.frames == ["port::aligned"], "{sig:?}");
     }
 
     #[test]

@@ -186,7 +186,7 @@ impl Replayer<'_> {
             reproduced: failed,
             record,
         };
-        Ok(replay.signature(slot).is_some_and(|s| s.id() == sig.id()))
+        Ok(replay.signature(slot).is_some_and(|s| s.same_bug(sig)))
     }
 }
 

@@ -17,6 +17,11 @@ impl Executor {
             op_index: self.op_index,
             op,
             site: self.site,
+            path: if violation.is_of_a_call() {
+                crate::coverage::op_path()
+            } else {
+                Vec::new()
+            },
             violation,
             by: if self.reference {
                 By::Reference(name)
@@ -48,7 +53,7 @@ impl Executor {
 
     /// Runs `f`, an allocator call on this thread; a panic in it is a finding.
     pub(super) fn guarded<R>(&self, f: impl FnOnce() -> R) -> R {
-        guard::call(f).unwrap_or_else(|p| self.panicked(p))
+        crate::coverage::around(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
     }
 
     /// Makes an allocator call on the chosen thread; pointers travel as
@@ -59,10 +64,10 @@ impl Executor {
         f: impl FnOnce(&'static dyn Allocator) -> usize + Send + 'static,
     ) -> usize {
         let alloc = self.alloc;
-        let result = match on {
+        let result = crate::coverage::around(|| match on {
             On::Main => guard::call(|| f(alloc)),
             On::Worker(w) => self.pool().run(w, move || guard::call(|| f(alloc))),
-        };
+        });
         result.unwrap_or_else(|p| self.panicked(p))
     }
 }

@@ -203,6 +203,7 @@ impl Executor {
         if !op.is_race() {
             self.run_race();
         }
+        crate::coverage::begin_op();
         self.op_index = index;
         self.op = Some(*op);
         self.stats.ops += 1;
@@ -345,6 +346,7 @@ impl Executor {
     /// fixed region to the capacity it had when the program started.
     pub fn finish(&mut self, op_count: usize) {
         self.run_race();
+        crate::coverage::begin_op();
         crate::sanitizer::check();
         self.op_index = op_count;
         self.op = None;

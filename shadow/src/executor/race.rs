@@ -272,6 +272,8 @@ impl Executor {
         if self.race.is_empty() {
             return;
         }
+        // Threads ran the section at once: no one call's path is its.
+        crate::coverage::begin_op();
         let section = std::mem::take(&mut self.race);
         let frees = section.frees();
         let alloc = self.alloc;

@@ -65,6 +65,9 @@ struct Entry {
     history: Vec<String>,
     /// The tolerate file the repro needs.
     tolerate: Option<String>,
+    /// The signature's frames are a code path (`report::Signature::path`).
+    #[serde(default)]
+    path: bool,
 }
 
 /// Groups a gate starts from: `from` is an allocsoak state dir or a
@@ -185,6 +188,7 @@ fn materialize(e: &Entry, state: &StateDir) -> Result<()> {
         history: e.history.len(),
         history_shrunk: None,
         minimized_ops: None,
+        path: e.path,
     };
     state::write_atomic(
         &work.join("group.toml"),
@@ -246,6 +250,7 @@ fn entry(g: &Group) -> Result<Entry> {
         program: text(&g.dir.join("minimized"))?,
         history,
         tolerate: text(&g.dir.join("tolerate"))?,
+        path: g.row.path,
     })
 }
 

@@ -99,6 +99,7 @@ pub fn file(
         history: 0,
         history_shrunk: None,
         minimized_ops: Some(narrowed.summary()),
+        path: false,
     };
     state::write_atomic(
         &work.join("group.toml"),

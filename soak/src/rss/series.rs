@@ -237,6 +237,7 @@ mod tests {
                 status: "new".into(),
                 minimized: None,
                 repro: String::new(),
+                path: false,
             })
             .unwrap();
         segment(&store, slot.id, 25, 0, "stop");

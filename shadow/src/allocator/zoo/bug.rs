@@ -36,7 +36,7 @@ pub enum Bug {
     /// memory it owns (LeakSanitizer does not look there) that grows with
     /// ops, which only the RSS drift workers see.
     SlowLeak,
-    /// Growing a block the allocator handed out misaligned copies 8 bytes
+    /// Growing a block the allocator handed out misaligned copies 4 bytes
     /// too few: a bug only programs that pass a misaligned block (another
     /// bug's violation) reach.
     MisalignedReallocShort,
