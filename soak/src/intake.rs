@@ -216,7 +216,8 @@ pub fn file(
     // wrote beside it says what it showed (a key the group was reached by
     // before), and counting it needs no replay.
     if let Some(record) = saved_record(artifact) {
-        if let Some(id) = group_of_record(&lock(store), &record)? {
+        let known = group_of_record(&lock(store), &record)?;
+        if let Some(id) = known {
             return file_repeat(state, store, src, artifact, &id, true, Some(&record));
         }
     }

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Two bugs that show at few sites (a bug that spans size tiers is one
-/// group per tier, and filing them all would crowd out merges).
+/// Two bugs, two groups, that a soak files in its first seconds.
 const BUGS: &str = "zoo:double-issue+tiny-realloc-short";
 
 fn start(state: &Path, secs: &str, (target, allocator): (&str, &str)) -> Child {

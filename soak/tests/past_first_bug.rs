@@ -1,7 +1,7 @@
 //! End-to-end: a soak gets past every kind of first bug to the ones behind
 //! it — a bug only reachable through a sound violation, a panic inside the
 //! allocator, a sanitizer report — and keys two bugs of one kind in two
-//! size tiers apart; a deadly signal that left no input is filed from the
+//! functions apart; a deadly signal that left no input is filed from the
 //! input history, and got past in libFuzzer's -fork. The real daemon and
 //! fuzz binaries, as in `soak.rs`.
 
@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{count, duty_cycle, groups, kinds, soak, ONE_AT_A_TIME};
+use common::{count, duty_cycle, groups, kinds, signatures, soak, ONE_AT_A_TIME};
 
 /// Soaks `alloc_ops` on `allocator` with 2 jobs for `secs`, plus `more`.
 fn soak_alloc_ops(state: &Path, allocator: &str, secs: &str, more: &[&str]) -> Output {
@@ -120,11 +120,21 @@ fn a_sanitizer_report_is_got_past_once_filed() {
         "{filed:?}\n{stdout}"
     );
     assert!(
-        filed.iter().all(
-            |g| matches!(g.1.as_str(), "heap-buffer-overflow" | "zeroed")
-                || g.4.starts_with("usable-size in resize-in-place ")
-        ),
+        filed.iter().all(|g| matches!(
+            g.1.as_str(),
+            "heap-buffer-overflow" | "zeroed" | "usable-size"
+        )),
         "{filed:?}\n{stdout}"
+    );
+    let usable: Vec<String> = signatures(&state)
+        .into_iter()
+        .filter(|s| s.starts_with("usable-size\n"))
+        .collect();
+    assert!(
+        usable
+            .iter()
+            .all(|s| s.contains("Extras>::resize_in_place")),
+        "{usable:#?}"
     );
     let asan = filed
         .iter()
@@ -181,25 +191,30 @@ fn a_deadly_signal_is_filed_from_the_input_history_and_got_past() {
 }
 
 #[test]
-fn two_realloc_bugs_in_two_size_tiers_are_two_groups() {
+fn two_realloc_bugs_in_two_functions_are_two_groups() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let allocator = "zoo:tiny-realloc-short+short-realloc-copy";
     let out = soak_alloc_ops(&state, allocator, "60", &["--slice-secs", "20"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let titles: Vec<String> = groups(&state).into_iter().map(|g| g.4).collect();
-    // Through any of the realloc calls (`realloc`, `realloc-zeroed`,
-    // `realloc-plain`): the zoo's optional calls resize with its realloc.
+    // Each bug is one group, keyed by the function its copy runs, whichever
+    // of the realloc calls (`realloc`, `realloc-zeroed`, `realloc-plain`:
+    // the zoo's optional calls resize with its realloc) and size tiers
+    // reached it; never one group for both.
+    let filed = groups(&state);
     assert!(
-        titles
-            .iter()
-            .all(|t| t.starts_with("realloc-prefix in realloc")),
-        "{titles:?}"
+        filed.len() == 2 && filed.iter().all(|g| g.1 == "realloc-prefix"),
+        "{filed:?}\n{stdout}"
     );
-    // The tiny bug in the 0..64 tier (once per alignment tier it shows
-    // in), the short copy in the tiers above: never one group for both.
-    let tiny = titles.iter().filter(|t| t.contains(" size 0..64 ")).count();
-    assert!(tiny >= 1, "{titles:?}\n{stdout}");
-    assert!(titles.len() > tiny, "{titles:?}\n{stdout}");
+    let paths = signatures(&state);
+    let has = |f: &str| paths.iter().filter(|p| p.contains(f)).count();
+    assert_eq!(
+        (
+            has("Zoo>::tiny_realloc_short"),
+            has("Zoo>::short_realloc_copy")
+        ),
+        (1, 1),
+        "{paths:#?}\n{stdout}"
+    );
 }

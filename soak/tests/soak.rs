@@ -14,12 +14,14 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    // Two jobs start on the bug at once: two raw crashes, one group.
+    // One bug every request aligned above 16 reaches, through `alloc` and
+    // `alloc-zeroed`, in every size tier; two jobs start on it at once.
+    let allocator = "zoo:align-ignored";
     let args = [
         "--target",
         "alloc_ops",
         "--allocator",
-        "zoo:small-underalign",
+        allocator,
         "--jobs",
         "2",
         "--duration",
@@ -33,17 +35,27 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
     // input and goes on, and no slice ends before its time.
     let cut_short = count(&state, "SELECT COUNT(*) FROM slice WHERE outcome != 'time'");
     assert_eq!(cut_short, 0, "slices ended early\n{stdout}");
-    // The bug reached through `alloc` is one group (a realloc that lands
-    // in the class is another allocator call, so another group).
-    let filed: Vec<_> = groups(&state)
-        .into_iter()
-        .filter(|g| g.4.starts_with("alignment in alloc size 0..64 align ..16:"))
-        .collect();
-    assert_eq!(filed.len(), 1, "{:?}\n{stdout}", groups(&state));
-    assert!(groups(&state).iter().all(|g| g.1 == "alignment"));
-    let (id, kind, crashes, command, _) = &filed[0];
+    // One group, keyed by the allocator code the failing calls ran (the
+    // zoo's `align_ignored`), whichever call and size tier reached it:
+    // those are its variants.
+    let filed = groups(&state);
+    assert_eq!(filed.len(), 1, "{filed:?}\n{stdout}");
+    let (id, kind, crashes, command, title) = &filed[0];
     assert_eq!(kind, "alignment");
+    assert!(title.contains("Zoo>::align_ignored"), "{title}");
     assert!(*crashes >= 2, "{crashes} raw crashes\n{stdout}");
+    let variants = count(
+        &state,
+        &format!("SELECT COUNT(*) FROM variant WHERE group_id = '{id}'"),
+    );
+    let sites = count(
+        &state,
+        &format!("SELECT COUNT(DISTINCT substr(site, 1, instr(site, ' '))) FROM variant WHERE group_id = '{id}'"),
+    );
+    assert!(
+        variants >= 3 && sites >= 2,
+        "{variants} variants through {sites} calls\n{stdout}"
+    );
     assert!(stdout.contains("Reproduce with:"), "{stdout}");
     let group = state.join("crashes").join(id);
     for file in [
@@ -75,9 +87,13 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
     assert!(minimized.ops.len() <= 2, "{minimized}");
     let report = std::fs::read_to_string(group.join("REPORT.md")).unwrap();
     assert!(report.contains("| minimized | "), "{report}");
+    assert!(
+        report.contains("## Variants") && report.contains("| `alloc-zeroed size "),
+        "{report}"
+    );
     let corpus = count(&state, "SELECT MAX(corpus_size) FROM slice");
     assert!(corpus > 0, "nothing merged");
-    triage_the_group(&state, id);
+    triage_the_group(&state, id, allocator);
 
     // Restart on the same state: same slot, same group, and the bug no
     // longer stops the engine: its violations are tolerated and counted.
@@ -89,7 +105,7 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
             "--target",
             "alloc_ops",
             "--allocator",
-            "zoo:small-underalign",
+            allocator,
             "--jobs",
             "1",
             "--duration",
@@ -330,11 +346,11 @@ fn run_ok(cmd: &mut Command) -> String {
 }
 
 /// The morning after: list, replay, emit a test, verify, export.
-fn triage_the_group(state: &Path, id: &str) {
+fn triage_the_group(state: &Path, id: &str, allocator: &str) {
     let list = run_ok(allocsoak().args(["triage", "--state"]).arg(state));
     assert!(
         list.contains(id)
-            && list.contains("alloc_ops/zoo:small-underalign")
+            && list.contains(&format!("alloc_ops/{allocator}"))
             && list.contains(" new "),
         "{list}"
     );

@@ -272,12 +272,13 @@ impl Executor {
         if self.race.is_empty() {
             return;
         }
-        // Threads ran the section at once: no one call's path is its.
+        // Threads run the section at once: a violation's path is all the
+        // allocator code the section ran (a superset of the one call's).
         crate::coverage::begin_op();
         let section = std::mem::take(&mut self.race);
         let frees = section.frees();
         let alloc = self.alloc;
-        let results = run(section, self.pool(), alloc);
+        let results = crate::coverage::around(|| run(section, self.pool(), alloc));
         // Everything the section returned is held until checked, so a
         // program that ends at a tolerated violation still releases it.
         self.raced = results

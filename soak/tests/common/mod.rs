@@ -68,6 +68,17 @@ pub fn groups(state: &Path) -> Vec<(String, String, i64, String, String)> {
 }
 
 /// The distinct kinds of the groups filed.
+/// Each group's signature key (kind, allocator, message, then its frames
+/// or code path, a line each), by group id.
+pub fn signatures(state: &Path) -> Vec<String> {
+    let conn = db(state);
+    let mut stmt = conn
+        .prepare("SELECT signature FROM crash_group ORDER BY id")
+        .unwrap();
+    let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
 pub fn kinds(state: &Path) -> Vec<String> {
     let mut kinds: Vec<String> = groups(state).into_iter().map(|g| g.1).collect();
     kinds.dedup();
