@@ -6,8 +6,11 @@
 //! who raised it ([`By`]), so every engine records it as a crash. The line
 //! is for people: the pipeline gets the typed [`Report::record`] (written
 //! to the findings folder, or where `ALLOCSOAK_RECORD` says in a replay),
-//! and [`Report::key`] builds the key the soak's tolerance and triage's
-//! signatures share from the violation's parts.
+//! and [`Report::key`] builds the key the soak's tolerance uses from the
+//! violation's parts. In a replay, a violation of a call's result also
+//! carries its code path ([`Report::path`], [`crate::coverage`]), which
+//! triage's signature keys the group on; without one, the key is the
+//! group's too.
 //!
 //! Some violations leave the heap sound ([`Violation::leaves_heap_sound`]):
 //! the program records them ([`record`]) and goes on, so a bug behind them
@@ -181,10 +184,11 @@ impl Violation {
 }
 
 /// Where a violation happened: the allocator function the op called and
-/// the buckets of the block's size and alignment. Part of the key, so two
-/// bugs of one kind in different size tiers, alignments or API calls are
-/// two groups, while one bug reached by two targets (`alloc` in
-/// `alloc_ops`, `worker-alloc` in `mt_ops`) stays one.
+/// the buckets of the block's size and alignment. Part of the key: what a
+/// group's variants are told apart by, and, for a violation without a code
+/// path, what tells two groups apart (two bugs of one kind in different
+/// size tiers, alignments or API calls), while one bug reached by two
+/// targets (`alloc` in `alloc_ops`, `worker-alloc` in `mt_ops`) stays one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Site {
     /// The allocator call: `alloc`, `realloc`, `heap-alloc`, `free`,
@@ -459,11 +463,19 @@ impl fmt::Display for Report {
     }
 }
 
+/// What a `save <pattern>` line of the tolerate file starts with: a
+/// violation that matches it is saved as a finding (a new key each time)
+/// and the program ends quietly, while fuzzing; anywhere else it is not
+/// tolerated. The soak lists the kinds of the groups it keys by code path
+/// so: a new way to a known bug does not end the fuzz process, and its
+/// replay at intake says whether it is that bug (a variant) or another.
+pub const SAVE: &str = "save ";
+
 /// The violation keys this process tolerates: read once from the file
-/// `ALLOCSOAK_TOLERATE` names (one key or `prefix*` pattern per line),
-/// empty when unset. The
-/// soak writes it with the keys of the groups it has filed, so a known bug
-/// no longer ends the run and the fuzzer gets past it.
+/// `ALLOCSOAK_TOLERATE` names (one key, `prefix*` pattern or `save` line
+/// per line), empty when unset. The soak writes it with the keys of the
+/// groups it has filed, so a known bug no longer ends the run and the
+/// fuzzer gets past it.
 fn tolerated() -> &'static HashSet<String> {
     static KEYS: OnceLock<HashSet<String>> = OnceLock::new();
     KEYS.get_or_init(|| {
@@ -492,11 +504,21 @@ fn tolerated() -> &'static HashSet<String> {
 /// (`alignment in *` tolerates every alignment violation).
 fn is_tolerated(key: &str) -> bool {
     let listed = tolerated();
-    listed.contains(key)
-        || listed.iter().any(|l| {
-            l.strip_suffix('*')
-                .is_some_and(|prefix| key.starts_with(prefix))
-        })
+    listed.contains(key) || listed.iter().any(|l| matches_pattern(l, key))
+}
+
+/// Whether a `prefix*` line matches `key`.
+fn matches_pattern(line: &str, key: &str) -> bool {
+    line.strip_suffix('*')
+        .is_some_and(|prefix| key.starts_with(prefix))
+}
+
+/// Whether a `save` line ([`SAVE`]) matches `key`.
+fn is_saved_past(key: &str) -> bool {
+    tolerated().iter().any(|l| {
+        l.strip_prefix(SAVE)
+            .is_some_and(|pattern| pattern == key || matches_pattern(pattern, key))
+    })
 }
 
 /// The payload a tolerated violation unwinds with; [`crate::harness`]
@@ -544,12 +566,20 @@ pub(crate) fn count_tolerated(key: &str) -> bool {
 
 /// Ends the program at a violation: panics with its line (after writing
 /// its record where `ALLOCSOAK_RECORD` says), or, when its key is
-/// tolerated, counts it and ends the program quietly ([`end_quietly`]). A
-/// tolerated sanitizer report that came in first ([`crate::sanitizer`])
-/// ends it quietly too: the violation is its consequence.
+/// tolerated, counts it and ends the program quietly ([`end_quietly`]);
+/// while fuzzing, one a `save` line ([`SAVE`]) matches is saved as a
+/// finding, counted, and ends the program quietly too. A tolerated
+/// sanitizer report that came in first ([`crate::sanitizer`]) ends it
+/// quietly too: the violation is its consequence.
 pub fn raise(report: Report) -> ! {
     crate::sanitizer::check();
-    if count_tolerated(&report.key()) {
+    let key = report.key();
+    if count_tolerated(&key) {
+        end_quietly();
+    }
+    if crate::findings::active() && is_saved_past(&key) {
+        let n = count(&key, false);
+        crate::findings::save(&report, &key, n);
         end_quietly();
     }
     crate::findings::write_record(&report);

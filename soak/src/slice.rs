@@ -76,11 +76,23 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         &scratch.join("slice.toml"),
         toml::to_string(&record)?.as_bytes(),
     )?;
-    let keys = soak.lock_store().tolerated_keys(&slot.allocator)?;
+    let (keys, saved_past) = {
+        let store = soak.lock_store();
+        (
+            store.tolerated_keys(&slot.allocator)?,
+            store.unsound_path_kinds(&slot.allocator)?,
+        )
+    };
     let tolerate = scratch.join("tolerate");
-    let text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
+    // The known keys, and, for each kind of bug keyed by its code path,
+    // every other key of it saved as a finding (its replay tells a new way
+    // to a known bug from a new bug) rather than ending the process.
+    let mut text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
+    for kind in &saved_past {
+        text.push_str(&format!("{}{kind} in *\n", shadow::violation::SAVE));
+    }
     crate::state::write_atomic(&tolerate, text.as_bytes())?;
-    let tolerate = (!keys.is_empty()).then_some(tolerate);
+    let tolerate = (!text.is_empty()).then_some(tolerate);
 
     let run = EngineRun {
         slice_id,

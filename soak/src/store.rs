@@ -445,6 +445,22 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// The kinds of the allocator's groups (not fixed) keyed by a code
+    /// path that leave memory in doubt: while fuzzing, its slices save a
+    /// new way to one of them and go on (`save <kind> in *`).
+    pub fn unsound_path_kinds(&self, allocator: &str) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT DISTINCT g.kind FROM crash_group g JOIN slot s ON s.id = g.slot_id
+             WHERE g.path = 1 AND s.allocator = ?1 AND g.status != 'fixed' ORDER BY g.kind",
+        )?;
+        let rows = stmt.query_map([allocator], |r| r.get::<_, String>(0))?;
+        let kinds: Vec<String> = rows.collect::<rusqlite::Result<_>>()?;
+        Ok(kinds
+            .into_iter()
+            .filter(|k| !report::key::SOUND_KINDS.contains(&k.as_str()))
+            .collect())
+    }
+
     /// Every group keyed by a code path, oldest first.
     pub fn path_groups(&self) -> Result<Vec<GroupRow>> {
         let mut stmt = self.conn.prepare(&format!(

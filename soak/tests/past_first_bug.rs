@@ -76,7 +76,7 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let allocator = "zoo:panic-class+dirty-zeroed";
-    let out = soak_alloc_ops(&state, allocator, "90", &["--slice-secs", "90"]);
+    let out = soak_alloc_ops(&state, allocator, "60", &["--slice-secs", "60"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
     assert_eq!(
@@ -93,7 +93,7 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
     // state counts it as tolerated and spends its time fuzzing. Long
     // enough that the start (verifying the known groups) is a small share.
     let slices_before = count(&state, "SELECT MAX(id) FROM slice");
-    let out = soak_alloc_ops(&state, allocator, "180", &["--slice-secs", "90"]);
+    let out = soak_alloc_ops(&state, allocator, "100", &["--slice-secs", "100"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     got_past(&state, panic, slices_before, &stdout);
     let duty = duty_cycle(&state);
@@ -106,7 +106,7 @@ fn a_sanitizer_report_is_got_past_once_filed() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let allocator = "zoo:usable-oversize+dirty-zeroed";
-    let out = soak_alloc_ops(&state, allocator, "90", &[]);
+    let out = soak_alloc_ops(&state, allocator, "60", &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
     // Both bugs are filed. The oversized usable size is also reached by an
@@ -143,7 +143,7 @@ fn a_sanitizer_report_is_got_past_once_filed() {
     // Once filed, ASan's report returns to the harness, which ends the
     // program quietly: a second soak counts it and files it no more.
     let slices_before = count(&state, "SELECT MAX(id) FROM slice");
-    let out = soak_alloc_ops(&state, allocator, "60", &[]);
+    let out = soak_alloc_ops(&state, allocator, "40", &[]);
     got_past(
         &state,
         asan,
