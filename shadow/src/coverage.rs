@@ -36,11 +36,14 @@ struct Probe {
 unsafe impl Send for Probe {}
 unsafe impl Sync for Probe {}
 
-/// The counters before the current call, and the ones the op moved.
+/// The counters before the current call, and the ones the op moved: by
+/// its own calls, and by the queries the checks made of what they returned
+/// (a usable size, a good size).
 #[derive(Default)]
 struct Op {
     before: Vec<u8>,
     moved: BTreeSet<usize>,
+    queried: BTreeSet<usize>,
 }
 
 static OP: Mutex<Option<Op>> = Mutex::new(None);
@@ -131,12 +134,25 @@ impl Probe {
 pub fn begin_op() {
     if probe().is_some() {
         let mut op = OP.lock().unwrap_or_else(|e| e.into_inner());
-        op.get_or_insert_with(Op::default).moved.clear();
+        let op = op.get_or_insert_with(Op::default);
+        op.moved.clear();
+        op.queried.clear();
     }
 }
 
 /// Runs `f`, an allocator call, and adds what it ran to the op's path.
 pub fn around<R>(f: impl FnOnce() -> R) -> R {
+    moving(false, f)
+}
+
+/// Runs `f`, a query a check makes of what the op's calls returned, and
+/// adds what it ran to the op's queries: in the path only of a violation
+/// of that query's answer ([`op_path`]).
+pub fn around_query<R>(f: impl FnOnce() -> R) -> R {
+    moving(true, f)
+}
+
+fn moving<R>(query: bool, f: impl FnOnce() -> R) -> R {
     let Some(probe) = probe() else {
         return f();
     };
@@ -150,22 +166,28 @@ pub fn around<R>(f: impl FnOnce() -> R) -> R {
     probe.snapshot(&mut after);
     let mut op = OP.lock().unwrap_or_else(|e| e.into_inner());
     let op = op.get_or_insert_with(Op::default);
-    op.moved
-        .extend((0..after.len()).filter(|&i| after[i] != before[i]));
+    let into = if query {
+        &mut op.queried
+    } else {
+        &mut op.moved
+    };
+    into.extend((0..after.len()).filter(|&i| after[i] != before[i]));
     op.before = before;
     result
 }
 
-/// The allocator's own functions the op's calls ran so far, sorted; empty
-/// when the probe is off.
-pub fn op_path() -> Vec<String> {
+/// The allocator's own functions the op's calls ran so far, and its
+/// checks' queries when `queries`, sorted; empty when the probe is off.
+pub fn op_path(queries: bool) -> Vec<String> {
     let Some(probe) = probe() else {
         return Vec::new();
     };
     let moved: Vec<usize> = {
         let op = OP.lock().unwrap_or_else(|e| e.into_inner());
-        op.as_ref()
-            .map_or_else(Vec::new, |op| op.moved.iter().copied().collect())
+        op.as_ref().map_or_else(Vec::new, |op| {
+            let queried = op.queried.iter().filter(|_| queries);
+            op.moved.iter().chain(queried).copied().collect()
+        })
     };
     let Some(symbols) = symbols() else {
         return Vec::new();
@@ -277,6 +299,7 @@ mod tests {
         // Tests run without ALLOCSOAK_RECORD and without instrumentation.
         begin_op();
         assert_eq!(around(|| 7), 7);
-        assert!(op_path().is_empty());
+        assert_eq!(around_query(|| 8), 8);
+        assert!(op_path(true).is_empty());
     }
 }

@@ -181,6 +181,18 @@ impl Violation {
                 | Violation::AllocatorError { .. }
         )
     }
+
+    /// Whether this violation is of an answer the checks asked for (a
+    /// usable size, a good size) or may have come from one (an allocator's
+    /// error callback): its path includes the code of those queries.
+    pub fn is_of_a_query(&self) -> bool {
+        matches!(
+            self,
+            Violation::UsableSize { .. }
+                | Violation::GoodSize { .. }
+                | Violation::AllocatorError { .. }
+        )
+    }
 }
 
 /// Where a violation happened: the allocator function the op called and

@@ -127,7 +127,7 @@ impl Executor {
             });
         }
         block.usable =
-            self.guarded(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) });
+            self.queried(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) });
         if let (Origin::Fresh { .. }, None) = (&origin, heap) {
             self.check_good_size(&block);
         }

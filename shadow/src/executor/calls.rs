@@ -18,7 +18,7 @@ impl Executor {
             op,
             site: self.site,
             path: if violation.is_of_a_call() {
-                crate::coverage::op_path()
+                crate::coverage::op_path(violation.is_of_a_query())
             } else {
                 Vec::new()
             },
@@ -54,6 +54,13 @@ impl Executor {
     /// Runs `f`, an allocator call on this thread; a panic in it is a finding.
     pub(super) fn guarded<R>(&self, f: impl FnOnce() -> R) -> R {
         crate::coverage::around(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
+    }
+
+    /// Runs `f`, a query a check makes of what the op's calls returned (a
+    /// usable size, a good size), as [`Executor::guarded`]; its code is in
+    /// the path only of a violation of its answer.
+    pub(super) fn queried<R>(&self, f: impl FnOnce() -> R) -> R {
+        crate::coverage::around_query(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
     }
 
     /// Makes an allocator call on the chosen thread; pointers travel as

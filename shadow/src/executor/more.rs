@@ -84,7 +84,7 @@ impl Executor {
         let Some(extras) = self.alloc.extras() else {
             return;
         };
-        let good = self.guarded(|| extras.good_size(b.size, b.align));
+        let good = self.queried(|| extras.good_size(b.size, b.align));
         if let Some(good) = good.filter(|&g| g != b.usable) {
             self.flag(Violation::GoodSize {
                 ptr: b.ptr,
@@ -167,7 +167,7 @@ impl Executor {
             Some(InPlace::Unchanged) => {
                 if self.checked {
                     let usable =
-                        self.guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
+                        self.queried(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
                     if usable != b.usable {
                         self.flag(Violation::UsableSize {
                             ptr: b.ptr,
