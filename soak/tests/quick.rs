@@ -47,6 +47,18 @@ fn known_file(state: &Path, file: &Path) {
     assert!(out.status.success(), "{}", text(&out));
 }
 
+/// Keeps only the groups of `kind` in a known-groups file.
+fn keep_only(file: &Path, kind: &str) {
+    let mut known: toml::Table = std::fs::read_to_string(file).unwrap().parse().unwrap();
+    let groups = known
+        .get_mut("group")
+        .and_then(|g| g.as_array_mut())
+        .unwrap();
+    groups.retain(|g| g.get("kind").and_then(|k| k.as_str()) == Some(kind));
+    assert!(!groups.is_empty(), "no {kind} group in {}", file.display());
+    std::fs::write(file, toml::to_string(&known).unwrap()).unwrap();
+}
+
 /// Well-formed XML, by a real parser.
 fn parse_xml(xml: &str) {
     let mut reader = quick_xml::Reader::from_str(xml);
@@ -112,9 +124,12 @@ fn the_gate_fails_on_new_findings_only() {
         "the run folder keeps its own copy"
     );
 
-    // 2. Declared known, the first bug is got past and the second fails the gate.
+    // 2. Declared known, the first bug is got past and the second fails
+    // the gate. (The first pass may have filed the second bug too: a
+    // slice goes on past a misaligned block; only the first is declared.)
     let known = dir.path().join("known.toml");
     known_file(&run1, &known);
+    keep_only(&known, "alignment");
     let out = quick(
         &out_dir,
         TWO_BUGS,
