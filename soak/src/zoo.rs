@@ -212,9 +212,9 @@ fn minimized_ops(case: &Case, run: &crate::libfuzzer::Run, o: &Outcome) -> Resul
         .len();
     let log = std::fs::read_to_string(&o.log)?;
     let slot = format!("{}/{}", case.target, case.allocator);
-    let Some(sig) = Signature::from_log(&log, &slot) else {
+    if Signature::from_log(&log, &slot).is_none() {
         return Ok(format!("{ops} (unsigned)"));
-    };
+    }
     let replayer = Replayer {
         binary: &run.binary,
         allocator: &case.allocator,
@@ -222,10 +222,11 @@ fn minimized_ops(case: &Case, run: &crate::libfuzzer::Run, o: &Outcome) -> Resul
         timeout_secs: 20,
         rss_limit_mb: 2048,
     };
+    // Signed as intake signs it: the replay's record (and code path).
     let inputs = [artifact.as_path()];
-    if !replayer.fails_as(&inputs, &sig, &slot)? {
+    let Some(sig) = replayer.replay(&inputs, true)?.signature(&slot) else {
         return Ok(format!("{ops} (reproduces only after earlier inputs)"));
-    }
+    };
     let m = crate::minimize::minimize(
         &replayer,
         case.target,

@@ -172,12 +172,12 @@ impl Replayer<'_> {
     /// Whether replaying `inputs` (with the tolerate file) fails as `sig`
     /// on `slot`: the question a search asks many times. A signature
     /// without frames (an `allocsoak violation:` line, an engine finding)
-    /// needs no stack, so the process dies at its abort without
-    /// libFuzzer's stack dump or Rust's backtrace (both symbolized), in a
-    /// seventh of the time.
+    /// or with a code path (a replay's record) needs no stack, so the
+    /// process dies at its abort without libFuzzer's stack dump or Rust's
+    /// backtrace (both symbolized), in a seventh of the time.
     pub fn fails_as(&self, inputs: &[&Path], sig: &Signature, slot: &str) -> io::Result<bool> {
         let mut cmd = self.command(inputs, true);
-        if sig.frames.is_empty() {
+        if sig.frames.is_empty() || sig.path {
             cmd.arg("-handle_abrt=0").env("RUST_BACKTRACE", "0");
         }
         let (log, failed, record) = run(cmd, self.limit(inputs))?;
