@@ -204,11 +204,7 @@ pub fn verify(
         let mut reproduced = 0;
         for _ in 0..TRIES {
             let replay = replayer.replay(&inputs, true)?;
-            let group = g.row.signature();
-            let same = |s: report::Signature| {
-                s.id() == g.row.id || group.as_ref().is_some_and(|g| g.same_bug(&s))
-            };
-            if replay.signature(&slot).is_some_and(same) {
+            if replay.signature(&slot).is_some_and(|s| g.row.shown_by(&s)) {
                 reproduced += 1;
             }
         }

@@ -134,7 +134,7 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
             }
             if let Some(row) = &case.group {
                 let group = &row.id;
-                let same = sig.id() == *group || row.signature().is_some_and(|g| g.same_bug(sig));
+                let same = row.shown_by(sig);
                 writeln!(
                     text,
                     "\ngroup {group}: {}",

@@ -82,6 +82,13 @@ impl GroupRow {
     pub fn signature(&self) -> Option<report::Signature> {
         report::Signature::from_key(&self.signature, self.path)
     }
+
+    /// Whether a replay signed `sig` shows this group's bug: its id, or
+    /// the same bug ([`report::Signature::same_bug`]: one code path
+    /// containing the other).
+    pub fn shown_by(&self, sig: &report::Signature) -> bool {
+        sig.id() == self.id || self.signature().is_some_and(|g| g.same_bug(sig))
+    }
 }
 
 pub fn now() -> i64 {
