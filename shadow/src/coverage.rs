@@ -19,6 +19,7 @@
 
 use std::collections::BTreeSet;
 use std::ffi::c_void;
+use std::ops::Range;
 use std::sync::{Mutex, OnceLock};
 
 /// The counters and PC table of this process, where they are mapped.
@@ -30,6 +31,10 @@ struct Probe {
     pcs: *const [usize; 2],
     /// What the loader added to every link-time address.
     bias: usize,
+    /// The counters in the allocator's own functions, as runs of
+    /// indices: the only ones copied around a call (a few thousand of the
+    /// target's 90,000, so a replay runs near its unprobed speed).
+    watched: Vec<Range<usize>>,
 }
 
 // SAFETY: the probe only holds addresses of sections that live as long as
@@ -83,12 +88,15 @@ fn find() -> Option<Probe> {
         return None;
     }
     let bias = load_bias();
-    Some(Probe {
+    let mut probe = Probe {
         counters: (counters.address() as usize + bias) as *const u8,
         len,
         pcs: (pcs.address() as usize + bias) as *const [usize; 2],
         bias,
-    })
+        watched: Vec::new(),
+    };
+    probe.watched = probe.allocator_counters(symbols()?);
+    Some(probe)
 }
 
 /// The executable's load bias (its first program header list, which
@@ -111,33 +119,67 @@ fn load_bias() -> usize {
 }
 
 impl Probe {
-    /// The counters now.
-    fn snapshot(&self, into: &mut Vec<u8>) {
-        into.resize(self.len, 0);
-        // SAFETY: `counters` is the start of a writable section of `len`
-        // bytes mapped for the whole process; any byte is a valid u8.
-        // Instrumented code on other threads may bump a counter while it is
-        // read (plain byte stores the compiler inserted, outside Rust's
-        // model, which libFuzzer reads the same way): a torn view only
-        // misses or adds that one counter.
-        unsafe { std::ptr::copy_nonoverlapping(self.counters, into.as_mut_ptr(), self.len) };
+    /// The runs of counters whose code is in the allocator's own
+    /// functions (a function's counters are consecutive).
+    /// Each function is demangled and judged once, when its first counter
+    /// is met: a replay process pays this at its start.
+    fn allocator_counters(&self, symbols: &Symbols) -> Vec<Range<usize>> {
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        let mut last: Option<(usize, bool)> = None;
+        for i in 0..self.len {
+            let mine = symbols.function_at(self.pc(i)).is_some_and(|f| match last {
+                Some((seen, mine)) if seen == f => mine,
+                _ => {
+                    let mine = is_allocator_code(&symbols.name(f));
+                    last = Some((f, mine));
+                    mine
+                }
+            });
+            match runs.last_mut() {
+                Some(run) if mine && run.end == i => run.end = i + 1,
+                _ if mine => runs.push(i..i + 1),
+                _ => {}
+            }
+        }
+        runs
     }
 
-    /// The counter indices where two snapshots differ: compared a chunk
-    /// at a time (few chunks differ in one call), so a replay of many
-    /// programs stays fast.
-    fn moved<'a>(before: &'a [u8], after: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
+    /// The watched counters now, run after run.
+    fn snapshot(&self, into: &mut Vec<u8>) {
+        into.clear();
+        for run in &self.watched {
+            // SAFETY: `counters` is the start of a writable section of
+            // `len` bytes mapped for the whole process, and every run lies
+            // below `len`; any byte is a valid u8. Instrumented code on
+            // other threads may bump a counter while it is read (plain byte
+            // stores the compiler inserted, outside Rust's model, which
+            // libFuzzer reads the same way): a torn view only misses or adds
+            // that one counter.
+            let counters =
+                unsafe { std::slice::from_raw_parts(self.counters.add(run.start), run.len()) };
+            into.extend_from_slice(counters);
+        }
+    }
+
+    /// The counter indices where two snapshots differ.
+    /// Compared a chunk at a time (few chunks differ in one call), so a
+    /// replay of many programs stays fast.
+    fn moved<'a>(&'a self, before: &'a [u8], after: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
         const CHUNK: usize = 256;
-        before
-            .chunks(CHUNK)
-            .zip(after.chunks(CHUNK))
-            .enumerate()
-            .filter(|(_, (b, a))| b != a)
-            .flat_map(|(c, (b, a))| {
-                (0..b.len())
-                    .filter(move |&k| a[k] != b[k])
-                    .map(move |k| c * CHUNK + k)
-            })
+        let mut at = 0;
+        self.watched.iter().flat_map(move |run| {
+            let (b, a) = (&before[at..at + run.len()], &after[at..at + run.len()]);
+            at += run.len();
+            b.chunks(CHUNK)
+                .zip(a.chunks(CHUNK))
+                .enumerate()
+                .filter(|(_, (b, a))| b != a)
+                .flat_map(move |(c, (b, a))| {
+                    (0..b.len())
+                        .filter(move |&k| a[k] != b[k])
+                        .map(move |k| run.start + c * CHUNK + k)
+                })
+        })
     }
 
     /// The link-time address of counter `i`'s code.
@@ -175,8 +217,8 @@ fn moving<R>(query: bool, f: impl FnOnce() -> R) -> R {
     let Some(probe) = probe() else {
         return f();
     };
-    // The buffers are kept from call to call: 80 KB allocated and freed
-    // around every call is most of a replay's time under ASan.
+    // The buffers are kept from call to call: allocated and freed around
+    // every call, they were most of a replay's time under ASan.
     let (mut before, mut after) = {
         let mut op = OP.lock().unwrap_or_else(|e| e.into_inner());
         let op = op.get_or_insert_with(Op::default);
@@ -195,7 +237,7 @@ fn moving<R>(query: bool, f: impl FnOnce() -> R) -> R {
     } else {
         &mut op.moved
     };
-    into.extend(Probe::moved(&before, &after));
+    into.extend(probe.moved(&before, &after));
     (op.before, op.after) = (before, after);
     result
 }
@@ -216,18 +258,18 @@ pub fn op_path(queries: bool) -> Vec<String> {
     let Some(symbols) = symbols() else {
         return Vec::new();
     };
-    let names: BTreeSet<&str> = moved
+    let functions: BTreeSet<usize> = moved
         .into_iter()
         .filter_map(|i| symbols.function_at(probe.pc(i)))
-        .filter(|name| is_allocator_code(name))
         .collect();
-    names.into_iter().map(str::to_string).collect()
+    let names: BTreeSet<String> = functions.into_iter().map(|f| symbols.name(f)).collect();
+    names.into_iter().collect()
 }
 
 /// The executable's functions, by address.
 struct Symbols {
-    /// (start, end, demangled name without hash), sorted by start.
-    functions: Vec<(usize, usize, String)>,
+    /// (start, end, mangled name), sorted by start.
+    functions: Vec<(usize, usize, &'static str)>,
 }
 
 fn symbols() -> Option<&'static Symbols> {
@@ -236,14 +278,12 @@ fn symbols() -> Option<&'static Symbols> {
         .get_or_init(|| {
             use object::{Object, ObjectSymbol, SymbolKind};
             let file = object::File::parse(&**exe()?).ok()?;
-            let mut functions: Vec<(usize, usize, String)> = file
+            let mut functions: Vec<(usize, usize, &'static str)> = file
                 .symbols()
                 .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
                 .filter_map(|s| {
-                    let name = s.name().ok()?;
                     let start = s.address() as usize;
-                    let name = format!("{:#}", rustc_demangle::demangle(name));
-                    Some((start, start + s.size() as usize, name))
+                    Some((start, start + s.size() as usize, s.name().ok()?))
                 })
                 .collect();
             functions.sort();
@@ -253,40 +293,117 @@ fn symbols() -> Option<&'static Symbols> {
 }
 
 impl Symbols {
-    fn function_at(&self, pc: usize) -> Option<&str> {
+    /// The function whose code holds `pc`, by its index.
+    fn function_at(&self, pc: usize) -> Option<usize> {
         let i = self
             .functions
             .partition_point(|f| f.0 <= pc)
             .checked_sub(1)?;
-        let (start, end, name) = &self.functions[i];
-        (*start <= pc && pc < *end).then_some(name.as_str())
+        let (start, end, _) = self.functions[i];
+        (start <= pc && pc < end).then_some(i)
+    }
+
+    /// Function `f`'s name, demangled, without its hash.
+    fn name(&self, f: usize) -> String {
+        format!("{:#}", rustc_demangle::demangle(self.functions[f].2))
     }
 }
 
-/// Whether `name` is the allocator's code, not the harness's, Rust's
-/// libraries' or a runtime's. Trait impls read `<Type as Trait>::f`, so a
-/// name is judged by the path it starts with; the zoo, though it lives in
-/// `shadow`, is an allocator.
+/// The crates of Rust's standard library and of the harness (`shadow`,
+/// `report`, the fuzz targets and everything they link but allocators):
+/// their code is never the allocator's. `harness_crates_are_named` checks
+/// this list against the dependency graph and the fuzz binaries.
+const NOT_ALLOCATOR: [&str; 40] = [
+    "std",
+    "core",
+    "alloc",
+    "hashbrown",
+    "shadow",
+    "report",
+    "allocsoak_fuzz",
+    "fuzz_targets",
+    "alloc_ops",
+    "heap_api",
+    "mt_ops",
+    "diff_mimalloc",
+    "drift",
+    "allocsoak_declared",
+    "libfuzzer_sys",
+    "honggfuzz",
+    "arbitrary",
+    "allocator_api2",
+    "libc",
+    "libloading",
+    "memmap2",
+    "object",
+    "memchr",
+    "rustc_demangle",
+    "serde",
+    "serde_core",
+    "serde_json",
+    "itoa",
+    "zmij",
+    "ryu",
+    "sha2",
+    "digest",
+    "block_buffer",
+    "crypto_common",
+    "generic_array",
+    "typenum",
+    "cpufeatures",
+    "lazy_static",
+    "rustc_version",
+    "semver",
+];
+
+/// Whether `name` (demangled) is the allocator's code, not the harness's,
+/// Rust's libraries' or a runtime's. A function belongs to the crate of
+/// its path, or for a method `<Type as Trait>::f` to the crate of `Type`
+/// (of `Trait` when `Type` is a primitive: `<u32 as arbitrary::Arbitrary>`).
+/// A name with no path is C: the allocator's, but the sanitizer runtime's
+/// `__` functions and the fuzzer's entry points. The zoo, though it lives
+/// in `shadow`, is an allocator.
 pub fn is_allocator_code(name: &str) -> bool {
-    const NOT: [&str; 12] = [
-        "std::",
-        "core::",
-        "alloc::",
-        "hashbrown::",
-        "libfuzzer_sys::",
-        "arbitrary::",
-        "allocator_api2::",
-        "allocsoak_declared::",
-        "fuzz_targets",
-        "report::",
-        "serde",
-        "__",
-    ];
     let name = name.trim_start_matches('<');
-    if name.starts_with("shadow::") {
-        return name.starts_with("shadow::allocator::zoo::");
+    if name.starts_with("shadow::allocator::zoo::") {
+        return true;
     }
-    !NOT.iter().any(|p| name.starts_with(p))
+    if !name.contains("::") {
+        const RUNTIME: [&str; 3] = ["__", "LLVMFuzzer", "rust_fuzzer_"];
+        return !RUNTIME.iter().any(|p| name.starts_with(p));
+    }
+    !NOT_ALLOCATOR.contains(&owner(name))
+}
+
+/// The crate a demangled Rust function name belongs to (see
+/// [`is_allocator_code`]); `core` for a primitive's inherent method.
+fn owner(name: &str) -> &str {
+    /// `&mut Type`, `*const Type`, `[Type]`, `dyn Trait`: `Type`, `Trait`.
+    fn pointee(mut s: &str) -> &str {
+        loop {
+            let t = s.trim_start_matches(['&', '*', '<', '[', '(']);
+            let t = ["mut ", "const ", "dyn "]
+                .iter()
+                .find_map(|p| t.strip_prefix(p))
+                .unwrap_or(t);
+            if t == s {
+                return s;
+            }
+            s = t;
+        }
+    }
+    /// The first segment of a path (`crate::...`).
+    fn crate_of(s: &str) -> Option<&str> {
+        let end = s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+        (end > 0 && s[end..].starts_with("::")).then(|| &s[..end])
+    }
+    crate_of(pointee(name))
+        .or_else(|| {
+            // A primitive self type: the trait's crate, if any.
+            let (_, tr) = name.split_once(" as ")?;
+            crate_of(pointee(tr))
+        })
+        .unwrap_or("core")
 }
 
 #[cfg(test)]
@@ -302,11 +419,21 @@ mod tests {
             "_mi_page_malloc",
             "<dlmalloc::GlobalDlmalloc as core::alloc::global::GlobalAlloc>::alloc",
             "rlsf::tlsf::Tlsf<u32, u32, 24, 8>::allocate",
+            "<rlsf::tlsf::Tlsf<u32, u32, 19, 32>>::deallocate",
+            "<talc::Talc<talc::ErrOnOom> as core::ops::Drop>::drop",
         ] {
             assert!(is_allocator_code(name), "{name}");
         }
         for name in [
             "<shadow::allocator::system::System as shadow::allocator::Allocator>::alloc",
+            "<u32 as arbitrary::Arbitrary>::arbitrary",
+            "<&mut serde_json::de::Deserializer<serde_json::read::StrRead> as serde_core::de::Deserializer>::deserialize_any::<V>",
+            "<str>::replace::<&str>",
+            "<&str as core::str::pattern::Pattern>::is_contained_in",
+            "<memchr::arch::x86_64::avx2::packedpair::Finder>::find_prefilter_impl",
+            "<rustc_demangle::v0::Printer>::print_backref::<<rustc_demangle::v0::Printer>::print_path::{closure#1}>",
+            "<object::read::any::File>::parse",
+            "<[u8] as core::fmt::Debug>::fmt",
             "shadow::executor::Executor::step",
             "core::ptr::drop_glue::<shadow::allocator::zoo::Zoo>",
             "<std::collections::hash::map::HashMap<usize, usize>>::insert",
@@ -316,6 +443,106 @@ mod tests {
         ] {
             assert!(!is_allocator_code(name), "{name}");
         }
+    }
+
+    /// Every crate a fuzz target links is either the harness's (in
+    /// `NOT_ALLOCATOR`) or one of the bundled allocators': a new dependency
+    /// of the harness fails here until it is named.
+    #[test]
+    fn harness_crates_are_named() {
+        const ALLOCATORS: [&str; 6] = [
+            "libmimalloc_sys",
+            "tikv_jemalloc_sys",
+            "rlsf",
+            "cty",
+            "const_default",
+            "cfg_if",
+        ];
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz_targets/Cargo.toml");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--features",
+                "honggfuzz",
+                "--filter-platform",
+                "x86_64-unknown-linux-gnu",
+            ])
+            .args(["--manifest-path", manifest])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let proc_macro = |id: &str| {
+            meta["packages"].as_array().unwrap().iter().any(|p| {
+                p["id"] == id
+                    && p["targets"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|t| t["kind"][0] == "proc-macro")
+            })
+        };
+        // The crates the fuzz binary links: normal dependencies from the
+        // root, not through build scripts or proc macros.
+        let nodes = meta["resolve"]["nodes"].as_array().unwrap();
+        let mut todo = vec![meta["resolve"]["root"].as_str().unwrap().to_string()];
+        let mut seen = BTreeSet::new();
+        while let Some(id) = todo.pop() {
+            if proc_macro(&id) || !seen.insert(id.clone()) {
+                continue;
+            }
+            let node = nodes.iter().find(|n| n["id"] == id.as_str()).unwrap();
+            for dep in node["deps"].as_array().unwrap() {
+                let normal = dep["dep_kinds"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|k| k["kind"].is_null());
+                if normal {
+                    todo.push(dep["pkg"].as_str().unwrap().to_string());
+                }
+            }
+        }
+        let unnamed: Vec<String> = seen
+            .iter()
+            .map(|id| {
+                let p = meta["packages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|p| p["id"] == id.as_str())
+                    .unwrap();
+                p["name"].as_str().unwrap().replace('-', "_")
+            })
+            .chain(fuzz_binaries(&meta))
+            .filter(|name| {
+                !NOT_ALLOCATOR.contains(&name.as_str()) && !ALLOCATORS.contains(&name.as_str())
+            })
+            .collect();
+        assert!(
+            unnamed.is_empty(),
+            "crates a fuzz target links, neither harness nor allocator: {unnamed:?}"
+        );
+    }
+
+    /// The root package's binaries: each is a crate of its own.
+    fn fuzz_binaries(meta: &serde_json::Value) -> Vec<String> {
+        let root = meta["resolve"]["root"].as_str().unwrap();
+        let packages = meta["packages"].as_array().unwrap();
+        let package = packages.iter().find(|p| p["id"] == root).unwrap();
+        let targets = package["targets"].as_array().unwrap();
+        targets
+            .iter()
+            .filter(|t| t["kind"][0] == "bin")
+            .map(|t| t["name"].as_str().unwrap().replace('-', "_"))
+            .collect()
     }
 
     #[test]
