@@ -95,6 +95,11 @@ impl Soak {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
+    /// Whether the soak's deadline passed more than `grace` ago.
+    pub(crate) fn past_deadline(&self, grace: Duration) -> bool {
+        Instant::now() > self.deadline + grace
+    }
+
     /// Starts a slice of `slot_id` in the store and runs it (the store's
     /// lock is not held while it runs).
     fn run_slice(&self, slot_id: i64, secs: u64, cores: usize) -> Result<()> {

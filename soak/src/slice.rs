@@ -211,19 +211,27 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
 }
 
 /// Waits for the engine; on a stop request it gets SIGINT (libFuzzer and
-/// honggfuzz then exit cleanly, their new inputs on disk), and SIGKILL if
-/// it hangs far past its time. True when the soak asked it to stop.
+/// honggfuzz then exit cleanly, their new inputs on disk), and so it does
+/// a few seconds past the soak's deadline (libFuzzer counts its time from
+/// after it has run its corpus: a slice of a big corpus would end late);
+/// SIGKILL if it hangs far past its time. True when the soak asked it to
+/// stop.
 fn wait(soak: &Soak, mut child: Child, secs: u64) -> Result<bool> {
+    const GRACE: Duration = Duration::from_secs(3);
     let start = Instant::now();
     let hard = Duration::from_secs(secs + 120 + 2 * soak.config.timeout_secs);
-    let mut interrupted = false;
+    let mut stopped = false;
+    let mut signalled = false;
     loop {
         if child.try_wait()?.is_some() {
-            return Ok(interrupted);
+            return Ok(stopped);
         }
-        if soak.stop.load(Ordering::Relaxed) && !interrupted {
+        stopped |= soak.stop.load(Ordering::Relaxed);
+        if (stopped || soak.past_deadline(GRACE)) && !signalled {
+            // SAFETY: a plain signal to our own child, which has not been
+            // waited for (its pid is not reused while it is unreaped).
             unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-            interrupted = true;
+            signalled = true;
         }
         if start.elapsed() > hard {
             let _ = child.kill();

@@ -165,7 +165,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "--allocator",
             "embedded-tlsf",
             "--secs",
-            "20",
+            "10",
         ],
     );
     let clean = found(&text);
