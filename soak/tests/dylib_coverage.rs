@@ -16,7 +16,7 @@ use soak::config::Config;
 use soak::project::{Build, Project};
 
 /// Compiles tiny_alloc.c into `dir` as `lib<name>.so`: instrumented as the
-/// README says (the project's clang, coverage and ASan), or plain.
+/// docs/allocators.md says (the project's clang, coverage and ASan), or plain.
 fn build_tiny(dir: &Path, name: &str, instrumented: bool, planted: bool) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let out = dir.join(format!("lib{name}.so"));

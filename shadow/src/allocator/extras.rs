@@ -1,6 +1,6 @@
 //! The calls an allocator offers beyond alloc / realloc / free, each
 //! optional: programs skip an op whose call the allocator does not have.
-//! The invariant each one is held to is in the README's API table.
+//! The invariant each one is held to is in docs/targets.md's table of optional calls.
 
 /// What an in-place resize did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -285,7 +285,7 @@ pub fn linked_c(name: &'static str, fns: CFunctions) -> Dylib {
 }
 
 /// The bundled allocators by name. An author's allocator is declared in a
-/// config instead (see the README's "Plug in your allocator").
+/// config instead (see the docs/allocators.md, "Plug in your allocator").
 fn bundled() -> Vec<(&'static str, Make)> {
     let mut list: Vec<(&'static str, Make)> = vec![
         ("system", || Box::new(system::System)),
@@ -351,7 +351,7 @@ fn unknown(name: &str) -> String {
             "allocator `{f}` is not in this build; build with `--features {f}` (the just recipes pick the build for you)"
         ),
         None => format!(
-            "unknown allocator `{name}`; expected one of {}, dylib:/path/lib.so[:prefix] or zoo:<bug>[@<base>] ({}); an allocator of your own is declared in a config's [[allocator]] (see the README)",
+            "unknown allocator `{name}`; expected one of {}, dylib:/path/lib.so[:prefix] or zoo:<bug>[@<base>] ({}); an allocator of your own is declared in a config's [[allocator]] (see docs/allocators.md)",
             bundled_names().into_iter().chain(declared_names()).collect::<Vec<_>>().join(", "),
             zoo::Bug::ALL.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
         ),

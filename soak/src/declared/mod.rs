@@ -57,7 +57,7 @@ pub struct Declared {
     pub size_classes: Option<String>,
     /// Bytes of the fixed region the allocator serves every block from:
     /// a request it cannot fit may fail, and capacity it loses by a
-    /// program's end is a `capacity-leak` (README: "Allocators over a fixed
+    /// program's end is a `capacity-leak` (docs/invariants.md: "Allocators over a fixed
     /// region"). Default: none, it grows as it needs.
     pub arena: Option<usize>,
     /// The largest alignment the allocator supports; programs skip larger
