@@ -3,6 +3,9 @@
 //! controls. The proof that the oracle and the engine runs work. Each
 //! bug's crash program is then minimized as intake minimizes a new
 //! group's ([`crate::minimize`]), and its op count printed before and after.
+//!
+//! [`soak_each`] runs each planted bug through a whole soak instead, and
+//! counts what its user would read: crash groups per bug.
 
 use std::sync::Mutex;
 
@@ -73,6 +76,15 @@ impl Case {
             .map_or("none".to_string(), |b| b.expected_kinds().join("|"))
     }
 
+    /// The bugs its allocator plants: two for a bug behind another.
+    fn planted(&self) -> usize {
+        match (self.bug, self.tolerate) {
+            (None, _) => 0,
+            (Some(_), None) => 1,
+            (Some(_), Some(_)) => 2,
+        }
+    }
+
     /// Whether the outcome is what this case must produce.
     fn passes(&self, found: Option<&str>) -> bool {
         match (self.bug, found) {
@@ -93,15 +105,17 @@ pub struct Budget {
     pub jobs: usize,
 }
 
-/// Runs the cases, prints one line each and a summary; true when every bug
-/// that must crash was found with its kind and no control reported anything.
-pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
-    project.build(Build::Asan)?;
+/// Runs `each` on every case, `jobs` at a time; the results in the
+/// cases' order.
+fn in_parallel<T: Send>(
+    cases: &[Case],
+    jobs: usize,
+    each: impl Fn(&Case) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
     let next = Mutex::new(0usize);
-    let results: Mutex<Vec<Option<Result<Outcome>>>> =
-        Mutex::new(cases.iter().map(|_| None).collect());
+    let results: Mutex<Vec<Option<Result<T>>>> = Mutex::new(cases.iter().map(|_| None).collect());
     std::thread::scope(|s| {
-        for _ in 0..budget.jobs.max(1) {
+        for _ in 0..jobs.max(1) {
             s.spawn(|| loop {
                 let i = {
                     let mut n = next.lock().unwrap();
@@ -109,57 +123,61 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
                     *n - 1
                 };
                 let Some(case) = cases.get(i) else { break };
-                let dir = project.run_dir("zoo", &[case.target.name(), &case.label()]);
-                let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier zoo run
-                let tolerate = case.tolerate.map(|pattern| {
-                    let file = dir.join("tolerate");
-                    std::fs::create_dir_all(&dir)
-                        .and_then(|_| std::fs::write(&file, format!("{pattern}\n")))
-                        .map(|_| file)
-                });
-                let tolerate = match tolerate.transpose() {
-                    Ok(t) => t,
-                    Err(e) => {
-                        results.lock().unwrap()[i] = Some(Err(e.into()));
-                        continue;
-                    }
-                };
-                let run = Run {
-                    seed: budget.seed,
-                    // A bug that may go unfound (a leak LeakSanitizer
-                    // may miss) gets a control's time, not a bug's.
-                    secs: match case.bug {
-                        Some(bug) if bug.must_crash() => budget.bug_secs,
-                        _ => budget.secs,
-                    },
-                    tolerate,
-                    ..Run::new(
-                        project,
-                        case.target,
-                        &case.allocator,
-                        dir.join("corpus"),
-                        dir,
-                    )
-                };
-                let outcome = run.run();
-                if let Ok(o) = &outcome {
-                    let ops = match o.kind {
-                        Some(_) => {
-                            minimized_ops(case, &run, o).unwrap_or_else(|e| format!("{e:#}"))
-                        }
-                        None => String::new(),
-                    };
-                    print_line(case, o, &ops);
-                }
-                results.lock().unwrap()[i] = Some(outcome);
+                let result = each(case);
+                results.lock().unwrap()[i] = Some(result);
             });
         }
+    });
+    let results = results.into_inner().unwrap();
+    results
+        .into_iter()
+        .map(|r| r.expect("every case ran"))
+        .collect()
+}
+
+/// Runs the cases, prints one line each and a summary; true when every bug
+/// that must crash was found with its kind and no control reported anything.
+pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
+    project.build(Build::Asan)?;
+    let results = in_parallel(cases, budget.jobs, |case| {
+        let dir = project.run_dir("zoo", &[case.target.name(), &case.label()]);
+        let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier zoo run
+        let tolerate = case.tolerate.map(|pattern| {
+            let file = dir.join("tolerate");
+            std::fs::create_dir_all(&dir)
+                .and_then(|_| std::fs::write(&file, format!("{pattern}\n")))
+                .map(|_| file)
+        });
+        let run = Run {
+            seed: budget.seed,
+            // A bug that may go unfound (a leak LeakSanitizer
+            // may miss) gets a control's time, not a bug's.
+            secs: match case.bug {
+                Some(bug) if bug.must_crash() => budget.bug_secs,
+                _ => budget.secs,
+            },
+            tolerate: tolerate.transpose()?,
+            ..Run::new(
+                project,
+                case.target,
+                &case.allocator,
+                dir.join("corpus"),
+                dir,
+            )
+        };
+        let outcome = run.run()?;
+        let ops = match outcome.kind {
+            Some(_) => minimized_ops(case, &run, &outcome).unwrap_or_else(|e| format!("{e:#}")),
+            None => String::new(),
+        };
+        print_line(case, &outcome, &ops);
+        Ok(outcome)
     });
     let mut found = 0;
     let mut false_alarms = 0;
     let mut ok = true;
-    for (case, outcome) in cases.iter().zip(results.into_inner().unwrap()) {
-        let outcome = outcome.expect("every case ran")?;
+    for (case, outcome) in cases.iter().zip(results) {
+        let outcome = outcome?;
         let kind = outcome.kind.as_deref();
         if !case.passes(kind) {
             ok = false;
@@ -185,6 +203,97 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
     }
     let bugs = cases.iter().filter(|c| c.bug.is_some()).count();
     println!("zoo: {found}/{bugs} found, {false_alarms} false alarms");
+    Ok(ok)
+}
+
+/// What one bug's soak filed: its groups' kinds (one entry per group)
+/// and the crashes they hold.
+struct Filed {
+    kinds: Vec<String>,
+    crashes: i64,
+}
+
+/// Runs every bug case (controls are `run`'s) as a soak of `secs` on one
+/// core, in a fresh state dir of its own, with no drift workers; prints
+/// the groups each filed and how many bugs it planted, then a summary.
+/// True when every bug was filed as exactly one group (a leak
+/// LeakSanitizer may miss, as none or one).
+pub fn soak_each(project: &Project, cases: &[Case], secs: u64, jobs: usize) -> Result<bool> {
+    let bugs: Vec<&Case> = cases.iter().filter(|c| c.bug.is_some()).collect();
+    let exe = std::env::current_exe()?;
+    let results = in_parallel(cases, jobs, |case| {
+        if case.bug.is_none() {
+            return Ok(None);
+        }
+        let state = project.run_dir("zoo-soak", &[case.target.name(), &case.label()]);
+        let _ = std::fs::remove_dir_all(&state); // an earlier run's
+        let out = std::process::Command::new(&exe)
+            .args(["soak", "--state"])
+            .arg(&state)
+            .args([
+                "--target",
+                case.target.name(),
+                "--allocator",
+                &case.allocator,
+            ])
+            .args([
+                "--jobs",
+                "1",
+                "--drift-share",
+                "0",
+                "--progress-secs",
+                "600",
+            ])
+            .args(["--duration", &secs.to_string()])
+            .output()?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "the soak of {} failed ({}): {}",
+                case.allocator,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let store = crate::store::Store::open_read_only(&state.join("store.sqlite"))?;
+        let groups = store.groups()?;
+        let filed = Filed {
+            kinds: groups.iter().map(|g| g.kind.clone()).collect(),
+            crashes: groups.iter().map(|g| g.count).sum(),
+        };
+        println!(
+            "zoo-soak {} {} planted={} groups={} kinds={} crashes={}",
+            case.label(),
+            case.target,
+            case.planted(),
+            filed.kinds.len(),
+            filed.kinds.join(","),
+            filed.crashes
+        );
+        Ok(Some(filed))
+    });
+    let (mut groups, mut planted, mut ok) = (0, 0, true);
+    for (case, filed) in cases.iter().zip(results) {
+        let Some(filed) = filed? else { continue };
+        let bug = case.bug.expect("only bugs soak");
+        let expected = case.planted();
+        let leak_missed = !bug.must_crash() && filed.kinds.len() + 1 == expected;
+        if filed.kinds.len() != expected && !leak_missed {
+            ok = false;
+            eprintln!(
+                "zoo-soak: {} on {} filed {} groups ({}) for {expected} planted bugs",
+                case.label(),
+                case.target,
+                filed.kinds.len(),
+                filed.kinds.join(", ")
+            );
+        }
+        groups += filed.kinds.len();
+        planted += expected;
+    }
+    println!(
+        "zoo-soak: {groups} groups for {planted} planted bugs in {} soaks of {secs} s",
+        bugs.len()
+    );
     Ok(ok)
 }
 

@@ -25,6 +25,11 @@ pub struct Args {
     /// Only these bugs (no controls). Default: every bug and every control.
     #[arg(long = "bug")]
     bugs: Vec<String>,
+    /// Run each bug through a whole soak of this many seconds instead (its
+    /// own state dir, one core), and count the crash groups it files: one
+    /// per planted bug. Controls are not run.
+    #[arg(long, value_name = "SECS")]
+    soak: Option<u64>,
 }
 
 pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
@@ -42,6 +47,9 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if let Some(secs) = args.soak {
+        return zoo::soak_each(&project, &cases, secs, jobs);
+    }
     let budget = zoo::Budget {
         secs: args.secs,
         bug_secs: args.bug_secs,
