@@ -163,7 +163,7 @@ impl Replay {
     /// Runs one program to its end.
     fn program(&mut self, program: &Program, path: &Path) {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            shadow::violation::tolerate(|| {
+            shadow::tolerance::tolerate(|| {
                 let stats = Executor::new(self.alloc, Mode::Checked).run(program);
                 self.ops += stats.ops as u64;
             })

@@ -86,7 +86,7 @@ pub fn run(
                         ba.size,
                         bb.usable
                     );
-                    crate::violation::raise(Report {
+                    crate::tolerance::raise(Report {
                         op_index: i,
                         op: op.to_string(),
                         site: a.site(),

@@ -153,7 +153,7 @@ pub fn fuzz(target: Target, data: &[u8]) {
         false => Program::decode(target, data),
     };
     crate::findings::with_input(data, || {
-        crate::violation::tolerate(|| {
+        crate::tolerance::tolerate(|| {
             run_program(&program, config.alloc, config.mode);
         })
     });

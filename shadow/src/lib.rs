@@ -34,6 +34,7 @@ pub mod model;
 pub mod op;
 pub mod pattern;
 pub mod sanitizer;
+pub mod tolerance;
 pub mod violation;
 mod workers;
 

@@ -26,7 +26,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use crate::violation;
+use crate::tolerance;
 
 /// A tolerated report came in since the last [`check`] (on any thread).
 static PENDING: AtomicBool = AtomicBool::new(false);
@@ -37,7 +37,7 @@ static PENDING: AtomicBool = AtomicBool::new(false);
 pub fn on_report(text: &str) {
     let key = report::Signature::from_log(text, "").and_then(|s| s.tolerance_key());
     match key {
-        Some(key) if violation::count_tolerated(&key) => {
+        Some(key) if tolerance::count_tolerated(&key) => {
             PENDING.store(true, Ordering::Release);
         }
         _ => {
@@ -51,7 +51,7 @@ pub fn on_report(text: &str) {
 /// last check.
 pub fn check() {
     if PENDING.swap(false, Ordering::AcqRel) {
-        violation::end_quietly();
+        tolerance::end_quietly();
     }
 }
 

@@ -4,7 +4,7 @@
 //! abort of an untolerated report is proved by the zoo, whose ASan bugs
 //! are still found with their kinds.)
 
-use shadow::violation::tolerate;
+use shadow::tolerance::tolerate;
 
 const REPORT: &str = "==9==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x7b at pc 0x55\n\
     WRITE of size 8 at 0x7b thread T0\n\

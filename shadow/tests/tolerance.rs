@@ -5,7 +5,7 @@
 //! (One test: the tolerated keys are read from the environment once per
 //! process.)
 
-use shadow::violation::tolerate;
+use shadow::tolerance::tolerate;
 use shadow::Program;
 
 fn violation_of(text: &str, allocator: &str) -> Option<String> {

@@ -89,7 +89,7 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
     // to a known bug from a new bug) rather than ending the process.
     let mut text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
     for kind in &saved_past {
-        text.push_str(&format!("{}{kind} in *\n", shadow::violation::SAVE));
+        text.push_str(&format!("{}{kind} in *\n", shadow::tolerance::SAVE));
     }
     crate::state::write_atomic(&tolerate, text.as_bytes())?;
     let tolerate = (!text.is_empty()).then_some(tolerate);

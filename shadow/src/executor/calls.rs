@@ -5,7 +5,8 @@
 use super::{Executor, On};
 use crate::allocator::Allocator;
 use crate::guard::{self, Panicked};
-use crate::violation::{self, By, Report, Violation};
+use crate::tolerance;
+use crate::violation::{By, Report, Violation};
 
 impl Executor {
     pub(super) fn report(&self, violation: Violation) -> Report {
@@ -33,7 +34,7 @@ impl Executor {
 
     /// Ends the program at a violation (quietly when it is tolerated).
     pub(super) fn fail(&self, violation: Violation) -> ! {
-        violation::raise(self.report(violation));
+        tolerance::raise(self.report(violation));
     }
 
     /// A violation that leaves the heap sound: returns when it is
@@ -41,7 +42,7 @@ impl Executor {
     /// block.
     pub(super) fn flag(&self, violation: Violation) {
         debug_assert!(violation.leaves_heap_sound());
-        violation::record(self.report(violation));
+        tolerance::record(self.report(violation));
     }
 
     pub(super) fn panicked(&self, p: Panicked) -> ! {

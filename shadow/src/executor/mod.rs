@@ -4,7 +4,8 @@ use crate::allocator::{Allocator, EmulatedHeaps, HeapId};
 use crate::guard;
 use crate::model::{Block, ShadowHeap};
 use crate::op::{Op, Program};
-use crate::violation::{self, Site, Violation};
+use crate::tolerance;
+use crate::violation::{Site, Violation};
 use crate::workers::WorkerPool;
 
 mod arena;
@@ -382,7 +383,7 @@ impl Executor {
 /// would free the live one twice.
 impl Drop for Executor {
     fn drop(&mut self) {
-        if self.finished || !violation::tolerating() {
+        if self.finished || !tolerance::tolerating() {
             return;
         }
         self.checked = false;

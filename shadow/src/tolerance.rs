@@ -1,0 +1,177 @@
+//! What a process does at a violation: ends the program ([`raise`]), or
+//! goes on past it ([`record`], a violation that leaves the heap sound),
+//! counting it when the soak's tolerate file lists its key and saving it
+//! as a finding while fuzzing ([`crate::findings`]). The soak lists the
+//! keys of the groups it has filed, so a known bug no longer ends the run
+//! and the fuzzer gets past it to the bugs behind.
+
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, OnceLock};
+
+use crate::violation::Report;
+
+/// What a `save <pattern>` line of the tolerate file starts with: a
+/// violation that matches it is saved as a finding (a new key each time)
+/// and the program ends quietly, while fuzzing; anywhere else it is not
+/// tolerated. The soak lists the kinds of the groups it keys by code path
+/// so: a new way to a known bug does not end the fuzz process, and its
+/// replay at intake says whether it is that bug (a variant) or another.
+pub const SAVE: &str = "save ";
+
+/// The violation keys this process tolerates: read once from the file
+/// `ALLOCSOAK_TOLERATE` names (one key, `prefix*` pattern or `save` line
+/// per line), empty when unset. The soak writes it with the keys of the
+/// groups it has filed, so a known bug no longer ends the run and the
+/// fuzzer gets past it.
+fn tolerated() -> &'static HashSet<String> {
+    static KEYS: OnceLock<HashSet<String>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let Some(path) = std::env::var_os("ALLOCSOAK_TOLERATE") else {
+            return HashSet::new();
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => text
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect(),
+            Err(e) => {
+                eprintln!(
+                    "allocsoak: ALLOCSOAK_TOLERATE={}: {e}",
+                    path.to_string_lossy()
+                );
+                std::process::exit(2)
+            }
+        }
+    })
+}
+
+/// Whether `key` is listed, or matches a listed pattern: a line ending in
+/// `*` lists every key that starts with what precedes it
+/// (`alignment in *` tolerates every alignment violation).
+fn is_tolerated(key: &str) -> bool {
+    let listed = tolerated();
+    listed.contains(key) || listed.iter().any(|l| matches_pattern(l, key))
+}
+
+/// Whether a `prefix*` line matches `key`.
+fn matches_pattern(line: &str, key: &str) -> bool {
+    line.strip_suffix('*')
+        .is_some_and(|prefix| key.starts_with(prefix))
+}
+
+/// Whether a `save` line ([`SAVE`]) matches `key`.
+fn is_saved_past(key: &str) -> bool {
+    tolerated().iter().any(|l| {
+        l.strip_prefix(SAVE)
+            .is_some_and(|pattern| pattern == key || matches_pattern(pattern, key))
+    })
+}
+
+/// The payload a tolerated violation unwinds with; [`crate::harness`]
+/// catches it and the program ends there.
+pub struct Tolerated;
+
+thread_local! {
+    static TOLERATING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is unwinding from a tolerated violation (executors
+/// then release their blocks as they drop).
+pub fn tolerating() -> bool {
+    TOLERATING.with(Cell::get)
+}
+
+/// Counts a violation the process went on past (tolerated, or saved as a
+/// finding), and returns its count so far. Each power of two is printed
+/// (`allocsoak tolerated: <count> × <key>`, or `recorded` for a finding
+/// not yet filed) and written to the findings folder's counts file, which
+/// the soak reads.
+fn count(key: &str, tolerated: bool) -> u64 {
+    static COUNTS: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+    let mut counts = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+    let counts = counts.get_or_insert_with(HashMap::new);
+    let n = counts.entry(key.to_string()).or_insert(0);
+    *n += 1;
+    let n = *n;
+    if n.is_power_of_two() {
+        let how = if tolerated { "tolerated" } else { "recorded" };
+        eprintln!("allocsoak {how}: {n} × {key}");
+        crate::findings::write_counts(counts);
+    }
+    n
+}
+
+/// Counts `key` when it is tolerated; false when it is not.
+pub(crate) fn count_tolerated(key: &str) -> bool {
+    if tolerated().is_empty() || !is_tolerated(key) {
+        return false;
+    }
+    count(key, true);
+    true
+}
+
+/// Ends the program at a violation: panics with its line (after writing
+/// its record where `ALLOCSOAK_RECORD` says), or, when its key is
+/// tolerated, counts it and ends the program quietly ([`end_quietly`]);
+/// while fuzzing, one a `save` line ([`SAVE`]) matches is saved as a
+/// finding, counted, and ends the program quietly too. A tolerated
+/// sanitizer report that came in first ([`crate::sanitizer`]) ends it
+/// quietly too: the violation is its consequence.
+pub fn raise(report: Report) -> ! {
+    crate::sanitizer::check();
+    let key = report.key();
+    if count_tolerated(&key) {
+        end_quietly();
+    }
+    if crate::findings::active() && is_saved_past(&key) {
+        let n = count(&key, false);
+        crate::findings::save(&report, &key, n);
+        end_quietly();
+    }
+    crate::findings::write_record(&report);
+    panic!("{report}")
+}
+
+/// Unwinds out of the program with [`Tolerated`], which skips the panic
+/// hook an engine aborts in; the executor releases its blocks as it drops.
+pub fn end_quietly() -> ! {
+    TOLERATING.with(|t| t.set(true));
+    std::panic::resume_unwind(Box::new(Tolerated));
+}
+
+/// Records a violation that leaves the heap sound, and returns so the
+/// program goes on with the block: when its key is tolerated (counted),
+/// and, while fuzzing with a findings folder (`ALLOCSOAK_FINDINGS`), when
+/// it is not (saved there with the input, a few inputs per key, and
+/// counted): a sound violation never ends a fuzz process. Without a
+/// findings folder (a replay) an untolerated one panics as [`raise`] does.
+pub fn record(report: Report) {
+    crate::sanitizer::check();
+    let key = report.key();
+    if count_tolerated(&key) {
+        return;
+    }
+    if crate::findings::active() {
+        let n = count(&key, false);
+        crate::findings::save(&report, &key, n);
+        return;
+    }
+    crate::findings::write_record(&report);
+    panic!("{report}")
+}
+
+/// Catches a tolerated violation's unwind out of `f`; any other panic goes on.
+pub fn tolerate(f: impl FnOnce()) {
+    if tolerated().is_empty() {
+        return f();
+    }
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    TOLERATING.with(|t| t.set(false));
+    if let Err(payload) = result {
+        if !payload.is::<Tolerated>() {
+            std::panic::resume_unwind(payload);
+        }
+    }
+}
