@@ -56,13 +56,15 @@ zoo SECS="60": setup
 # check, honggfuzz's build and a planted bug found by it, OSS-Fuzz's and
 # ClusterFuzzLite's build scripts in a simulated OSS-Fuzz environment, the plain
 # reproductions of corpus/findings (no allocsoak in them), then the zoo.
+# The tests build in release, as `allocsoak build` did (overflow checks and
+# debug assertions on: Cargo.toml), so its whole dependency tree is reused.
 # All the tests.
 test: setup
     {{allocsoak}} build
-    cargo test --workspace
-    cargo test -p shadow --features mimalloc-secure --test clean mimalloc
-    cargo test -p shadow --features mimalloc-debug --test clean --test mimalloc_debug mimalloc
-    cargo test -p shadow --no-default-features --features jemalloc,mimalloc-v3 --test clean --test mimalloc_v3 mimalloc
+    cargo test --release --workspace
+    cargo test --release -p shadow --features mimalloc-secure --test clean mimalloc
+    cargo test --release -p shadow --features mimalloc-debug --test clean --test mimalloc_debug mimalloc
+    cargo test --release -p shadow --no-default-features --features jemalloc,mimalloc-v3 --test clean --test mimalloc_v3 mimalloc
     {{allocsoak}} instrumentation
     ./scripts/hfuzz-build
     ./scripts/hfuzz-zoo
