@@ -3,9 +3,11 @@
 //! bug), a bump allocator from crates.io (`allocator_api2`), a fixed-arena
 //! allocator from crates.io (embedded-alloc's TLSF heap over 4 MiB,
 //! initialized in place, whose refusals are legitimate by its declared
-//! `arena`) and a C allocator from source with a planted bug. `allocsoak --config` builds
-//! them into the fuzz targets, finds both planted bugs with the right kind,
-//! runs the clean ones clean, counts coverage counters inside the declared
+//! `arena`) and a C allocator from source with a planted bug, under
+//! mimalloc's function names. `allocsoak --config` builds them into the
+//! fuzz targets, finds both planted bugs with the right kind (the C one's
+//! own code runs, not the bundled mimalloc's), runs the clean ones clean
+//! (`diff_mimalloc`'s reference is the bundled mimalloc, not the C one), counts coverage counters inside the declared
 //! crate and the C sources, replays a finding with `repro`, files a planted
 //! leak as `rss-drift` from the glue's drift build, and leaves the
 //! checkout as it was.
@@ -23,6 +25,7 @@ fn author_repo() -> PathBuf {
     let dir = std::env::temp_dir().join("allocsoak-test-declared");
     let _ = std::fs::remove_dir_all(&dir);
     copy_dir(&manifest.join("tests/testdata/declared"), &dir);
+    // tiny_mi.c includes it.
     std::fs::copy(
         manifest.join("../shadow/tests/testdata/tiny_alloc.c"),
         dir.join("tiny_alloc.c"),
