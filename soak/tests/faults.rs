@@ -245,7 +245,7 @@ fn sigkill_at_any_moment_loses_nothing() {
     );
     // A clean run finishes what the kills left: nothing waits in scratch,
     // everything seen is still there, and both bugs are on file.
-    let mut last = start(&state, "40", round_plan(1).0);
+    let mut last = start(&state, "25", round_plan(1).0);
     assert!(last.wait().unwrap().success());
     let now = kept(&state);
     assert!(seen.is_subset(&now));
