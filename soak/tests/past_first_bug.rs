@@ -54,7 +54,7 @@ fn a_bug_behind_a_tolerated_violation_is_filed() {
     // second bug. (Two bugs side by side are filed too: a slice goes on
     // past the first one either way.)
     let allocator = "zoo:small-underalign+misaligned-realloc-short";
-    let out = soak_alloc_ops(&state, allocator, "90", &["--slice-secs", "20"]);
+    let out = soak_alloc_ops(&state, allocator, "70", &["--slice-secs", "20"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         kinds(&state),
@@ -151,7 +151,7 @@ fn a_sanitizer_report_is_got_past_once_filed() {
     // Once filed, ASan's report returns to the harness, which ends the
     // program quietly: a second soak counts it and files it no more.
     let slices_before = count(&state, "SELECT MAX(id) FROM slice");
-    let out = soak_alloc_ops(&state, allocator, "40", &[]);
+    let out = soak_alloc_ops(&state, allocator, "25", &[]);
     got_past(
         &state,
         asan,
@@ -204,7 +204,7 @@ fn two_realloc_bugs_in_two_functions_are_two_groups() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let allocator = "zoo:tiny-realloc-short+short-realloc-copy";
-    let out = soak_alloc_ops(&state, allocator, "60", &["--slice-secs", "20"]);
+    let out = soak_alloc_ops(&state, allocator, "45", &["--slice-secs", "15"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     // Each bug is one group, keyed by the function its copy runs, whichever
     // of the realloc calls (`realloc`, `realloc-zeroed`, `realloc-plain`:
