@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{count, db, duty_cycle, groups, kinds, signatures, soak, ONE_AT_A_TIME};
+use common::{count, duty_cycle, groups, kinds, signatures, soak, strings, ONE_AT_A_TIME};
 
 /// Soaks `alloc_ops` on `allocator` with 2 jobs for `secs`, plus `more`.
 fn soak_alloc_ops(state: &Path, allocator: &str, secs: &str, more: &[&str]) -> Output {
@@ -95,13 +95,10 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
     let out = soak_alloc_ops(&state, allocator, "45", &["--slice-secs", "45"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     got_past(&state, panic, slices_before, &stdout);
-    let outcomes = db(&state)
-        .prepare("SELECT outcome FROM slice WHERE id > ?1")
-        .unwrap()
-        .query_map([slices_before], |r| r.get::<_, String>(0))
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
+    let outcomes = strings(
+        &state,
+        &format!("SELECT outcome FROM slice WHERE id > {slices_before}"),
+    );
     assert!(
         !outcomes.is_empty() && outcomes.iter().all(|o| o == "time"),
         "{outcomes:?}\n{stdout}"

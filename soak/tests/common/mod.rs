@@ -67,18 +67,21 @@ pub fn groups(state: &Path) -> Vec<(String, String, i64, String, String)> {
     rows.map(Result::unwrap).collect()
 }
 
-/// The distinct kinds of the groups filed.
-/// Each group's signature key (kind, allocator, message, then its frames
-/// or code path, a line each), by group id.
-pub fn signatures(state: &Path) -> Vec<String> {
+/// The rows of a query of one text column.
+pub fn strings(state: &Path, sql: &str) -> Vec<String> {
     let conn = db(state);
-    let mut stmt = conn
-        .prepare("SELECT signature FROM crash_group ORDER BY id")
-        .unwrap();
+    let mut stmt = conn.prepare(sql).unwrap();
     let rows = stmt.query_map([], |r| r.get(0)).unwrap();
     rows.map(Result::unwrap).collect()
 }
 
+/// Each group's signature key (kind, allocator, message, then its frames
+/// or code path, a line each), by group id.
+pub fn signatures(state: &Path) -> Vec<String> {
+    strings(state, "SELECT signature FROM crash_group ORDER BY id")
+}
+
+/// The distinct kinds of the groups filed.
 pub fn kinds(state: &Path) -> Vec<String> {
     let mut kinds: Vec<String> = groups(state).into_iter().map(|g| g.1).collect();
     kinds.dedup();
