@@ -375,6 +375,14 @@ pub fn is_allocator_code(name: &str) -> bool {
     !NOT_ALLOCATOR.contains(&owner(name))
 }
 
+/// The crate a symbol's function belongs to (see [`is_allocator_code`]):
+/// `None` for a C function (no path).
+pub fn crate_of_symbol(mangled: &str) -> Option<String> {
+    let name = format!("{:#}", rustc_demangle::demangle(mangled));
+    let name = name.trim_start_matches('<');
+    name.contains("::").then(|| owner(name).to_string())
+}
+
 /// The crate a demangled Rust function name belongs to (see
 /// [`is_allocator_code`]); `core` for a primitive's inherent method.
 fn owner(name: &str) -> &str {

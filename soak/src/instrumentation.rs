@@ -1,12 +1,15 @@
-//! Proof that a C allocator is compiled with coverage instrumentation: the
-//! sanitizer-coverage counters in its static archive (the bundled ones) or
-//! its shared object (a `dylib:` allocator).
+//! Proof that the allocators are compiled with coverage instrumentation:
+//! the sanitizer-coverage counters in the bundled C allocators' static
+//! archives, in a `dylib:` allocator's shared object, and in the linked
+//! fuzz binary for the declared ones (their own crate's functions, or
+//! their C sources' objects).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use object::read::archive::ArchiveFile;
-use object::{Object, ObjectSection};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::project::{Build, Project};
 
@@ -63,18 +66,86 @@ impl Counters {
     }
 }
 
+/// Coverage counters in a linked binary, by whose code they sit in: a
+/// Rust crate's functions (generic code the binary instantiated from it
+/// too), or the C functions of one source file (by the file symbol the
+/// linker keeps before each object's local symbols; a declared C
+/// allocator's functions are all local). So they are counted in the build
+/// that runs, never in a library file that may be stale or another
+/// config's.
+#[derive(Debug, Default)]
+pub struct InBinary {
+    pub crates: BTreeMap<String, u64>,
+    pub files: BTreeMap<String, u64>,
+}
+
+/// Counts the counters of `binary` by crate and C source file: each
+/// counter's PC (the `__sancov_pcs` table, relocated by the binary's
+/// dynamic relocations in a position-independent executable) names its
+/// function.
+pub fn count_in_binary(binary: &Path) -> Result<InBinary> {
+    let data =
+        std::fs::read(binary).with_context(|| format!("failed to read {}", binary.display()))?;
+    let file = object::File::parse(&*data)
+        .with_context(|| format!("{} is not an object file", binary.display()))?;
+    let Some(table) = file.section_by_name("__sancov_pcs") else {
+        bail!(
+            "{} has no coverage PC table; run `allocsoak build`",
+            binary.display()
+        );
+    };
+    let (start, size) = (table.address(), table.size());
+    let mut pcs: Vec<u64> = table
+        .data()?
+        .chunks_exact(16)
+        .map(|pair| u64::from_le_bytes(pair[..8].try_into().expect("8 bytes")))
+        .collect();
+    for (offset, relocation) in file.dynamic_relocations().into_iter().flatten() {
+        if (start..start + size).contains(&offset) && (offset - start) % 16 == 0 {
+            pcs[((offset - start) / 16) as usize] = relocation.addend() as u64;
+        }
+    }
+    // (start, end, symbol, the file of a local symbol), sorted by start.
+    let mut functions = Vec::new();
+    let mut source: Option<String> = None;
+    for symbol in file.symbols() {
+        match symbol.kind() {
+            SymbolKind::File => source = symbol.name().ok().map(String::from),
+            SymbolKind::Text if symbol.size() > 0 => functions.push((
+                symbol.address(),
+                symbol.address() + symbol.size(),
+                symbol.name().unwrap_or_default(),
+                source.clone().filter(|_| symbol.is_local()),
+            )),
+            _ => {}
+        }
+    }
+    functions.sort_by_key(|f| f.0);
+    let mut counted = InBinary::default();
+    for pc in pcs {
+        let i = functions.partition_point(|f| f.0 <= pc);
+        let Some((_, end, name, source)) = i.checked_sub(1).map(|i| &functions[i]) else {
+            continue;
+        };
+        if pc >= *end {
+            continue;
+        }
+        match (shadow::coverage::crate_of_symbol(name), source) {
+            (Some(krate), _) => *counted.crates.entry(krate).or_default() += 1,
+            (None, Some(file)) => *counted.files.entry(file.clone()).or_default() += 1,
+            (None, None) => {}
+        }
+    }
+    Ok(counted)
+}
+
 /// `allocsoak instrumentation`: prints the counters of each of `dylibs`, or
 /// without any, of the bundled C allocators' archives in the default build
-/// and of the config's declared allocators (each crate's rlib, each C
-/// allocator's archive).
+/// and of the config's declared allocators in its `alloc_ops`.
 /// `Ok(false)` when one of them has none.
 pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
     let paths = match dylibs {
-        [] => {
-            let mut archives = project.c_archives(Build::Asan)?;
-            archives.extend(project.declared_archives(Build::Asan)?);
-            archives
-        }
+        [] => project.c_archives(Build::Asan)?,
         _ => dylibs.to_vec(),
     };
     if paths.is_empty() {
@@ -98,6 +169,48 @@ pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
             );
         }
         ok &= c.counters > 0;
+    }
+    if dylibs.is_empty() && !project.declared().is_empty() {
+        let binary = project.binary(Build::Asan, shadow::Target::AllocOps);
+        let counted = count_in_binary(&binary)?;
+        for d in project.declared() {
+            // A C allocator's functions: its sources' local ones, and the
+            // ones isolation made local, which the linker lists after its
+            // shim's file symbol (`allocsoak-declared-c`).
+            let counters: u64 = match (&d.krate, &d.c) {
+                (Some(krate), _) => counted
+                    .crates
+                    .get(&krate.replace('-', "_"))
+                    .copied()
+                    .unwrap_or(0),
+                (None, Some(c)) => c
+                    .sources
+                    .iter()
+                    .filter_map(|s| s.file_name())
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .chain([format!("allocsoak_c_{}.c", d.ident())])
+                    .filter_map(|f| counted.files.get(&f))
+                    .sum(),
+                (None, None) => 0,
+            };
+            println!(
+                "instrumentation {} allocator={} counters={counters}",
+                binary.display(),
+                d.name
+            );
+            // A crate's own code may all be inlined into its callers (a
+            // wrapper's `#[inline]` methods), or be another crate's (a
+            // `-sys` crate's C): it has no functions to count. C sources
+            // are compiled here, with coverage, and must have counters.
+            match (&d.c, counters) {
+                (Some(_), 0) => ok = false,
+                (None, 0) => println!(
+                    "  (crate {} has no functions of its own in the binary: inlined into its callers, or its code is another crate's)",
+                    d.krate.as_deref().unwrap_or_default()
+                ),
+                _ => {}
+            }
+        }
     }
     Ok(ok)
 }

@@ -1,7 +1,8 @@
 //! allocsoak's runner and soak daemon.
 //!
 //! - [`project::Project`]: where the fuzz package, seeds and builds live;
-//!   with a config's own allocators ([`declared`]), its generated glue.
+//!   with a config's own allocators ([`declared`]), its generated glue;
+//!   [`provenance`]: what each allocator name runs in a build.
 //! - [`libfuzzer::Run`]: one libFuzzer run on an allocator;
 //!   [`honggfuzz::Run`] one honggfuzz run in a slice; [`engine::Engine`]
 //!   reads either's progress and findings back in the same terms.
@@ -40,6 +41,7 @@ pub mod notify;
 pub mod pass;
 pub mod pending;
 pub mod project;
+pub mod provenance;
 pub mod quick;
 pub mod repro;
 pub mod rss;

@@ -50,7 +50,7 @@ impl Build {
 
     /// The fuzz package's features (its defaults off): the engine and the
     /// one mimalloc this build links.
-    fn features(self) -> &'static str {
+    pub fn features(self) -> &'static str {
         match self {
             Build::Asan => "libfuzzer,mimalloc",
             Build::AsanMimallocSecure => "libfuzzer,mimalloc-secure",
@@ -61,7 +61,13 @@ impl Build {
 }
 
 /// The target triple the fuzz builds are made for (cargo-fuzz passes it).
-const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+pub(crate) const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
+/// The flags every C allocator of the fuzz builds is compiled with:
+/// coverage, ASan in recover mode (a known report can be got past), and
+/// mimalloc's ASan tracking of its blocks.
+pub const C_FLAGS: &str =
+    "-fsanitize=fuzzer-no-link,address -fsanitize-recover=address -DMI_TRACK_ASAN=1";
 
 /// Knows every path in the project.
 pub struct Project {
@@ -109,6 +115,16 @@ impl Project {
             list: config.declared.clone(),
         });
         self
+    }
+
+    /// The config's declared allocators (none without a config's).
+    pub fn declared(&self) -> &[Declared] {
+        self.declared.as_ref().map_or(&[], |d| &d.list)
+    }
+
+    /// The folder the declared allocators' paths are relative to.
+    pub fn declared_base(&self) -> &Path {
+        self.declared.as_ref().map_or(&self.root, |d| &d.base)
     }
 
     /// The same checkout without the config's declared allocators: the
@@ -291,12 +307,18 @@ impl Project {
         Ok(found)
     }
 
-    /// The static archives of the config's declared allocators in `build`
-    /// (each crate's rlib, each C allocator's archive); none without any.
-    pub fn declared_archives(&self, build: Build) -> Result<Vec<PathBuf>> {
+    /// Fails in one line when the declared crates would change, or run
+    /// unasked, a native library allocsoak's own allocators are built from
+    /// in `build` (`declared::natives`). Nothing is built.
+    pub fn check_declared(&self, build: Build) -> Result<()> {
         match &self.declared {
-            Some(d) => Glue::archives(&self.build_dir(build).join(TRIPLE).join("release"), &d.list),
-            None => Ok(Vec::new()),
+            Some(d) => d.glue.check_natives(
+                &self.root.join("fuzz_targets"),
+                &d.base,
+                &d.list,
+                build.features(),
+            ),
+            None => Ok(()),
         }
     }
 
@@ -305,6 +327,7 @@ impl Project {
     pub fn build(&self, build: Build) -> Result<()> {
         let clang = clang()?;
         if let Some(d) = &self.declared {
+            self.check_declared(build)?;
             d.glue.write(&self.root, &d.base, &d.list)?;
         }
         let mut cmd = Command::new("cargo");
@@ -317,10 +340,7 @@ impl Project {
             // ASan's recover mode on both sides: a report returns to the
             // harness, which gets past the ones already filed
             // (shadow/src/sanitizer.rs).
-            .env(
-                format!("CFLAGS_{}", TRIPLE.replace('-', "_")),
-                "-fsanitize=fuzzer-no-link,address -fsanitize-recover=address -DMI_TRACK_ASAN=1",
-            )
+            .env(format!("CFLAGS_{}", TRIPLE.replace('-', "_")), C_FLAGS)
             .env("RUSTFLAGS", rustflags("-Zsanitizer-recover=address"))
             .args(["--no-default-features", "--features", build.features()]);
         let status = cmd
@@ -334,6 +354,27 @@ impl Project {
         }
         Ok(())
     }
+}
+
+/// The resolved dependency graph of a manifest for the fuzz builds'
+/// platform, with `features` (its defaults off) or its defaults.
+pub(crate) fn resolve(manifest: &Path, features: Option<&str>) -> Result<cargo_metadata::Metadata> {
+    use cargo_metadata::{CargoOpt, MetadataCommand};
+    let mut cmd = MetadataCommand::new();
+    cmd.manifest_path(manifest)
+        .other_options(vec!["--filter-platform".into(), TRIPLE.into()]);
+    if let Some(f) = features {
+        cmd.features(CargoOpt::NoDefaultFeatures)
+            .features(CargoOpt::SomeFeatures(
+                f.split(',').map(String::from).collect(),
+            ));
+    }
+    cmd.exec().with_context(|| {
+        format!(
+            "failed to resolve the dependencies of {}",
+            manifest.display()
+        )
+    })
 }
 
 /// `RUSTFLAGS` from the environment with `ours` after them (cargo-fuzz

@@ -85,6 +85,18 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
 
     let (out, text) = run(&config, &["build"]);
     assert!(out.status.success(), "build failed:\n{text}");
+    // What each name runs, as built.
+    for says in [
+        "  tinyc: C sources ",
+        "  mimalloc-rs: crate mimalloc 0.1.",
+        "  diff_mimalloc's reference: mimalloc 2.",
+        "  bump: crate bumpalo 3.",
+    ] {
+        assert!(
+            text.contains(says),
+            "`build` does not say {says:?}:\n{text}"
+        );
+    }
 
     // Both planted bugs, each with its kind.
     let (out, text) = run(
@@ -156,7 +168,8 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         "the emitted test declares the allocator:\n{test}"
     );
 
-    // The clean ones run clean on every target.
+    // The clean ones run clean on every target: mimalloc-rs, the `mimalloc`
+    // crate, runs its own C mimalloc (tinyc's mi_calloc does not zero).
     let (out, text) = run(
         &config,
         &[
@@ -167,12 +180,14 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "bump",
             "--allocator",
             "embedded-tlsf",
+            "--allocator",
+            "mimalloc-rs",
             "--secs",
             "10",
         ],
     );
     let clean = found(&text);
-    assert_eq!(clean.len(), 12, "4 targets x 3 allocators:\n{text}");
+    assert_eq!(clean.len(), 16, "4 targets x 4 allocators:\n{text}");
     assert!(
         out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
         "clean allocators had findings:\n{text}"
@@ -201,17 +216,20 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     // Coverage reaches the author's code: counters in the crate and the C sources.
     let (out, text) = run(&config, &["instrumentation"]);
     assert!(out.status.success(), "{text}");
-    for archive in ["/libplanted-", "/libdeclared_tinyc.a"] {
+    for allocator in ["allocator=planted-clean ", "allocator=tinyc "] {
         let counters = text
             .lines()
-            .find(|l| l.contains(archive))
+            .find(|l| l.contains(allocator))
             .and_then(|l| {
                 l.split_whitespace()
                     .find_map(|w| w.strip_prefix("counters="))
             })
             .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no instrumentation line for {archive}:\n{text}"));
-        assert!(counters > 0, "{archive} has no coverage counters:\n{text}");
+            .unwrap_or_else(|| panic!("no instrumentation line for {allocator}:\n{text}"));
+        assert!(
+            counters > 0,
+            "{allocator} has no coverage counters:\n{text}"
+        );
     }
 
     // RSS drift over the declared allocators (the glue's own `drift`
@@ -279,6 +297,12 @@ fn a_bad_declaration_is_a_one_line_error() {
         (
             "[[allocator]]\nname = \"x\"\n[allocator.c]\nsources = [\"a.c\"]\nprefix = \"\"\n",
             "c.prefix",
+        ),
+        // The `mimalloc` crate's secure build would make diff_mimalloc's
+        // reference the secure build too (one libmimalloc-sys per binary).
+        (
+            "[[allocator]]\nname = \"x\"\ncrate = \"mimalloc\"\nversion = \"0.1\"\nfeatures = [\"secure\", \"v2\"]\nnew = \"mimalloc::MiMalloc\"\n",
+            "libmimalloc-sys with the features [secure, v2]",
         ),
     ] {
         std::fs::write(&config, text).unwrap();

@@ -50,3 +50,79 @@ fn counters_are_counted_only_when_instrumented() {
         (0, 0, 1)
     );
 }
+
+/// A position-independent executable from `alloc.c` (static functions,
+/// compiled with `flags`) and `main.c` (the sanitizer-coverage hooks,
+/// uninstrumented).
+fn executable(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let clang = soak::project::clang().expect("clang matching nightly's LLVM (just setup)");
+    std::fs::write(
+        dir.join("alloc.c"),
+        "__attribute__((noinline)) static int pick(int n) { if (n > 8) return n * 2; return n + 1; }\n\
+         int run(int n) { return pick(n) + pick(n + 9); }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <stdint.h>\n\
+         void __sanitizer_cov_8bit_counters_init(char *a, char *b) {}\n\
+         void __sanitizer_cov_pcs_init(const uintptr_t *a, const uintptr_t *b) {}\n\
+         int run(int);\n\
+         int main(int argc, char **argv) { return run(argc); }\n",
+    )
+    .unwrap();
+    let exe = dir.join(name);
+    let compile = |src: &str, obj: &str, flags: &[&str]| {
+        let status = Command::new(&clang)
+            .args(["-c", "-O1", "-fPIE"])
+            .args(flags)
+            .arg(dir.join(src))
+            .arg("-o")
+            .arg(dir.join(obj))
+            .status()
+            .unwrap();
+        assert!(status.success(), "{clang} failed on {src}");
+    };
+    compile("alloc.c", "alloc.o", flags);
+    compile("main.c", "main.o", &[]);
+    // Linked by nightly's lld, as the fuzz binaries are: it leaves the PC
+    // table's entries to the dynamic relocations (zeros in the file).
+    let sysroot = Command::new("rustc")
+        .args(["+nightly", "--print", "sysroot"])
+        .output()
+        .unwrap();
+    let lld = Path::new(String::from_utf8_lossy(&sysroot.stdout).trim())
+        .join("lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld/ld.lld");
+    let status = Command::new(&clang)
+        .arg("-pie")
+        .arg(format!("--ld-path={}", lld.display()))
+        .arg(dir.join("alloc.o"))
+        .arg(dir.join("main.o"))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{clang} failed to link");
+    exe
+}
+
+#[test]
+fn counters_in_a_linked_binary_are_counted_by_source_file() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("instrumentation-binary");
+    std::fs::create_dir_all(&dir).unwrap();
+    let with = soak::instrumentation::count_in_binary(&executable(
+        &dir,
+        "with",
+        &["-fsanitize-coverage=inline-8bit-counters,pc-table"],
+    ))
+    .unwrap();
+    assert!(
+        with.files.get("alloc.c").is_some_and(|&n| n >= 1),
+        "{with:?}"
+    );
+    let without = soak::instrumentation::count_in_binary(&executable(&dir, "without", &[]));
+    assert!(
+        without.is_err() || without.unwrap().files.is_empty(),
+        "an uninstrumented binary has counters"
+    );
+}

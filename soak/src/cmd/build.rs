@@ -9,7 +9,8 @@ use soak::project::{Build, Project};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Allocators to build for; the mimalloc flavors need builds of their own. Default: the default build.
+    /// Allocators to build for; the mimalloc flavors need builds of their own. Default: the
+    /// config's slots' allocators, its declared ones and `system`.
     #[arg(long = "allocator")]
     allocators: Vec<String>,
     /// Build for this engine too (`honggfuzz`), even when no slot of the config runs it.
@@ -24,14 +25,21 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     for name in &args.engines {
         engines.push(Engine::parse(name)?);
     }
+    let mut slotted = vec!["system".to_string()];
     for slot in config.slots()? {
         engines.push(Engine::parse(&slot.engine)?);
+        slotted.push(slot.allocator);
     }
-    let mut builds: Vec<Build> = super::allocators(&config, args.allocators, &["system".into()])?
-        .iter()
-        .map(|a| Build::for_allocator(a))
-        .collect();
+    let mut names = super::allocators(&config, args.allocators, &slotted)?;
+    names.extend(project.declared().iter().map(|d| d.name.clone()));
+    names.sort();
+    names.dedup();
+    let mut builds: Vec<Build> = names.iter().map(|a| Build::for_allocator(a)).collect();
+    builds.sort_by_key(|b| b.name());
     builds.dedup();
+    for &build in &builds {
+        project.check_declared(build)?;
+    }
     // With declared allocators the plain targets are built first (the glue
     // build reuses what they compiled): a config that declares none, such
     // as a test's or a `--config` of one slot, runs them.
@@ -39,7 +47,7 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         true => vec![project.plain(), project],
         false => vec![project],
     };
-    for project in projects {
+    for project in &projects {
         for &build in &builds {
             project.build(build)?;
         }
@@ -47,6 +55,20 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
             project.build_honggfuzz()?;
         }
         project.build_drift()?;
+    }
+    // What each name runs, from the build that serves it (the glue's when
+    // the config declares allocators).
+    let served = projects.last().expect("one project at least");
+    for &build in &builds {
+        let mine: Vec<String> = names
+            .iter()
+            .filter(|n| Build::for_allocator(n) == build)
+            .cloned()
+            .collect();
+        println!("build {}:", build.name());
+        for line in served.provenance(build, &mine)? {
+            println!("  {}: {}", line.name, line.runs);
+        }
     }
     Ok(true)
 }

@@ -9,6 +9,7 @@ use anyhow::Result;
 use serde::Deserialize;
 
 mod glue;
+mod natives;
 pub use glue::Glue;
 
 /// One `[[allocator]]` entry.
@@ -168,7 +169,7 @@ impl Declared {
     }
 
     /// A Rust identifier for generated items.
-    fn ident(&self) -> String {
+    pub(crate) fn ident(&self) -> String {
         self.name
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
