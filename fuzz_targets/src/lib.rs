@@ -58,6 +58,8 @@ extern "C" {
     fn __asan_set_error_report_callback(callback: unsafe extern "C" fn(*const std::ffi::c_char));
     /// The first poisoned byte of a region, or null.
     fn __asan_region_is_poisoned(beg: *mut std::ffi::c_void, size: usize) -> *mut std::ffi::c_void;
+    /// Tells LeakSanitizer a heap block is not a leak.
+    fn __lsan_ignore_object(p: *const std::ffi::c_void);
     /// Where the sanitizer prints its reports.
     fn __sanitizer_set_report_fd(fd: *mut std::ffi::c_void);
 }
@@ -95,7 +97,7 @@ pub fn init() {
     #[cfg(sanitize = "address")]
     unsafe {
         __asan_set_error_report_callback(on_asan_report);
-        shadow::sanitizer::install(__asan_region_is_poisoned);
+        shadow::sanitizer::install(__asan_region_is_poisoned, __lsan_ignore_object);
     }
     shadow::harness::load();
 }

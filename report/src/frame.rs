@@ -93,6 +93,17 @@ impl Frame {
     }
 }
 
+/// Whether a frame is allocsoak's own harness, which drives the allocator
+/// under test: `shadow` (but the zoo, which is an allocator), the fuzz
+/// targets and a config's generated glue. By its file, so inlined frames
+/// count too.
+pub(crate) fn is_harness(frame: &Frame) -> bool {
+    let file = frame.file.as_str();
+    (file.contains("/shadow/src/") && !file.contains("/shadow/src/allocator/zoo"))
+        || file.contains("/fuzz_targets/")
+        || file.contains("/allocsoak/declared/")
+}
+
 /// Whether a frame can never be the bug (see [`Signature`]).
 pub(crate) fn is_noise(frame: &Frame) -> bool {
     let name = frame.function.trim_start_matches('<');

@@ -20,15 +20,17 @@ pub const REFERENCE: &str = " [reference allocator ";
 
 /// The violation kinds that leave the heap sound (a misaligned block, a
 /// wrong usable size or good size, a dirty zeroed block, a failed request,
-/// capacity lost at a program's end): a fuzz process goes on past them,
-/// filed or not, so a replay of what it found after one must go on past
-/// them too ([`sound_patterns`]).
-pub const SOUND_KINDS: [&str; 6] = [
+/// a request that had to fail and did not, capacity lost at a program's
+/// end): a fuzz process goes on past them, filed or not, so a replay of
+/// what it found after one must go on past them too ([`sound_patterns`]).
+pub const SOUND_KINDS: [&str; 8] = [
     "alignment",
     "usable-size",
     "good-size",
     "zeroed",
     "null",
+    "impossible-success",
+    "calloc-overflow",
     "capacity-leak",
 ];
 

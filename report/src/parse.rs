@@ -2,7 +2,7 @@
 //! after it (`first_stack`, step 2), the frames that can be the bug
 //! (`top_frames`, step 3), and a message per class of finding.
 
-use crate::frame::{is_noise, parse_frame, Frame, ALLOC_ENTRIES};
+use crate::frame::{is_harness, is_noise, parse_frame, Frame, ALLOC_ENTRIES};
 use crate::key;
 
 /// How many frames of the crash stack take part in a signature.
@@ -170,15 +170,23 @@ pub(crate) fn first_stack(lines: &[&str]) -> Vec<Frame> {
 }
 
 /// Step 3: the frames that name the bug: the first [`FRAMES`] of the first
-/// stack that are not noise, consecutive repeats counted once. For a leak
-/// the allocation entry points (`malloc`, `calloc`, ...) are noise too.
+/// stack that are not noise, consecutive repeats counted once. Below the
+/// first, allocsoak's harness is noise too ([`is_harness`]): which of its
+/// checks or ops reached the allocator says nothing of the allocator's
+/// bug, and would split one bug into a group per caller. For a leak the
+/// allocation entry points (`malloc`, `calloc`, ...) and the harness are
+/// noise from the first frame on: where the allocator got the memory it
+/// lost is the bug's place, not the harness call that asked for it.
 pub(crate) fn top_frames(after: &[&str], leak: bool) -> Vec<String> {
     let mut top: Vec<String> = Vec::new();
     for frame in first_stack(after) {
         if top.len() == FRAMES {
             break;
         }
-        if is_noise(&frame) || (leak && ALLOC_ENTRIES.contains(&frame.function.as_str())) {
+        if is_noise(&frame)
+            || (leak && ALLOC_ENTRIES.contains(&frame.function.as_str()))
+            || ((leak || !top.is_empty()) && is_harness(&frame))
+        {
             continue;
         }
         if top.last() != Some(&frame.function) {

@@ -1,8 +1,7 @@
-direct leak in aligned < <shadow::allocator::system::System as shadow::allocator::Allocator>::alloc < alloc_inner
-58d6fe9439510268
+direct leak in alloc_inner < <shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::alloc
+747862ba0b3c9b81
 leak
 system
 direct leak
-aligned
-<shadow::allocator::system::System as shadow::allocator::Allocator>::alloc
 alloc_inner
+<shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::alloc

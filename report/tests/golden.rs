@@ -91,12 +91,17 @@ fn the_same_bug_reached_through_two_targets_lands_in_one_group() {
     assert_eq!(mt_ops.violation_key(), key::key_of(line).as_deref());
 }
 
+/// A block freed behind the harness's back is met by whichever check reads
+/// it next (`verify` before a free, after a race, at `heap_delete`): the
+/// check's callers are the harness's, not the allocator's, so in one
+/// allocator they are one group (read here with one slot; two allocators
+/// are two groups whatever their frames).
 #[test]
-fn use_after_frees_found_by_two_checks_are_two_groups() {
+fn use_after_frees_found_by_two_checks_are_one_group() {
     let xthread = sig("asan-heap-use-after-free-mt_ops-xthread-wrong-free");
     let heap_delete = sig("asan-heap-use-after-free-heap_api-heap-delete-drops");
     assert_eq!(xthread.message, heap_delete.message);
-    assert_ne!(xthread.id(), heap_delete.id());
+    assert_eq!(xthread.id(), heap_delete.id());
 }
 
 #[test]

@@ -242,17 +242,36 @@ fn moving<R>(query: bool, f: impl FnOnce() -> R) -> R {
     result
 }
 
-/// The allocator's own functions the op's calls ran so far, and its
-/// checks' queries when `queries`, sorted; empty when the probe is off.
-pub fn op_path(queries: bool) -> Vec<String> {
+/// Which of an op's allocator code a path is
+/// ([`crate::violation::Violation::path_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathOf {
+    /// The op's own calls.
+    Calls,
+    /// The queries its checks made (a usable size, a good size): the code
+    /// that gave the answer, whichever call made the block. The calls'
+    /// when the queries ran none.
+    Queries,
+    /// Both.
+    Both,
+}
+
+/// The allocator's own functions the op ran so far (its calls, its
+/// checks' queries or both: `of`), sorted; empty when the probe is off.
+pub fn op_path(of: PathOf) -> Vec<String> {
     let Some(probe) = probe() else {
         return Vec::new();
     };
     let moved: Vec<usize> = {
         let op = OP.lock().unwrap_or_else(|e| e.into_inner());
         op.as_ref().map_or_else(Vec::new, |op| {
-            let queried = op.queried.iter().filter(|_| queries);
-            op.moved.iter().chain(queried).copied().collect()
+            let queries = match of {
+                PathOf::Queries if op.queried.is_empty() => PathOf::Calls,
+                of => of,
+            };
+            let calls = op.moved.iter().filter(|_| queries != PathOf::Queries);
+            let queried = op.queried.iter().filter(|_| queries != PathOf::Calls);
+            calls.chain(queried).copied().collect()
         })
     };
     let Some(symbols) = symbols() else {
@@ -559,6 +578,6 @@ mod tests {
         begin_op();
         assert_eq!(around(|| 7), 7);
         assert_eq!(around_query(|| 8), 8);
-        assert!(op_path(true).is_empty());
+        assert!(op_path(PathOf::Both).is_empty());
     }
 }

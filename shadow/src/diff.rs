@@ -160,6 +160,9 @@ fn runs_on_both(ex: &Executor, op: &Op, a: &dyn Allocator, b: &dyn Allocator) ->
     if align > a.max_align().min(b.max_align()) {
         return false;
     }
+    if op.uses_other_threads() && (a.single_threaded() || b.single_threaded()) {
+        return false;
+    }
     let reallocs_to_zero = match *op {
         Op::Realloc { slot, to } => ex
             .shadow()

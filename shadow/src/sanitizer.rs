@@ -66,11 +66,30 @@ pub type RegionIsPoisoned = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_v
 
 static IS_POISONED: OnceLock<RegionIsPoisoned> = OnceLock::new();
 
+/// LeakSanitizer's `__lsan_ignore_object`: a heap block it must not
+/// report as leaked.
+pub type IgnoreObject = unsafe extern "C" fn(*const c_void);
+
+static IGNORE_OBJECT: OnceLock<IgnoreObject> = OnceLock::new();
+
 /// Lets the harness ask ASan about memory before touching it (the fuzz
 /// targets pass `__asan_region_is_poisoned`; without it every range is
 /// taken as accessible).
-pub fn install(is_poisoned: RegionIsPoisoned) {
+pub fn install(is_poisoned: RegionIsPoisoned, ignore_object: IgnoreObject) {
     let _ = IS_POISONED.set(is_poisoned);
+    let _ = IGNORE_OBJECT.set(ignore_object);
+}
+
+/// A block the harness will never free, as it cannot say what it is: one
+/// an impossible request returned (no size it could free it with is
+/// true). LeakSanitizer is told, so the violation already flagged is not
+/// filed a second time as a leak.
+pub fn never_freed(p: usize) {
+    if let Some(ignore) = IGNORE_OBJECT.get() {
+        // SAFETY: LSan looks the address up among the heap blocks it
+        // knows and only marks one it finds (others are ignored).
+        unsafe { ignore(p as *const c_void) };
+    }
 }
 
 /// Whether the process runs under ASan (the fuzz builds), where the C
@@ -86,16 +105,27 @@ pub fn active() -> bool {
 /// # Safety
 /// `base + from .. base + to` is what the caller was about to access.
 pub unsafe fn accessible(base: *const u8, from: usize, to: usize) -> usize {
-    let Some(is_poisoned) = IS_POISONED.get() else {
-        return to;
-    };
+    match poisoned_from(base, from, to) {
+        Some(at) => {
+            std::ptr::read_volatile(base.add(at));
+            at
+        }
+        None => to,
+    }
+}
+
+/// The first offset in `[from, to)` of the block at `base` that ASan
+/// poisons, without touching it: `None` when it poisons none (or the
+/// process runs without ASan). What a check asks before it believes an
+/// allocator's answer about a block's size.
+///
+/// # Safety
+/// None beyond the arithmetic: ASan reads only its shadow of the range.
+pub unsafe fn poisoned_from(base: *const u8, from: usize, to: usize) -> Option<usize> {
+    let is_poisoned = IS_POISONED.get()?;
     if from >= to {
-        return to;
+        return None;
     }
-    let p = is_poisoned(base.add(from) as *mut c_void, to - from);
-    if p.is_null() {
-        return to;
-    }
-    std::ptr::read_volatile(p as *const u8);
-    p as usize - base as usize
+    let p = is_poisoned(base.wrapping_add(from) as *mut c_void, to - from);
+    (!p.is_null()).then(|| p as usize - base as usize)
 }

@@ -179,16 +179,18 @@ impl Violation {
         )
     }
 
-    /// Whether this violation is of an answer the checks asked for (a
-    /// usable size, a good size) or may have come from one (an allocator's
-    /// error callback): its path includes the code of those queries.
-    pub fn is_of_a_query(&self) -> bool {
-        matches!(
-            self,
-            Violation::UsableSize { .. }
-                | Violation::GoodSize { .. }
-                | Violation::AllocatorError { .. }
-        )
+    /// Which of the op's allocator code its path is
+    /// ([`crate::coverage::op_path`]): for a wrong answer the checks asked
+    /// for (a usable size, a good size), the code of those queries alone,
+    /// whichever call made the block; for an allocator's error callback,
+    /// which a call or a query may have raised, both; else the calls'.
+    pub fn path_of(&self) -> crate::coverage::PathOf {
+        use crate::coverage::PathOf;
+        match self {
+            Violation::UsableSize { .. } | Violation::GoodSize { .. } => PathOf::Queries,
+            Violation::AllocatorError { .. } => PathOf::Both,
+            _ => PathOf::Calls,
+        }
     }
 }
 

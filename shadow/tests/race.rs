@@ -67,3 +67,58 @@ fn one_remote_free_op_races_the_owner() {
         }
     }
 }
+
+/// A heap documented as single-threaded, as embedded heaps are: `Sync`
+/// only to be a `#[global_allocator]` on one core. It panics when a second
+/// thread calls it.
+#[derive(Default)]
+struct OneThread {
+    owner: std::sync::OnceLock<std::thread::ThreadId>,
+}
+
+impl OneThread {
+    fn here(&self) {
+        let me = std::thread::current().id();
+        assert_eq!(
+            *self.owner.get_or_init(|| me),
+            me,
+            "called from a second thread"
+        );
+    }
+}
+
+unsafe impl std::alloc::GlobalAlloc for OneThread {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        self.here();
+        std::alloc::System.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: std::alloc::Layout) {
+        self.here();
+        std::alloc::System.dealloc(p, layout)
+    }
+}
+
+#[test]
+fn a_single_threaded_allocator_is_never_called_from_another_thread() {
+    use shadow::allocator::{Allocator, GlobalAllocAdapter};
+    let mixed = common::program(&format!(
+        "{}worker-alloc worker=1 size=64 align=8\nthread-exit worker=1 restart=true\n",
+        program(true)
+    ));
+    let declared: &'static dyn Allocator = Box::leak(Box::new(
+        GlobalAllocAdapter::new("one-thread", OneThread::default()).with_single_thread(),
+    ));
+    let stats = common::caught(&mixed, declared).expect("no op ran on another thread");
+    assert!(
+        stats.skipped >= 50,
+        "the thread ops were not skipped: {stats:?}"
+    );
+    // Undeclared, the same heap is called from the workers, and panics.
+    let undeclared: &'static dyn Allocator = Box::leak(Box::new(GlobalAllocAdapter::new(
+        "one-thread-undeclared",
+        OneThread::default(),
+    )));
+    let line = common::caught(&mixed, undeclared).unwrap_err();
+    assert!(line.contains("panic"), "{line}");
+}

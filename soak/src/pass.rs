@@ -6,13 +6,16 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use shadow::Target;
 
+use crate::config::Config;
 use crate::libfuzzer::Run;
 use crate::project::{Build, Project};
 
 /// Runs each (target, allocator) for `secs`, growing a corpus per target
-/// under the work dir. Returns the number of findings.
+/// under the work dir, but the pairs `config` leaves out, with a line
+/// saying why. Returns the number of findings.
 pub fn run(
     project: &Project,
+    config: &Config,
     targets: &[Target],
     allocators: &[String],
     secs: u64,
@@ -24,6 +27,10 @@ pub fn run(
     let corpus = project.work_dir("fuzz").join("corpus");
     for &target in targets {
         for allocator in allocators {
+            if let Err(why) = config.runs_on(target, allocator) {
+                println!("fuzz: {why}");
+                continue;
+            }
             let out = project.run_dir("fuzz", &[target.name(), allocator]);
             let run = Run {
                 seed: 0,

@@ -55,6 +55,7 @@ struct Properties {
     size_classes: Option<&'static str>,
     arena_size: Option<usize>,
     max_align: Option<usize>,
+    single_threaded: bool,
 }
 
 /// A C allocator's functions, linked into the binary: what the glue crate
@@ -193,6 +194,12 @@ impl Dylib {
         self
     }
 
+    /// Declares it single-threaded (see [`Allocator::single_threaded`]).
+    pub fn with_single_thread(mut self) -> Self {
+        self.properties.single_threaded = true;
+        self
+    }
+
     unsafe fn aligned(&self, size: usize, align: usize) -> *mut u8 {
         match self.aligned {
             AlignedApi::PosixMemalign(f) => {
@@ -281,6 +288,10 @@ impl Allocator for Dylib {
             _ => crate::edges::MAX_ALIGN,
         };
         self.properties.max_align.map_or(api, |cap| cap.min(api))
+    }
+
+    fn single_threaded(&self) -> bool {
+        self.properties.single_threaded
     }
 
     fn size_classes(&self) -> Option<&'static str> {

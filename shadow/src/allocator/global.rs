@@ -17,6 +17,7 @@ pub struct GlobalAllocAdapter<A: 'static> {
     size_classes: Option<&'static str>,
     arena_size: Option<usize>,
     max_align: usize,
+    single_threaded: bool,
 }
 
 impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
@@ -34,6 +35,7 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
             size_classes: None,
             arena_size: None,
             max_align: crate::edges::MAX_ALIGN,
+            single_threaded: false,
         }
     }
 
@@ -89,6 +91,10 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
         self.max_align
     }
 
+    fn single_threaded(&self) -> bool {
+        self.single_threaded
+    }
+
     fn arena(&self) -> Option<super::Arena> {
         self.arena_size
             .map(|size| super::Arena { size, free: None })
@@ -110,6 +116,12 @@ impl<A: 'static> GlobalAllocAdapter<A> {
     /// requests rather than report them.
     pub fn with_max_align(mut self, align: usize) -> Self {
         self.max_align = align.min(crate::edges::MAX_ALIGN);
+        self
+    }
+
+    /// Declares it single-threaded (see [`Allocator::single_threaded`]).
+    pub fn with_single_thread(mut self) -> Self {
+        self.single_threaded = true;
         self
     }
 }

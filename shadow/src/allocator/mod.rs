@@ -144,6 +144,15 @@ pub trait Allocator: Send + Sync {
         crate::edges::MAX_ALIGN
     }
 
+    /// Whether the allocator is documented as single-threaded (an embedded
+    /// heap that is `Sync` only to be a `#[global_allocator]` on one core):
+    /// programs then skip every op that runs on another thread (worker
+    /// calls, race sections, thread exits), whose findings would be by
+    /// design, and `mt_ops` is left out of its slots. Default: `false`.
+    fn single_threaded(&self) -> bool {
+        false
+    }
+
     /// The allocator's own heap API, if it has one. Without one, programs
     /// run heap ops on an emulation that only tracks block membership.
     fn heaps(&self) -> Option<&dyn Heaps> {

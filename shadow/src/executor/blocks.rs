@@ -10,6 +10,7 @@ use crate::guard;
 use crate::model::{Block, MAX_BLOCK};
 use crate::op::NewSize;
 use crate::pattern;
+use crate::sanitizer;
 use crate::violation::{Site, Violation};
 
 impl Executor {
@@ -75,11 +76,12 @@ impl Executor {
         let impossible = size >= IMPOSSIBLE_FROM;
         if impossible {
             if p != 0 && self.checked {
-                self.fail(Violation::ImpossibleSuccess {
+                self.flag(Violation::ImpossibleSuccess {
                     size,
                     align,
                     ptr: p,
                 });
+                sanitizer::never_freed(p);
             }
             return Outcome::Failed;
         }
@@ -131,16 +133,13 @@ impl Executor {
         if let (Origin::Fresh { .. }, None) = (&origin, heap) {
             self.check_good_size(&block);
         }
-        if block.usable < size {
-            self.flag(Violation::UsableSize {
-                ptr: p,
-                size,
-                usable: block.usable,
-                why: "less than requested",
-            });
-            // Tolerated: go on as if the block had what was asked for.
-            block.usable = size;
-        }
+        let usable = self.checked_usable(p, size, block.usable, None);
+        // The program goes on with the block as it is: its first `usable`
+        // bytes, never past what was asked for. (Sizes, frees and reallocs
+        // still use the size asked for, as a caller's would.)
+        block.usable = usable;
+        block.extent = size.min(usable);
+        let reach = block.extent;
         block.seed = match origin {
             Origin::Raced { seed } => seed,
             _ => self.seed(),
@@ -155,7 +154,7 @@ impl Executor {
         let base = p as *mut u8;
         match origin {
             Origin::Fresh { zeroed: true } => {
-                if let Some(mismatch) = unsafe { pattern::check_zero(base, size, 0, block.seed) } {
+                if let Some(mismatch) = unsafe { pattern::check_zero(base, reach, 0, block.seed) } {
                     self.flag(Violation::Zeroed {
                         ptr: p,
                         size,
@@ -167,7 +166,7 @@ impl Executor {
             Origin::Raced { seed } => {
                 // Written by its worker during the section: another thread
                 // that got the same memory wrote over it.
-                if let Some(mismatch) = unsafe { pattern::check(base, size, size, seed) } {
+                if let Some(mismatch) = unsafe { pattern::check(base, reach, reach, seed) } {
                     self.fail(Violation::Contents {
                         ptr: p,
                         size,
@@ -179,7 +178,7 @@ impl Executor {
             }
             Origin::Realloc { old, zero_from } => {
                 if let Some(mismatch) =
-                    unsafe { pattern::check(base, old.extent, old.size.min(size), old.seed) }
+                    unsafe { pattern::check(base, old.extent, old.size.min(reach), old.seed) }
                 {
                     self.fail(Violation::ReallocPrefix {
                         old: old.ptr,
@@ -190,7 +189,7 @@ impl Executor {
                     });
                 }
                 let dirty = zero_from
-                    .and_then(|from| unsafe { pattern::check_zero(base, size, from, block.seed) });
+                    .and_then(|from| unsafe { pattern::check_zero(base, reach, from, block.seed) });
                 if let Some(mismatch) = dirty {
                     self.flag(Violation::Zeroed {
                         ptr: p,
@@ -200,8 +199,58 @@ impl Executor {
                 }
             }
         }
-        unsafe { pattern::fill(base, size, block.seed) };
+        unsafe { pattern::fill(base, reach, block.seed) };
         Outcome::Live(index)
+    }
+
+    /// How much of the block at `p` (`size` asked for) the program may
+    /// use: the usable size the allocator `claimed`, but no more than ASan
+    /// lets it touch (in an ASan build; a block an allocator cut short, or
+    /// whose size it overstates, is poisoned past its end). A usable size
+    /// below the request, or past the block's end, is a violation that
+    /// leaves the heap sound: flagged here, before anything touches the
+    /// missing bytes, so it is filed as what it is and not as the
+    /// sanitizer's report of the harness's access.
+    /// A huge block is asked about only where the harness touches it:
+    /// its first and last `window` bytes.
+    pub(super) fn checked_usable(
+        &self,
+        p: usize,
+        size: usize,
+        claimed: usize,
+        window: Option<usize>,
+    ) -> usize {
+        if size == 0 {
+            // C leaves any access to it undefined, and ASan poisons it
+            // whatever the usable size: nothing is touched.
+            return claimed;
+        }
+        let end = claimed.max(size);
+        let ranges = match window {
+            Some(w) if 2 * w < end => [(0, w), (end - w, end)],
+            _ => [(0, end), (end, end)],
+        };
+        let reach = ranges
+            .iter()
+            .find_map(|&(from, to)| unsafe { sanitizer::poisoned_from(p as *const u8, from, to) })
+            .unwrap_or(end);
+        let usable = claimed.min(reach);
+        if usable < size {
+            self.flag(Violation::UsableSize {
+                ptr: p,
+                size,
+                usable,
+                why: "less than requested",
+            });
+        } else if usable < claimed {
+            self.flag(Violation::UsableSize {
+                ptr: p,
+                size,
+                usable: claimed,
+                why: "past the end of the block",
+            });
+        }
+        usable
     }
 
     pub(super) fn verify(&self, b: &Block, when: &'static str) {
@@ -317,11 +366,15 @@ impl Executor {
         };
         if q == 0 || impossible {
             if impossible && q != 0 && self.checked {
-                self.fail(Violation::ImpossibleSuccess {
+                self.flag(Violation::ImpossibleSuccess {
                     size: new,
                     align: b.align,
                     ptr: q,
                 });
+                // The old block may be gone into it: neither is used again.
+                sanitizer::never_freed(q);
+                self.shadow.remove(i);
+                return Outcome::Failed;
             }
             if new != 0 {
                 // A failed realloc leaves the block as it was.
@@ -401,17 +454,23 @@ impl Executor {
         let p = self.guarded(|| unsafe { self.alloc.calloc(count, size) }) as usize;
         match (total, p) {
             (None, 0) | (Some(0), 0) => Outcome::Failed,
-            (None, p) if self.checked => self.fail(Violation::CallocOverflow {
-                count,
-                size,
-                ptr: p,
-            }),
+            (None, p) if self.checked => {
+                self.flag(Violation::CallocOverflow {
+                    count,
+                    size,
+                    ptr: p,
+                });
+                sanitizer::never_freed(p);
+                Outcome::Failed
+            }
             (Some(n), p) if impossible && p != 0 && self.checked => {
-                self.fail(Violation::ImpossibleSuccess {
+                self.flag(Violation::ImpossibleSuccess {
                     size: n,
                     align: 1,
                     ptr: p,
-                })
+                });
+                sanitizer::never_freed(p);
+                Outcome::Failed
             }
             (Some(n), 0) if !impossible && self.checked => {
                 if !self.refused_fairly(n, 1) {

@@ -19,7 +19,7 @@ impl Executor {
             op,
             site: self.site,
             path: if violation.is_of_a_call() {
-                crate::coverage::op_path(violation.is_of_a_query())
+                crate::coverage::op_path(violation.path_of())
             } else {
                 Vec::new()
             },

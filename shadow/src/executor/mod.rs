@@ -201,6 +201,11 @@ impl Executor {
     /// Runs op `index` of a program. A race op only queues its step: the
     /// section runs before the next other op, or in [`Executor::finish`].
     pub fn step(&mut self, index: usize, op: &Op) -> Outcome {
+        if op.uses_other_threads() && self.alloc.single_threaded() {
+            self.stats.ops += 1;
+            self.stats.skipped += 1;
+            return Outcome::Skipped;
+        }
         if !op.is_race() {
             self.run_race();
         }

@@ -328,17 +328,11 @@ impl Executor {
             });
         }
         let p = b.ptr as *mut u8;
-        let usable = self.guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
-        if usable < b.size {
-            self.flag(Violation::UsableSize {
-                ptr: b.ptr,
-                size: b.size,
-                usable,
-                why: "less than requested",
-            });
-        }
-        // Tolerated: only the bytes both the request and the answer cover.
-        let len = usable.min(b.size);
+        let claimed = self.guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
+        // Only the bytes both the request and the answer cover.
+        let len = self
+            .checked_usable(b.ptr, b.size, claimed, Some(PAGE))
+            .min(b.size);
         if let Some(other) = self.shadow.overlapping(b.ptr, b.ptr + len.max(1)) {
             self.overlap(*b, other);
         }

@@ -267,6 +267,20 @@ impl Op {
     }
 
     /// Whether the op is part of a race section.
+    /// Whether the op runs allocator calls on another thread than the
+    /// program's: skipped for a single-threaded allocator.
+    pub fn uses_other_threads(&self) -> bool {
+        self.is_race()
+            || matches!(
+                self,
+                Op::WorkerAlloc { .. }
+                    | Op::WorkerFree { .. }
+                    | Op::WorkerRealloc { .. }
+                    | Op::WorkerCheck { .. }
+                    | Op::ThreadExit { .. }
+            )
+    }
+
     pub fn is_race(&self) -> bool {
         matches!(
             self,

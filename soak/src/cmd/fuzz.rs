@@ -20,6 +20,7 @@ pub struct Args {
 pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     let findings = pass::run(
         &project,
+        &config,
         &super::or_all(args.pairs.targets, &Target::ALL),
         &super::allocators(&config, args.pairs.allocators, &config.allocators())?,
         args.secs,

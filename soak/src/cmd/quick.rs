@@ -55,6 +55,9 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
     // A gate runs no drift workers: drift needs hours, not minutes.
     config.drift.cpu_share = 0.0;
     let slots = config.slots()?;
+    for why in config.left_out() {
+        eprintln!("allocsoak: {why}");
+    }
     let stop = super::stop_flag()?;
     let options = quick::Options {
         out: args.out,

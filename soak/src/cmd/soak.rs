@@ -39,6 +39,9 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
         config.drift.cpu_share = share;
     }
     let slots = config.slots()?;
+    for why in config.left_out() {
+        eprintln!("allocsoak: {why}");
+    }
     let stop = super::stop_flag()?;
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let options = daemon::Options {

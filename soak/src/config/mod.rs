@@ -215,6 +215,47 @@ impl Config {
         })
     }
 
+    /// Whether `target` runs on `allocator`: `Err` says why not (`mt_ops`
+    /// on an allocator declared single-threaded, `threads = 1`).
+    pub fn runs_on(&self, target: Target, allocator: &str) -> Result<(), String> {
+        let one_thread = self
+            .declared
+            .iter()
+            .any(|d| d.name == allocator && d.single_threaded());
+        match target == Target::MtOps && one_thread {
+            true => Err(format!(
+                "mt_ops left out for `{allocator}`: it is declared single-threaded (threads = 1) in {}",
+                self.path.display()
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// The lines saying which target × allocator pairs of the config's
+    /// lists and `[[slot]]`s [`Config::slots`] leaves out, and why.
+    pub fn left_out(&self) -> Vec<String> {
+        let mut lines: Vec<String> = Vec::new();
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for t in &self.targets {
+            pairs.extend(self.allocators().into_iter().map(|a| (t.clone(), a)));
+        }
+        for s in &self.slots {
+            for t in s.target.names() {
+                pairs.extend(s.allocator.names().iter().map(|a| (t.clone(), a.clone())));
+            }
+        }
+        for (t, a) in pairs {
+            if let Ok(target) = t.parse::<Target>() {
+                if let Err(why) = self.runs_on(target, &a) {
+                    if !lines.contains(&why) {
+                        lines.push(why);
+                    }
+                }
+            }
+        }
+        lines
+    }
+
     /// The slots: targets × allocators, then the `[[slot]]` entries (which
     /// set the weight of a crossed slot or add one). Every name is checked.
     pub fn slots(&self) -> Result<Vec<Slot>> {
@@ -239,6 +280,7 @@ impl Config {
                 }
             }
         }
+        slots.retain(|s| self.runs_on(s.target, &s.allocator).is_ok());
         if slots.is_empty() {
             bail!("no slots to run: give at least one target and one allocator");
         }
@@ -369,6 +411,37 @@ mod tests {
         toml::from_str::<Config>(text)
             .map_err(anyhow::Error::from)?
             .slots()
+    }
+
+    #[test]
+    fn a_single_threaded_allocator_has_no_mt_ops_slot_and_says_why() {
+        let entry = "[[allocator]]\nname = \"heap\"\ncrate = \"h\"\npath = \".\"\nnew = \"h::H\"\n";
+        let text = format!("targets = [\"alloc_ops\", \"mt_ops\"]\n{entry}threads = 1\n");
+        let config: Config = toml::from_str(&text).unwrap();
+        let slots: Vec<String> = config
+            .slots()
+            .unwrap()
+            .iter()
+            .map(|s| s.target.name().to_string())
+            .collect();
+        assert_eq!(slots, ["alloc_ops"]);
+        let why = config.left_out();
+        assert!(
+            why.len() == 1 && why[0].contains("mt_ops left out for `heap`"),
+            "{why:?}"
+        );
+        for (threads, says) in [
+            ("threads = 2", "threads = 2"),
+            ("threads = 1\napi = \"allocator-api2\"", "one lock"),
+        ] {
+            let d: crate::declared::Declared = toml::from_str(&format!(
+                "{}{threads}\n",
+                entry.trim_start_matches("[[allocator]]\n")
+            ))
+            .unwrap();
+            let e = d.check().unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
     }
 
     #[test]

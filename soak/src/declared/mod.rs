@@ -64,6 +64,11 @@ pub struct Declared {
     /// The largest alignment the allocator supports; programs skip larger
     /// requests. Default: every alignment programs ask for.
     pub max_align: Option<usize>,
+    /// `1` for an allocator documented as single-threaded (an embedded
+    /// heap that is `Sync` only to be a `#[global_allocator]` on one
+    /// core): programs skip every op on another thread, and `mt_ops` is
+    /// left out of its slots. Default: any number of threads.
+    pub threads: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -165,7 +170,24 @@ impl Declared {
         {
             return Err(bad("size_classes knows only \"mimalloc\""));
         }
+        match (self.threads, self.api) {
+            (None, _) => {}
+            (Some(1), Api::GlobalAlloc) => {}
+            (Some(1), Api::AllocatorApi2) => return Err(bad(
+                "an allocator-api2 allocator is called under one lock already; leave out `threads`",
+            )),
+            (Some(n), _) => {
+                return Err(bad(&format!(
+                    "threads = {n}: give 1 for a single-threaded allocator, or leave it out"
+                )))
+            }
+        }
         Ok(())
+    }
+
+    /// Declared `threads = 1`.
+    pub fn single_threaded(&self) -> bool {
+        self.threads == Some(1)
     }
 
     /// A Rust identifier for generated items.
@@ -242,6 +264,9 @@ impl Declared {
         }
         if let Some(align) = self.max_align {
             properties.push_str(&format!(".with_max_align({align})"));
+        }
+        if self.single_threaded() {
+            properties.push_str(".with_single_thread()");
         }
         let make = match (&self.c, self.api, &self.static_item, &self.new) {
             (Some(_), ..) => format!(
