@@ -175,12 +175,14 @@ pub(crate) fn first_stack(lines: &[&str]) -> Vec<Frame> {
 /// checks or ops reached the allocator says nothing of the allocator's
 /// bug, and would split one bug into a group per caller. For a leak the
 /// allocation entry points (`malloc`, `calloc`, ...) and the harness are
-/// noise from the first frame on: where the allocator got the memory it
-/// lost is the bug's place, not the harness call that asked for it.
+/// noise from the first frame on, and one frame is kept: the allocator's
+/// code that got the memory it lost. Which of its entry points led there
+/// (alloc, a realloc that allocates) is not where it lost it.
 pub(crate) fn top_frames(after: &[&str], leak: bool) -> Vec<String> {
     let mut top: Vec<String> = Vec::new();
+    let most = if leak { 1 } else { FRAMES };
     for frame in first_stack(after) {
-        if top.len() == FRAMES {
+        if top.len() == most {
             break;
         }
         if is_noise(&frame)

@@ -59,8 +59,9 @@ use crate::record::Record;
 ///   `attempting double-free`) and the access (`heap-use-after-free READ`),
 ///   and the top frames of the first stack. Sizes and addresses never count.
 /// - **Leak** (`ERROR: LeakSanitizer`): whether the first leak is direct, and
-///   the top frames of its allocation stack below `malloc` and friends and
-///   the Rust allocation shims.
+///   the top frame of its allocation stack below `malloc` and friends, the
+///   Rust allocation shims and the harness: the allocator's code that got
+///   the memory it lost.
 /// - **Assertion** (mimalloc's `assertion failed` or C's `Assertion ... failed`):
 ///   the expression and the asserting function, numbers as N (two different
 ///   assertions never share a group), and the top frames.

@@ -1,7 +1,6 @@
-direct leak in alloc_inner < <shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::alloc
-747862ba0b3c9b81
+direct leak in alloc_inner
+371683f9d2ae3840
 leak
 system
 direct leak
 alloc_inner
-<shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::alloc

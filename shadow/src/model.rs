@@ -24,9 +24,11 @@ pub struct Block {
     pub ptr: usize,
     pub size: usize,
     pub align: usize,
-    /// What the allocator said at allocation time.
+    /// What the allocator said at allocation time, but no more than ASan
+    /// lets the program touch.
     pub usable: usize,
-    /// Bytes that carry the pattern: `size`, or `usable` after a probe.
+    /// Bytes that carry the pattern: `size` (the usable size of a block
+    /// cut short), or `usable` after a probe.
     pub extent: usize,
     pub seed: u64,
     /// The heap the block lives in; `None` for the default heap.
@@ -34,9 +36,12 @@ pub struct Block {
 }
 
 impl Block {
-    /// The bytes the block owns, for overlap checks.
+    /// The bytes the block owns, for overlap checks: the ones it has (a
+    /// block cut short owns its usable bytes only; that it was cut short
+    /// was flagged when it came, and a later block in the missing bytes is
+    /// that one bug, not a second).
     pub fn end(&self) -> usize {
-        self.ptr + self.size.max(self.usable).max(1)
+        self.ptr + self.extent.max(self.usable).max(1)
     }
 }
 

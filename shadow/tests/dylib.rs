@@ -78,6 +78,43 @@ fn a_calloc_that_does_not_zero_is_caught() {
     }
 }
 
+/// A library's own aligned realloc, zeroed realloc, in-place expand,
+/// sized free and good size run, instead of the adapter's emulation: its
+/// planted bug in the aligned realloc is found, which the emulation (alloc,
+/// copy, free here) hid.
+#[test]
+fn a_c_allocators_own_calls_beyond_malloc_run() {
+    let program =
+        common::program("target alloc_ops\nalloc size=100 align=64\nrealloc slot=0 to=300\n");
+    let more = build("tiny_alloc_more", &["-DMORE_API"]);
+    let name = format!("dylib:{}:t_", more.display());
+    assert_eq!(common::violation(&program, &name), None);
+    common::assert_clean(Target::AllocOps, &name, 12, 100);
+    let lib = shadow::allocator::by_name(&name).unwrap();
+    let extras = lib.extras().unwrap();
+    assert_eq!(extras.good_size(24, 8), Some(24));
+
+    let buggy = format!(
+        "dylib:{}:t_",
+        build(
+            "tiny_alloc_short_realloc_aligned",
+            &["-DMORE_API", "-DSHORT_REALLOC_ALIGNED"]
+        )
+        .display()
+    );
+    assert_eq!(
+        common::kind(&program, &buggy).as_deref(),
+        Some("realloc-prefix")
+    );
+    // Without the library's own call, the adapter's emulation runs, and the
+    // bug in the library's code is never reached.
+    let emulated = format!(
+        "dylib:{}:t_",
+        build("tiny_alloc_short_emulated", &["-DSHORT_REALLOC_ALIGNED"]).display()
+    );
+    assert_eq!(common::violation(&program, &emulated), None);
+}
+
 #[test]
 fn aligned_alloc_is_asked_only_for_multiples_of_the_alignment() {
     let lib = build("tiny_alloc_aligned_alloc", &["-DALIGNED_ALLOC_ONLY"]);

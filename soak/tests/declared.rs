@@ -183,7 +183,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "--allocator",
             "mimalloc-rs",
             "--secs",
-            "10",
+            "6",
         ],
     );
     let clean = found(&text);

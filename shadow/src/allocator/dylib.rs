@@ -10,7 +10,7 @@ use std::ptr;
 
 use libloading::Library;
 
-use super::{malloc_serves, Allocator, Extras, ReallocToZero};
+use super::{malloc_serves, Allocator, Extras, InPlace, ReallocToZero};
 
 pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
 pub type Free = unsafe extern "C" fn(*mut c_void);
@@ -19,6 +19,10 @@ pub type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
 pub type Usable = unsafe extern "C" fn(*mut c_void) -> usize;
 pub type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32;
 pub type AlignSize = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+pub type ReallocAligned = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mut c_void;
+pub type FreeSize = unsafe extern "C" fn(*mut c_void, usize);
+pub type FreeSizeAligned = unsafe extern "C" fn(*mut c_void, usize, usize);
+pub type GoodSize = unsafe extern "C" fn(usize) -> usize;
 
 /// How the library allocates with alignment, best first.
 enum AlignedApi {
@@ -43,6 +47,7 @@ pub struct Dylib {
     realloc: Option<Realloc>,
     usable: Option<Usable>,
     aligned: AlignedApi,
+    more: CExtras,
     /// What a config declared of it (`with_*`); a library has none.
     properties: Properties,
     /// The loaded library; `None` when the functions are linked in.
@@ -77,6 +82,33 @@ pub struct CFunctions {
     pub aligned_alloc: Option<AlignSize>,
     /// `malloc_aligned(size, align)`, size first (mimalloc's order).
     pub malloc_aligned: Option<AlignSize>,
+    /// The calls beyond the malloc family, mimalloc's names and argument
+    /// orders: each runs the allocator's own code for its op where the
+    /// adapter would otherwise emulate it or skip the op.
+    pub more: CExtras,
+}
+
+/// A C allocator's own calls beyond the malloc family (`None`: it has
+/// none of that name).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct CExtras {
+    /// `realloc_aligned(p, newsize, align)`: a realloc that keeps an
+    /// over-aligned block's alignment (else alloc, copy and free here).
+    pub realloc_aligned: Option<ReallocAligned>,
+    /// `rezalloc(p, newsize)`: the bytes past the old usable size read 0.
+    pub rezalloc: Option<Realloc>,
+    /// `rezalloc_aligned(p, newsize, align)`.
+    pub rezalloc_aligned: Option<ReallocAligned>,
+    /// `expand(p, newsize)`: `p` when the block holds `newsize` in place,
+    /// else null.
+    pub expand: Option<Realloc>,
+    /// `free_size(p, size)`: a free told the size asked for.
+    pub free_size: Option<FreeSize>,
+    /// `free_size_aligned(p, size, align)`.
+    pub free_size_aligned: Option<FreeSizeAligned>,
+    /// `good_size(size)`: the usable size a request of `size` gets.
+    pub good_size: Option<GoodSize>,
 }
 
 /// What a library without an aligned API can still serve.
@@ -141,6 +173,15 @@ impl Dylib {
             memalign: symbol!("memalign"),
             aligned_alloc: symbol!("aligned_alloc"),
             malloc_aligned: symbol!("malloc_aligned"),
+            more: CExtras {
+                realloc_aligned: symbol!("realloc_aligned"),
+                rezalloc: symbol!("rezalloc"),
+                rezalloc_aligned: symbol!("rezalloc_aligned"),
+                expand: symbol!("expand"),
+                free_size: symbol!("free_size"),
+                free_size_aligned: symbol!("free_size_aligned"),
+                good_size: symbol!("good_size"),
+            },
         };
         Ok(Dylib {
             _lib: Some(lib),
@@ -169,6 +210,7 @@ impl Dylib {
             realloc: fns.realloc,
             usable: fns.usable_size,
             aligned,
+            more: fns.more,
             properties: Properties::default(),
             _lib: None,
         }
@@ -259,6 +301,9 @@ impl Allocator for Dylib {
         if let (Some(f), true) = (self.realloc, malloc_serves(new_size, align)) {
             return f(p.cast(), new_size).cast();
         }
+        if let Some(f) = self.more.realloc_aligned {
+            return f(p.cast(), new_size, align).cast();
+        }
         let q = self.alloc(new_size, align, false);
         if !q.is_null() {
             ptr::copy_nonoverlapping(p, q, old.min(new_size));
@@ -328,5 +373,62 @@ impl Extras for Dylib {
     unsafe fn free_null(&self) -> bool {
         (self.free)(ptr::null_mut());
         true
+    }
+
+    unsafe fn realloc_zeroed(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let more = &self.more;
+        match (
+            malloc_serves(new_size, align),
+            more.rezalloc,
+            more.rezalloc_aligned,
+        ) {
+            (true, Some(f), _) => Some(f(p.cast(), new_size).cast()),
+            (_, _, Some(f)) => Some(f(p.cast(), new_size, align).cast()),
+            _ => None,
+        }
+    }
+
+    unsafe fn resize_in_place(
+        &self,
+        p: *mut u8,
+        _old: usize,
+        _align: usize,
+        new_size: usize,
+        _extra: usize,
+    ) -> Option<InPlace> {
+        let q = self.more.expand?(p.cast(), new_size);
+        Some(match q.is_null() {
+            true => InPlace::Unchanged,
+            false => InPlace::Resized {
+                ptr: q as usize,
+                owned: new_size,
+            },
+        })
+    }
+
+    unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {
+        let more = &self.more;
+        match (
+            malloc_serves(size, align),
+            more.free_size,
+            more.free_size_aligned,
+        ) {
+            (true, Some(f), _) => f(p.cast(), size),
+            (_, _, Some(f)) => f(p.cast(), size, align),
+            _ => return false,
+        }
+        true
+    }
+
+    fn good_size(&self, size: usize, align: usize) -> Option<usize> {
+        let f = self.more.good_size?;
+        // SAFETY: a pure function of its argument, by its contract.
+        malloc_serves(size, align).then(|| unsafe { f(size) })
     }
 }

@@ -371,8 +371,10 @@ impl Executor {
                     align: b.align,
                     ptr: q,
                 });
-                // The old block may be gone into it: neither is used again.
+                // The old block may be gone into it, or kept: neither is
+                // used again, nor reported as a leak.
                 sanitizer::never_freed(q);
+                sanitizer::never_freed(b.ptr);
                 self.shadow.remove(i);
                 return Outcome::Failed;
             }

@@ -97,3 +97,40 @@ int t_posix_memalign(void **out, size_t align, size_t size) {
     return 0;
 }
 #endif
+
+#ifdef MORE_API
+/* The calls beyond the malloc family, under mimalloc's names and argument
+ * orders. SHORT_REALLOC_ALIGNED plants a bug in the aligned realloc: it
+ * copies half of what it must. */
+void *t_realloc_aligned(void *p, size_t size, size_t align) {
+    if (!p) return aligned(align, size);
+    void *q = aligned(align, size);
+    if (!q) return NULL;
+    size_t old = t_malloc_usable_size(p);
+    size_t n = old < size ? old : size;
+#ifdef SHORT_REALLOC_ALIGNED
+    n /= 2;
+#endif
+    memcpy(q, p, n);
+    t_free(p);
+    return q;
+}
+
+void *t_rezalloc(void *p, size_t size) {
+    size_t old = p ? t_malloc_usable_size(p) : 0;
+    void *q = t_realloc(p, size);
+    if (q && size > old) memset((char *)q + old, 0, size - old);
+    return q;
+}
+
+void *t_expand(void *p, size_t size) {
+    return size <= t_malloc_usable_size(p) ? p : NULL;
+}
+
+void t_free_size(void *p, size_t size) {
+    (void)size;
+    t_free(p);
+}
+
+size_t t_good_size(size_t size) { return size; }
+#endif

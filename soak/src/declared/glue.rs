@@ -257,10 +257,14 @@ fn build_rs(base: &Path, c: &[&Declared]) -> String {
         let src = d.c.as_ref().expect("a C allocator");
         text.push_str("    allocsoak_declared_c::build(\n");
         text.push_str(&format!(
-            "        {:?},\n        {:?},\n",
+            "        {:?},\n        {:?},\n        &[",
             d.ident(),
             src.prefix
         ));
+        for (function, symbol) in &src.functions {
+            text.push_str(&format!("({function:?}, {symbol:?}), "));
+        }
+        text.push_str("],\n");
         text.push_str("        &[\n");
         for file in &src.sources {
             text.push_str(&format!(

@@ -98,6 +98,11 @@ pub struct CSources {
     /// The prefix of its functions (`my_` for `my_malloc`, `my_free`, ...).
     /// Required: unprefixed `malloc` would replace the process's own.
     pub prefix: String,
+    /// Functions whose symbol does not follow the prefix, by the name
+    /// allocsoak knows them by (`expand = "my_grow_in_place"`; the names
+    /// are `allocsoak_declared_c::FUNCTIONS`' first ones).
+    #[serde(default)]
+    pub functions: std::collections::BTreeMap<String, String>,
 }
 
 impl Declared {
@@ -133,6 +138,28 @@ impl Declared {
                 }
                 if self.new.is_some() || self.static_item.is_some() || self.init.is_some() {
                     return Err(bad("a C allocator takes no `new`, `static` or `init`"));
+                }
+                let known: Vec<&str> = allocsoak_declared_c::FUNCTIONS
+                    .iter()
+                    .map(|n| n[0])
+                    .collect();
+                for (function, symbol) in &c.functions {
+                    if !known.contains(&function.as_str()) {
+                        return Err(bad(&format!(
+                            "[allocator.c.functions] has no function `{function}`; it maps {}",
+                            known.join(", ")
+                        )));
+                    }
+                    let ident = !symbol.is_empty()
+                        && !symbol.starts_with(|ch: char| ch.is_ascii_digit())
+                        && symbol
+                            .chars()
+                            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+                    if !ident {
+                        return Err(bad(&format!(
+                            "[allocator.c.functions] {function} = {symbol:?} is not a C symbol"
+                        )));
+                    }
                 }
             }
             (None, Some(_)) => {

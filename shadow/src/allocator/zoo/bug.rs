@@ -218,7 +218,10 @@ impl Bug {
         match self {
             Bug::SmallUnderalign | Bug::SizeEqAlign => &["alignment"],
             Bug::DoubleIssue => &["overlap"],
-            Bug::UsableOversize => &["heap-buffer-overflow"],
+            // ASan poisons past the block's real end, which the usable
+            // size is checked against; without ASan, a neighbour's
+            // contents show it.
+            Bug::UsableOversize => &["usable-size", "heap-buffer-overflow", "contents"],
             Bug::ShortReallocCopy => &["realloc-prefix"],
             Bug::DirtyZeroed => &["zeroed"],
             Bug::CallocWrap => &["calloc-overflow"],
