@@ -298,6 +298,10 @@ fn a_bad_declaration_is_a_one_line_error() {
             "[[allocator]]\nname = \"x\"\n[allocator.c]\nsources = [\"a.c\"]\nprefix = \"\"\n",
             "c.prefix",
         ),
+        (
+            "[[allocator]]\nname = \"x\"\n[allocator.c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n[allocator.c.functions]\ngrow = \"m_grow\"\n",
+            "has no function `grow`",
+        ),
         // The `mimalloc` crate's secure build would make diff_mimalloc's
         // reference the secure build too (one libmimalloc-sys per binary).
         (
