@@ -5,8 +5,12 @@
 use crate::frame::{is_harness, is_noise, parse_frame, Frame, ALLOC_ENTRIES};
 use crate::key;
 
-/// How many frames of the crash stack take part in a signature.
-pub(crate) const FRAMES: usize = 3;
+/// How many frames of the crash stack take part in a signature: one, the
+/// function where it went wrong, as syzkaller's titles (`KASAN:
+/// use-after-free Read in f`) key its crashes. Its callers in the
+/// allocator are the entry points that led there (alloc, realloc), and
+/// would split one bug into a group per entry point.
+pub(crate) const FRAMES: usize = 1;
 
 /// What a log reports first; decides which parts make a signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,16 +177,13 @@ pub(crate) fn first_stack(lines: &[&str]) -> Vec<Frame> {
 /// stack that are not noise, consecutive repeats counted once. Below the
 /// first, allocsoak's harness is noise too ([`is_harness`]): which of its
 /// checks or ops reached the allocator says nothing of the allocator's
-/// bug, and would split one bug into a group per caller. For a leak the
-/// allocation entry points (`malloc`, `calloc`, ...) and the harness are
-/// noise from the first frame on, and one frame is kept: the allocator's
-/// code that got the memory it lost. Which of its entry points led there
-/// (alloc, a realloc that allocates) is not where it lost it.
+/// bug. For a leak the allocation entry points (`malloc`, `calloc`, ...)
+/// and the harness are noise from the first frame on: the frame kept is
+/// the allocator's code that got the memory it lost.
 pub(crate) fn top_frames(after: &[&str], leak: bool) -> Vec<String> {
     let mut top: Vec<String> = Vec::new();
-    let most = if leak { 1 } else { FRAMES };
     for frame in first_stack(after) {
-        if top.len() == most {
+        if top.len() == FRAMES {
             break;
         }
         if is_noise(&frame)

@@ -24,8 +24,8 @@ use crate::record::Record;
 ///
 /// # The dedup rule
 ///
-/// A signature is a kind, the allocator, a normalized message and at most
-/// three frames, and two crashes are one group when all four are equal
+/// A signature is a kind, the allocator, a normalized message and its
+/// frames (one of a stack; a violation's code path), and two crashes are one group when all four are equal
 /// (when their [`key`](Signature::key)s are). A group belongs to one
 /// allocator: the same symptom in two allocators (one planted bug in two
 /// bases, one crate declared under two names) is two groups, each with its
@@ -57,22 +57,24 @@ use crate::record::Record;
 /// - **Sanitizer error** (`ERROR: AddressSanitizer: <type>`): the error type
 ///   (the SUMMARY line's, which is `double-free` where the ERROR line says
 ///   `attempting double-free`) and the access (`heap-use-after-free READ`),
-///   and the top frames of the first stack. Sizes and addresses never count.
+///   and the top frame of the first stack. Sizes and addresses never count.
 /// - **Leak** (`ERROR: LeakSanitizer`): whether the first leak is direct, and
 ///   the top frame of its allocation stack below `malloc` and friends, the
 ///   Rust allocation shims and the harness: the allocator's code that got
 ///   the memory it lost.
 /// - **Assertion** (mimalloc's `assertion failed` or C's `Assertion ... failed`):
 ///   the expression and the asserting function, numbers as N (two different
-///   assertions never share a group), and the top frames.
+///   assertions never share a group), and the top frame.
 /// - **Crash** (a Rust panic, or another deadly signal): the panic message
-///   with numbers as N (`deadly signal` without one), and the top frames.
+///   with numbers as N (`deadly signal` without one), and the top frame.
 /// - **Timeout and out-of-memory**: the kind and the slot
 ///   (`target/allocator`); no frames. A slow or hungry input has no crash
 ///   site, so each slot has one group per kind.
 ///
-/// The top frames are the first three of the stack, after dropping frames
-/// that are never the bug: below the first frame, allocsoak's harness
+/// The top frame is the first of the stack (as a syzkaller title names one
+/// function: its callers in the allocator are the entry points that led
+/// there, and would split one bug into a group per entry point), after
+/// dropping frames that are never the bug: below the first frame, allocsoak's harness
 /// (`shadow` but the zoo, the fuzz targets, a config's glue: which check
 /// or op met the bug is the harness's business, and would split one bug
 /// into a group per caller; for a leak, from the first frame on); Rust's std, core, alloc and panic machinery

@@ -1,8 +1,6 @@
-SEGV WRITE in mi_heap_malloc_use_guarded < mi_heap_malloc_zero_aligned_at < mi_heap_malloc_aligned_at
-33374e4a0ebf4689
+SEGV WRITE in mi_heap_malloc_use_guarded
+c90503a48d2ca44d
 SEGV
 system
 SEGV WRITE
 mi_heap_malloc_use_guarded
-mi_heap_malloc_zero_aligned_at
-mi_heap_malloc_aligned_at
