@@ -118,14 +118,13 @@ pub unsafe fn accessible(base: *const u8, from: usize, to: usize) -> usize {
 /// poisons, without touching it: `None` when it poisons none (or the
 /// process runs without ASan). What a check asks before it believes an
 /// allocator's answer about a block's size.
-///
-/// # Safety
-/// None beyond the arithmetic: ASan reads only its shadow of the range.
-pub unsafe fn poisoned_from(base: *const u8, from: usize, to: usize) -> Option<usize> {
+pub fn poisoned_from(base: *const u8, from: usize, to: usize) -> Option<usize> {
     let is_poisoned = IS_POISONED.get()?;
     if from >= to {
         return None;
     }
-    let p = is_poisoned(base.wrapping_add(from) as *mut c_void, to - from);
+    // SAFETY: ASan reads only its shadow of the range, and answers for
+    // any address (one outside application memory counts as poisoned).
+    let p = unsafe { is_poisoned(base.wrapping_add(from) as *mut c_void, to - from) };
     (!p.is_null()).then(|| p as usize - base as usize)
 }

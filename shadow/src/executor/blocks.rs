@@ -232,7 +232,7 @@ impl Executor {
         };
         let reach = ranges
             .iter()
-            .find_map(|&(from, to)| unsafe { sanitizer::poisoned_from(p as *const u8, from, to) })
+            .find_map(|&(from, to)| sanitizer::poisoned_from(p as *const u8, from, to))
             .unwrap_or(end);
         let usable = claimed.min(reach);
         if usable < size {
@@ -254,6 +254,7 @@ impl Executor {
     }
 
     pub(super) fn verify(&self, b: &Block, when: &'static str) {
+        // SAFETY: `b` is a live block of the shadow.
         if let Some(mismatch) = unsafe { contents(b) } {
             self.fail(Violation::Contents {
                 ptr: b.ptr,
@@ -492,6 +493,8 @@ impl Executor {
         }
         let b = self.shadow.blocks()[i];
         self.site = Site::new("check", b.size, b.align);
+        // SAFETY: `b` is a live block of the shadow, and the main thread
+        // waits for the worker's answer before it touches the block again.
         let bad = self
             .pool()
             .run(worker, move || unsafe { contents(&b) }.is_some());
