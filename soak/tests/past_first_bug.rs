@@ -14,9 +14,14 @@ use common::{count, duty_cycle, groups, kinds, signatures, soak, strings, ONE_AT
 
 /// Soaks `alloc_ops` on `allocator` with 2 jobs for `secs`, plus `more`.
 fn soak_alloc_ops(state: &Path, allocator: &str, secs: &str, more: &[&str]) -> Output {
+    soak_target(state, "alloc_ops", allocator, secs, more)
+}
+
+/// Soaks `target` on `allocator` with 2 jobs for `secs`, plus `more`.
+fn soak_target(state: &Path, target: &str, allocator: &str, secs: &str, more: &[&str]) -> Output {
     let mut args = vec![
         "--target",
-        "alloc_ops",
+        target,
         "--allocator",
         allocator,
         "--jobs",
@@ -117,19 +122,7 @@ fn a_sanitizer_report_is_got_past_once_filed() {
     // (ASan's bad-malloc_usable_size, in the zoo's usable_size). Nothing
     // else is filed.
     let allocator = "zoo:xthread-wrong-free";
-    let soak_mt_ops = |secs: &str| {
-        let args = [
-            "--target",
-            "mt_ops",
-            "--allocator",
-            allocator,
-            "--jobs",
-            "2",
-            "--duration",
-            secs,
-        ];
-        soak(&state, &args)
-    };
+    let soak_mt_ops = |secs: &str| soak_target(&state, "mt_ops", allocator, secs, &[]);
     let out = soak_mt_ops("45");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);

@@ -402,14 +402,8 @@ impl Extras for Dylib {
         new_size: usize,
         _extra: usize,
     ) -> Option<InPlace> {
-        let q = self.more.expand?(p.cast(), new_size);
-        Some(match q.is_null() {
-            true => InPlace::Unchanged,
-            false => InPlace::Resized {
-                ptr: q as usize,
-                owned: new_size,
-            },
-        })
+        let expand = self.more.expand?;
+        Some(InPlace::of_expand(expand(p.cast(), new_size), new_size))
     }
 
     unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {

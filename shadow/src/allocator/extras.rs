@@ -12,6 +12,20 @@ pub enum InPlace {
     Unchanged,
 }
 
+impl InPlace {
+    /// What an `expand`-style call did (`mi_expand`, a C allocator's
+    /// `expand`): `q` is the block, now holding `new_size` bytes, or null.
+    pub fn of_expand(q: *mut std::ffi::c_void, new_size: usize) -> InPlace {
+        match q.is_null() {
+            true => InPlace::Unchanged,
+            false => InPlace::Resized {
+                ptr: q as usize,
+                owned: new_size,
+            },
+        }
+    }
+}
+
 /// How long freed memory may stay with the allocator before it goes back
 /// to the OS: mimalloc's `purge_delay`, jemalloc's `dirty_decay_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -314,14 +314,10 @@ impl Extras for Mimalloc {
         new_size: usize,
         _extra: usize,
     ) -> Option<InPlace> {
-        let q = mi::mi_expand(p.cast(), new_size);
-        Some(match q.is_null() {
-            true => InPlace::Unchanged,
-            false => InPlace::Resized {
-                ptr: q as usize,
-                owned: new_size,
-            },
-        })
+        Some(InPlace::of_expand(
+            mi::mi_expand(p.cast(), new_size),
+            new_size,
+        ))
     }
 
     unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {

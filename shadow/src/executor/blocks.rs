@@ -211,6 +211,7 @@ impl Executor {
     /// leaves the heap sound: flagged here, before anything touches the
     /// missing bytes, so it is filed as what it is and not as the
     /// sanitizer's report of the harness's access.
+    ///
     /// A huge block is asked about only where the harness touches it:
     /// its first and last `window` bytes.
     pub(super) fn checked_usable(
