@@ -54,6 +54,12 @@ const NOISE_PREFIXES: &[&str] = &[
     "__libc_",
     "__GI_",
     "pthread_kill",
+    // libc's string functions' machine-specific bodies
+    // (`__memcpy_avx_unaligned_erms`): their caller made the copy.
+    "__memcpy",
+    "__memmove",
+    "__mempcpy",
+    "__memset",
     "__pthread_kill",
     "__assert_fail",
     "_mi_assert_fail",

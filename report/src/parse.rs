@@ -198,3 +198,99 @@ pub(crate) fn top_frames(after: &[&str], leak: bool) -> Vec<String> {
     }
     top
 }
+
+/// ASan's error types of a read or write the memory did not allow: which
+/// one a bad access gets depends on what lay at the address (a redzone, a
+/// freed block, nothing mapped), not on the bug. One bug's accesses share
+/// the alternative title `bad-access in f` (syzkaller's, for KASAN's and
+/// the page faults' titles).
+const BAD_ACCESS: &[&str] = &[
+    "heap-buffer-overflow",
+    "heap-use-after-free",
+    "unknown-crash",
+    "SEGV",
+    "BUS",
+    "wild-addr",
+    "wild-addr-read",
+    "wild-addr-write",
+    "use-after-poison",
+    "container-overflow",
+    "global-buffer-overflow",
+    "stack-buffer-overflow",
+    "dynamic-stack-buffer-overflow",
+    "stack-use-after-return",
+    "stack-use-after-scope",
+    "intra-object-overflow",
+];
+
+/// ASan's error types of a free of memory that was not a live block:
+/// alternative title `invalid-free in f`.
+const INVALID_FREE: &[&str] = &[
+    "double-free",
+    "bad-free",
+    "alloc-dealloc-mismatch",
+    "new-delete-type-mismatch",
+];
+
+/// Step 4, for a sanitizer error: its alternative titles (syzkaller's
+/// `AltTitles`): two reports of one allocator that share one show one bug,
+/// though ASan named them apart. `frames` are the report's frames.
+///
+/// - `freed-live in g` for a report keyed by where the block was freed
+///   ([`freed_behind_harness`]): the harness's read of the block and its
+///   later free of it are two symptoms of the allocator's free in `g`.
+/// - else `bad-access in f` for any bad read or write ([`BAD_ACCESS`]) in
+///   the allocator's `f`: a copy past a block's end is a
+///   `heap-buffer-overflow`, an `unknown-crash` or a `SEGV` by where the
+///   copy ended. An access the harness made has none: the harness reads
+///   every block, and which one it found broken says nothing of where.
+/// - else `invalid-free in f` for a bad free ([`INVALID_FREE`]).
+pub(crate) fn sanitizer_alt_titles(kind: &str, frames: &[String], after: &[&str]) -> Vec<String> {
+    let Some(f) = frames.first() else {
+        return Vec::new();
+    };
+    let title = if freed_behind_harness(kind, after).is_some() {
+        format!("freed-live in {f}")
+    } else if BAD_ACCESS.contains(&kind) && !accessed_by_harness(after) {
+        format!("bad-access in {f}")
+    } else if INVALID_FREE.contains(&kind) {
+        format!("invalid-free in {f}")
+    } else {
+        return Vec::new();
+    };
+    vec![title]
+}
+
+/// For a double free, and a use-after-free the harness met reading a
+/// block it holds: the frame that freed the block first ([`freed_at`]),
+/// which is where the allocator went wrong (the harness frees each of its
+/// blocks once, and reads only blocks it holds). `None` for any other
+/// report, or one without a `freed by` stack.
+pub(crate) fn freed_behind_harness(kind: &str, after: &[&str]) -> Option<String> {
+    let behind =
+        kind == "double-free" || (kind == "heap-use-after-free" && accessed_by_harness(after));
+    behind.then(|| freed_at(after)).flatten()
+}
+
+/// Whether the first frame of the first stack that is not noise is
+/// allocsoak's harness: the harness itself made the access.
+fn accessed_by_harness(after: &[&str]) -> bool {
+    first_stack(after)
+        .iter()
+        .find(|f| !is_noise(f))
+        .is_some_and(is_harness)
+}
+
+/// The top frame of the stack that freed the block, ASan's `freed by
+/// thread T here:` (for a use-after-free and a double free alike), by the
+/// rule of [`top_frames`]; `None` when the report has none.
+fn freed_at(after: &[&str]) -> Option<String> {
+    let end = after[1..]
+        .iter()
+        .position(|l| l.contains("ERROR: "))
+        .map_or(after.len(), |i| i + 1);
+    let at = after[..end]
+        .iter()
+        .position(|l| l.contains("freed by thread"))?;
+    top_frames(&after[at + 1..end], false).into_iter().next()
+}

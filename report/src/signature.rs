@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 use crate::frame::Frame;
 use crate::key;
 use crate::parse::{
-    assertion_message, crash_message, finding, first_stack, leak_message, sanitizer_message,
-    top_frames, Class,
+    assertion_message, crash_message, finding, first_stack, freed_behind_harness, leak_message,
+    sanitizer_alt_titles, sanitizer_message, top_frames, Class,
 };
 use crate::record::Record;
 
@@ -58,6 +58,11 @@ use crate::record::Record;
 ///   (the SUMMARY line's, which is `double-free` where the ERROR line says
 ///   `attempting double-free`) and the access (`heap-use-after-free READ`),
 ///   and the top frame of the first stack. Sizes and addresses never count.
+///   A double free, and a use-after-free the harness met reading a block
+///   it holds, are keyed by where the allocator first freed that block
+///   (`heap-use-after-free READ of a block freed in g`): the harness reads
+///   and frees only blocks it holds, so its access says nothing of the bug. A sanitizer error also has alternative titles
+///   ([`alt`](Signature::alt)).
 /// - **Leak** (`ERROR: LeakSanitizer`): whether the first leak is direct, and
 ///   the top frame of its allocation stack below `malloc` and friends, the
 ///   Rust allocation shims and the harness: the allocator's code that got
@@ -116,6 +121,13 @@ pub struct Signature {
     /// The frames are a violation's code path (the allocator functions the
     /// failing op ran, a sorted set), not a stack.
     pub path: bool,
+    /// Alternative titles (syzkaller's `AltTitles`): a crash of the same
+    /// allocator that shares one shows the same bug, though its key
+    /// differs (`bad-access in f`, `invalid-free in f`, `freed-live in g`:
+    /// the rules are on the parser's `sanitizer_alt_titles`). Not part of
+    /// the key; a group keeps the alternative titles of every crash filed
+    /// into it.
+    pub alt: Vec<String>,
 }
 
 impl Signature {
@@ -134,6 +146,7 @@ impl Signature {
         }
         .unwrap_or_else(|| slot_allocator(slot))
         .to_string();
+        let mut alt = Vec::new();
         let (message, frames) = match class {
             Class::Violation => {
                 // A line without `: ` after the kind has no key; keep it whole.
@@ -142,7 +155,18 @@ impl Signature {
                 (key, Vec::new())
             }
             Class::Engine => (slot.to_string(), Vec::new()),
-            Class::Sanitizer => (sanitizer_message(&kind, after), top_frames(after, false)),
+            Class::Sanitizer => {
+                let mut message = sanitizer_message(&kind, after);
+                let frames = match freed_behind_harness(&kind, after) {
+                    Some(freed) => {
+                        message.push_str(" of a block freed");
+                        vec![freed]
+                    }
+                    None => top_frames(after, false),
+                };
+                alt = sanitizer_alt_titles(&kind, &frames, after);
+                (message, frames)
+            }
             Class::Leak => (leak_message(after), top_frames(after, true)),
             Class::Assertion => (assertion_message(after), top_frames(after, false)),
             Class::Crash => (crash_message(after), top_frames(after, false)),
@@ -153,6 +177,7 @@ impl Signature {
             frames,
             message,
             path: false,
+            alt,
         })
     }
 
@@ -177,6 +202,7 @@ impl Signature {
                 record.key.clone()
             },
             path,
+            alt: Vec::new(),
         }
     }
 
@@ -217,13 +243,24 @@ impl Signature {
             message: lines.next()?.to_string(),
             frames: lines.map(str::to_string).collect(),
             path,
+            alt: Vec::new(),
         })
     }
 
-    /// Whether `other` shows the bug this signature does: one key, or one
-    /// code path containing the other ([`same_path`](Signature::same_path)).
+    /// Whether `other` shows the bug this signature does: one key, one
+    /// code path containing the other ([`same_path`](Signature::same_path)),
+    /// or an alternative title in common ([`shares_alt`](Signature::shares_alt)).
     pub fn same_bug(&self, other: &Signature) -> bool {
-        self.key() == other.key() || self.same_path(other)
+        self.key() == other.key()
+            || self.same_path(other)
+            || (self.allocator == other.allocator && self.shares_alt(&other.alt))
+    }
+
+    /// Whether this signature, of its allocator, has one of `titles` among
+    /// its alternative titles (syzkaller's rule: crashes whose titles
+    /// meet are one bug).
+    pub fn shares_alt(&self, titles: &[String]) -> bool {
+        self.alt.iter().any(|t| titles.contains(t))
     }
 
     /// The group's id: the first 16 hex digits of the SHA-256 of
@@ -314,6 +351,7 @@ impl Signature {
             frames: Vec::new(),
             message: series.to_string(),
             path: false,
+            alt: Vec::new(),
         }
     }
 }

@@ -4,3 +4,4 @@ SEGV
 system
 SEGV WRITE
 mi_heap_malloc_use_guarded
+alt: bad-access in mi_heap_malloc_use_guarded

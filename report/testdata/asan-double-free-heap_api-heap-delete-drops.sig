@@ -1,6 +1,7 @@
-double-free in <shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::free
-099762be86adf14b
+double-free of a block freed in <shadow::allocator::zoo::ZooHeaps as shadow::allocator::Heaps>::delete
+34ec83051e1a6523
 double-free
 system
-double-free
-<shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::free
+double-free of a block freed
+<shadow::allocator::zoo::ZooHeaps as shadow::allocator::Heaps>::delete
+alt: freed-live in <shadow::allocator::zoo::ZooHeaps as shadow::allocator::Heaps>::delete

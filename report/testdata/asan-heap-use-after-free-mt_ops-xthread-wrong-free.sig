@@ -1,6 +1,7 @@
-heap-use-after-free READ in verify
-41abc0227c052fd6
+heap-use-after-free READ of a block freed in wrong_free
+715f399a417d9cba
 heap-use-after-free
 system
-heap-use-after-free READ
-verify
+heap-use-after-free READ of a block freed
+wrong_free
+alt: freed-live in wrong_free

@@ -21,7 +21,11 @@ fn sig(name: &str) -> Signature {
 }
 
 fn render(sig: &Signature) -> String {
-    format!("{}\n{}\n{}\n", sig.title(), sig.id(), sig.key())
+    let mut text = format!("{}\n{}\n{}\n", sig.title(), sig.id(), sig.key());
+    for alt in &sig.alt {
+        text.push_str(&format!("alt: {alt}\n"));
+    }
+    text
 }
 
 #[test]
@@ -91,17 +95,43 @@ fn the_same_bug_reached_through_two_targets_lands_in_one_group() {
     assert_eq!(mt_ops.violation_key(), key::key_of(line).as_deref());
 }
 
-/// A block freed behind the harness's back is met by whichever check reads
-/// it next (`verify` before a free, after a race, at `heap_delete`): the
-/// check's callers are the harness's, not the allocator's, so in one
-/// allocator they are one group (read here with one slot; two allocators
-/// are two groups whatever their frames).
+/// A block the allocator freed behind the harness's back is met by the
+/// harness's next read of it (a `heap-use-after-free` in its contents
+/// check) or by its free of it (a `double-free` in the allocator's free):
+/// two ASan titles of one bug, keyed by where the block was freed, that
+/// share the alternative title `freed-live in <that function>`. Two such
+/// bugs, freeing in two functions, are two groups.
 #[test]
-fn use_after_frees_found_by_two_checks_are_one_group() {
-    let xthread = sig("asan-heap-use-after-free-mt_ops-xthread-wrong-free");
-    let heap_delete = sig("asan-heap-use-after-free-heap_api-heap-delete-drops");
-    assert_eq!(xthread.message, heap_delete.message);
-    assert_eq!(xthread.id(), heap_delete.id());
+fn a_block_freed_behind_the_harness_is_one_bug_whichever_symptom_shows_it() {
+    let xthread_read = sig("asan-heap-use-after-free-mt_ops-xthread-wrong-free");
+    let xthread_free = sig("asan-double-free-mt_ops-xthread-wrong-free");
+    let delete_read = sig("asan-heap-use-after-free-heap_api-heap-delete-drops");
+    let delete_free = sig("asan-double-free-heap_api-heap-delete-drops");
+    assert_eq!(xthread_read.frames, ["wrong_free"]);
+    assert!(xthread_read.same_bug(&xthread_free) && xthread_free.same_bug(&xthread_read));
+    assert!(delete_read.same_bug(&delete_free) && delete_free.same_bug(&delete_read));
+    for (a, b) in [(&xthread_read, &delete_read), (&xthread_free, &delete_free)] {
+        assert!(!a.same_bug(b), "{a} and {b}");
+    }
+    // Another allocator's crash never joins by an alternative title.
+    let mut elsewhere = xthread_free.clone();
+    elsewhere.allocator = "other".into();
+    assert!(!xthread_read.same_bug(&elsewhere));
+}
+
+/// An overflow is a `heap-buffer-overflow`, an `unknown-crash` or a `SEGV`
+/// by where it ended; one copy's are one bug (`bad-access in f`), and
+/// libc's `memcpy` is never the frame.
+#[test]
+fn one_copy_past_the_end_is_one_bug_whatever_asan_calls_it() {
+    let segv = sig("asan-SEGV-alloc_ops-huge-success");
+    let overflow = sig("asan-heap-buffer-overflow-alloc_ops-huge-success");
+    assert_ne!(segv.id(), overflow.id());
+    assert!(segv.same_bug(&overflow));
+    assert_eq!(segv.frames, overflow.frames);
+    // Not an access the harness made: its read of a freed block.
+    let read = sig("asan-heap-use-after-free-mt_ops-xthread-wrong-free");
+    assert!(!read.alt.iter().any(|t| t.starts_with("bad-access")));
 }
 
 #[test]

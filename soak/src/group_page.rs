@@ -194,6 +194,7 @@ mod tests {
                 minimized: None,
                 repro: String::new(),
                 path: false,
+                alt_titles: Vec::new(),
             };
             std::fs::create_dir_all(state.crash_group(id)).unwrap();
             write_report(&state, &store, &g).unwrap();

@@ -105,6 +105,9 @@ pub struct GroupFile {
     /// The signature's frames are the violation's code path.
     #[serde(default)]
     pub path: bool,
+    /// The signature's alternative titles ([`Signature::alt`]).
+    #[serde(default)]
+    pub alt_titles: Vec<String>,
 }
 
 impl Source<'_> {
@@ -194,6 +197,7 @@ fn sign(src: &Source, replay: &Replay, engine_log: &str) -> Signature {
             frames: Vec::new(),
             message: format!("unreported crash in {slot}"),
             path: false,
+            alt: Vec::new(),
         })
 }
 
@@ -218,7 +222,7 @@ pub fn file(
     if let Some(record) = saved_record(artifact) {
         let known = group_of_record(&lock(store), &record)?;
         if let Some(id) = known {
-            return file_repeat(state, store, src, artifact, &id, true, Some(&record));
+            return file_repeat(state, store, src, artifact, &id, true, Some(&record), None);
         }
     }
     let mut reproduction = reproduce(src, artifact)?;
@@ -235,7 +239,16 @@ pub fn file(
     let known = group_of(&lock(store), &sig)?;
     let id = known.clone().unwrap_or_else(|| sig.id());
     if known.is_some() || state.crash_group(&id).is_dir() {
-        return file_repeat(state, store, src, artifact, &id, reproduced, record);
+        return file_repeat(
+            state,
+            store,
+            src,
+            artifact,
+            &id,
+            reproduced,
+            record,
+            Some(&sig),
+        );
     }
 
     // A new group: build its folder aside, then rename it into place.
@@ -315,6 +328,7 @@ pub fn file(
         history_shrunk: shrunk.as_ref().map(|s| s.summary()),
         minimized_ops: minimized.as_ref().map(|m| m.summary()),
         path: sig.path,
+        alt_titles: sig.alt.clone(),
     };
     state::write_atomic(
         &work.join("group.toml"),
@@ -333,6 +347,7 @@ pub fn file(
     let original = dir.join("original").to_string_lossy().into_owned();
     store.add_crash(&id, src.slot_id, src.slice_id, &original, reproduced)?;
     add_variant(&store, src, &id, record, &original)?;
+    store.add_alt_titles(&id, &sig.alt)?;
     if !reproduced {
         store.set_status(&id, "flaky")?;
     }
@@ -360,15 +375,17 @@ pub fn record_path(input: &Path) -> PathBuf {
 }
 
 /// The group a replay's signature files into: the group of that
-/// signature, or the oldest code-path group of the same bug (one path
-/// containing the other: [`Signature::same_path`]); `None` for a new bug.
+/// signature, the oldest code-path group of the same bug (one path
+/// containing the other: [`Signature::same_path`]), or the oldest group of
+/// its allocator with one of its alternative titles ([`Signature::alt`]);
+/// `None` for a new bug.
 fn group_of(store: &Store, sig: &Signature) -> Result<Option<String>> {
     let id = sig.id();
     if store.group(&id)?.is_some() {
         return Ok(Some(id));
     }
     if !sig.path {
-        return Ok(None);
+        return store.group_by_alt_title(&sig.allocator, &sig.alt);
     }
     Ok(store
         .path_groups()?
@@ -417,10 +434,36 @@ fn add_variant(
     })
 }
 
+/// Keeps what a repeat of group `id` signed `sig` adds to it: its
+/// alternative titles and, when it joined by one of those (its key is not
+/// the group's), a variant keyed by what gets a harness past it, so that
+/// the group's slices tolerate both symptoms of its bug.
+fn add_other_signature(
+    store: &Store,
+    src: &Source,
+    id: &str,
+    sig: &Signature,
+    input: &str,
+) -> Result<()> {
+    store.add_alt_titles(id, &sig.alt)?;
+    let Some(key) = sig.tolerance_key().filter(|_| sig.id() != id && !sig.path) else {
+        return Ok(());
+    };
+    store.add_variant(&store::VariantRow {
+        group_id: id.to_string(),
+        key,
+        site: sig.title(),
+        target: src.target.name().to_string(),
+        count: 1,
+        first_input: input.to_string(),
+    })
+}
+
 /// Files `artifact` into the known group `id`: kept in its `inputs/`,
-/// counted (as a variant, when its `record` says how it was reached), a
-/// fixed group marked regressed and a new one flaky when this one did not
-/// reproduce.
+/// counted (as a variant, when its `record` says how it was reached, or
+/// its signature `sig` differs from the group's), a fixed group marked
+/// regressed and a new one flaky when this one did not reproduce.
+#[allow(clippy::too_many_arguments)]
 fn file_repeat(
     state: &StateDir,
     store: &std::sync::Mutex<Store>,
@@ -429,6 +472,7 @@ fn file_repeat(
     id: &str,
     reproduced: bool,
     record: Option<&report::Record>,
+    sig: Option<&Signature>,
 ) -> Result<Filed> {
     let dest = state.crash_group(id).join("inputs");
     std::fs::create_dir_all(&dest)?;
@@ -452,6 +496,9 @@ fn file_repeat(
         reproduced,
     )?;
     add_variant(&store, src, id, record, &kept.to_string_lossy())?;
+    if let Some(sig) = sig {
+        add_other_signature(&store, src, id, sig, &kept.to_string_lossy())?;
+    }
     if let Some(g) = store.group(id)? {
         if g.status == "fixed" {
             // Marked fixed by `triage verify`, and here it is again.
@@ -547,6 +594,7 @@ pub fn refill(state: &StateDir, store: &Store, id: &str) -> Result<()> {
         minimized: g.minimized,
         repro: g.repro,
         path: g.path,
+        alt_titles: g.alt_titles,
     })
 }
 

@@ -68,6 +68,9 @@ struct Entry {
     /// The signature's frames are a code path (`report::Signature::path`).
     #[serde(default)]
     path: bool,
+    /// The group's alternative titles (`report::Signature::alt`).
+    #[serde(default)]
+    alt_titles: Vec<String>,
 }
 
 /// Groups a gate starts from: `from` is an allocsoak state dir or a
@@ -189,6 +192,7 @@ fn materialize(e: &Entry, state: &StateDir) -> Result<()> {
         history_shrunk: None,
         minimized_ops: None,
         path: e.path,
+        alt_titles: e.alt_titles.clone(),
     };
     state::write_atomic(
         &work.join("group.toml"),
@@ -205,7 +209,7 @@ pub fn write(state: &StateDir, store: &Store, out: &Path) -> Result<usize> {
             continue;
         }
         let g = Group::find(state, store, &row.id)?;
-        groups.push(entry(&g)?);
+        groups.push(entry(&g, store.alt_titles(&row.id)?)?);
     }
     groups.sort_by(|a, b| a.id.cmp(&b.id));
     let n = groups.len();
@@ -220,7 +224,7 @@ pub fn write(state: &StateDir, store: &Store, out: &Path) -> Result<usize> {
     Ok(n)
 }
 
-fn entry(g: &Group) -> Result<Entry> {
+fn entry(g: &Group, alt_titles: Vec<String>) -> Result<Entry> {
     let read =
         |p: &Path| std::fs::read(p).with_context(|| format!("failed to read {}", p.display()));
     let text = |p: &Path| -> Result<Option<String>> {
@@ -251,6 +255,7 @@ fn entry(g: &Group) -> Result<Entry> {
         history,
         tolerate: text(&g.dir.join("tolerate"))?,
         path: g.row.path,
+        alt_titles,
     })
 }
 

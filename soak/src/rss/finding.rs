@@ -100,6 +100,7 @@ pub fn file(
         history_shrunk: None,
         minimized_ops: Some(narrowed.summary()),
         path: false,
+        alt_titles: Vec::new(),
     };
     state::write_atomic(
         &work.join("group.toml"),

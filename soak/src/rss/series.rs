@@ -238,6 +238,7 @@ mod tests {
                 minimized: None,
                 repro: String::new(),
                 path: false,
+                alt_titles: Vec::new(),
             })
             .unwrap();
         segment(&store, slot.id, 25, 0, "stop");

@@ -7,12 +7,15 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
+mod alt_titles;
+
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
 const MIGRATIONS: &[&str] = &[
-    include_str!("../migrations/0001_init.sql"),
-    include_str!("../migrations/0002_tolerance_key.sql"),
-    include_str!("../migrations/0003_drift.sql"),
-    include_str!("../migrations/0004_paths.sql"),
+    include_str!("../../migrations/0001_init.sql"),
+    include_str!("../../migrations/0002_tolerance_key.sql"),
+    include_str!("../../migrations/0003_drift.sql"),
+    include_str!("../../migrations/0004_paths.sql"),
+    include_str!("../../migrations/0005_alt_titles.sql"),
 ];
 
 pub struct Store {
@@ -62,6 +65,9 @@ pub struct GroupRow {
     pub repro: String,
     /// The signature's frames are a code path ([`report::Signature::path`]).
     pub path: bool,
+    /// The alternative titles of the crashes filed into it
+    /// ([`report::Signature::alt`]), sorted.
+    pub alt_titles: Vec<String>,
 }
 
 /// One way a group's bug was reached (a row of its variants table).
@@ -78,14 +84,17 @@ pub struct VariantRow {
 }
 
 impl GroupRow {
-    /// The signature the group was filed under.
+    /// The signature the group was filed under, with the alternative
+    /// titles of every crash filed into it.
     pub fn signature(&self) -> Option<report::Signature> {
-        report::Signature::from_key(&self.signature, self.path)
+        let mut sig = report::Signature::from_key(&self.signature, self.path)?;
+        sig.alt = self.alt_titles.clone();
+        Some(sig)
     }
 
     /// Whether a replay signed `sig` shows this group's bug: its id, or
     /// the same bug ([`report::Signature::same_bug`]: one code path
-    /// containing the other).
+    /// containing the other, or an alternative title in common).
     pub fn shown_by(&self, sig: &report::Signature) -> bool {
         sig.id() == self.id || self.signature().is_some_and(|g| g.same_bug(sig))
     }
@@ -344,7 +353,7 @@ impl Store {
                 g.path
             ],
         )?;
-        Ok(())
+        self.add_alt_titles(&g.id, &g.alt_titles)
     }
 
     /// Records one raw crash in its group.
@@ -548,7 +557,10 @@ impl Store {
 }
 
 const GROUP_SELECT: &str = "SELECT id, signature, kind, title, tolerance_key, slot_id, first_seen,
-    last_seen, count, status, minimized, repro, path FROM crash_group";
+    last_seen, count, status, minimized, repro, path,
+    (SELECT group_concat(title, char(10)) FROM
+        (SELECT title FROM alt_title WHERE group_id = crash_group.id ORDER BY title))
+    FROM crash_group";
 
 fn slot_row(r: &rusqlite::Row) -> rusqlite::Result<SlotRow> {
     Ok(SlotRow {
@@ -575,151 +587,11 @@ fn group_row(r: &rusqlite::Row) -> rusqlite::Result<GroupRow> {
         minimized: r.get(10)?,
         repro: r.get(11)?,
         path: r.get(12)?,
+        alt_titles: r
+            .get::<_, Option<String>>(13)?
+            .map_or_else(Vec::new, |t| t.split('\n').map(str::to_string).collect()),
     })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn migrates_once_and_keeps_rows_across_opens() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.sqlite");
-        let slot = Store::open(&path)
-            .unwrap()
-            .slot("alloc_ops", "system", "libfuzzer", 1.0)
-            .unwrap();
-        let store = Store::open(&path).unwrap();
-        assert_eq!(store.slots().unwrap(), vec![slot.clone()]);
-        let mode: String = store
-            .conn
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(mode, "wal");
-        // The weight on file wins over the configured one.
-        store.set_weight(slot.id, 0.25).unwrap();
-        assert_eq!(
-            store
-                .slot("alloc_ops", "system", "libfuzzer", 1.0)
-                .unwrap()
-                .weight,
-            0.25
-        );
-    }
-
-    #[test]
-    fn a_reference_allocators_bug_is_tolerated_in_every_slot_and_no_other_is() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("store.sqlite")).unwrap();
-        let found_in = store
-            .slot("diff_mimalloc", "zoo:x", "libfuzzer", 1.0)
-            .unwrap();
-        store
-            .slot("diff_mimalloc", "system", "libfuzzer", 1.0)
-            .unwrap();
-        let group = |id: &str, key: &str| GroupRow {
-            id: id.into(),
-            signature: key.into(),
-            kind: "overlap".into(),
-            title: key.into(),
-            tolerance_key: Some(key.into()),
-            slot_id: found_in.id,
-            first_seen: 0,
-            last_seen: 0,
-            count: 1,
-            status: "new".into(),
-            minimized: None,
-            repro: String::new(),
-            path: false,
-        };
-        let own = "overlap in alloc size 0..64 align ..16: block N+N overlaps live block N+N";
-        let reference = format!("{own} [reference allocator mimalloc]");
-        store.insert_group(&group("a", own)).unwrap();
-        store.insert_group(&group("b", &reference)).unwrap();
-        let keys = |allocator| -> Vec<String> {
-            store
-                .tolerated_keys(allocator)
-                .unwrap()
-                .into_iter()
-                .map(|(_, k)| k)
-                .collect()
-        };
-        assert_eq!(keys("zoo:x"), vec![own.to_string(), reference.clone()]);
-        assert_eq!(keys("system"), vec![reference]);
-    }
-
-    #[test]
-    fn a_groups_variants_are_counted_and_each_key_is_tolerated() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("store.sqlite")).unwrap();
-        let slot = store.slot("alloc_ops", "port", "libfuzzer", 1.0).unwrap();
-        let first =
-            "alignment in alloc size 0..64 align 32..: block N (size N) is not aligned to N";
-        let second = "alignment in alloc-zeroed size 4K..256K align 32..: block N (size N) is not aligned to N";
-        store
-            .insert_group(&GroupRow {
-                id: "g".into(),
-                signature: "alignment\nport\nalignment: block N (size N) is not aligned to N\nport::aligned".into(),
-                kind: "alignment".into(),
-                title: String::new(),
-                tolerance_key: Some(first.into()),
-                slot_id: slot.id,
-                first_seen: 0,
-                last_seen: 0,
-                count: 1,
-                status: "new".into(),
-                minimized: None,
-                repro: String::new(),
-                path: true,
-            })
-            .unwrap();
-        let variant = |key: &str, site: &str, input: &str| VariantRow {
-            group_id: "g".into(),
-            key: key.into(),
-            site: site.into(),
-            target: "alloc_ops".into(),
-            count: 1,
-            first_input: input.into(),
-        };
-        store
-            .add_variant(&variant(first, "alloc size 0..64 align 32..", "a"))
-            .unwrap();
-        store
-            .add_variant(&variant(first, "alloc size 0..64 align 32..", "b"))
-            .unwrap();
-        store
-            .add_variant(&variant(
-                second,
-                "alloc-zeroed size 4K..256K align 32..",
-                "c",
-            ))
-            .unwrap();
-        let rows = store.variants("g").unwrap();
-        assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].count, rows[0].first_input.as_str()), (2, "a"));
-        let keys: Vec<String> = store
-            .tolerated_keys("port")
-            .unwrap()
-            .into_iter()
-            .map(|(_, k)| k)
-            .collect();
-        assert_eq!(keys, vec![first.to_string(), second.to_string()]);
-        assert_eq!(store.groups_of_variant(second).unwrap()[0].id, "g");
-        let g = store.path_groups().unwrap().remove(0);
-        let sig = g.signature().unwrap();
-        assert!(sig.path && sig.frames == ["port::aligned"], "{sig:?}");
-    }
-
-    #[test]
-    fn a_file_that_is_not_a_store_is_refused_and_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.sqlite");
-        std::fs::write(&path, b"this is not sqlite, it is someone's notes").unwrap();
-        let err = Store::open(&path).err().unwrap().to_string();
-        assert!(err.contains("move it aside"), "{err}");
-        assert!(std::fs::read(&path)
-            .unwrap()
-            .starts_with(b"this is not sqlite"));
-    }
-}
+mod tests;
