@@ -261,14 +261,15 @@ pub(crate) fn sanitizer_alt_titles(kind: &str, frames: &[String], after: &[&str]
     vec![title]
 }
 
-/// For a double free, and a use-after-free the harness met reading a
-/// block it holds: the frame that freed the block first ([`freed_at`]),
-/// which is where the allocator went wrong (the harness frees each of its
-/// blocks once, and reads only blocks it holds). `None` for any other
-/// report, or one without a `freed by` stack.
+/// For a double free, a usable-size query of a freed block, and a
+/// use-after-free the harness met reading a block it holds: the frame that
+/// freed the block first ([`freed_at`]), which is where the allocator went
+/// wrong (the harness frees each of its blocks once, and reads and asks
+/// about only blocks it holds). `None` for any other report, or one
+/// without a `freed by` stack.
 pub(crate) fn freed_behind_harness(kind: &str, after: &[&str]) -> Option<String> {
-    let behind =
-        kind == "double-free" || (kind == "heap-use-after-free" && accessed_by_harness(after));
+    let behind = matches!(kind, "double-free" | "bad-malloc_usable_size")
+        || (kind == "heap-use-after-free" && accessed_by_harness(after));
     behind.then(|| freed_at(after)).flatten()
 }
 

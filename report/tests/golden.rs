@@ -97,14 +97,17 @@ fn the_same_bug_reached_through_two_targets_lands_in_one_group() {
 
 /// A block the allocator freed behind the harness's back is met by the
 /// harness's next read of it (a `heap-use-after-free` in its contents
-/// check) or by its free of it (a `double-free` in the allocator's free):
-/// two ASan titles of one bug, keyed by where the block was freed, that
+/// check), by its free of it (a `double-free` in the allocator's free) or
+/// by its usable-size query (`bad-malloc_usable_size`): three ASan titles
+/// of one bug, keyed by where the block was freed, that
 /// share the alternative title `freed-live in <that function>`. Two such
 /// bugs, freeing in two functions, are two groups.
 #[test]
 fn a_block_freed_behind_the_harness_is_one_bug_whichever_symptom_shows_it() {
     let xthread_read = sig("asan-heap-use-after-free-mt_ops-xthread-wrong-free");
     let xthread_free = sig("asan-double-free-mt_ops-xthread-wrong-free");
+    let xthread_query = sig("asan-bad-malloc_usable_size-mt_ops-xthread-wrong-free");
+    assert!(xthread_query.same_bug(&xthread_read) && xthread_query.same_bug(&xthread_free));
     let delete_read = sig("asan-heap-use-after-free-heap_api-heap-delete-drops");
     let delete_free = sig("asan-double-free-heap_api-heap-delete-drops");
     assert_eq!(xthread_read.frames, ["wrong_free"]);
