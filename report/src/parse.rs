@@ -261,16 +261,49 @@ pub(crate) fn sanitizer_alt_titles(kind: &str, frames: &[String], after: &[&str]
     vec![title]
 }
 
-/// For a double free, a usable-size query of a freed block, and a
-/// use-after-free the harness met reading a block it holds: the frame that
-/// freed the block first ([`freed_at`]), which is where the allocator went
-/// wrong (the harness frees each of its blocks once, and reads and asks
-/// about only blocks it holds). `None` for any other report, or one
-/// without a `freed by` stack.
+/// For a use-after-free the harness met reading a block it holds, and a
+/// double free or usable-size query of a block the harness holds and gave
+/// the call ([`HELD_BLOCK`]): the frame that freed the block first
+/// ([`freed_at`]), which is where the allocator went wrong (the harness
+/// frees each of its blocks once, and reads and asks about only blocks it
+/// holds). `None` for any other report (a double free of another block,
+/// inside the allocator, is keyed by where it happened), or one without a
+/// `freed by` stack.
 pub(crate) fn freed_behind_harness(kind: &str, after: &[&str]) -> Option<String> {
-    let behind = matches!(kind, "double-free" | "bad-malloc_usable_size")
-        || (kind == "heap-use-after-free" && accessed_by_harness(after));
+    let behind = match kind {
+        "double-free" | "bad-malloc_usable_size" => given_held_block(after),
+        "heap-use-after-free" => accessed_by_harness(after),
+        _ => false,
+    };
     behind.then(|| freed_at(after)).flatten()
+}
+
+/// The line the harness adds to a sanitizer report of a block it holds
+/// and gave the failing call (a free, a realloc, a usable-size query),
+/// then its address: the allocator had freed the block before.
+pub const HELD_BLOCK: &str = "allocsoak: the harness holds the block at";
+
+/// The address a sanitizer report is about, from its ERROR line
+/// (`attempting double-free on 0x...`, `heap-use-after-free on address
+/// 0x...`, `... which is not owned: 0x...`).
+pub fn reported_address(report: &str) -> Option<usize> {
+    let line = report
+        .lines()
+        .find(|l| l.contains("ERROR: AddressSanitizer: "))?;
+    let hex = line
+        .split(|c: char| c.is_whitespace())
+        .find_map(|w| w.strip_prefix("0x"))?;
+    usize::from_str_radix(hex.trim_end_matches(|c: char| !c.is_ascii_hexdigit()), 16).ok()
+}
+
+/// Whether the harness said the report is of the block it gave the call
+/// ([`HELD_BLOCK`]), before the next report.
+fn given_held_block(after: &[&str]) -> bool {
+    after
+        .iter()
+        .skip(1)
+        .take_while(|l| !l.contains("ERROR: "))
+        .any(|l| l.contains(HELD_BLOCK))
 }
 
 /// Whether the first frame of the first stack that is not noise is

@@ -1,7 +1,7 @@
-double-free of a block freed in <shadow::allocator::zoo::ZooHeaps as shadow::allocator::Heaps>::delete
-34ec83051e1a6523
+double-free of a block freed in <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete
+4150c8e7aa844227
 double-free
 system
 double-free of a block freed
-<shadow::allocator::zoo::ZooHeaps as shadow::allocator::Heaps>::delete
-alt: freed-live in <shadow::allocator::zoo::ZooHeaps as shadow::allocator::Heaps>::delete
+<shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete
+alt: freed-live in <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete

@@ -1,7 +1,7 @@
-heap-use-after-free READ of a block freed in <shadow::allocator::zoo::ZooHeaps as shadow::allocator::Heaps>::delete
-13e380c6d3983538
+heap-use-after-free READ of a block freed in <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete
+b4edefec4c73a512
 heap-use-after-free
 system
 heap-use-after-free READ of a block freed
-<shadow::allocator::zoo::ZooHeaps as shadow::allocator::Heaps>::delete
-alt: freed-live in <shadow::allocator::zoo::ZooHeaps as shadow::allocator::Heaps>::delete
+<shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete
+alt: freed-live in <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete

@@ -116,6 +116,11 @@ fn a_block_freed_behind_the_harness_is_one_bug_whichever_symptom_shows_it() {
     for (a, b) in [(&xthread_read, &delete_read), (&xthread_free, &delete_free)] {
         assert!(!a.same_bug(b), "{a} and {b}");
     }
+    // A double free inside the allocator, of a block the harness does
+    // not hold (`wrong_free` frees one a realloc had freed): keyed where
+    // it happened, as any crash.
+    let inside = sig("asan-double-free-mt_ops-xthread-wrong-free-inside");
+    assert_eq!(inside.title(), "double-free in wrong_free");
     // Another allocator's crash never joins by an alternative title.
     let mut elsewhere = xthread_free.clone();
     elsewhere.allocator = "other".into();

@@ -320,3 +320,15 @@ fn a_sanitizer_report_is_tolerated_by_its_title_and_nothing_else_is_but_violatio
         None
     );
 }
+
+#[test]
+fn a_reports_address_is_read_from_its_error_line() {
+    for (line, at) in [
+        ("==1==ERROR: AddressSanitizer: attempting double-free on 0x7bd04b5f94d0 in thread T0:", 0x7bd04b5f94d0),
+        ("==1==ERROR: AddressSanitizer: heap-use-after-free on address 0x7b70 at pc 0x55 bp 0x7f", 0x7b70),
+        ("==1==ERROR: AddressSanitizer: attempting to call malloc_usable_size() for pointer which is not owned: 0x7b50cf5fa010", 0x7b50cf5fa010),
+    ] {
+        assert_eq!(crate::reported_address(line), Some(at), "{line}");
+    }
+    assert_eq!(crate::reported_address("no report"), None);
+}

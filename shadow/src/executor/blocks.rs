@@ -128,8 +128,9 @@ impl Executor {
                 align,
             });
         }
-        block.usable =
-            self.queried(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) });
+        block.usable = crate::sanitizer::given(p, || {
+            self.queried(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) })
+        });
         if let (Origin::Fresh { .. }, None) = (&origin, heap) {
             self.check_good_size(&block);
         }
@@ -288,6 +289,10 @@ impl Executor {
 
     /// Frees a block no longer tracked, through its heap if it has one.
     pub(super) fn free_call(&mut self, b: Block, on: On) {
+        crate::sanitizer::given(b.ptr, || self.free_given(b, on))
+    }
+
+    fn free_given(&mut self, b: Block, on: On) {
         match b.heap {
             Some(h) => {
                 self.site = Site::new(self.heap_api("heap-free", "free"), b.size, b.align);
@@ -341,28 +346,23 @@ impl Executor {
         };
         self.site = Site::new(api, b.size, b.align);
         let p = b.ptr as *mut u8;
-        let q = match (call, b.heap, extras) {
-            (ReallocCall::Plain, Some(h), _) => self.guarded(|| unsafe {
+        let q = crate::sanitizer::given(b.ptr, || match (call, b.heap, extras) {
+            (ReallocCall::Plain, Some(h), _) => Some(self.guarded(|| unsafe {
                 self.heaps().realloc_in(h, p, b.size, b.align, new) as usize
-            }),
-            (ReallocCall::Plain, None, _) => self.call(on, move |a| unsafe {
+            })),
+            (ReallocCall::Plain, None, _) => Some(self.call(on, move |a| unsafe {
                 a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
-            }),
-            (ReallocCall::Zeroed, _, Some(x)) => {
-                let q = self.guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) });
-                match q {
-                    Some(q) => q as usize,
-                    None => return Outcome::Skipped,
-                }
-            }
-            (ReallocCall::Unaligned, _, Some(x)) => {
-                let q = self.guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) });
-                match q {
-                    Some(q) => q as usize,
-                    None => return Outcome::Skipped,
-                }
-            }
+            })),
+            (ReallocCall::Zeroed, _, Some(x)) => self
+                .guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) })
+                .map(|q| q as usize),
+            (ReallocCall::Unaligned, _, Some(x)) => self
+                .guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) })
+                .map(|q| q as usize),
             (_, _, None) => unreachable!("skipped above"),
+        });
+        let Some(q) = q else {
+            return Outcome::Skipped;
         };
         if q == 0 || impossible {
             if impossible && q != 0 && self.checked {
@@ -414,8 +414,9 @@ impl Executor {
     pub(super) fn probe_usable(&mut self, i: usize) -> Outcome {
         let b = self.shadow.blocks()[i];
         self.site = Site::new("usable-size", b.size, b.align);
-        let usable =
-            self.guarded(|| unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) });
+        let usable = crate::sanitizer::given(b.ptr, || {
+            self.guarded(|| unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) })
+        });
         if !self.checked {
             return Outcome::Live(i);
         }
@@ -515,10 +516,11 @@ impl Executor {
     /// Frees a block on the main thread without checking it (a panic in
     /// the allocator is ignored: the program is already over).
     pub(super) fn release(&self, b: Block) {
-        let _ = guard::call(|| match b.heap {
+        let free = || match b.heap {
             Some(h) => unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) },
             None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },
-        });
+        };
+        let _ = crate::sanitizer::given(b.ptr, || guard::call(free));
     }
 }
 

@@ -216,7 +216,10 @@ impl Executor {
         }
         self.site = Site::new("free-sized", b.size, b.align);
         let p = b.ptr as *mut u8;
-        if !self.guarded(|| unsafe { extras.free_sized(p, b.size, b.align) }) {
+        let freed = crate::sanitizer::given(b.ptr, || {
+            self.guarded(|| unsafe { extras.free_sized(p, b.size, b.align) })
+        });
+        if !freed {
             return Outcome::Skipped;
         }
         self.shadow.remove(i);
@@ -328,7 +331,9 @@ impl Executor {
             });
         }
         let p = b.ptr as *mut u8;
-        let claimed = self.guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
+        let claimed = crate::sanitizer::given(b.ptr, || {
+            self.guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) })
+        });
         // Only the bytes both the request and the answer cover.
         let len = self
             .checked_usable(b.ptr, b.size, claimed, Some(PAGE))

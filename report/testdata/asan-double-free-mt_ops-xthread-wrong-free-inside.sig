@@ -1,0 +1,7 @@
+double-free in wrong_free
+7cccb568878dd099
+double-free
+system
+double-free
+wrong_free
+alt: invalid-free in wrong_free
