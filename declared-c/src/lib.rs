@@ -20,7 +20,7 @@ use std::process::Command;
 /// order (its `more` last); `usable_size` is the first of two names the
 /// allocator defines. A declaration's `[allocator.c.functions]` maps one
 /// by its first name to a symbol of any name.
-pub const FUNCTIONS: [&[&str]; 16] = [
+pub const FUNCTIONS: [&[&str]; 28] = [
     &["malloc"],
     &["free"],
     &["calloc"],
@@ -37,6 +37,18 @@ pub const FUNCTIONS: [&[&str]; 16] = [
     &["free_size"],
     &["free_size_aligned"],
     &["good_size"],
+    &["heap_new"],
+    &["heap_delete"],
+    &["heap_destroy"],
+    &["heap_malloc"],
+    &["heap_zalloc"],
+    &["heap_malloc_aligned"],
+    &["heap_zalloc_aligned"],
+    &["heap_realloc"],
+    &["heap_realloc_aligned"],
+    &["heap_collect"],
+    &["heap_contains", "heap_check_owned", "heap_contains_block"],
+    &["heap_visit_blocks"],
 ];
 
 /// Builds the allocator `ident` from `sources` with `base` (includes,
@@ -211,6 +223,19 @@ mod tests {
                 "NULL,",
                 "NULL,",
                 "(void *)t_grow,",
+                "NULL,",
+                "NULL,",
+                "NULL,",
+                // The heap API.
+                "NULL,",
+                "NULL,",
+                "NULL,",
+                "NULL,",
+                "NULL,",
+                "NULL,",
+                "NULL,",
+                "NULL,",
+                "NULL,",
                 "NULL,",
                 "NULL,",
                 "NULL,",

@@ -1,7 +1,8 @@
 //! A C allocator loaded from a shared library (`dylib:path:prefix`): a tiny
 //! allocator the test compiles runs clean, the same source with a planted
-//! bug is caught, zeroed requests reach its own calloc, and an
-//! `aligned_alloc`-only library is only asked for sizes C11 allows.
+//! bug is caught, zeroed requests reach its own calloc, its own calls
+//! beyond malloc and its own heap API run, and an `aligned_alloc`-only
+//! library is only asked for sizes C11 allows.
 
 mod common;
 
@@ -112,6 +113,48 @@ fn a_c_allocators_own_calls_beyond_malloc_run() {
         "dylib:{}:t_",
         build("tiny_alloc_short_emulated", &["-DSHORT_REALLOC_ALIGNED"]).display()
     );
+    assert_eq!(common::violation(&program, &emulated), None);
+}
+
+/// A library's own heap API (mimalloc's names) runs `heap_api`'s heap ops:
+/// clean on the correct heaps, and its planted bug in the heap's zeroed
+/// allocation is found, which the emulation (membership kept here, the
+/// library's `calloc`) never reaches.
+#[test]
+fn a_c_allocators_own_heap_api_runs() {
+    let program = common::program(
+        "target heap_api\nheap-new\nheap-alloc heap=0 size=40 align=8\n\
+         heap-alloc heap=0 size=100 align=8 zeroed\nheap-alloc heap=0 size=64 align=128 zeroed\n\
+         heap-visit heap=0\nheap-delete heap=0\nheap-new\nheap-alloc heap=0 size=24 align=8\n\
+         heap-destroy heap=0\n",
+    );
+    let own = format!(
+        "dylib:{}:t_",
+        build("tiny_alloc_heaps", &["-DHEAP_API"]).display()
+    );
+    let lib = shadow::allocator::by_name(&own).unwrap();
+    let heaps = lib.heaps().expect("its own heap API");
+    let h = heaps.new_heap().unwrap();
+    let p = unsafe { heaps.alloc_in(h, 48, 8, false) };
+    assert_eq!(heaps.contains(h, p as usize), Some(true));
+    assert_eq!(heaps.visit(h), Some(vec![(p as usize, 48)]));
+    unsafe { heaps.destroy(h) };
+    assert_eq!(common::violation(&program, &own), None);
+    common::assert_clean(Target::HeapApi, &own, 13, 100);
+
+    let dirty = |name, defines: &[&str]| format!("dylib:{}:t_", build(name, defines).display());
+    let buggy = dirty(
+        "tiny_alloc_heaps_dirty",
+        &["-DHEAP_API", "-DHEAP_ZALLOC_DIRTY"],
+    );
+    assert_eq!(common::kind(&program, &buggy).as_deref(), Some("zeroed"));
+    // Without its heap API the heaps are emulated, and the bug in the
+    // library's heap code is never reached.
+    let emulated = dirty("tiny_alloc_heaps_emulated", &["-DHEAP_ZALLOC_DIRTY"]);
+    assert!(shadow::allocator::by_name(&emulated)
+        .unwrap()
+        .heaps()
+        .is_none());
     assert_eq!(common::violation(&program, &emulated), None);
 }
 

@@ -122,6 +122,12 @@ impl Project {
         self.declared.as_ref().map_or(&[], |d| &d.list)
     }
 
+    /// The config's lock file, whose versions the glue builds with
+    /// (`<config>.lock` beside the config).
+    pub fn pinned(&self) -> Option<&Path> {
+        self.declared.as_ref()?.glue.pinned.as_deref()
+    }
+
     /// The folder the declared allocators' paths are relative to.
     pub fn declared_base(&self) -> &Path {
         self.declared.as_ref().map_or(&self.root, |d| &d.base)

@@ -40,7 +40,11 @@ impl Project {
 
     fn runs(&self, graph: &Metadata, name: &str) -> String {
         if let Some(d) = self.declared().iter().find(|d| d.name == name) {
-            return declared(graph, d, self.declared_base());
+            let mut runs = declared(graph, d, self.declared_base());
+            if let (Some(_), Some(lock)) = (&d.krate, self.pinned()) {
+                runs.push_str(&format!(", versions locked by {}", lock.display()));
+            }
+            return runs;
         }
         let (bugs, base) = match name.strip_prefix("zoo:") {
             Some(spec) => {

@@ -25,7 +25,7 @@ pub mod zoo;
 
 pub use api2::Api2Adapter;
 pub use arena::FixedArena;
-pub use dylib::{CFunctions, Dylib};
+pub use dylib::{CFunctions, CHeapApi, Dylib};
 pub use extras::{Extras, InPlace, PurgeDelay};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;

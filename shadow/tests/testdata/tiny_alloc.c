@@ -6,7 +6,10 @@
  * aligned API is C11's aligned_alloc alone, strict about its precondition
  * (size a multiple of the alignment), as C11 lets an implementation be;
  * with -DBUDGET=N, it stands for an allocator over a fixed region of N
- * bytes: a request that would take the live bytes past N fails. */
+ * bytes: a request that would take the live bytes past N fails. With
+ * -DMORE_API it has the calls beyond the malloc family, and with
+ * -DHEAP_API mimalloc's heap API (each with a planted bug of its own, see
+ * their blocks below). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,6 +41,12 @@ static int take(size_t size) {
 #define GIVE_BACK(p) ((void)0)
 #endif
 
+#ifdef HEAP_API
+static void leave_heap(void *p);
+#else
+#define leave_heap(p) ((void)0)
+#endif
+
 void *t_malloc(size_t size) {
     if (size > PTRDIFF_MAX - HEADER || !take(size)) return NULL;
 #ifdef PLANTED_BUG
@@ -48,6 +57,7 @@ void *t_malloc(size_t size) {
 
 void t_free(void *p) {
     if (!p) return;
+    leave_heap(p);
     GIVE_BACK(p);
     free(raw_of(p));
 }
@@ -133,4 +143,161 @@ void t_free_size(void *p, size_t size) {
 }
 
 size_t t_good_size(size_t size) { return size; }
+#endif
+
+#ifdef HEAP_API
+/* mimalloc's heap API, names and argument orders: a heap is the list of
+ * its live blocks. A block freed with t_free leaves its heap; heap_delete
+ * forgets the list (the blocks stay valid, in no heap), heap_destroy frees
+ * them. HEAP_ZALLOC_DIRTY plants a bug in the heap's own zeroed
+ * allocation: a block over 32 bytes comes back holding what reused memory
+ * might (0xa5), not zeros. */
+#include <pthread.h>
+#include <stdbool.h>
+
+typedef struct t_heap {
+    void **blocks;
+    size_t n, cap;
+    struct t_heap *next;
+} t_heap;
+
+static t_heap *heaps;
+static pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#ifdef HEAP_ZALLOC_DIRTY
+#define ZALLOC_FILL(size) ((size) > 32 ? 0xa5 : 0)
+#else
+#define ZALLOC_FILL(size) 0
+#endif
+
+static void leave_heap(void *p) {
+    pthread_mutex_lock(&heaps_lock);
+    for (t_heap *h = heaps; h; h = h->next)
+        for (size_t i = 0; i < h->n; i++)
+            if (h->blocks[i] == p) {
+                h->blocks[i] = h->blocks[--h->n];
+                pthread_mutex_unlock(&heaps_lock);
+                return;
+            }
+    pthread_mutex_unlock(&heaps_lock);
+}
+
+/* Puts the new block `p` in heap `h`; null (and `p` freed) when the list
+ * cannot grow. */
+static void *join(t_heap *h, void *p) {
+    if (!p) return NULL;
+    pthread_mutex_lock(&heaps_lock);
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 16;
+        void **blocks = realloc(h->blocks, cap * sizeof *blocks);
+        if (!blocks) {
+            pthread_mutex_unlock(&heaps_lock);
+            t_free(p);
+            return NULL;
+        }
+        h->blocks = blocks;
+        h->cap = cap;
+    }
+    h->blocks[h->n++] = p;
+    pthread_mutex_unlock(&heaps_lock);
+    return p;
+}
+
+static void unlink_heap(t_heap *h) {
+    pthread_mutex_lock(&heaps_lock);
+    for (t_heap **link = &heaps; *link; link = &(*link)->next)
+        if (*link == h) {
+            *link = h->next;
+            break;
+        }
+    pthread_mutex_unlock(&heaps_lock);
+}
+
+t_heap *t_heap_new(void) {
+    t_heap *h = calloc(1, sizeof *h);
+    if (!h) return NULL;
+    pthread_mutex_lock(&heaps_lock);
+    h->next = heaps;
+    heaps = h;
+    pthread_mutex_unlock(&heaps_lock);
+    return h;
+}
+
+void *t_heap_malloc(t_heap *h, size_t size) { return join(h, t_malloc(size)); }
+
+void *t_heap_zalloc(t_heap *h, size_t size) {
+    void *p = t_heap_malloc(h, size);
+    if (p) memset(p, ZALLOC_FILL(size), size);
+    return p;
+}
+
+void *t_heap_malloc_aligned(t_heap *h, size_t size, size_t align) {
+    return join(h, aligned(align, size));
+}
+
+void *t_heap_zalloc_aligned(t_heap *h, size_t size, size_t align) {
+    void *p = t_heap_malloc_aligned(h, size, align);
+    if (p) memset(p, 0, size);
+    return p;
+}
+
+static void *heap_move(void *p, void *q, size_t size) {
+    if (!q) return NULL;
+    size_t old = t_malloc_usable_size(p);
+    memcpy(q, p, old < size ? old : size);
+    t_free(p);
+    return q;
+}
+
+void *t_heap_realloc(t_heap *h, void *p, size_t size) {
+    if (!p) return t_heap_malloc(h, size);
+    return heap_move(p, t_heap_malloc(h, size), size);
+}
+
+void *t_heap_realloc_aligned(t_heap *h, void *p, size_t size, size_t align) {
+    if (!p) return t_heap_malloc_aligned(h, size, align);
+    return heap_move(p, t_heap_malloc_aligned(h, size, align), size);
+}
+
+void t_heap_delete(t_heap *h) {
+    unlink_heap(h);
+    free(h->blocks);
+    free(h);
+}
+
+void t_heap_destroy(t_heap *h) {
+    unlink_heap(h);
+    for (size_t i = 0; i < h->n; i++) {
+        GIVE_BACK(h->blocks[i]);
+        free(raw_of(h->blocks[i]));
+    }
+    free(h->blocks);
+    free(h);
+}
+
+void t_heap_collect(t_heap *h, bool force) {
+    (void)h;
+    (void)force;
+}
+
+bool t_heap_contains(const t_heap *h, const void *p) {
+    bool found = false;
+    pthread_mutex_lock(&heaps_lock);
+    for (size_t i = 0; i < h->n && !found; i++) found = h->blocks[i] == p;
+    pthread_mutex_unlock(&heaps_lock);
+    return found;
+}
+
+typedef bool(t_block_visitor)(const t_heap *, const void *area, void *block, size_t size,
+                              void *arg);
+
+bool t_heap_visit_blocks(const t_heap *h, bool all, t_block_visitor *visit, void *arg) {
+    (void)all;
+    bool complete = true;
+    pthread_mutex_lock(&heaps_lock);
+    for (size_t i = 0; i < h->n && complete; i++)
+        complete = visit(h, NULL, h->blocks[i], t_malloc_usable_size(h->blocks[i]), arg);
+    pthread_mutex_unlock(&heaps_lock);
+    return complete;
+}
 #endif

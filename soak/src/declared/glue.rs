@@ -12,6 +12,8 @@ use super::Declared;
 /// config file, so the checkout itself stays as it was.
 pub struct Glue {
     pub dir: PathBuf,
+    /// The config's lock file, whose versions win ([`super::lock`]).
+    pub pinned: Option<PathBuf>,
 }
 
 impl Glue {
@@ -49,6 +51,7 @@ impl Glue {
             dir: root
                 .join("target/allocsoak/declared")
                 .join(format!("{stem}-{hash:016x}")),
+            pinned: super::lock::pinned_by(&path),
         }
     }
 
@@ -95,14 +98,9 @@ impl Glue {
                 .and_then(|_| std::fs::rename(&tmp, &path))
                 .with_context(|| format!("failed to write {}", path.display()))?;
         }
-        // The versions the checkout's fuzz targets were tested with; cargo
-        // adds the declared crates to it.
-        let lock = self.dir.join("Cargo.lock");
-        if !lock.exists() {
-            std::fs::copy(fuzz.join("Cargo.lock"), &lock)
-                .with_context(|| format!("failed to write {}", lock.display()))?;
-        }
-        Ok(())
+        // The versions the checkout's fuzz targets were tested with, and
+        // the config's lock file's; cargo adds the declared crates.
+        self.lock(&fuzz)
     }
 }
 

@@ -9,6 +9,7 @@ use anyhow::Result;
 use serde::Deserialize;
 
 mod glue;
+mod lock;
 mod natives;
 pub use glue::Glue;
 

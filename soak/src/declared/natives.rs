@@ -105,10 +105,8 @@ impl Glue {
         );
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("failed to create {}", dir.display()))?;
-        let lock = match self.dir.join("Cargo.lock") {
-            glue_lock if glue_lock.is_file() => glue_lock,
-            _ => fuzz.join("Cargo.lock"),
-        };
+        self.lock(fuzz)?;
+        let lock = self.dir.join("Cargo.lock");
         for (name, text) in [("Cargo.toml", manifest), ("lib.rs", String::new())] {
             std::fs::write(dir.join(name), text)
                 .with_context(|| format!("failed to write {}", dir.join(name).display()))?;

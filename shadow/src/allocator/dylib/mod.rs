@@ -10,7 +10,11 @@ use std::ptr;
 
 use libloading::Library;
 
-use super::{malloc_serves, Allocator, Extras, InPlace, ReallocToZero};
+use super::{malloc_serves, Allocator, Extras, Heaps, InPlace, ReallocToZero};
+
+mod heaps;
+
+pub use heaps::CHeapApi;
 
 pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
 pub type Free = unsafe extern "C" fn(*mut c_void);
@@ -109,6 +113,8 @@ pub struct CExtras {
     pub free_size_aligned: Option<FreeSizeAligned>,
     /// `good_size(size)`: the usable size a request of `size` gets.
     pub good_size: Option<GoodSize>,
+    /// mimalloc's heap API (`heap_new`, `heap_malloc`, ...).
+    pub heap: CHeapApi,
 }
 
 /// What a library without an aligned API can still serve.
@@ -181,6 +187,22 @@ impl Dylib {
                 free_size: symbol!("free_size"),
                 free_size_aligned: symbol!("free_size_aligned"),
                 good_size: symbol!("good_size"),
+                heap: CHeapApi {
+                    new: symbol!("heap_new"),
+                    delete: symbol!("heap_delete"),
+                    destroy: symbol!("heap_destroy"),
+                    malloc: symbol!("heap_malloc"),
+                    zalloc: symbol!("heap_zalloc"),
+                    malloc_aligned: symbol!("heap_malloc_aligned"),
+                    zalloc_aligned: symbol!("heap_zalloc_aligned"),
+                    realloc: symbol!("heap_realloc"),
+                    realloc_aligned: symbol!("heap_realloc_aligned"),
+                    collect: symbol!("heap_collect"),
+                    contains: symbol!("heap_contains")
+                        .or_else(|| symbol!("heap_check_owned"))
+                        .or_else(|| symbol!("heap_contains_block")),
+                    visit_blocks: symbol!("heap_visit_blocks"),
+                },
             },
         };
         Ok(Dylib {
@@ -351,6 +373,11 @@ impl Allocator for Dylib {
 
     fn extras(&self) -> Option<&dyn Extras> {
         Some(self)
+    }
+
+    /// Its own heap API when it has the whole of it ([`CHeapApi::whole`]).
+    fn heaps(&self) -> Option<&dyn Heaps> {
+        self.more.heap.whole().then_some(self as &dyn Heaps)
     }
 }
 

@@ -1,0 +1,178 @@
+//! A C allocator's own heap API, under mimalloc's names and argument
+//! orders (`heap_new`, `heap_malloc(heap, size)`, `heap_delete`, ...).
+
+use std::ffi::c_void;
+use std::ptr;
+
+use super::{malloc_serves, Dylib};
+use crate::allocator::{HeapId, Heaps};
+
+pub type HeapNew = unsafe extern "C" fn() -> *mut c_void;
+pub type HeapEnd = unsafe extern "C" fn(*mut c_void);
+pub type HeapMalloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+pub type HeapMallocAligned = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mut c_void;
+pub type HeapRealloc = unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> *mut c_void;
+pub type HeapReallocAligned =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> *mut c_void;
+pub type HeapCollect = unsafe extern "C" fn(*mut c_void, bool);
+pub type HeapContains = unsafe extern "C" fn(*const c_void, *const c_void) -> bool;
+/// `visitor(heap, area, block, block_size, arg)`: called for each area
+/// with a null block, then for each live block; false stops the visit.
+pub type BlockVisitor =
+    unsafe extern "C" fn(*const c_void, *const c_void, *mut c_void, usize, *mut c_void) -> bool;
+pub type HeapVisit = unsafe extern "C" fn(*const c_void, bool, BlockVisitor, *mut c_void) -> bool;
+
+/// A C allocator's heap API (`None`: it has no function of that name).
+/// Its blocks are freed with the allocator's `free`, as mimalloc's are.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct CHeapApi {
+    /// `heap_new()`.
+    pub new: Option<HeapNew>,
+    /// `heap_delete(heap)`: ends the heap; its live blocks move to the
+    /// default heap.
+    pub delete: Option<HeapEnd>,
+    /// `heap_destroy(heap)`: ends the heap and frees its blocks.
+    pub destroy: Option<HeapEnd>,
+    /// `heap_malloc(heap, size)`.
+    pub malloc: Option<HeapMalloc>,
+    /// `heap_zalloc(heap, size)`; without it, `heap_malloc` and zeroed here.
+    pub zalloc: Option<HeapMalloc>,
+    /// `heap_malloc_aligned(heap, size, align)`.
+    pub malloc_aligned: Option<HeapMallocAligned>,
+    /// `heap_zalloc_aligned(heap, size, align)`.
+    pub zalloc_aligned: Option<HeapMallocAligned>,
+    /// `heap_realloc(heap, p, newsize)`; without it, allocated in the heap,
+    /// copied and freed here.
+    pub realloc: Option<HeapRealloc>,
+    /// `heap_realloc_aligned(heap, p, newsize, align)`.
+    pub realloc_aligned: Option<HeapReallocAligned>,
+    /// `heap_collect(heap, force)`.
+    pub collect: Option<HeapCollect>,
+    /// `heap_contains(heap, p)` (or `heap_check_owned`,
+    /// `heap_contains_block`): whether the heap holds `p`.
+    pub contains: Option<HeapContains>,
+    /// `heap_visit_blocks(heap, visit_all, visitor, arg)`.
+    pub visit_blocks: Option<HeapVisit>,
+}
+
+impl CHeapApi {
+    /// Whether it has what every heap op needs: `heap_new`, `heap_delete`,
+    /// `heap_destroy`, `heap_malloc` and `heap_malloc_aligned`. Without
+    /// one of them, programs run on emulated heaps over the allocator's
+    /// plain calls.
+    pub fn whole(&self) -> bool {
+        self.new.is_some()
+            && self.delete.is_some()
+            && self.destroy.is_some()
+            && self.malloc.is_some()
+            && self.malloc_aligned.is_some()
+    }
+}
+
+fn heap(h: HeapId) -> *mut c_void {
+    h as *mut c_void
+}
+
+/// Collects each visited block as (start, size) into the `Vec` at `arg`.
+unsafe extern "C" fn collect_block(
+    _heap: *const c_void,
+    _area: *const c_void,
+    block: *mut c_void,
+    size: usize,
+    arg: *mut c_void,
+) -> bool {
+    if !block.is_null() {
+        // SAFETY: `arg` is the `&mut Vec` `visit` passed, alive for the
+        // whole visit, and only this visitor touches it.
+        (*(arg as *mut Vec<(usize, usize)>)).push((block as usize, size));
+    }
+    true
+}
+
+/// Only used when [`CHeapApi::whole`] holds (`Dylib::heaps`), so the
+/// `expect`s name functions it has.
+impl Heaps for Dylib {
+    fn new_heap(&self) -> Option<HeapId> {
+        let new = self.more.heap.new.expect("whole heap API");
+        // SAFETY: `heap_new` takes nothing and returns a heap or null.
+        let h = unsafe { new() };
+        (!h.is_null()).then_some(h as HeapId)
+    }
+
+    unsafe fn alloc_in(&self, h: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let api = &self.more.heap;
+        let plain = malloc_serves(size, align);
+        let p = match (plain, zeroed, api.zalloc, api.zalloc_aligned) {
+            (true, true, Some(f), _) => return f(heap(h), size).cast(),
+            (false, true, _, Some(f)) => return f(heap(h), size, align).cast(),
+            (true, ..) => api.malloc.expect("whole heap API")(heap(h), size),
+            (false, ..) => api.malloc_aligned.expect("whole heap API")(heap(h), size, align),
+        };
+        if zeroed && !p.is_null() {
+            ptr::write_bytes(p.cast::<u8>(), 0, size);
+        }
+        p.cast()
+    }
+
+    unsafe fn realloc_in(
+        &self,
+        h: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> *mut u8 {
+        let api = &self.more.heap;
+        match (
+            malloc_serves(new_size, align),
+            api.realloc,
+            api.realloc_aligned,
+        ) {
+            (true, Some(f), _) => return f(heap(h), p.cast(), new_size).cast(),
+            (false, _, Some(f)) => return f(heap(h), p.cast(), new_size, align).cast(),
+            _ => {}
+        }
+        let q = self.alloc_in(h, new_size, align, false);
+        if !q.is_null() {
+            ptr::copy_nonoverlapping(p, q, old.min(new_size));
+            (self.free)(p.cast());
+        }
+        q
+    }
+
+    unsafe fn free_in(&self, _h: HeapId, p: *mut u8, _size: usize, _align: usize) {
+        (self.free)(p.cast())
+    }
+
+    unsafe fn delete(&self, h: HeapId) {
+        self.more.heap.delete.expect("whole heap API")(heap(h))
+    }
+
+    unsafe fn destroy(&self, h: HeapId) {
+        self.more.heap.destroy.expect("whole heap API")(heap(h))
+    }
+
+    fn collect(&self, h: HeapId, force: bool) {
+        if let Some(f) = self.more.heap.collect {
+            // SAFETY: the executor collects only live heaps.
+            unsafe { f(heap(h), force) }
+        }
+    }
+
+    fn visit(&self, h: HeapId) -> Option<Vec<(usize, usize)>> {
+        let f = self.more.heap.visit_blocks?;
+        let mut blocks: Vec<(usize, usize)> = Vec::new();
+        let arg = &mut blocks as *mut Vec<(usize, usize)> as *mut c_void;
+        // SAFETY: `h` is a live heap; the visitor only pushes to `blocks`,
+        // which outlives the call.
+        let complete = unsafe { f(heap(h), true, collect_block, arg) };
+        complete.then_some(blocks)
+    }
+
+    fn contains(&self, h: HeapId, p: usize) -> Option<bool> {
+        let f = self.more.heap.contains?;
+        // SAFETY: `h` is a live heap and `p` one of its live blocks.
+        Some(unsafe { f(heap(h), p as *const c_void) })
+    }
+}
