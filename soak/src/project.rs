@@ -125,7 +125,7 @@ impl Project {
     /// The config's lock file, whose versions the glue builds with
     /// (`<config>.lock` beside the config).
     pub fn pinned(&self) -> Option<&Path> {
-        self.declared.as_ref()?.glue.pinned.as_deref()
+        self.declared.as_ref()?.glue.pinned()
     }
 
     /// The folder the declared allocators' paths are relative to.

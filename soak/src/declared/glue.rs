@@ -12,8 +12,9 @@ use super::Declared;
 /// config file, so the checkout itself stays as it was.
 pub struct Glue {
     pub dir: PathBuf,
-    /// The config's lock file, whose versions win ([`super::lock`]).
-    pub pinned: Option<PathBuf>,
+    /// Where the config's lock file is, whose versions win when it is
+    /// there ([`super::lock`]).
+    pub lock_file: PathBuf,
 }
 
 impl Glue {
@@ -51,7 +52,7 @@ impl Glue {
             dir: root
                 .join("target/allocsoak/declared")
                 .join(format!("{stem}-{hash:016x}")),
-            pinned: super::lock::pinned_by(&path),
+            lock_file: super::lock::lock_file_of(&path),
         }
     }
 

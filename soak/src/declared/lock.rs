@@ -14,15 +14,53 @@ use anyhow::{Context, Result};
 
 use super::glue::Glue;
 
-/// The config's lock file, `<config dir>/<config stem>.lock`, when there
-/// is one.
-pub fn pinned_by(config_path: &Path) -> Option<PathBuf> {
-    let stem = config_path.file_stem()?.to_string_lossy();
-    let lock = config_path.with_file_name(format!("{stem}.lock"));
-    lock.is_file().then_some(lock)
+/// Where the config's lock file is, when it has one: `<config dir>/<config
+/// stem>.lock`.
+pub fn lock_file_of(config_path: &Path) -> PathBuf {
+    let stem = config_path
+        .file_stem()
+        .map_or("config".into(), |s| s.to_string_lossy());
+    config_path.with_file_name(format!("{stem}.lock"))
+}
+
+/// What to do about a resolution `error` of the declared crates: for a
+/// declared version the registry has yanked, a one-line error that says
+/// so and where a lock file that has it goes; else `error` as it is.
+pub fn yanked_error(
+    error: anyhow::Error,
+    declared: &[super::Declared],
+    lock: &Path,
+) -> anyhow::Error {
+    let text = format!("{error:#}");
+    if !text.contains("is yanked") {
+        return error;
+    }
+    let named = declared.iter().find(|d| {
+        d.krate
+            .as_deref()
+            .is_some_and(|k| text.contains(&format!("`{k} = ")))
+    });
+    let what = match named {
+        Some(d) => format!(
+            "[[allocator]] `{}`: {} {} is yanked from its registry",
+            d.name,
+            d.krate.as_deref().unwrap_or_default(),
+            d.version.as_deref().unwrap_or_default()
+        ),
+        None => "a declared crate's version is yanked from its registry".to_string(),
+    };
+    anyhow::anyhow!(
+        "{what}, and cargo builds a yanked release only from a lock file that has it: put one (the Cargo.lock of a project that built it) beside the config as {}",
+        lock.display()
+    )
 }
 
 impl Glue {
+    /// The config's lock file, when there is one.
+    pub fn pinned(&self) -> Option<&Path> {
+        self.lock_file.is_file().then_some(self.lock_file.as_path())
+    }
+
     /// Writes the glue's `Cargo.lock`: the one it has (the fuzz targets'
     /// at first, which cargo then adds the declared crates to), with every
     /// package of the config's lock file in place of those of its name.
@@ -33,7 +71,7 @@ impl Glue {
             false => fuzz.join("Cargo.lock"),
         };
         let mut text = read(&have)?;
-        if let Some(pinned) = &self.pinned {
+        if let Some(pinned) = self.pinned() {
             let merged = merge(&text, &read(pinned)?)
                 .with_context(|| format!("{} is not a Cargo.lock", pinned.display()))?;
             text = merged;
@@ -148,9 +186,7 @@ checksum = "0000"
     #[test]
     fn the_lock_file_is_the_configs_stem_beside_it() {
         let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("allocsoak.toml");
-        assert_eq!(pinned_by(&config), None);
-        std::fs::write(dir.path().join("allocsoak.lock"), PINNED).unwrap();
-        assert_eq!(pinned_by(&config), Some(dir.path().join("allocsoak.lock")));
+        let config = dir.path().join("my.allocators.toml");
+        assert_eq!(lock_file_of(&config), dir.path().join("my.allocators.lock"));
     }
 }

@@ -57,7 +57,8 @@ impl Glue {
             return Ok(());
         }
         let ours = resolve(&fuzz.join("Cargo.toml"), Some(features))?;
-        let theirs = resolve(&self.declared_only(fuzz, base, declared)?, None)?;
+        let theirs = resolve(&self.declared_only(fuzz, base, declared)?, None)
+            .map_err(|e| super::lock::yanked_error(e, declared, &self.lock_file))?;
         for native in &NATIVES {
             let Some((id, asked)) = features_of(&theirs, native) else {
                 continue;
