@@ -318,3 +318,46 @@ fn a_bad_declaration_is_a_one_line_error() {
         );
     }
 }
+
+/// A release the registry has yanked resolves only from the config's lock
+/// file (`<config>.lock` beside it); without one, a one-line error says
+/// where it goes. Resolution only (the natives check `build` starts with),
+/// not a build.
+#[test]
+fn a_yanked_version_resolves_only_from_the_configs_lock_file() {
+    use soak::config::Config;
+    use soak::project::{Build, Project};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pinned.toml");
+    std::fs::write(
+        &config,
+        "targets = [\"alloc_ops\"]\n\n[[allocator]]\nname = \"ll\"\ncrate = \"linked_list_allocator\"\n\
+         version = \"=0.10.0\"   # yanked from crates.io\nstatic = \"X\"\n",
+    )
+    .unwrap();
+    let check = || {
+        let config = Config::load(&config).unwrap();
+        Project::find()
+            .unwrap()
+            .with_config(&config)
+            .check_declared(Build::Asan)
+    };
+    let err = format!("{:#}", check().unwrap_err());
+    let lock = dir.path().join("pinned.lock");
+    assert!(
+        err.contains("`ll`")
+            && err.contains("is yanked")
+            && err.contains(&lock.display().to_string())
+            && !err.contains('\n'),
+        "{err}"
+    );
+    // A lock file that has it: the package alone (cargo resolves the rest).
+    std::fs::write(
+        &lock,
+        "version = 3\n\n[[package]]\nname = \"linked_list_allocator\"\nversion = \"0.10.0\"\n\
+         source = \"registry+https://github.com/rust-lang/crates.io-index\"\n\
+         checksum = \"222d00bf23b303e0c82c7a4d5f04dc90f33a58b26a3adb1a09c6fbcf56cbd2a9\"\n",
+    )
+    .unwrap();
+    check().unwrap();
+}
