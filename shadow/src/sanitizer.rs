@@ -22,8 +22,9 @@
 //! allocator's own bad writes (an instrumented C allocator) still happen:
 //! after a tolerated one the process may fail later, elsewhere.
 
+use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::tolerance;
@@ -31,20 +32,22 @@ use crate::tolerance;
 /// A tolerated report came in since the last [`check`] (on any thread).
 static PENDING: AtomicBool = AtomicBool::new(false);
 
-/// The block the harness's current free, realloc or usable-size call was
-/// given (0 when none): a block it holds.
-static GIVEN: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// The block this thread's current free, realloc or usable-size call
+    /// was given (0 when none): a block the harness holds.
+    static GIVEN: Cell<usize> = const { Cell::new(0) };
+}
 
-/// Runs `f`, an allocator call given block `p`, a block the harness holds.
-/// A report of that very block (a double free, a usable-size query of a
-/// freed block) then says so ([`report::HELD_BLOCK`]): the allocator freed
-/// it earlier, behind the harness's back, and that earlier free is the
-/// bug, not this call. Calls on several threads at once (a race section)
-/// are not marked.
+/// Runs `f`, an allocator call given block `p`, a block the harness holds,
+/// on this thread (a worker's call is marked on the worker). A report of
+/// that very block (a double free, a usable-size query of a freed block)
+/// then says so ([`report::HELD_BLOCK`]): the allocator freed it earlier,
+/// behind the harness's back, and that earlier free is the bug, not this
+/// call.
 pub fn given<R>(p: usize, f: impl FnOnce() -> R) -> R {
-    GIVEN.store(p, Ordering::Relaxed);
+    let outer = GIVEN.replace(p);
     let result = f();
-    GIVEN.store(0, Ordering::Relaxed);
+    GIVEN.set(outer);
     result
 }
 
@@ -52,7 +55,7 @@ pub fn given<R>(p: usize, f: impl FnOnce() -> R) -> R {
 /// not print: the fuzz target sends its reports to /dev/null). Returns
 /// only when the report is tolerated; otherwise prints it and aborts.
 pub fn on_report(text: &str) {
-    let given = GIVEN.load(Ordering::Relaxed);
+    let given = GIVEN.get();
     let held;
     let text = match report::reported_address(text) {
         Some(at) if given != 0 && at == given => {

@@ -347,7 +347,6 @@ pub fn file(
     let original = dir.join("original").to_string_lossy().into_owned();
     store.add_crash(&id, src.slot_id, src.slice_id, &original, reproduced)?;
     add_variant(&store, src, &id, record, &original)?;
-    store.add_alt_titles(&id, &sig.alt)?;
     if !reproduced {
         store.set_status(&id, "flaky")?;
     }

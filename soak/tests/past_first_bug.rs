@@ -139,15 +139,39 @@ fn a_sanitizer_report_is_got_past_once_filed() {
         .max_by_key(|g| g.2)
         .unwrap_or_else(|| panic!("no heap-use-after-free filed: {filed:?}\n{stdout}"));
     // Once filed, ASan's report returns to the harness, which ends the
-    // program quietly: a second soak counts it and files it no more.
+    // program quietly: a second soak counts it and files it no more. The
+    // bug's other symptoms (a double free, a usable-size query of the
+    // block) join its group, each as a variant, until it is tolerated too.
     let slices_before = count(&state, "SELECT MAX(id) FROM slice");
+    let variants = || {
+        count(
+            &state,
+            &format!(
+                "SELECT COALESCE(SUM(count), 0) FROM variant WHERE group_id = '{}'",
+                asan.0
+            ),
+        )
+    };
+    let (before, variants_before) = (asan.2, variants());
     let out = soak_mt_ops("25");
-    got_past(
-        &state,
-        asan,
-        slices_before,
-        &String::from_utf8_lossy(&out.stdout),
+    let log = String::from_utf8_lossy(&out.stdout);
+    let now = groups(&state).into_iter().find(|g| g.0 == asan.0).unwrap();
+    assert_eq!(
+        now.2 - before,
+        variants() - variants_before,
+        "{} was filed again (not as another symptom)\n{log}",
+        asan.4
     );
+    let filed_now = groups(&state);
+    assert_eq!(filed_now.len(), filed.len(), "{filed_now:?}\n{log}");
+    let tolerated = count(
+        &state,
+        &format!(
+            "SELECT COALESCE(SUM(count), 0) FROM tolerated WHERE group_id = '{}' AND slice_id > {slices_before}",
+            asan.0
+        ),
+    );
+    assert!(tolerated > 0, "{} was never got past\n{log}", asan.4);
 }
 
 #[test]

@@ -128,7 +128,7 @@ impl Executor {
                 align,
             });
         }
-        block.usable = crate::sanitizer::given(p, || {
+        block.usable = sanitizer::given(p, || {
             self.queried(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) })
         });
         if let (Origin::Fresh { .. }, None) = (&origin, heap) {
@@ -288,22 +288,25 @@ impl Executor {
     }
 
     /// Frees a block no longer tracked, through its heap if it has one.
+    /// The free is marked as given the block on the thread that makes it
+    /// ([`sanitizer::given`]), as every call given a block the harness
+    /// holds is.
     pub(super) fn free_call(&mut self, b: Block, on: On) {
-        crate::sanitizer::given(b.ptr, || self.free_given(b, on))
-    }
-
-    fn free_given(&mut self, b: Block, on: On) {
         match b.heap {
             Some(h) => {
                 self.site = Site::new(self.heap_api("heap-free", "free"), b.size, b.align);
-                self.guarded(|| unsafe {
-                    self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align)
+                sanitizer::given(b.ptr, || {
+                    self.guarded(|| unsafe {
+                        self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align)
+                    })
                 })
             }
             None => {
                 self.site = Site::new("free", b.size, b.align);
-                self.call(on, move |a| unsafe {
-                    a.free(b.ptr as *mut u8, b.size, b.align);
+                self.call(on, move |a| {
+                    sanitizer::given(b.ptr, || unsafe {
+                        a.free(b.ptr as *mut u8, b.size, b.align)
+                    });
                     0
                 });
             }
@@ -346,12 +349,14 @@ impl Executor {
         };
         self.site = Site::new(api, b.size, b.align);
         let p = b.ptr as *mut u8;
-        let q = crate::sanitizer::given(b.ptr, || match (call, b.heap, extras) {
+        let q = sanitizer::given(b.ptr, || match (call, b.heap, extras) {
             (ReallocCall::Plain, Some(h), _) => Some(self.guarded(|| unsafe {
                 self.heaps().realloc_in(h, p, b.size, b.align, new) as usize
             })),
-            (ReallocCall::Plain, None, _) => Some(self.call(on, move |a| unsafe {
-                a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
+            (ReallocCall::Plain, None, _) => Some(self.call(on, move |a| {
+                sanitizer::given(b.ptr, || unsafe {
+                    a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
+                })
             })),
             (ReallocCall::Zeroed, _, Some(x)) => self
                 .guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) })
@@ -414,7 +419,7 @@ impl Executor {
     pub(super) fn probe_usable(&mut self, i: usize) -> Outcome {
         let b = self.shadow.blocks()[i];
         self.site = Site::new("usable-size", b.size, b.align);
-        let usable = crate::sanitizer::given(b.ptr, || {
+        let usable = sanitizer::given(b.ptr, || {
             self.guarded(|| unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) })
         });
         if !self.checked {
@@ -520,7 +525,7 @@ impl Executor {
             Some(h) => unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) },
             None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },
         };
-        let _ = crate::sanitizer::given(b.ptr, || guard::call(free));
+        let _ = sanitizer::given(b.ptr, || guard::call(free));
     }
 }
 

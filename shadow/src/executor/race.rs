@@ -157,7 +157,7 @@ fn step(alloc: &'static dyn Allocator, step: &Step) -> Done {
                 }
             }
             Step::Free { block: b } => {
-                alloc.free(b.ptr as *mut u8, b.size, b.align);
+                crate::sanitizer::given(b.ptr, || alloc.free(b.ptr as *mut u8, b.size, b.align));
                 Done::Freed
             }
             Step::Realloc {
@@ -165,7 +165,9 @@ fn step(alloc: &'static dyn Allocator, step: &Step) -> Done {
                 new,
                 seed,
             } => {
-                let q = alloc.realloc(b.ptr as *mut u8, b.size, b.align, new);
+                let q = crate::sanitizer::given(b.ptr, || {
+                    alloc.realloc(b.ptr as *mut u8, b.size, b.align, new)
+                });
                 let mut lost_prefix = None;
                 if !q.is_null() {
                     lost_prefix = pattern::check(q, b.extent, b.size.min(new), b.seed);
