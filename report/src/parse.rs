@@ -224,7 +224,7 @@ const BAD_ACCESS: &[&str] = &[
 ];
 
 /// ASan's error types of a free of memory that was not a live block:
-/// alternative title `invalid-free in f`.
+/// alternative title `bad-free in f`.
 const INVALID_FREE: &[&str] = &[
     "double-free",
     "bad-free",
@@ -236,7 +236,7 @@ const INVALID_FREE: &[&str] = &[
 /// `AltTitles`): two reports of one allocator that share one show one bug,
 /// though ASan named them apart. `frames` are the report's frames.
 ///
-/// - `freed-live in g` for a report keyed by where the block was freed
+/// - `bad-free in g` for a report keyed by where the block was freed
 ///   ([`freed_behind_harness`]): the harness's read of the block and its
 ///   later free of it are two symptoms of the allocator's free in `g`.
 /// - else `bad-access in f` for any bad read or write ([`BAD_ACCESS`]) in
@@ -244,17 +244,20 @@ const INVALID_FREE: &[&str] = &[
 ///   `heap-buffer-overflow`, an `unknown-crash` or a `SEGV` by where the
 ///   copy ended. An access the harness made has none: the harness reads
 ///   every block, and which one it found broken says nothing of where.
-/// - else `invalid-free in f` for a bad free ([`INVALID_FREE`]).
+/// - else `bad-free in f` for a bad free ([`INVALID_FREE`]) in `f`. So a
+///   function that frees the wrong block is one bug, whether the block it
+///   freed was live (the harness meets it later) or already freed (ASan
+///   meets the free itself).
 pub(crate) fn sanitizer_alt_titles(kind: &str, frames: &[String], after: &[&str]) -> Vec<String> {
     let Some(f) = frames.first() else {
         return Vec::new();
     };
     let title = if freed_behind_harness(kind, after).is_some() {
-        format!("freed-live in {f}")
+        format!("bad-free in {f}")
     } else if BAD_ACCESS.contains(&kind) && !accessed_by_harness(after) {
         format!("bad-access in {f}")
     } else if INVALID_FREE.contains(&kind) {
-        format!("invalid-free in {f}")
+        format!("bad-free in {f}")
     } else {
         return Vec::new();
     };

@@ -123,7 +123,7 @@ pub struct Signature {
     pub path: bool,
     /// Alternative titles (syzkaller's `AltTitles`): a crash of the same
     /// allocator that shares one shows the same bug, though its key
-    /// differs (`bad-access in f`, `invalid-free in f`, `freed-live in g`:
+    /// differs (`bad-access in f`, `bad-free in f`:
     /// the rules are on the parser's `sanitizer_alt_titles`). Not part of
     /// the key; a group keeps the alternative titles of every crash filed
     /// into it.

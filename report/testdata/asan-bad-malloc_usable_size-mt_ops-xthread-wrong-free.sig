@@ -4,4 +4,4 @@ bad-malloc_usable_size
 system
 bad-malloc_usable_size of a block freed
 wrong_free
-alt: freed-live in wrong_free
+alt: bad-free in wrong_free

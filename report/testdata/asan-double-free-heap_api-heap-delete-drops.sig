@@ -4,4 +4,4 @@ double-free
 system
 double-free of a block freed
 <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete
-alt: freed-live in <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete
+alt: bad-free in <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete

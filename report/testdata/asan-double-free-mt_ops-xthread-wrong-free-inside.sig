@@ -4,4 +4,4 @@ double-free
 system
 double-free
 wrong_free
-alt: invalid-free in wrong_free
+alt: bad-free in wrong_free

@@ -4,4 +4,4 @@ double-free
 system
 double-free of a block freed
 wrong_free
-alt: freed-live in wrong_free
+alt: bad-free in wrong_free

@@ -4,4 +4,4 @@ heap-use-after-free
 system
 heap-use-after-free READ of a block freed
 <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete
-alt: freed-live in <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete
+alt: bad-free in <shadow::allocator::zoo::heaps::ZooHeaps as shadow::allocator::Heaps>::delete

@@ -4,4 +4,4 @@ heap-use-after-free
 system
 heap-use-after-free READ of a block freed
 wrong_free
-alt: freed-live in wrong_free
+alt: bad-free in wrong_free

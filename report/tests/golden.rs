@@ -100,7 +100,7 @@ fn the_same_bug_reached_through_two_targets_lands_in_one_group() {
 /// check), by its free of it (a `double-free` in the allocator's free) or
 /// by its usable-size query (`bad-malloc_usable_size`): three ASan titles
 /// of one bug, keyed by where the block was freed, that
-/// share the alternative title `freed-live in <that function>`. Two such
+/// share the alternative title `bad-free in <that function>`. Two such
 /// bugs, freeing in two functions, are two groups.
 #[test]
 fn a_block_freed_behind_the_harness_is_one_bug_whichever_symptom_shows_it() {
@@ -121,6 +121,8 @@ fn a_block_freed_behind_the_harness_is_one_bug_whichever_symptom_shows_it() {
     // it happened, as any crash.
     let inside = sig("asan-double-free-mt_ops-xthread-wrong-free-inside");
     assert_eq!(inside.title(), "double-free in wrong_free");
+    // ... and that function freeing the wrong block is the one bug.
+    assert!(inside.same_bug(&xthread_read) && !inside.same_bug(&delete_read));
     // Another allocator's crash never joins by an alternative title.
     let mut elsewhere = xthread_free.clone();
     elsewhere.allocator = "other".into();

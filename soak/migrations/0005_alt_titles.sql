@@ -1,5 +1,5 @@
 -- A group's alternative titles (syzkaller's AltTitles: `bad-access in f`,
--- `freed-live in g`): a crash of the same allocator whose signature has
+-- `bad-free in g`): a crash of the same allocator whose signature has
 -- one of them files into the group, though its key differs. A group keeps
 -- the alternative titles of every crash filed into it.
 CREATE TABLE alt_title (

@@ -173,7 +173,7 @@ fn a_group_is_found_by_an_alternative_title_of_its_own_allocator_only() {
     group("older", "zoo:a", 1);
     group("newer", "zoo:a", 2);
     group("other", "zoo:b", 0);
-    let live = vec!["freed-live in wrong_free".to_string()];
+    let live = vec!["bad-free in wrong_free".to_string()];
     for id in ["newer", "older", "other"] {
         store.add_alt_titles(id, &live).unwrap();
     }
