@@ -1,6 +1,7 @@
 //! Reading a log: the first finding (`finding`, step 1), the crash stack
 //! after it (`first_stack`, step 2), the frames that can be the bug
-//! (`top_frames`, step 3), and a message per class of finding.
+//! (`top_frames`, step 3), a message per class of finding, and a sanitizer
+//! error's alternative titles (`sanitizer_alt_titles`, step 4).
 
 use crate::frame::{is_harness, is_noise, parse_frame, Frame, ALLOC_ENTRIES};
 use crate::key;

@@ -58,11 +58,13 @@ use crate::record::Record;
 ///   (the SUMMARY line's, which is `double-free` where the ERROR line says
 ///   `attempting double-free`) and the access (`heap-use-after-free READ`),
 ///   and the top frame of the first stack. Sizes and addresses never count.
-///   A double free, and a use-after-free the harness met reading a block
-///   it holds, are keyed by where the allocator first freed that block
-///   (`heap-use-after-free READ of a block freed in g`): the harness reads
-///   and frees only blocks it holds, so its access says nothing of the bug. A sanitizer error also has alternative titles
-///   ([`alt`](Signature::alt)).
+///   A use-after-free the harness met reading a block it holds, and a
+///   double free or usable-size query of a block the harness holds and
+///   gave the call (its report says so), are keyed by where the allocator
+///   first freed that block (`heap-use-after-free READ of a block freed in
+///   g`): the harness reads, frees and asks about only blocks it holds, so
+///   its access says nothing of the bug. A sanitizer error also has
+///   alternative titles ([`alt`](Signature::alt)).
 /// - **Leak** (`ERROR: LeakSanitizer`): whether the first leak is direct, and
 ///   the top frame of its allocation stack below `malloc` and friends, the
 ///   Rust allocation shims and the harness: the allocator's code that got

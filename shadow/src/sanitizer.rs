@@ -45,15 +45,22 @@ thread_local! {
 /// behind the harness's back, and that earlier free is the bug, not this
 /// call.
 pub fn given<R>(p: usize, f: impl FnOnce() -> R) -> R {
-    let outer = GIVEN.replace(p);
-    let result = f();
-    GIVEN.set(outer);
-    result
+    /// Restores the outer mark, also when the call panics.
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            GIVEN.set(self.0);
+        }
+    }
+    let _restore = Restore(GIVEN.replace(p));
+    f()
 }
 
 /// Handles one sanitizer report (its full text, which the sanitizer did
 /// not print: the fuzz target sends its reports to /dev/null). Returns
-/// only when the report is tolerated; otherwise prints it and aborts.
+/// only when the report is tolerated; otherwise prints it and aborts. A
+/// report of the very block this thread's call was [`given`] gets the
+/// harness's line ([`report::HELD_BLOCK`]) before it is signed.
 pub fn on_report(text: &str) {
     let given = GIVEN.get();
     let held;
