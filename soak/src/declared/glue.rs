@@ -35,10 +35,24 @@ impl Glue {
             .file_name()
             .map_or("declared".into(), |f| f.to_string_lossy().into_owned())
     }
+
+    /// The glue's package name, `allocsoak-declared-<hash>`: one per
+    /// config. Glues share the build folder, and cargo keys a build
+    /// script's binary and output by package; under one name, a glue's
+    /// build could run another config's build script and compile its C
+    /// sources.
+    fn package(&self) -> String {
+        let id = self.id();
+        format!(
+            "allocsoak-declared-{}",
+            id.rsplit('-').next().unwrap_or(&id)
+        )
+    }
 }
 
-/// The package name of every glue crate.
-const PACKAGE: &str = "allocsoak-declared";
+/// The library name of every glue crate (its package name is the glue's
+/// own: [`Glue::package`]).
+const LIB: &str = "allocsoak_declared";
 
 impl Glue {
     /// Where the glue of the config at `config_path` lives.
@@ -74,7 +88,7 @@ impl Glue {
                 self.dir.join(format!("targets/{name}.rs")),
                 format!(
                     "#![cfg_attr(not(feature = \"honggfuzz\"), no_main)]\nallocsoak_fuzz::target!({target:?}, {}::register);\n",
-                    PACKAGE.replace('-', "_")
+                    LIB
                 ),
             ));
         }
@@ -82,7 +96,7 @@ impl Glue {
             self.dir.join("targets/drift.rs"),
             format!(
                 "fn main() {{\n    allocsoak_fuzz::drift::main({}::register)\n}}\n",
-                PACKAGE.replace('-', "_")
+                LIB
             ),
         ));
         let c: Vec<&Declared> = declared.iter().filter(|d| d.c.is_some()).collect();
@@ -141,7 +155,7 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
     doc.insert(
         "package".into(),
         toml::Value::Table(toml::toml! {
-            name = "allocsoak-declared"
+            name = (glue.package())
             version = "0.0.0"
             edition = "2021"
             publish = false
@@ -185,6 +199,10 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
     drift.insert("required-features".into(), vec!["drift"].into());
     bins.push(toml::Value::Table(drift));
     doc.insert("bin".into(), toml::Value::Array(bins));
+    let mut lib = toml::Table::new();
+    lib.insert("name".into(), LIB.into());
+    lib.insert("path".into(), "src/lib.rs".into());
+    doc.insert("lib".into(), toml::Value::Table(lib));
     doc.insert(
         "profile".into(),
         toml::Value::Table(toml::toml! { [release] debug = 1 }),
