@@ -16,12 +16,17 @@ use anyhow::{Context, Result};
 use report::Signature;
 use serde::{Deserialize, Serialize};
 use shadow::Target;
-use triage::render;
 use triage::replay::{Replay, Replayer};
 
 use crate::sequence::{self, History};
 use crate::state::{self, StateDir};
 use crate::store::{self, GroupRow, Store};
+
+mod groups;
+mod texts;
+
+use groups::{add_other_signature, add_variant, group_of, group_of_record};
+use texts::{program_text, repro_command, stack_text};
 
 /// Replays per artifact before it is called flaky.
 const TRIES: usize = 3;
@@ -373,91 +378,6 @@ pub fn record_path(input: &Path) -> PathBuf {
     input.with_file_name(name)
 }
 
-/// The group a replay's signature files into: the group of that
-/// signature, the oldest code-path group of the same bug (one path
-/// containing the other: [`Signature::same_path`]), or the oldest group of
-/// its allocator with one of its alternative titles ([`Signature::alt`]);
-/// `None` for a new bug.
-fn group_of(store: &Store, sig: &Signature) -> Result<Option<String>> {
-    let id = sig.id();
-    if store.group(&id)?.is_some() {
-        return Ok(Some(id));
-    }
-    if !sig.path {
-        return store.group_by_alt_title(&sig.allocator, &sig.alt);
-    }
-    Ok(store
-        .path_groups()?
-        .into_iter()
-        .find(|g| g.signature().is_some_and(|s| s.same_path(sig)))
-        .map(|g| g.id))
-}
-
-/// The group a saved finding's record already belongs to: the group of
-/// its signature, or the group its key is a variant of (for its
-/// allocator).
-fn group_of_record(store: &Store, record: &report::Record) -> Result<Option<String>> {
-    let id = Signature::from_record(record).id();
-    if store.group(&id)?.is_some() {
-        return Ok(Some(id));
-    }
-    Ok(store
-        .groups_of_variant(&record.key)?
-        .into_iter()
-        .find(|g| {
-            g.signature()
-                .is_some_and(|s| s.allocator == record.allocator)
-        })
-        .map(|g| g.id))
-}
-
-/// Counts the way a violation (its record) reached group `id`: its key,
-/// site and target, and `input` when it is the first.
-fn add_variant(
-    store: &Store,
-    src: &Source,
-    id: &str,
-    record: Option<&report::Record>,
-    input: &str,
-) -> Result<()> {
-    let Some(r) = record else {
-        return Ok(());
-    };
-    store.add_variant(&store::VariantRow {
-        group_id: id.to_string(),
-        key: r.key.clone(),
-        site: r.site.clone(),
-        target: src.target.name().to_string(),
-        count: 1,
-        first_input: input.to_string(),
-    })
-}
-
-/// Keeps what a repeat of group `id` signed `sig` adds to it: its
-/// alternative titles and, when it joined by one of those (its key is not
-/// the group's), a variant keyed by what gets a harness past it, so that
-/// the group's slices tolerate both symptoms of its bug.
-fn add_other_signature(
-    store: &Store,
-    src: &Source,
-    id: &str,
-    sig: &Signature,
-    input: &str,
-) -> Result<()> {
-    store.add_alt_titles(id, &sig.alt)?;
-    let Some(key) = sig.tolerance_key().filter(|_| sig.id() != id && !sig.path) else {
-        return Ok(());
-    };
-    store.add_variant(&store::VariantRow {
-        group_id: id.to_string(),
-        key,
-        site: sig.title(),
-        target: src.target.name().to_string(),
-        count: 1,
-        first_input: input.to_string(),
-    })
-}
-
 /// Files `artifact` into the known group `id`: kept in its `inputs/`,
 /// counted (as a variant, when its `record` says how it was reached, or
 /// its signature `sig` differs from the group's), a fixed group marked
@@ -621,68 +541,4 @@ pub fn move_file(from: &Path, to: &Path) -> Result<()> {
             .with_context(|| format!("failed to remove {}", from.display()))?;
     }
     Ok(())
-}
-
-/// The command that reproduces the group: the fuzz binary on the inputs
-/// it needs before the crash (`history/`, in the group's folder `dir`; now
-/// at `before`) and the crash input (now at `input`), plus the tolerate
-/// file only when they need it (a known bug would otherwise fire first).
-/// A minimized input is op program text, which the binary runs as written
-/// under `ALLOCSOAK_TEXT_INPUTS=1`.
-fn repro_command(
-    src: &Source,
-    dir: &Path,
-    minimized: bool,
-    before: &[PathBuf],
-    input: &Path,
-    sig: &Signature,
-) -> Result<String> {
-    let file = dir.join(if minimized { "minimized" } else { "original" });
-    let mut files: Vec<String> = (0..before.len())
-        .map(|i| {
-            dir.join("history")
-                .join(sequence::file_name(i))
-                .display()
-                .to_string()
-        })
-        .collect();
-    files.push(file.display().to_string());
-    let inputs: Vec<&Path> = before.iter().map(PathBuf::as_path).chain([input]).collect();
-    let plain = src.replay(&inputs, false)?;
-    let plain_same = plain
-        .signature(&src.slot_label())
-        .is_some_and(|s| s.same_bug(sig));
-    let tolerate = if plain_same || src.tolerate.is_none() {
-        String::new()
-    } else {
-        format!("ALLOCSOAK_TOLERATE={} ", dir.join("tolerate").display())
-    };
-    let text = if minimized {
-        "ALLOCSOAK_TEXT_INPUTS=1 "
-    } else {
-        ""
-    };
-    Ok(format!(
-        "{tolerate}{text}ALLOCSOAK_ALLOCATOR='{}' {} {}",
-        src.allocator,
-        src.binary.display(),
-        files.join(" ")
-    ))
-}
-
-/// The program the input decodes to, the failing op marked; after the
-/// programs of the inputs it needs before it, when it does.
-fn program_text(target: Target, before: &[PathBuf], input: &Path, log: &str) -> Result<String> {
-    let mut inputs = before.to_vec();
-    inputs.push(input.to_path_buf());
-    let programs = crate::repro::read_programs(target, &inputs)?;
-    Ok(render::sequence_text(&programs, log))
-}
-
-/// The crash stack of a log, one frame per line, every frame.
-fn stack_text(log: &str) -> String {
-    report::stack(log)
-        .iter()
-        .map(|f| format!("{f}\n"))
-        .collect()
 }
