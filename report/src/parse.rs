@@ -235,11 +235,13 @@ const INVALID_FREE: &[&str] = &[
 
 /// Step 4, for a sanitizer error: its alternative titles (syzkaller's
 /// `AltTitles`): two reports of one allocator that share one show one bug,
-/// though ASan named them apart. `frames` are the report's frames.
+/// though ASan named them apart. `frames` are the report's frames, and
+/// `freed` says whether they are where the block was freed
+/// ([`freed_behind_harness`]).
 ///
-/// - `bad-free in g` for a report keyed by where the block was freed
-///   ([`freed_behind_harness`]): the harness's read of the block and its
-///   later free of it are two symptoms of the allocator's free in `g`.
+/// - `bad-free in g` for a report keyed by where the block was freed: the
+///   harness's read of the block and its later free of it are two
+///   symptoms of the allocator's free in `g`.
 /// - else `bad-access in f` for any bad read or write ([`BAD_ACCESS`]) in
 ///   the allocator's `f`: a copy past a block's end is a
 ///   `heap-buffer-overflow`, an `unknown-crash` or a `SEGV` by where the
@@ -249,11 +251,16 @@ const INVALID_FREE: &[&str] = &[
 ///   function that frees the wrong block is one bug, whether the block it
 ///   freed was live (the harness meets it later) or already freed (ASan
 ///   meets the free itself).
-pub(crate) fn sanitizer_alt_titles(kind: &str, frames: &[String], after: &[&str]) -> Vec<String> {
+pub(crate) fn sanitizer_alt_titles(
+    kind: &str,
+    frames: &[String],
+    freed: bool,
+    after: &[&str],
+) -> Vec<String> {
     let Some(f) = frames.first() else {
         return Vec::new();
     };
-    let title = if freed_behind_harness(kind, after).is_some() {
+    let title = if freed {
         format!("bad-free in {f}")
     } else if BAD_ACCESS.contains(&kind) && !accessed_by_harness(after) {
         format!("bad-access in {f}")

@@ -159,14 +159,15 @@ impl Signature {
             Class::Engine => (slot.to_string(), Vec::new()),
             Class::Sanitizer => {
                 let mut message = sanitizer_message(&kind, after);
-                let frames = match freed_behind_harness(&kind, after) {
-                    Some(freed) => {
+                let freed = freed_behind_harness(&kind, after);
+                let frames = match &freed {
+                    Some(f) => {
                         message.push_str(" of a block freed");
-                        vec![freed]
+                        vec![f.clone()]
                     }
                     None => top_frames(after, false),
                 };
-                alt = sanitizer_alt_titles(&kind, &frames, after);
+                alt = sanitizer_alt_titles(&kind, &frames, freed.is_some(), after);
                 (message, frames)
             }
             Class::Leak => (leak_message(after), top_frames(after, true)),

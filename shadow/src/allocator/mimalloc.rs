@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 use libmimalloc_sys as mi;
 
+use super::heaps::collect_block;
 use super::{
     malloc_serves, Allocator, Extras, HeapId, Heaps, InPlace, LiveBlock, PurgeDelay, ReallocToZero,
 };
@@ -202,19 +203,6 @@ unsafe fn heap_owns(h: HeapId, p: *const c_void) -> bool {
         fn mi_heap_contains(heap: *const mi::mi_heap_t, p: *const c_void) -> bool;
     }
     mi_heap_contains(heap(h), p)
-}
-
-unsafe extern "C" fn collect_block(
-    _heap: *const mi::mi_heap_t,
-    _area: *const mi::mi_heap_area_t,
-    block: *mut c_void,
-    size: usize,
-    arg: *mut c_void,
-) -> bool {
-    if !block.is_null() {
-        (*(arg as *mut Vec<(usize, usize)>)).push((block as usize, size));
-    }
-    true
 }
 
 impl Heaps for Mimalloc {

@@ -209,7 +209,7 @@ pub fn write(state: &StateDir, store: &Store, out: &Path) -> Result<usize> {
             continue;
         }
         let g = Group::find(state, store, &row.id)?;
-        groups.push(entry(&g, store.alt_titles(&row.id)?)?);
+        groups.push(entry(&g)?);
     }
     groups.sort_by(|a, b| a.id.cmp(&b.id));
     let n = groups.len();
@@ -224,7 +224,7 @@ pub fn write(state: &StateDir, store: &Store, out: &Path) -> Result<usize> {
     Ok(n)
 }
 
-fn entry(g: &Group, alt_titles: Vec<String>) -> Result<Entry> {
+fn entry(g: &Group) -> Result<Entry> {
     let read =
         |p: &Path| std::fs::read(p).with_context(|| format!("failed to read {}", p.display()));
     let text = |p: &Path| -> Result<Option<String>> {
@@ -255,7 +255,7 @@ fn entry(g: &Group, alt_titles: Vec<String>) -> Result<Entry> {
         history,
         tolerate: text(&g.dir.join("tolerate"))?,
         path: g.row.path,
-        alt_titles,
+        alt_titles: g.row.alt_titles.clone(),
     })
 }
 

@@ -42,13 +42,4 @@ impl Store {
         }
         Ok(found.map(|(_, id)| id))
     }
-
-    /// Group `id`'s alternative titles, sorted.
-    pub fn alt_titles(&self, id: &str) -> Result<Vec<String>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT title FROM alt_title WHERE group_id = ?1 ORDER BY title")?;
-        let rows = stmt.query_map([id], |r| r.get::<_, String>(0))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
 }

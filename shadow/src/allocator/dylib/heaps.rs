@@ -5,6 +5,7 @@ use std::ffi::c_void;
 use std::ptr;
 
 use super::{malloc_serves, Dylib};
+use crate::allocator::heaps::collect_block;
 use crate::allocator::{HeapId, Heaps};
 
 pub type HeapNew = unsafe extern "C" fn() -> *mut c_void;
@@ -72,22 +73,6 @@ impl CHeapApi {
 
 fn heap(h: HeapId) -> *mut c_void {
     h as *mut c_void
-}
-
-/// Collects each visited block as (start, size) into the `Vec` at `arg`.
-unsafe extern "C" fn collect_block(
-    _heap: *const c_void,
-    _area: *const c_void,
-    block: *mut c_void,
-    size: usize,
-    arg: *mut c_void,
-) -> bool {
-    if !block.is_null() {
-        // SAFETY: `arg` is the `&mut Vec` `visit` passed, alive for the
-        // whole visit, and only this visitor touches it.
-        (*(arg as *mut Vec<(usize, usize)>)).push((block as usize, size));
-    }
-    true
 }
 
 /// Only used when [`CHeapApi::whole`] holds (`Dylib::heaps`), so the
@@ -166,7 +151,7 @@ impl Heaps for Dylib {
         let arg = &mut blocks as *mut Vec<(usize, usize)> as *mut c_void;
         // SAFETY: `h` is a live heap; the visitor only pushes to `blocks`,
         // which outlives the call.
-        let complete = unsafe { f(heap(h), true, collect_block, arg) };
+        let complete = unsafe { f(heap(h), true, collect_block::<c_void, c_void>, arg) };
         complete.then_some(blocks)
     }
 
