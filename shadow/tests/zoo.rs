@@ -104,7 +104,7 @@ fn every_planted_bug_is_reported_with_its_kind() {
 #[test]
 fn bugs_stay_hidden_off_their_condition() {
     // Same op shapes, sizes just outside each bug's condition.
-    let benign = "target alloc_ops\nalloc size=24 align=16\nalloc size=4096 align=16\nalloc size=64 align=8\nfree slot=2\n\
+    let benign = "target alloc_ops\nalloc size=80 align=16\nalloc size=4096 align=16\nalloc size=64 align=8\nfree slot=2\n\
                   alloc size=64 align=8\nalloc size=64 align=8\nrealloc slot=0 to=double\nalloc size=300 align=8 zeroed\n";
     let program = common::program(benign);
     for bug in Bug::ALL {

@@ -6,7 +6,7 @@ use std::str::FromStr;
 /// A planted bug.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bug {
-    /// size <= 8 with align 16 comes back 8-aligned.
+    /// size <= 64 with align 16 comes back 8-aligned.
     SmallUnderalign,
     /// size == align == 4096 comes back 2048-aligned.
     SizeEqAlign,

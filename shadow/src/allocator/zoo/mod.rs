@@ -477,7 +477,7 @@ impl Zoo {
         if self.has(Bug::AlignIgnored) && align >= 32 && size < crate::edges::IMPOSSIBLE_FROM {
             return self.align_ignored(size, align, zeroed);
         }
-        if self.has(Bug::SmallUnderalign) && size <= 8 && align == 16 {
+        if self.has(Bug::SmallUnderalign) && size <= 64 && align == 16 {
             return self.small_underalign(size, zeroed);
         }
         if self.has(Bug::SizeEqAlign) && size == 4096 && align == 4096 {
