@@ -159,9 +159,17 @@ impl<'a> Corpus<'a> {
         }
         std::fs::create_dir_all(&next)
             .with_context(|| format!("failed to create {}", next.display()))?;
+        // An input that crashes the merge's inner process is left out of
+        // the corpus; libFuzzer writes it as `crash-<sha1>` under
+        // `-artifact_prefix`, by default the soak's working directory
+        // (seen: 80 files in one test's). Beside the control file, in the
+        // slice's scratch, it goes with it: the slice's engine ran the
+        // input before, and filed what it found then.
+        let scratch = control.parent().unwrap_or(Path::new("."));
         let mut cmd = triage::replay::engine_command(binary);
         cmd.envs(env.iter().map(|(k, v)| (k, v)))
             .args(flags)
+            .arg(format!("-artifact_prefix={}/merge-", scratch.display()))
             .arg(format!("-merge_control_file={}", control.display()))
             .arg(&next)
             .args(from);
