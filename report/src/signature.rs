@@ -216,12 +216,20 @@ impl Signature {
     /// usable size below the request and one past the block's end, from
     /// the same code, are one wrong answer.
     pub fn same_path(&self, other: &Signature) -> bool {
-        let contains = |a: &[String], b: &[String]| b.iter().all(|f| a.binary_search(f).is_ok());
+        self.contains_path(other) || other.contains_path(self)
+    }
+
+    /// Whether this code-path signature runs every function `other` runs,
+    /// of one kind and one allocator: `other` is the path this one wraps.
+    pub fn contains_path(&self, other: &Signature) -> bool {
         self.path
             && other.path
             && self.kind == other.kind
             && self.allocator == other.allocator
-            && (contains(&self.frames, &other.frames) || contains(&other.frames, &self.frames))
+            && other
+                .frames
+                .iter()
+                .all(|f| self.frames.binary_search(f).is_ok())
     }
 
     /// The full identity: the kind, the allocator, the message and each

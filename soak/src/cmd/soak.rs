@@ -59,16 +59,19 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
     };
     let summary = daemon::run(project, options, stop)?;
     let (state, store) = super::open_state(&args.state)?;
-    println!("soak: {} new crash groups", summary.new_groups.len());
+    // A group merged into another since it was filed is not listed.
+    let mut new_groups = Vec::new();
     for id in &summary.new_groups {
-        if let Some(g) = store.group(id)? {
-            println!("  {} [{}] {}", g.id, g.kind, g.title);
-            println!(
-                "    report: {}",
-                state.crash_group(id).join("REPORT.md").display()
-            );
-            println!("    Reproduce with: {}", g.repro);
-        }
+        new_groups.extend(store.group(id)?);
+    }
+    println!("soak: {} new crash groups", new_groups.len());
+    for g in new_groups {
+        println!("  {} [{}] {}", g.id, g.kind, g.title);
+        println!(
+            "    report: {}",
+            state.crash_group(&g.id).join("REPORT.md").display()
+        );
+        println!("    Reproduce with: {}", g.repro);
     }
     Ok(true)
 }

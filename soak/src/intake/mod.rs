@@ -25,7 +25,7 @@ use crate::store::{self, GroupRow, Store};
 mod groups;
 mod texts;
 
-use groups::{add_other_signature, add_variant, group_of, group_of_record};
+use groups::{add_other_signature, add_variant, group_of, group_of_record, merge_bridged};
 use texts::{program_text, repro_command, stack_text};
 
 /// Replays per artifact before it is called flaky.
@@ -405,7 +405,7 @@ fn file_repeat(
     );
     let kept = dest.join(name);
     move_file(artifact, &kept)?;
-    let store = lock(store);
+    let mut store = lock(store);
     refill(state, &store, id)?;
     store.add_crash(
         id,
@@ -417,6 +417,9 @@ fn file_repeat(
     add_variant(&store, src, id, record, &kept.to_string_lossy())?;
     if let Some(sig) = sig {
         add_other_signature(&store, src, id, sig, &kept.to_string_lossy())?;
+        for from in merge_bridged(state, &mut store, id, sig)? {
+            eprintln!("allocsoak: group {from} merged into {id}: one bug, its code reached from two entry points");
+        }
     }
     if let Some(g) = store.group(id)? {
         if g.status == "fixed" {
@@ -490,7 +493,7 @@ fn lock(store: &std::sync::Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
 /// Puts a group the store does not know (its folder was renamed into place
 /// just before a kill) back into the store from its `group.toml`.
 pub fn refill(state: &StateDir, store: &Store, id: &str) -> Result<()> {
-    if store.group(id)?.is_some() {
+    if store.group(id)?.is_some() || store.merged_into(id)?.is_some() {
         return Ok(());
     }
     let path = state.crash_group(id).join("group.toml");

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 mod alt_titles;
+mod merged;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
 const MIGRATIONS: &[&str] = &[
@@ -16,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0003_drift.sql"),
     include_str!("../../migrations/0004_paths.sql"),
     include_str!("../../migrations/0005_alt_titles.sql"),
+    include_str!("../../migrations/0006_merged_groups.sql"),
 ];
 
 pub struct Store {

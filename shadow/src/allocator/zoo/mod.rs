@@ -307,7 +307,9 @@ impl Allocator for Zoo {
             || self.is_own(p, new_size, align))
         {
             if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&new_size) {
-                return self.base.alloc(64, align, false);
+                // The new block comes from alloc, whose size check is the
+                // one missing: one bug, reached from each entry point.
+                return self.alloc(new_size, align, false);
             }
             let q = self.base.realloc(p, old, align, new_size);
             if !q.is_null() && self.has(Bug::XthreadWrongFree) {
