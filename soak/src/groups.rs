@@ -26,13 +26,20 @@ pub struct Group {
 
 impl Group {
     /// The group whose id starts with `prefix` (an id is 16 hex digits; a
-    /// unique prefix will do).
+    /// unique prefix will do), or, for the full id of a group merged into
+    /// another, that one.
     pub fn find(state: &StateDir, store: &Store, prefix: &str) -> Result<Group> {
         let matches: Vec<GroupRow> = store
             .groups()?
             .into_iter()
             .filter(|g| g.id.starts_with(prefix))
             .collect();
+        if matches.is_empty() {
+            if let Some(into) = store.merged_into(prefix)? {
+                eprintln!("allocsoak: group {prefix} was merged into {into}");
+                return Group::find(state, store, &into);
+            }
+        }
         match matches.len() {
             0 => bail!(
                 "no crash group `{prefix}` in {}; `allocsoak triage` lists them",
