@@ -63,6 +63,10 @@ fn drift_group(state: &Path, id: &str) -> Result<Option<groups::Group>> {
         return Ok(None);
     }
     let (state, store) = super::open_state(state)?;
+    if store.merged_into(id)?.is_some() {
+        // A code-path group: never a drift one.
+        return Ok(None);
+    }
     Ok(groups::Group::find(&state, &store, id)
         .ok()
         .filter(|g| g.row.kind == "rss-drift"))

@@ -406,6 +406,10 @@ fn file_repeat(
     let kept = dest.join(name);
     move_file(artifact, &kept)?;
     let mut store = lock(store);
+    // Merged into another since `group_of` named it (another intake
+    // worker's filing): that one.
+    let merged = store.merged_into(id)?;
+    let id = merged.as_deref().unwrap_or(id);
     refill(state, &store, id)?;
     store.add_crash(
         id,
