@@ -1,0 +1,85 @@
+//! The planted bugs' own code. Each bug runs a function of its own, never
+//! inlined, as two bugs of a real allocator sit in two places: the path a
+//! violation keys on (`crate::coverage`) names it, so two bugs of one kind
+//! are two groups, and one bug reached through any call is one.
+
+use super::{between_fixed_windows, Zoo, DOUBLE_ISSUE};
+
+impl Zoo {
+    #[inline(never)]
+    pub(super) unsafe fn align_ignored(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        self.shifted(size, align, 16, zeroed)
+    }
+
+    #[inline(never)]
+    pub(super) unsafe fn small_underalign(&self, size: usize, zeroed: bool) -> *mut u8 {
+        self.shifted(size, 16, 8, zeroed)
+    }
+
+    #[inline(never)]
+    pub(super) unsafe fn size_eq_align(&self, size: usize, zeroed: bool) -> *mut u8 {
+        self.shifted(size, 4096, 2048, zeroed)
+    }
+
+    /// The cached block is handed out but stays cached.
+    #[inline(never)]
+    pub(super) unsafe fn double_issue(&self, size: usize, zeroed: bool) -> *mut u8 {
+        let cached = self.state().cached_48.last().copied();
+        let p = match cached {
+            Some(p) => p as *mut u8,
+            None => self.base.alloc(*DOUBLE_ISSUE.end(), 16, false),
+        };
+        if zeroed && !p.is_null() {
+            std::ptr::write_bytes(p, 0, size);
+        }
+        p
+    }
+
+    #[inline(never)]
+    pub(super) unsafe fn large_dirty_zeroed(&self, size: usize, align: usize) -> *mut u8 {
+        let p = self.base.alloc(size, align, true);
+        if !p.is_null() {
+            std::ptr::write_bytes(p.add(between_fixed_windows(size)), 0xa5, 64);
+        }
+        p
+    }
+
+    #[inline(never)]
+    pub(super) unsafe fn dirty_zeroed(&self, size: usize, align: usize) -> *mut u8 {
+        self.base.alloc(size, align, false)
+    }
+
+    /// Grows a block of 64 KiB or more leaving a hole in the copy.
+    #[inline(never)]
+    pub(super) unsafe fn large_realloc_hole(
+        &self,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> *mut u8 {
+        let q = self.base.realloc(p, old, align, new_size);
+        if !q.is_null() {
+            std::ptr::write_bytes(q.add(between_fixed_windows(old)), 0, 256);
+        }
+        q
+    }
+
+    /// How much of a block growing from `old` bytes the short copies copy.
+    #[inline(never)]
+    pub(super) fn short_realloc_copy(&self, old: usize) -> usize {
+        old.saturating_sub(8)
+    }
+
+    /// (Four bytes short, not eight: a body equal to another function's
+    /// would be merged with it, and the two bugs would share one name.)
+    #[inline(never)]
+    pub(super) fn misaligned_realloc_short(&self, old: usize) -> usize {
+        old.saturating_sub(4)
+    }
+
+    #[inline(never)]
+    pub(super) fn tiny_realloc_short(&self, old: usize) -> usize {
+        old - 1
+    }
+}
