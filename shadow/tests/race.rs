@@ -6,6 +6,15 @@
 mod common;
 
 use std::fmt::Write;
+use std::sync::{Mutex, MutexGuard};
+
+/// Holds the machine for one test of this file at a time: a race needs its
+/// threads running at once, and another test's race section on the other
+/// core can keep them from it for all 2,000 tries.
+fn alone() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Worker 0 owns 24 blocks of the racy class; then, in one section (or
 /// one op at a time), workers 1 and 2 free them while worker 0 allocates.
@@ -29,6 +38,7 @@ fn program(race: bool) -> String {
 
 #[test]
 fn a_racy_free_list_is_found_by_a_race_and_never_one_op_at_a_time() {
+    let _alone = alone();
     let serial = common::program(&program(false));
     for _ in 0..300 {
         assert_eq!(common::kind(&serial, "zoo:racy-free-list"), None);
@@ -43,6 +53,7 @@ fn a_racy_free_list_is_found_by_a_race_and_never_one_op_at_a_time() {
 
 #[test]
 fn race_sections_run_clean_on_correct_allocators() {
+    let _alone = alone();
     let raced = common::program(&program(true));
     for allocator in ["system", "mimalloc", "jemalloc"] {
         for _ in 0..200 {
@@ -53,6 +64,7 @@ fn race_sections_run_clean_on_correct_allocators() {
 
 #[test]
 fn one_remote_free_op_races_the_owner() {
+    let _alone = alone();
     let op = common::program(
         "target mt_ops\nrace-remote-free freer=1 owner=0 size=400 align=8 count=12\nalloc size=24 align=8\n",
     );
@@ -101,6 +113,7 @@ unsafe impl std::alloc::GlobalAlloc for OneThread {
 
 #[test]
 fn a_single_threaded_allocator_is_never_called_from_another_thread() {
+    let _alone = alone();
     use shadow::allocator::{Allocator, GlobalAllocAdapter};
     let mixed = common::program(&format!(
         "{}worker-alloc worker=1 size=64 align=8\nthread-exit worker=1 restart=true\n",

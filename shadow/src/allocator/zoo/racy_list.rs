@@ -37,13 +37,17 @@ impl RacyList {
         true
     }
 
+    /// The window comes before the emptiness check too, so a pop takes as
+    /// long as a push whatever the list holds: an owner allocating while
+    /// another thread frees keeps pace with it instead of finishing its
+    /// pops on the empty list before the first push lands.
     pub(super) fn pop(&self) -> Option<usize> {
         let t = self.top.load(Ordering::Acquire);
+        let p = self.slots[t.saturating_sub(1)].load(Ordering::Acquire);
+        Self::window();
         if t == 0 {
             return None;
         }
-        let p = self.slots[t - 1].load(Ordering::Acquire);
-        Self::window();
         self.top.store(t - 1, Ordering::Release);
         Some(p)
     }
