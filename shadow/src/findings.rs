@@ -12,6 +12,8 @@
 //!   rewritten at each power of two. Each file is written aside and
 //!   renamed in, record before input, so a reader that sees an input sees
 //!   its record, and a kill leaves no half-written file.
+//!   The violation that ends the process, if one does, leaves its record
+//!   as `<dir>/ending-<pid>.json`.
 //! - `ALLOCSOAK_RECORD=<file>` (set by replays): the violation that ends
 //!   the run is written there as a [`report::Record`] before the line is printed,
 //!   so the pipeline signs the typed record, not the log.
@@ -127,13 +129,28 @@ pub(crate) fn write_counts(counts: &HashMap<String, u64>) {
     }
 }
 
-/// Writes `report`'s record where `ALLOCSOAK_RECORD` says, if it does.
+/// Writes the record of `report`, the violation that ends this process,
+/// where `ALLOCSOAK_RECORD` says, if it does, and, while fuzzing, into the
+/// findings folder as `ending-<pid>.json`: the soak tolerates its key in
+/// the slot's next slices while the crash waits to be filed.
 pub(crate) fn write_record(report: &Report) {
     static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    let Some(path) = FILE.get_or_init(|| env_path("ALLOCSOAK_RECORD")) else {
-        return;
-    };
-    if let Err(e) = write_aside(path, report.record().to_json().as_bytes()) {
-        complain("the record", path, e);
+    let json = report.record().to_json();
+    if let Some(path) = FILE.get_or_init(|| env_path("ALLOCSOAK_RECORD")) {
+        if let Err(e) = write_aside(path, json.as_bytes()) {
+            complain("the record", path, e);
+        }
+    }
+    if let Some(dir) = folder() {
+        let path = dir.join(format!("{ENDING}{}.json", std::process::id()));
+        let written =
+            std::fs::create_dir_all(dir).and_then(|()| write_aside(&path, json.as_bytes()));
+        if let Err(e) = written {
+            complain("the ending record", &path, e);
+        }
     }
 }
+
+/// What the name of an ending record in the findings folder starts with
+/// ([`write_record`]).
+pub const ENDING: &str = "ending-";

@@ -3,7 +3,7 @@
 //! The daemon ([`crate::daemon`]) makes it and schedules on it; a slice
 //! ([`crate::slice`]) runs and files through it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -42,6 +42,10 @@ pub struct Soak {
     pub(crate) filing_until: Option<Instant>,
     /// The pending folders a worker is filing now.
     pub(crate) pending_claimed: Mutex<HashSet<i64>>,
+    /// Per allocator, the keys of the violations that ended its slices
+    /// this soak: its next slices tolerate them while their crashes wait
+    /// to be filed, as they would once filed.
+    pub(crate) unfiled: Mutex<HashMap<String, BTreeSet<String>>>,
     pub(crate) slice_secs: u64,
 }
 
@@ -91,6 +95,21 @@ impl Soak {
             until: self.filing_until,
             stop: Some(&self.stop),
         }
+    }
+
+    /// The keys of violations that ended `allocator`'s slices this soak.
+    pub fn unfiled_keys(&self, allocator: &str) -> BTreeSet<String> {
+        let unfiled = self.unfiled.lock().unwrap_or_else(|e| e.into_inner());
+        unfiled.get(allocator).cloned().unwrap_or_default()
+    }
+
+    /// Adds `keys`, of violations that ended a slice of `allocator`.
+    pub fn add_unfiled(&self, allocator: &str, keys: impl IntoIterator<Item = String>) {
+        let mut unfiled = self.unfiled.lock().unwrap_or_else(|e| e.into_inner());
+        unfiled
+            .entry(allocator.to_string())
+            .or_default()
+            .extend(keys);
     }
 
     pub fn filed(&self, f: &Filed) {

@@ -88,6 +88,12 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
     // every other key of it saved as a finding (its replay tells a new way
     // to a known bug from a new bug) rather than ending the process.
     let mut text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
+    // And the keys of what ended this allocator's slices, not filed yet.
+    for key in soak.unfiled_keys(&slot.allocator) {
+        if !keys.iter().any(|(_, k)| *k == key) {
+            text.push_str(&format!("{key}\n"));
+        }
+    }
     for kind in &saved_past {
         text.push_str(&format!("{}{kind} in *\n", shadow::tolerance::SAVE));
     }
@@ -339,6 +345,7 @@ pub fn finish(
         problems.push(e.context("parking what the slice found"));
     }
 
+    soak.add_unfiled(&record.allocator, ending_keys(&scratch.join("findings")));
     let tolerated = went_past(&scratch.join("findings"))?;
     let keys = soak.lock_store().tolerated_keys(&record.allocator)?;
     let progress = engine.progress(scratch).unwrap_or_default();
@@ -475,6 +482,27 @@ fn save_lost(scratch: &Path, input: &[u8]) -> Result<PathBuf> {
 /// How often the slice's processes went on past each violation key
 /// (tolerated, or saved as a finding), from the counts files each wrote
 /// in `findings/` (`counts-<pid>.json`), summed over processes.
+/// The keys of the violations that ended the slice's processes: the
+/// records the harness left in its findings folder
+/// (`ending-<pid>.json`). One that does not read is skipped: its crash is
+/// filed all the same, only not tolerated before.
+fn ending_keys(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(shadow::findings::ENDING) && name.ends_with(".json")
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|text| report::Record::from_json(&text).ok())
+        .map(|r| r.key)
+        .collect()
+}
+
 fn went_past(dir: &Path) -> Result<HashMap<String, u64>> {
     let mut total = HashMap::new();
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -94,6 +94,10 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
         panic.4.contains("@ shadow/src/allocator/zoo/mod.rs:"),
         "{panic:?}"
     );
+    // The panic ended the first slice of each job; the slices after them
+    // went on past it while it waited to be filed.
+    let ended = count(&state, "SELECT COUNT(*) FROM slice WHERE outcome != 'time'");
+    assert!(ended <= 2, "{ended} slices ended early\n{stdout}");
     // Once filed, the panic no longer ends slices: a second soak on the
     // state counts it as tolerated, and its slices all run their time.
     let slices_before = count(&state, "SELECT MAX(id) FROM slice");
