@@ -12,6 +12,36 @@ use std::time::Duration;
 
 use crate::store::SliceStats;
 
+/// Runs `each` on every item, `jobs` at a time; the results in the
+/// items' order.
+pub fn in_parallel<C: Sync, T: Send>(
+    items: &[C],
+    jobs: usize,
+    each: impl Fn(&C) -> T + Sync,
+) -> Vec<T> {
+    let next = Mutex::new(0usize);
+    let results: Mutex<Vec<Option<T>>> = Mutex::new(items.iter().map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            s.spawn(|| loop {
+                let i = {
+                    let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
+                    *n += 1;
+                    *n - 1
+                };
+                let Some(item) = items.get(i) else { break };
+                let result = each(item);
+                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect()
+}
+
 /// The soak's cores (its `--jobs`), which running slices hold: a slot
 /// with `cores = N` takes N (at most all of them) for its slice, so the
 /// soak never runs more engine processes than it has cores.

@@ -7,8 +7,6 @@
 //! [`soak_each`] runs each planted bug through a whole soak instead, and
 //! counts what its user would read: crash groups per bug.
 
-use std::sync::Mutex;
-
 use anyhow::Result;
 use report::Signature;
 use shadow::allocator::zoo::Bug;
@@ -105,41 +103,11 @@ pub struct Budget {
     pub jobs: usize,
 }
 
-/// Runs `each` on every case, `jobs` at a time; the results in the
-/// cases' order.
-fn in_parallel<T: Send>(
-    cases: &[Case],
-    jobs: usize,
-    each: impl Fn(&Case) -> Result<T> + Sync,
-) -> Vec<Result<T>> {
-    let next = Mutex::new(0usize);
-    let results: Mutex<Vec<Option<Result<T>>>> = Mutex::new(cases.iter().map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..jobs.max(1) {
-            s.spawn(|| loop {
-                let i = {
-                    let mut n = next.lock().unwrap();
-                    *n += 1;
-                    *n - 1
-                };
-                let Some(case) = cases.get(i) else { break };
-                let result = each(case);
-                results.lock().unwrap()[i] = Some(result);
-            });
-        }
-    });
-    let results = results.into_inner().unwrap();
-    results
-        .into_iter()
-        .map(|r| r.expect("every case ran"))
-        .collect()
-}
-
 /// Runs the cases, prints one line each and a summary; true when every bug
 /// that must crash was found with its kind and no control reported anything.
 pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
     project.build(Build::Asan)?;
-    let results = in_parallel(cases, budget.jobs, |case| {
+    let results = crate::scheduler::in_parallel(cases, budget.jobs, |case| {
         let dir = project.run_dir("zoo", &[case.target.name(), &case.label()]);
         let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier zoo run
         let tolerate = case.tolerate.map(|pattern| {
@@ -171,7 +139,7 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
             None => String::new(),
         };
         print_line(case, &outcome, &ops);
-        Ok(outcome)
+        Ok::<_, anyhow::Error>(outcome)
     });
     let mut found = 0;
     let mut false_alarms = 0;
@@ -222,9 +190,9 @@ pub fn soak_each(project: &Project, cases: &[Case], secs: u64, jobs: usize) -> R
     // `allocsoak soak` runs the binaries it finds; it does not build them.
     project.build(Build::Asan)?;
     let exe = std::env::current_exe()?;
-    let results = in_parallel(cases, jobs, |case| {
+    let results = crate::scheduler::in_parallel(cases, jobs, |case| {
         if case.bug.is_none() {
-            return Ok(None);
+            return Ok::<_, anyhow::Error>(None);
         }
         let state = project.run_dir("zoo-soak", &[case.target.name(), &case.label()]);
         let _ = std::fs::remove_dir_all(&state); // an earlier run's

@@ -62,16 +62,20 @@ fn run(config: &Path, args: &[&str]) -> (Output, String) {
     (out, text)
 }
 
-/// What `allocsoak fuzz` found per (target, allocator) line.
+/// What `allocsoak fuzz` found per (target, allocator) line, sorted (its
+/// pairs run two at a time, and print as they end).
 fn found(text: &str) -> Vec<(String, String, String)> {
-    text.lines()
+    let mut found: Vec<_> = text
+        .lines()
         .filter_map(|l| {
             let mut words = l.strip_prefix("fuzz ")?.split_whitespace();
             let (target, allocator) = (words.next()?, words.next()?);
             let found = words.find_map(|w| w.strip_prefix("found="))?;
             Some((target.into(), allocator.into(), found.into()))
         })
-        .collect()
+        .collect();
+    found.sort();
+    found
 }
 
 #[test]

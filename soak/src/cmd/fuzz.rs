@@ -11,6 +11,9 @@ pub struct Args {
     /// Seconds per (target, allocator).
     #[arg(long, default_value_t = 20)]
     secs: u64,
+    /// Pairs run at once. Default: one per core.
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Default allocators: every bundled one.
     #[command(flatten)]
     pairs: super::Pairs,
@@ -24,6 +27,8 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         &super::or_all(args.pairs.targets, &Target::ALL),
         &super::allocators(&config, args.pairs.allocators, &config.allocators())?,
         args.secs,
+        args.jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
     )?;
     println!("fuzz: {findings} findings");
     Ok(findings == 0)
