@@ -157,6 +157,27 @@ impl Heaps for EmulatedHeaps {
     }
 }
 
+/// mimalloc's block visitor (`mi_heap_visit_blocks`'s, and a C
+/// allocator's `heap_visit_blocks`' under the same contract): collects
+/// each visited block as (start, size) into the `Vec<(usize, usize)>` at
+/// `arg`. Called once per area with a null block first, which it skips.
+///
+/// # Safety
+/// `arg` is a `&mut Vec<(usize, usize)>` alive for the whole visit, which
+/// only this visitor touches.
+pub(crate) unsafe extern "C" fn collect_block<Heap, Area>(
+    _heap: *const Heap,
+    _area: *const Area,
+    block: *mut std::ffi::c_void,
+    size: usize,
+    arg: *mut std::ffi::c_void,
+) -> bool {
+    if !block.is_null() {
+        (*(arg as *mut Vec<(usize, usize)>)).push((block as usize, size));
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -208,25 +229,4 @@ mod tests {
         unsafe { heaps.destroy(h) };
         assert_eq!(*rec.frees.lock().unwrap(), order);
     }
-}
-
-/// mimalloc's block visitor (`mi_heap_visit_blocks`'s, and a C
-/// allocator's `heap_visit_blocks`' under the same contract): collects
-/// each visited block as (start, size) into the `Vec<(usize, usize)>` at
-/// `arg`. Called once per area with a null block first, which it skips.
-///
-/// # Safety
-/// `arg` is a `&mut Vec<(usize, usize)>` alive for the whole visit, which
-/// only this visitor touches.
-pub(crate) unsafe extern "C" fn collect_block<Heap, Area>(
-    _heap: *const Heap,
-    _area: *const Area,
-    block: *mut std::ffi::c_void,
-    size: usize,
-    arg: *mut std::ffi::c_void,
-) -> bool {
-    if !block.is_null() {
-        (*(arg as *mut Vec<(usize, usize)>)).push((block as usize, size));
-    }
-    true
 }
