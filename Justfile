@@ -70,7 +70,7 @@ test: setup
     ./scripts/hfuzz-zoo
     ./scripts/oss-fuzz-check
     ./corpus/findings/repro/check
-    {{allocsoak}} zoo --secs 10
+    {{allocsoak}} zoo --secs 6 --minimize-secs 3
 
 # exec/s with and without the shadow model, per target × allocator (see BENCHMARKS.md).
 bench SECS="20": setup

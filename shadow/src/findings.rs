@@ -12,8 +12,8 @@
 //!   rewritten at each power of two. Each file is written aside and
 //!   renamed in, record before input, so a reader that sees an input sees
 //!   its record, and a kill leaves no half-written file.
-//!   The violation that ends the process, if one does, leaves its record
-//!   as `<dir>/ending-<pid>.json`.
+//!   What ends the process, if anything does (a violation, or a sanitizer
+//!   report with a tolerance key), leaves its key as `<dir>/ending-<pid>.json`.
 //! - `ALLOCSOAK_RECORD=<file>` (set by replays): the violation that ends
 //!   the run is written there as a [`report::Record`] before the line is printed,
 //!   so the pipeline signs the typed record, not the log.
@@ -129,28 +129,51 @@ pub(crate) fn write_counts(counts: &HashMap<String, u64>) {
     }
 }
 
-/// Writes the record of `report`, the violation that ends this process,
-/// where `ALLOCSOAK_RECORD` says, if it does, and, while fuzzing, into the
-/// findings folder as `ending-<pid>.json`: the soak tolerates its key in
-/// the slot's next slices while the crash waits to be filed.
+/// Writes `report`'s record where `ALLOCSOAK_RECORD` says, if it does.
 pub(crate) fn write_record(report: &Report) {
     static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    let json = report.record().to_json();
-    if let Some(path) = FILE.get_or_init(|| env_path("ALLOCSOAK_RECORD")) {
-        if let Err(e) = write_aside(path, json.as_bytes()) {
-            complain("the record", path, e);
-        }
-    }
-    if let Some(dir) = folder() {
-        let path = dir.join(format!("{ENDING}{}.json", std::process::id()));
-        let written =
-            std::fs::create_dir_all(dir).and_then(|()| write_aside(&path, json.as_bytes()));
-        if let Err(e) = written {
-            complain("the ending record", &path, e);
-        }
+    let Some(path) = FILE.get_or_init(|| env_path("ALLOCSOAK_RECORD")) else {
+        return;
+    };
+    if let Err(e) = write_aside(path, report.record().to_json().as_bytes()) {
+        complain("the record", path, e);
     }
 }
 
-/// What the name of an ending record in the findings folder starts with
-/// ([`write_record`]).
-pub const ENDING: &str = "ending-";
+/// What the name of an ending key in the findings folder starts with.
+const ENDING: &str = "ending-";
+
+/// While fuzzing, writes `key`, the tolerance key of the violation or
+/// sanitizer report that ends this process, into the findings folder as
+/// `ending-<pid>.json` (a JSON string): the soak tolerates it in the
+/// allocator's next slices while the crash waits to be filed.
+pub(crate) fn write_ending(key: &str) {
+    let Some(dir) = folder() else {
+        return;
+    };
+    let path = dir.join(format!("{ENDING}{}.json", std::process::id()));
+    let json = serde_json::to_string(key).expect("a string serializes");
+    let written = std::fs::create_dir_all(dir).and_then(|()| write_aside(&path, json.as_bytes()));
+    if let Err(e) = written {
+        complain("the ending key", &path, e);
+    }
+}
+
+/// The ending keys ([`write_ending`]) the processes of a findings folder
+/// `dir` left. One that does not read is skipped: its crash is filed all
+/// the same, only not tolerated before.
+pub fn ending_keys(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(ENDING) && name.ends_with(".json")
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|text| serde_json::from_str(&text).ok())
+        .collect()
+}

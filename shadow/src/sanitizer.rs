@@ -77,6 +77,9 @@ pub fn on_report(text: &str) {
             PENDING.store(true, Ordering::Release);
         }
         _ => {
+            if let Some(key) = &key {
+                crate::findings::write_ending(key);
+            }
             eprint!("{text}");
             std::process::abort()
         }

@@ -131,6 +131,7 @@ pub fn raise(report: Report) -> ! {
         end_quietly();
     }
     crate::findings::write_record(&report);
+    crate::findings::write_ending(&key);
     panic!("{report}")
 }
 

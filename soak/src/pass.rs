@@ -111,7 +111,7 @@ fn fuzz_pair(
 }
 
 /// The newest crash, leak, timeout or OOM input libFuzzer wrote to `dir`.
-fn newest_artifact(dir: &std::path::Path) -> Option<PathBuf> {
+fn newest_artifact(dir: &Path) -> Option<PathBuf> {
     crate::libfuzzer::artifacts(dir)
         .ok()?
         .into_iter()

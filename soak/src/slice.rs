@@ -345,7 +345,8 @@ pub fn finish(
         problems.push(e.context("parking what the slice found"));
     }
 
-    soak.add_unfiled(&record.allocator, ending_keys(&scratch.join("findings")));
+    let ending = shadow::findings::ending_keys(&scratch.join("findings"));
+    soak.add_unfiled(&record.allocator, ending);
     let tolerated = went_past(&scratch.join("findings"))?;
     let keys = soak.lock_store().tolerated_keys(&record.allocator)?;
     let progress = engine.progress(scratch).unwrap_or_default();
@@ -482,27 +483,6 @@ fn save_lost(scratch: &Path, input: &[u8]) -> Result<PathBuf> {
 /// How often the slice's processes went on past each violation key
 /// (tolerated, or saved as a finding), from the counts files each wrote
 /// in `findings/` (`counts-<pid>.json`), summed over processes.
-/// The keys of the violations that ended the slice's processes: the
-/// records the harness left in its findings folder
-/// (`ending-<pid>.json`). One that does not read is skipped: its crash is
-/// filed all the same, only not tolerated before.
-fn ending_keys(dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with(shadow::findings::ENDING) && name.ends_with(".json")
-        })
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|text| report::Record::from_json(&text).ok())
-        .map(|r| r.key)
-        .collect()
-}
-
 fn went_past(dir: &Path) -> Result<HashMap<String, u64>> {
     let mut total = HashMap::new();
     let Ok(entries) = std::fs::read_dir(dir) else {

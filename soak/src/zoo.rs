@@ -101,6 +101,8 @@ pub struct Budget {
     pub bug_secs: u64,
     pub seed: u64,
     pub jobs: usize,
+    /// How long each found bug's program is minimized.
+    pub minimize_secs: u64,
 }
 
 /// Runs the cases, prints one line each and a summary; true when every bug
@@ -135,7 +137,8 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
         };
         let outcome = run.run()?;
         let ops = match outcome.kind {
-            Some(_) => minimized_ops(case, &run, &outcome).unwrap_or_else(|e| format!("{e:#}")),
+            Some(_) => minimized_ops(case, &run, &outcome, budget.minimize_secs)
+                .unwrap_or_else(|e| format!("{e:#}")),
             None => String::new(),
         };
         print_line(case, &outcome, &ops);
@@ -278,7 +281,12 @@ fn print_line(case: &Case, o: &Outcome, ops: &str) {
 
 /// The crash program's op count before and after minimizing (`97->2 in
 /// 3.1 s`), or why it stayed (`4 (reproduces only after earlier inputs)`).
-fn minimized_ops(case: &Case, run: &crate::libfuzzer::Run, o: &Outcome) -> Result<String> {
+fn minimized_ops(
+    case: &Case,
+    run: &crate::libfuzzer::Run,
+    o: &Outcome,
+    secs: u64,
+) -> Result<String> {
     let dir = o.log.parent().expect("the log is in the run's folder");
     let Some(artifact) = crate::libfuzzer::artifacts(dir)?.into_iter().next() else {
         return Ok("none (no artifact)".into());
@@ -312,7 +320,10 @@ fn minimized_ops(case: &Case, run: &crate::libfuzzer::Run, o: &Outcome) -> Resul
         &sig,
         &log,
         dir,
-        &crate::intake::Budget::default(),
+        &crate::intake::Budget {
+            until: Some(std::time::Instant::now() + std::time::Duration::from_secs(secs)),
+            stop: None,
+        },
     )?;
     Ok(match m {
         Some(m) => format!("{}->{} in {:.1}s", m.ops_before, m.ops_after, m.secs),

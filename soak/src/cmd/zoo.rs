@@ -19,6 +19,10 @@ pub struct Args {
     /// libFuzzer seed, for repeatable runs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The longest each found bug's program is minimized (intake's 10 s by
+    /// default; `just test` gives it 3).
+    #[arg(long, default_value_t = 10)]
+    minimize_secs: u64,
     /// Cases run at once. Default: one per core.
     #[arg(long)]
     jobs: Option<usize>,
@@ -55,6 +59,7 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
         bug_secs: args.bug_secs,
         seed: args.seed,
         jobs,
+        minimize_secs: args.minimize_secs,
     };
     zoo::run(&project, &cases, &budget)
 }
