@@ -121,11 +121,17 @@ pub(crate) fn write_counts(counts: &HashMap<String, u64>) {
     let Some(dir) = folder() else {
         return;
     };
-    let path = dir.join(format!("counts-{}.json", std::process::id()));
     let text = serde_json::to_string(counts).expect("a map of strings serializes");
-    let written = std::fs::create_dir_all(dir).and_then(|()| write_aside(&path, text.as_bytes()));
+    write_own(dir, "counts-", &text, "the counts");
+}
+
+/// Writes `json` as this process's `<prefix><pid>.json` in the findings
+/// folder `dir`, aside and renamed in.
+fn write_own(dir: &Path, prefix: &str, json: &str, what: &str) {
+    let path = dir.join(format!("{prefix}{}.json", std::process::id()));
+    let written = std::fs::create_dir_all(dir).and_then(|()| write_aside(&path, json.as_bytes()));
     if let Err(e) = written {
-        complain("the counts", &path, e);
+        complain(what, &path, e);
     }
 }
 
@@ -151,12 +157,8 @@ pub(crate) fn write_ending(key: &str) {
     let Some(dir) = folder() else {
         return;
     };
-    let path = dir.join(format!("{ENDING}{}.json", std::process::id()));
     let json = serde_json::to_string(key).expect("a string serializes");
-    let written = std::fs::create_dir_all(dir).and_then(|()| write_aside(&path, json.as_bytes()));
-    if let Err(e) = written {
-        complain("the ending key", &path, e);
-    }
+    write_own(dir, ENDING, &json, "the ending key");
 }
 
 /// The ending keys ([`write_ending`]) the processes of a findings folder
