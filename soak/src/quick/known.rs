@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::groups::Group;
 use crate::intake::GroupFile;
 use crate::state::{self, StateDir};
-use crate::store::Store;
+use crate::store::{MergedGroup, Store};
 
 const HEADER: &str = "\
 # allocsoak known crash groups. `allocsoak quick --known <this file>` gets
@@ -71,6 +71,9 @@ struct Entry {
     /// The group's alternative titles (`report::Signature::alt`).
     #[serde(default)]
     alt_titles: Vec<String>,
+    /// Groups merged into it: a crash of one of them is this group's.
+    #[serde(default)]
+    merged: Vec<MergedGroup>,
 }
 
 /// Groups a gate starts from: `from` is an allocsoak state dir or a
@@ -104,7 +107,7 @@ pub fn import(from: &Path, state: &StateDir, store: &Store) -> Result<usize> {
     for entry in &file.groups {
         materialize(entry, state)
             .with_context(|| format!("group {} in {}", entry.id, from.display()))?;
-        land(state, store, &entry.id, &entry.status)?;
+        land(state, store, &entry.id, &entry.status, &entry.merged)?;
     }
     Ok(file.groups.len())
 }
@@ -135,15 +138,26 @@ fn import_state(from: &Path, state: &StateDir, store: &Store) -> Result<usize> {
             .map(|m| replace_folder(&m, &from_dir, &new));
         state::write_atomic(&record_path, toml::to_string(&record)?.as_bytes())?;
         rename(&work, &to_dir)?;
-        land(state, store, &row.id, &row.status)?;
+        let merged = source_store.merged_groups_of(&row.id)?;
+        land(state, store, &row.id, &row.status, &merged)?;
         n += 1;
     }
     Ok(n)
 }
 
-/// Puts a group folder that is now in place into the store, with `status`.
-fn land(state: &StateDir, store: &Store, id: &str, status: &str) -> Result<()> {
+/// Puts a group folder that is now in place into the store, with
+/// `status` and the groups `merged` into it.
+fn land(
+    state: &StateDir,
+    store: &Store,
+    id: &str,
+    status: &str,
+    merged: &[MergedGroup],
+) -> Result<()> {
     crate::intake::refill(state, store, id)?;
+    for m in merged {
+        store.add_merged_group(m, id)?;
+    }
     store.set_status(id, status)
 }
 
@@ -209,7 +223,7 @@ pub fn write(state: &StateDir, store: &Store, out: &Path) -> Result<usize> {
             continue;
         }
         let g = Group::find(state, store, &row.id)?;
-        groups.push(entry(&g)?);
+        groups.push(entry(&g, store)?);
     }
     groups.sort_by(|a, b| a.id.cmp(&b.id));
     let n = groups.len();
@@ -224,7 +238,7 @@ pub fn write(state: &StateDir, store: &Store, out: &Path) -> Result<usize> {
     Ok(n)
 }
 
-fn entry(g: &Group) -> Result<Entry> {
+fn entry(g: &Group, store: &Store) -> Result<Entry> {
     let read =
         |p: &Path| std::fs::read(p).with_context(|| format!("failed to read {}", p.display()));
     let text = |p: &Path| -> Result<Option<String>> {
@@ -256,6 +270,7 @@ fn entry(g: &Group) -> Result<Entry> {
         tolerate: text(&g.dir.join("tolerate"))?,
         path: g.row.path,
         alt_titles: g.row.alt_titles.clone(),
+        merged: store.merged_groups_of(&g.row.id)?,
     })
 }
 
@@ -289,4 +304,73 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
 fn rename(from: &Path, to: &Path) -> Result<()> {
     std::fs::rename(from, to)
         .with_context(|| format!("failed to rename {} to {}", from.display(), to.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A code-path group of `zoo:a` whose calls ran `frames`, filed in
+    /// `state`'s store with its folder; returns its id.
+    fn file_group(state: &StateDir, store: &Store, frames: &[&str]) -> String {
+        let key = format!(
+            "impossible-success\nzoo:a\nsize N must fail\n{}",
+            frames.join("\n")
+        );
+        let sig = report::Signature::from_key(&key, true).unwrap();
+        let id = sig.id();
+        let dir = state.crash_group(&id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("original"), b"input").unwrap();
+        let record = GroupFile {
+            signature: sig.key(),
+            kind: sig.kind.clone(),
+            title: sig.title(),
+            tolerance_key: None,
+            target: "alloc_ops".into(),
+            allocator: "zoo:a".into(),
+            engine: "libfuzzer".into(),
+            first_seen: 1,
+            minimized: None,
+            repro: format!("allocsoak repro {}", dir.display()),
+            race_rate: None,
+            history: 0,
+            history_shrunk: None,
+            minimized_ops: None,
+            path: true,
+            alt_titles: Vec::new(),
+        };
+        std::fs::write(dir.join("group.toml"), toml::to_string(&record).unwrap()).unwrap();
+        crate::intake::refill(state, store, &id).unwrap();
+        id
+    }
+
+    #[test]
+    fn a_merged_group_stays_merged_in_a_gate_from_its_file_or_state_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let soak = StateDir::open_for_soak(&dir.path().join("soak")).unwrap();
+        let mut store = Store::open(&soak.store()).unwrap();
+        let kept = file_group(&soak, &store, &["alloc", "class_of", "realloc"]);
+        let merged = file_group(&soak, &store, &["alloc", "class_of", "realloc_null"]);
+        store.merge_group(&merged, &kept).unwrap();
+
+        let file = dir.path().join("known.toml");
+        assert_eq!(write(&soak, &store, &file).unwrap(), 1);
+        let from_state = dir.path().join("soak");
+        for (name, from) in [("gate-file", &file), ("gate-state", &from_state)] {
+            let gate = StateDir::open_for_soak(&dir.path().join(name)).unwrap();
+            let gate_store = Store::open(&gate.store()).unwrap();
+            assert_eq!(import(from, &gate, &gate_store).unwrap(), 1, "{name}");
+            // A crash with the merged group's signature, or a path beside
+            // it, files into the group that was kept.
+            assert_eq!(
+                gate_store.merged_into(&merged).unwrap(),
+                Some(kept.clone()),
+                "{name}"
+            );
+            let paths = gate_store.merged_paths().unwrap();
+            assert_eq!(paths.len(), 1, "{name}");
+            assert_eq!(paths[0].0, kept, "{name}");
+        }
+    }
 }

@@ -4,8 +4,20 @@
 
 use anyhow::Result;
 use rusqlite::{params, OptionalExtension};
+use serde::{Deserialize, Serialize};
 
 use super::Store;
+
+/// A group merged into another, as a known-groups file carries it: a
+/// crash with its id, or a path beside its signature's, files into the
+/// group it is part of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergedGroup {
+    pub id: String,
+    pub signature: String,
+    /// Its signature's frames are a code path.
+    pub path: bool,
+}
 
 impl Store {
     /// Merges group `from` into group `into`: its crashes, variants,
@@ -76,6 +88,31 @@ impl Store {
                 |r| r.get(0),
             )
             .optional()?)
+    }
+
+    /// The groups merged into group `into`, oldest id first.
+    pub fn merged_groups_of(&self, into: &str) -> Result<Vec<MergedGroup>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, signature, path FROM merged_group WHERE into_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([into], |r| {
+            Ok(MergedGroup {
+                id: r.get(0)?,
+                signature: r.get(1)?,
+                path: r.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Records `merged` as part of group `into` (from a known-groups file
+    /// or another state dir); a merge already recorded is kept as it is.
+    pub fn add_merged_group(&self, merged: &MergedGroup, into: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO merged_group (id, into_id, signature, path) VALUES (?1, ?2, ?3, ?4)",
+            params![merged.id, into, merged.signature, merged.path],
+        )?;
+        Ok(())
     }
 
     /// The code-path signatures of merged groups, each with the group it

@@ -10,6 +10,8 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 mod alt_titles;
 mod merged;
 
+pub use merged::MergedGroup;
+
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_init.sql"),
