@@ -54,26 +54,123 @@ fn reaching(bug: Bug) -> String {
     text.to_string()
 }
 
-/// What the shadow model alone reports for the bug, in-process. `None`:
-/// the bug corrupts the real heap before the model can look (ASan finds it
-/// first, in `just zoo`), it is a leak (LeakSanitizer's and the RSS
-/// monitor's), it kills the process (a SIGSEGV: `soak/tests/past_first_bug.rs`),
-/// it hides behind another bug (tests/tolerance.rs) or it
-/// needs a race (tests/race.rs) or a program after it (below), so the
-/// program is not run here.
-fn in_process_kind(bug: Bug) -> Option<&'static str> {
+/// Where a bug's kind is checked.
+enum Check {
+    /// Here, in-process: the shadow model alone reports this kind.
+    Here(&'static str),
+    /// Not here, for the reason given. `in_test` is the test (file, fn)
+    /// whose body reaches the bug
+    /// ([`every_bug_not_checked_here_is_checked_elsewhere`]); `None` where
+    /// only `allocsoak zoo` does: the last step of `just test`, which
+    /// checks every bug's kind through the real fuzz binary under ASan.
+    Elsewhere {
+        why: &'static str,
+        in_test: Option<(&'static str, &'static str)>,
+    },
+}
+
+/// Where `bug`'s kind is checked, and, when not here, why not.
+fn check(bug: Bug) -> Check {
+    let elsewhere = |why, in_test| Check::Elsewhere { why, in_test };
     match bug {
-        Bug::UsableOversize
-        | Bug::XthreadWrongFree
-        | Bug::HeapDeleteDrops
-        | Bug::LeakOnShrink
-        | Bug::SlowLeak
-        | Bug::MisalignedReallocShort
-        | Bug::RacyFreeList
-        | Bug::LatentCorruption
-        | Bug::WildWrite => None,
-        _ => Some(bug.expected_kinds()[0]),
+        Bug::UsableOversize => elsewhere(
+            "the harness writes up to the usable size it is told: past the real block, which only ASan sees",
+            None,
+        ),
+        Bug::HeapDeleteDrops => elsewhere(
+            "the dropped blocks are freed behind the harness: ASan's use-after-free and double free",
+            None,
+        ),
+        Bug::XthreadWrongFree => elsewhere(
+            "a block freed to the wrong thread's heap is handed out twice; ASan sees the use after free first",
+            Some((
+                "soak/tests/past_first_bug.rs",
+                "a_sanitizer_report_is_got_past_once_filed",
+            )),
+        ),
+        Bug::LeakOnShrink => elsewhere(
+            "a leak: LeakSanitizer's and the RSS drift workers'",
+            Some((
+                "soak/tests/drift.rs",
+                "a_leaking_allocator_is_filed_as_rss_drift_with_its_culprits",
+            )),
+        ),
+        Bug::SlowLeak => elsewhere(
+            "a leak the programs' checks never see",
+            Some((
+                "shadow/tests/zoo.rs",
+                "slow_leak_keeps_a_block_per_thousand_calls",
+            )),
+        ),
+        Bug::MisalignedReallocShort => elsewhere(
+            "it hides behind the misaligned block it needs, an alignment violation",
+            Some((
+                "shadow/tests/tolerance.rs",
+                "known_bugs_are_got_past_and_new_ones_still_fail",
+            )),
+        ),
+        Bug::RacyFreeList => elsewhere(
+            "it needs a race",
+            Some((
+                "shadow/tests/race.rs",
+                "a_racy_free_list_is_found_by_a_race_and_never_one_op_at_a_time",
+            )),
+        ),
+        Bug::LatentCorruption => elsewhere(
+            "it breaks a later program, not its own",
+            Some((
+                "shadow/tests/zoo.rs",
+                "latent_corruption_crashes_a_later_program_not_its_own",
+            )),
+        ),
+        Bug::WildWrite => elsewhere(
+            "it kills the process with a SIGSEGV",
+            Some((
+                "soak/tests/past_first_bug.rs",
+                "a_deadly_signal_is_filed_from_the_input_history_and_got_past",
+            )),
+        ),
+        _ => Check::Here(bug.expected_kinds()[0]),
     }
+}
+
+/// The text of `fn name` in `text`, up to the next test or function.
+fn body_of<'t>(text: &'t str, name: &str) -> Option<&'t str> {
+    let rest = &text[text.find(&format!("fn {name}("))?..];
+    let end = ["\n#[test]", "\nfn "]
+        .iter()
+        .filter_map(|next| rest[1..].find(next))
+        .min()
+        .map_or(rest.len(), |e| e + 1);
+    Some(&rest[..end])
+}
+
+/// Every bug not checked here, but those only `allocsoak zoo` checks,
+/// names a test whose body reaches it (by its name or its variant).
+#[test]
+fn every_bug_not_checked_here_is_checked_elsewhere() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut unchecked = Vec::new();
+    for bug in Bug::ALL {
+        let Check::Elsewhere {
+            why,
+            in_test: Some((file, test)),
+        } = check(bug)
+        else {
+            continue;
+        };
+        let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+        let reached = body_of(&text, test).is_some_and(|body| {
+            body.contains(bug.name()) || body.contains(&format!("Bug::{bug:?}"))
+        });
+        if !reached {
+            unchecked.push(format!(
+                "{} ({why}): {file}'s {test} does not reach it",
+                bug.name()
+            ));
+        }
+    }
+    assert!(unchecked.is_empty(), "{}", unchecked.join("\n"));
 }
 
 #[test]
@@ -87,7 +184,7 @@ fn every_planted_bug_is_reported_with_its_kind() {
             "{} program on system",
             bug.name()
         );
-        let Some(expected) = in_process_kind(bug) else {
+        let Check::Here(expected) = check(bug) else {
             continue;
         };
         let found = common::kind(&program, &format!("zoo:{}", bug.name()));
