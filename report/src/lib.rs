@@ -35,5 +35,5 @@ mod signature;
 
 pub use frame::Frame;
 pub use parse::{reported_address, HELD_BLOCK};
-pub use record::Record;
+pub use record::{Ending, Record};
 pub use signature::{kind, stack, Signature, DEADLY};

@@ -57,3 +57,20 @@ impl Record {
         serde_json::from_str(text)
     }
 }
+
+/// What ended a fuzz process, as it leaves it in its findings folder
+/// (`ending-<pid>.json`): the soak's next slices of that allocator get past
+/// it at once, while its crash waits to be filed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Ending {
+    /// Its tolerance key: a violation's key, or a sanitizer report's.
+    pub key: String,
+    /// The violation's kind when it is of what one op's calls returned
+    /// (so its group will be keyed by the allocator's code path): the next
+    /// slices save every other key of that kind as a finding, whose replay
+    /// tells another way to this bug from another bug, instead of ending
+    /// on each one. `None` for a panic, a sanitizer report, and a
+    /// violation without a call's path.
+    #[serde(default)]
+    pub path_kind: Option<String>,
+}

@@ -13,7 +13,8 @@
 //!   renamed in, record before input, so a reader that sees an input sees
 //!   its record, and a kill leaves no half-written file.
 //!   What ends the process, if anything does (a violation, or a sanitizer
-//!   report with a tolerance key), leaves its key as `<dir>/ending-<pid>.json`.
+//!   report with a tolerance key), leaves its key (and, for a violation of
+//!   a call, its kind) as `<dir>/ending-<pid>.json` ([`report::Ending`]).
 //! - `ALLOCSOAK_RECORD=<file>` (set by replays): the violation that ends
 //!   the run is written there as a [`report::Record`] before the line is printed,
 //!   so the pipeline signs the typed record, not the log.
@@ -149,22 +150,22 @@ pub(crate) fn write_record(report: &Report) {
 /// What the name of an ending key in the findings folder starts with.
 const ENDING: &str = "ending-";
 
-/// While fuzzing, writes `key`, the tolerance key of the violation or
-/// sanitizer report that ends this process, into the findings folder as
-/// `ending-<pid>.json` (a JSON string): the soak tolerates it in the
-/// allocator's next slices while the crash waits to be filed.
-pub(crate) fn write_ending(key: &str) {
+/// While fuzzing, writes what ends this process (the violation or
+/// sanitizer report, [`report::Ending`]) into the findings folder as
+/// `ending-<pid>.json`: the soak gets past it in the allocator's next
+/// slices while the crash waits to be filed.
+pub(crate) fn write_ending(ending: &report::Ending) {
     let Some(dir) = folder() else {
         return;
     };
-    let json = serde_json::to_string(key).expect("a string serializes");
+    let json = serde_json::to_string(ending).expect("an ending serializes");
     write_own(dir, ENDING, &json, "the ending key");
 }
 
-/// The ending keys ([`write_ending`]) the processes of a findings folder
-/// `dir` left. One that does not read is skipped: its crash is filed all
-/// the same, only not tolerated before.
-pub fn ending_keys(dir: &Path) -> Vec<String> {
+/// What ended the processes of a findings folder `dir` ([`write_ending`]).
+/// One that does not read is skipped: its crash is filed all the same,
+/// only not got past before.
+pub fn endings(dir: &Path) -> Vec<report::Ending> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };

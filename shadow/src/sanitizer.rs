@@ -77,8 +77,11 @@ pub fn on_report(text: &str) {
             PENDING.store(true, Ordering::Release);
         }
         _ => {
-            if let Some(key) = &key {
-                crate::findings::write_ending(key);
+            if let Some(key) = key {
+                crate::findings::write_ending(&report::Ending {
+                    key,
+                    path_kind: None,
+                });
             }
             eprint!("{text}");
             std::process::abort()

@@ -131,7 +131,13 @@ pub fn raise(report: Report) -> ! {
         end_quietly();
     }
     crate::findings::write_record(&report);
-    crate::findings::write_ending(&key);
+    let violation = &report.violation;
+    crate::findings::write_ending(&report::Ending {
+        key,
+        path_kind: violation
+            .is_of_a_call()
+            .then(|| violation.kind().to_string()),
+    });
     panic!("{report}")
 }
 

@@ -42,10 +42,10 @@ pub struct Soak {
     pub(crate) filing_until: Option<Instant>,
     /// The pending folders a worker is filing now.
     pub(crate) pending_claimed: Mutex<HashSet<i64>>,
-    /// Per allocator, the keys of the violations that ended its slices
-    /// this soak: its next slices tolerate them while their crashes wait
-    /// to be filed, as they would once filed.
-    pub(crate) unfiled: Mutex<HashMap<String, BTreeSet<String>>>,
+    /// Per allocator, what ended its slices this soak: its next slices
+    /// get past them while their crashes wait to be filed, as they would
+    /// once filed.
+    pub(crate) unfiled: Mutex<HashMap<String, BTreeSet<report::Ending>>>,
     pub(crate) slice_secs: u64,
 }
 
@@ -97,19 +97,19 @@ impl Soak {
         }
     }
 
-    /// The keys of violations that ended `allocator`'s slices this soak.
-    pub fn unfiled_keys(&self, allocator: &str) -> BTreeSet<String> {
+    /// What ended `allocator`'s slices this soak.
+    pub fn unfiled(&self, allocator: &str) -> BTreeSet<report::Ending> {
         let unfiled = self.unfiled.lock().unwrap_or_else(|e| e.into_inner());
         unfiled.get(allocator).cloned().unwrap_or_default()
     }
 
-    /// Adds `keys`, of violations that ended a slice of `allocator`.
-    pub fn add_unfiled(&self, allocator: &str, keys: impl IntoIterator<Item = String>) {
+    /// Adds `endings`, what ended a slice of `allocator`.
+    pub fn add_unfiled(&self, allocator: &str, endings: impl IntoIterator<Item = report::Ending>) {
         let mut unfiled = self.unfiled.lock().unwrap_or_else(|e| e.into_inner());
         unfiled
             .entry(allocator.to_string())
             .or_default()
-            .extend(keys);
+            .extend(endings);
     }
 
     pub fn filed(&self, f: &Filed) {

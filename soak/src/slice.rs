@@ -1,7 +1,7 @@
 //! One slice: a slot's engine run for a time, then what it left is merged
 //! and filed. [`finish`] also picks up a slice a kill interrupted.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -88,11 +88,14 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
     // every other key of it saved as a finding (its replay tells a new way
     // to a known bug from a new bug) rather than ending the process.
     let mut text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
-    // And the keys of what ended this allocator's slices, not filed yet.
-    for key in soak.unfiled_keys(&slot.allocator) {
-        if !keys.iter().any(|(_, k)| *k == key) {
-            text.push_str(&format!("{key}\n"));
+    // And what ended this allocator's slices, not filed yet: its key, and,
+    // for a violation of a call, its kind saved past from now on.
+    let mut saved_past: BTreeSet<String> = saved_past.into_iter().collect();
+    for ending in soak.unfiled(&slot.allocator) {
+        if !keys.iter().any(|(_, k)| *k == ending.key) {
+            text.push_str(&format!("{}\n", ending.key));
         }
+        saved_past.extend(ending.path_kind);
     }
     for kind in &saved_past {
         text.push_str(&format!("{}{kind} in *\n", shadow::tolerance::SAVE));
@@ -345,8 +348,8 @@ pub fn finish(
         problems.push(e.context("parking what the slice found"));
     }
 
-    let ending = shadow::findings::ending_keys(&scratch.join("findings"));
-    soak.add_unfiled(&record.allocator, ending);
+    let endings = shadow::findings::endings(&scratch.join("findings"));
+    soak.add_unfiled(&record.allocator, endings);
     let tolerated = went_past(&scratch.join("findings"))?;
     let keys = soak.lock_store().tolerated_keys(&record.allocator)?;
     let progress = engine.progress(scratch).unwrap_or_default();
