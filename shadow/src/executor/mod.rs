@@ -74,6 +74,10 @@ pub struct Stats {
     pub ops: usize,
     pub skipped: usize,
     pub failed: usize,
+    /// Race sections run, and of them, those in which two or more workers
+    /// were inside the allocator at once.
+    pub race_sections: usize,
+    pub races: usize,
 }
 
 /// Runs programs against one allocator.

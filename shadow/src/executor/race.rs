@@ -95,24 +95,49 @@ impl Section {
     }
 }
 
-/// Runs the section: every worker with a script starts at once. Results
-/// come back per step, worker 0's script first.
-pub fn run(
-    section: Section,
-    pool: &mut WorkerPool,
-    alloc: &'static dyn Allocator,
-) -> Vec<(Step, Done)> {
+/// How many of a section's workers are inside the allocator now, and the
+/// most there were at once: whether the section really raced.
+#[derive(Default)]
+struct Inside {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Inside {
+    /// Runs `f`, an allocator call, counted as inside.
+    fn during<R>(&self, f: impl FnOnce() -> R) -> R {
+        let n = self.now.fetch_add(1, Ordering::AcqRel) + 1;
+        self.most.fetch_max(n, Ordering::AcqRel);
+        let result = f();
+        self.now.fetch_sub(1, Ordering::AcqRel);
+        result
+    }
+}
+
+/// What a section did: each step's result, worker 0's script first, and
+/// the most workers that were inside the allocator at once.
+pub struct Ran {
+    pub results: Vec<(Step, Done)>,
+    pub most_inside: usize,
+}
+
+/// Runs the section: every worker with a script starts at once.
+pub fn run(section: Section, pool: &mut WorkerPool, alloc: &'static dyn Allocator) -> Ran {
     let busy = section.scripts.iter().filter(|s| !s.is_empty()).count();
     let gate = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(Inside::default());
     let (tx, rx) = channel();
     for (worker, script) in section.scripts.into_iter().enumerate() {
         if script.is_empty() {
             continue;
         }
-        let (gate, tx) = (gate.clone(), tx.clone());
+        let (gate, inside, tx) = (gate.clone(), inside.clone(), tx.clone());
         pool.start(worker, move || {
             wait_for_all(&gate, busy);
-            let done: Vec<_> = script.iter().map(|s| (*s, step(alloc, s))).collect();
+            let done: Vec<_> = script
+                .iter()
+                .map(|s| (*s, step(alloc, s, &inside)))
+                .collect();
             let _ = tx.send((worker, done));
         });
     }
@@ -124,7 +149,10 @@ pub fn run(
         "a worker thread died in a race section"
     );
     results.sort_by_key(|(worker, _)| *worker);
-    results.into_iter().flat_map(|(_, done)| done).collect()
+    Ran {
+        results: results.into_iter().flat_map(|(_, done)| done).collect(),
+        most_inside: inside.most.load(Ordering::Acquire),
+    }
 }
 
 /// A barrier that spins (yielding now and then, for machines with fewer
@@ -143,11 +171,11 @@ fn wait_for_all(gate: &AtomicUsize, n: usize) {
     }
 }
 
-fn step(alloc: &'static dyn Allocator, step: &Step) -> Done {
+fn step(alloc: &'static dyn Allocator, step: &Step, inside: &Inside) -> Done {
     let result = guard::call(|| unsafe {
         match *step {
             Step::Alloc { size, align, seed } => {
-                let p = alloc.alloc(size, align, false);
+                let p = inside.during(|| alloc.alloc(size, align, false));
                 if !p.is_null() {
                     pattern::fill(p, size, seed);
                 }
@@ -157,7 +185,9 @@ fn step(alloc: &'static dyn Allocator, step: &Step) -> Done {
                 }
             }
             Step::Free { block: b } => {
-                crate::sanitizer::given(b.ptr, || alloc.free(b.ptr as *mut u8, b.size, b.align));
+                crate::sanitizer::given(b.ptr, || {
+                    inside.during(|| alloc.free(b.ptr as *mut u8, b.size, b.align));
+                });
                 Done::Freed
             }
             Step::Realloc {
@@ -166,7 +196,7 @@ fn step(alloc: &'static dyn Allocator, step: &Step) -> Done {
                 seed,
             } => {
                 let q = crate::sanitizer::given(b.ptr, || {
-                    alloc.realloc(b.ptr as *mut u8, b.size, b.align, new)
+                    inside.during(|| alloc.realloc(b.ptr as *mut u8, b.size, b.align, new))
                 });
                 let mut lost_prefix = None;
                 if !q.is_null() {
@@ -280,7 +310,12 @@ impl Executor {
         let section = std::mem::take(&mut self.race);
         let frees = section.frees();
         let alloc = self.alloc;
-        let results = crate::coverage::around(|| run(section, self.pool(), alloc));
+        let ran = crate::coverage::around(|| run(section, self.pool(), alloc));
+        self.stats.race_sections += 1;
+        if ran.most_inside >= 2 {
+            self.stats.races += 1;
+        }
+        let results = ran.results;
         // Everything the section returned is held until checked, so a
         // program that ends at a tolerated violation still releases it.
         self.raced = results
