@@ -51,6 +51,8 @@ struct Op {
     after: Vec<u8>,
     moved: BTreeSet<usize>,
     queried: BTreeSet<usize>,
+    /// A call is running: `before` is its start ([`op_path_now`]).
+    calling: bool,
 }
 
 static OP: Mutex<Option<Op>> = Mutex::new(None);
@@ -218,27 +220,28 @@ fn moving<R>(query: bool, f: impl FnOnce() -> R) -> R {
         return f();
     };
     // The buffers are kept from call to call: allocated and freed around
-    // every call, they were most of a replay's time under ASan.
-    let (mut before, mut after) = {
+    // every call, they were most of a replay's time under ASan. The lock
+    // is not held while the allocator runs.
+    {
         let mut op = OP.lock().unwrap_or_else(|e| e.into_inner());
         let op = op.get_or_insert_with(Op::default);
-        (
-            std::mem::take(&mut op.before),
-            std::mem::take(&mut op.after),
-        )
-    };
-    probe.snapshot(&mut before);
+        probe.snapshot(&mut op.before);
+        op.calling = true;
+    }
     let result = f();
-    probe.snapshot(&mut after);
     let mut op = OP.lock().unwrap_or_else(|e| e.into_inner());
     let op = op.get_or_insert_with(Op::default);
+    let mut after = std::mem::take(&mut op.after);
+    probe.snapshot(&mut after);
+    let moved: Vec<usize> = probe.moved(&op.before, &after).collect();
     let into = if query {
         &mut op.queried
     } else {
         &mut op.moved
     };
-    into.extend(probe.moved(&before, &after));
-    (op.before, op.after) = (before, after);
+    into.extend(moved);
+    op.after = after;
+    op.calling = false;
     result
 }
 
@@ -259,6 +262,17 @@ pub enum PathOf {
 /// The allocator's own functions the op ran so far (its calls, its
 /// checks' queries or both: `of`), sorted; empty when the probe is off.
 pub fn op_path(of: PathOf) -> Vec<String> {
+    path(of, false)
+}
+
+/// [`op_path`] of the op's calls, the one running now included as far as
+/// it got: for a finding met inside an allocator call (a sanitizer report
+/// in a call that had to fail).
+pub fn op_path_now() -> Vec<String> {
+    path(PathOf::Calls, true)
+}
+
+fn path(of: PathOf, now: bool) -> Vec<String> {
     let Some(probe) = probe() else {
         return Vec::new();
     };
@@ -271,7 +285,13 @@ pub fn op_path(of: PathOf) -> Vec<String> {
             };
             let calls = op.moved.iter().filter(|_| queries != PathOf::Queries);
             let queried = op.queried.iter().filter(|_| queries != PathOf::Calls);
-            calls.chain(queried).copied().collect()
+            let mut moved: Vec<usize> = calls.chain(queried).copied().collect();
+            if now && op.calling {
+                let mut counters = Vec::new();
+                probe.snapshot(&mut counters);
+                moved.extend(probe.moved(&op.before, &counters));
+            }
+            moved
         })
     };
     let Some(symbols) = symbols() else {

@@ -22,12 +22,13 @@
 //! allocator's own bad writes (an instrumented C allocator) still happen:
 //! after a tolerated one the process may fail later, elsewhere.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::tolerance;
+use crate::violation::Report;
 
 /// A tolerated report came in since the last [`check`] (on any thread).
 static PENDING: AtomicBool = AtomicBool::new(false);
@@ -36,6 +37,31 @@ thread_local! {
     /// The block this thread's current free, realloc or usable-size call
     /// was given (0 when none): a block the harness holds.
     static GIVEN: Cell<usize> = const { Cell::new(0) };
+    /// The `impossible-success` of this thread's current call, when its
+    /// request had to fail ([`must_fail`]).
+    static MUST_FAIL: RefCell<Option<Report>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, an allocator call whose request had to fail, on this thread.
+/// A sanitizer report inside it is `report`, that call's
+/// `impossible-success` (with the code the call ran so far as its path):
+/// the allocator went on with a request it had to refuse and broke memory
+/// doing it (copied an old block into the few bytes it returned), which
+/// is one bug with the success the harness would have met on return.
+/// `None` runs `f` unmarked.
+pub fn must_fail<R>(report: Option<Report>, f: impl FnOnce() -> R) -> R {
+    /// Restores the outer mark, also when the call panics.
+    struct Restore(Option<Report>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MUST_FAIL.set(self.0.take());
+        }
+    }
+    if report.is_none() {
+        return f();
+    }
+    let _restore = Restore(MUST_FAIL.replace(report));
+    f()
 }
 
 /// Runs `f`, an allocator call given block `p`, a block the harness holds,
@@ -62,6 +88,18 @@ pub fn given<R>(p: usize, f: impl FnOnce() -> R) -> R {
 /// report of the very block this thread's call was [`given`] gets the
 /// harness's line ([`report::HELD_BLOCK`]) before it is signed.
 pub fn on_report(text: &str) {
+    if let Some(mut report) = MUST_FAIL.with_borrow(Clone::clone) {
+        report.path = crate::coverage::op_path_now();
+        // A deadly signal ends the process whatever the harness does.
+        let deadly = report::Signature::from_log(text, "")
+            .is_some_and(|s| report::DEADLY.contains(&s.kind.as_str()));
+        // Past it (its group filed, or saved while fuzzing): the program
+        // ends quietly at the next check. Else it prints its line and
+        // aborts.
+        tolerance::raise_in_report(report, !deadly);
+        PENDING.store(true, Ordering::Release);
+        return;
+    }
     let given = GIVEN.get();
     let held;
     let text = match report::reported_address(text) {

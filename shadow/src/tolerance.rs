@@ -121,24 +121,61 @@ pub(crate) fn count_tolerated(key: &str) -> bool {
 /// quietly too: the violation is its consequence.
 pub fn raise(report: Report) -> ! {
     crate::sanitizer::check();
-    let key = report.key();
-    if count_tolerated(&key) {
+    if went_past(&report, true) {
         end_quietly();
+    }
+    ends(&report);
+    panic!("{report}")
+}
+
+/// [`raise`] for a violation met inside a sanitizer's report callback,
+/// which must not unwind, and after which memory is in doubt whatever its
+/// kind: returns when the process `can_go_on` and its own key is listed
+/// (its group was filed; a `<kind> in *` pattern, which a replay lists for
+/// the kinds that leave the heap sound, does not do) or a `save` line
+/// matches it while fuzzing (the program then ends at the next check);
+/// else prints its line and aborts.
+pub(crate) fn raise_in_report(report: Report, can_go_on: bool) {
+    if can_go_on && went_past(&report, false) {
+        return;
+    }
+    ends(&report);
+    eprintln!("{report}");
+    std::process::abort()
+}
+
+/// Whether the program gets past `report`: its key is tolerated (counted;
+/// by a pattern too when `patterns`), or a `save` line matches it while
+/// fuzzing (saved as a finding).
+fn went_past(report: &Report, patterns: bool) -> bool {
+    let key = report.key();
+    let listed = match patterns {
+        true => is_tolerated(&key),
+        false => tolerated().contains(&key),
+    };
+    if listed {
+        count(&key, true);
+        return true;
     }
     if crate::findings::active() && is_saved_past(&key) {
         let n = count(&key, false);
-        crate::findings::save(&report, &key, n);
-        end_quietly();
+        crate::findings::save(report, &key, n);
+        return true;
     }
-    crate::findings::write_record(&report);
+    false
+}
+
+/// Leaves what the pipeline needs of a violation that ends the process:
+/// its record (in a replay) and its ending (while fuzzing).
+fn ends(report: &Report) {
+    crate::findings::write_record(report);
     let violation = &report.violation;
     crate::findings::write_ending(&report::Ending {
-        key,
+        key: report.key(),
         path_kind: violation
             .is_of_a_call()
             .then(|| violation.kind().to_string()),
     });
-    panic!("{report}")
 }
 
 /// Unwinds out of the program with [`Tolerated`], which skips the panic

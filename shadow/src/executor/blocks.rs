@@ -53,14 +53,31 @@ impl Executor {
             (false, true) => "alloc-zeroed",
         };
         self.site = Site::new(api, size, align);
+        let must_fail = self.impossible(size, align);
         match heap {
-            None => self.call(on, move |a| unsafe {
-                a.alloc(size, align, zeroed) as usize
+            None => self.call(on, move |a| {
+                sanitizer::must_fail(must_fail, || unsafe {
+                    a.alloc(size, align, zeroed) as usize
+                })
             }),
-            Some(h) => {
+            Some(h) => sanitizer::must_fail(must_fail, || {
                 self.guarded(|| unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize })
-            }
+            }),
         }
+    }
+
+    /// The `impossible-success` a request for `size` bytes would be, when
+    /// it has to fail ([`Executor::must_fail`]).
+    pub(super) fn impossible(&self, size: usize, align: usize) -> Option<crate::violation::Report> {
+        (size >= IMPOSSIBLE_FROM)
+            .then(|| {
+                self.must_fail(Violation::ImpossibleSuccess {
+                    size,
+                    align,
+                    ptr: 0,
+                })
+            })
+            .flatten()
     }
 
     /// Checks what a request for a fresh block returned (`p`, or null)
@@ -76,12 +93,12 @@ impl Executor {
         let impossible = size >= IMPOSSIBLE_FROM;
         if impossible {
             if p != 0 && self.checked {
+                sanitizer::never_freed(p);
                 self.flag(Violation::ImpossibleSuccess {
                     size,
                     align,
                     ptr: p,
                 });
-                sanitizer::never_freed(p);
             }
             return Outcome::Failed;
         }
@@ -349,38 +366,45 @@ impl Executor {
         };
         self.site = Site::new(api, b.size, b.align);
         let p = b.ptr as *mut u8;
-        let q = sanitizer::given(b.ptr, || match (call, b.heap, extras) {
-            (ReallocCall::Plain, Some(h), _) => Some(self.guarded(|| unsafe {
-                self.heaps().realloc_in(h, p, b.size, b.align, new) as usize
-            })),
-            (ReallocCall::Plain, None, _) => Some(self.call(on, move |a| {
-                sanitizer::given(b.ptr, || unsafe {
-                    a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
-                })
-            })),
-            (ReallocCall::Zeroed, _, Some(x)) => self
-                .guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) })
-                .map(|q| q as usize),
-            (ReallocCall::Unaligned, _, Some(x)) => self
-                .guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) })
-                .map(|q| q as usize),
-            (_, _, None) => unreachable!("skipped above"),
+        let must_fail = self.impossible(new, b.align);
+        let on_worker = must_fail.clone();
+        let q = sanitizer::must_fail(must_fail, || {
+            sanitizer::given(b.ptr, || match (call, b.heap, extras) {
+                (ReallocCall::Plain, Some(h), _) => Some(self.guarded(|| unsafe {
+                    self.heaps().realloc_in(h, p, b.size, b.align, new) as usize
+                })),
+                (ReallocCall::Plain, None, _) => Some(self.call(on, move |a| {
+                    sanitizer::must_fail(on_worker, || {
+                        sanitizer::given(b.ptr, || unsafe {
+                            a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
+                        })
+                    })
+                })),
+                (ReallocCall::Zeroed, _, Some(x)) => self
+                    .guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) })
+                    .map(|q| q as usize),
+                (ReallocCall::Unaligned, _, Some(x)) => self
+                    .guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) })
+                    .map(|q| q as usize),
+                (_, _, None) => unreachable!("skipped above"),
+            })
         });
         let Some(q) = q else {
             return Outcome::Skipped;
         };
         if q == 0 || impossible {
             if impossible && q != 0 && self.checked {
+                // The old block may be gone into it, or kept: neither is
+                // used again (nor freed, should the program end at the
+                // violation), nor reported as a leak.
+                sanitizer::never_freed(q);
+                sanitizer::never_freed(b.ptr);
+                self.shadow.remove(i);
                 self.flag(Violation::ImpossibleSuccess {
                     size: new,
                     align: b.align,
                     ptr: q,
                 });
-                // The old block may be gone into it, or kept: neither is
-                // used again, nor reported as a leak.
-                sanitizer::never_freed(q);
-                sanitizer::never_freed(b.ptr);
-                self.shadow.remove(i);
                 return Outcome::Failed;
             }
             if new != 0 {
@@ -459,25 +483,35 @@ impl Executor {
             return Outcome::Skipped;
         }
         self.site = Site::new("calloc", total.unwrap_or(usize::MAX), 1);
-        let p = self.guarded(|| unsafe { self.alloc.calloc(count, size) }) as usize;
+        let must_fail = match total {
+            None => self.must_fail(Violation::CallocOverflow {
+                count,
+                size,
+                ptr: 0,
+            }),
+            Some(n) => self.impossible(n, 1),
+        };
+        let p = sanitizer::must_fail(must_fail, || {
+            self.guarded(|| unsafe { self.alloc.calloc(count, size) })
+        }) as usize;
         match (total, p) {
             (None, 0) | (Some(0), 0) => Outcome::Failed,
             (None, p) if self.checked => {
+                sanitizer::never_freed(p);
                 self.flag(Violation::CallocOverflow {
                     count,
                     size,
                     ptr: p,
                 });
-                sanitizer::never_freed(p);
                 Outcome::Failed
             }
             (Some(n), p) if impossible && p != 0 && self.checked => {
+                sanitizer::never_freed(p);
                 self.flag(Violation::ImpossibleSuccess {
                     size: n,
                     align: 1,
                     ptr: p,
                 });
-                sanitizer::never_freed(p);
                 Outcome::Failed
             }
             (Some(n), 0) if !impossible && self.checked => {

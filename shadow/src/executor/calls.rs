@@ -32,6 +32,18 @@ impl Executor {
         }
     }
 
+    /// What a call about to be made is if it succeeds, when its request
+    /// has to fail (`violation`: an `impossible-success` or
+    /// `calloc-overflow` with no block yet) and the checks are on: a
+    /// sanitizer report inside the call is that finding
+    /// ([`crate::sanitizer::must_fail`]), its path taken then.
+    pub(super) fn must_fail(&self, violation: Violation) -> Option<Report> {
+        self.checked.then(|| Report {
+            path: Vec::new(),
+            ..self.report(violation)
+        })
+    }
+
     /// Ends the program at a violation (quietly when it is tolerated).
     pub(super) fn fail(&self, violation: Violation) -> ! {
         tolerance::raise(self.report(violation));

@@ -12,6 +12,7 @@ use crate::edges::IMPOSSIBLE_FROM;
 use crate::model::Block;
 use crate::op::{BulkOrder, NewSize};
 use crate::pattern;
+use crate::sanitizer;
 use crate::violation::{Site, Violation};
 
 /// Most bytes one bulk allocation asks for: enough to fill a page or a
@@ -237,7 +238,10 @@ impl Executor {
         }
         let align = malloc_align(size);
         self.site = Site::new("realloc-null", size, align);
-        match self.guarded(|| unsafe { extras.realloc_null(size) }) {
+        let must_fail = self.impossible(size, align);
+        match sanitizer::must_fail(must_fail, || {
+            self.guarded(|| unsafe { extras.realloc_null(size) })
+        }) {
             Some(p) => self.adopt_fresh(p as usize, size, align, false, None),
             None => Outcome::Skipped,
         }
