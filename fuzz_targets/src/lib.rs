@@ -62,6 +62,10 @@ extern "C" {
     fn __lsan_ignore_object(p: *const std::ffi::c_void);
     /// Where the sanitizer prints its reports.
     fn __sanitizer_set_report_fd(fd: *mut std::ffi::c_void);
+    /// LeakSanitizer's check, now: nonzero when it finds leaks.
+    fn __lsan_do_recoverable_leak_check() -> std::ffi::c_int;
+    /// Whether the sanitizer's allocator has this block out, not freed.
+    fn __sanitizer_get_ownership(p: *const std::ffi::c_void) -> std::ffi::c_int;
 }
 
 /// Called by ASan as a report starts (`__asan_on_error`, defined in each
@@ -97,7 +101,12 @@ pub fn init() {
     #[cfg(sanitize = "address")]
     unsafe {
         __asan_set_error_report_callback(on_asan_report);
-        shadow::sanitizer::install(__asan_region_is_poisoned, __lsan_ignore_object);
+        shadow::sanitizer::install(
+            __asan_region_is_poisoned,
+            __lsan_ignore_object,
+            __lsan_do_recoverable_leak_check,
+            __sanitizer_get_ownership,
+        );
     }
     shadow::harness::load();
 }

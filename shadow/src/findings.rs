@@ -136,10 +136,20 @@ fn write_own(dir: &Path, prefix: &str, json: &str, what: &str) {
     }
 }
 
+/// Where `ALLOCSOAK_RECORD` says the ending violation's record goes.
+fn record_file() -> Option<&'static Path> {
+    static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FILE.get_or_init(|| env_path("ALLOCSOAK_RECORD")).as_deref()
+}
+
+/// Whether this process is a replay that records what ends it.
+pub(crate) fn recording() -> bool {
+    record_file().is_some()
+}
+
 /// Writes `report`'s record where `ALLOCSOAK_RECORD` says, if it does.
 pub(crate) fn write_record(report: &Report) {
-    static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    let Some(path) = FILE.get_or_init(|| env_path("ALLOCSOAK_RECORD")) else {
+    let Some(path) = record_file() else {
         return;
     };
     if let Err(e) = write_aside(path, report.record().to_json().as_bytes()) {

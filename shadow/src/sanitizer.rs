@@ -25,7 +25,7 @@
 use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::tolerance;
 use crate::violation::Report;
@@ -152,12 +152,110 @@ pub type IgnoreObject = unsafe extern "C" fn(*const c_void);
 
 static IGNORE_OBJECT: OnceLock<IgnoreObject> = OnceLock::new();
 
+/// LeakSanitizer's `__lsan_do_recoverable_leak_check`: nonzero when it
+/// finds leaks (and prints them).
+pub type LeakCheck = unsafe extern "C" fn() -> std::ffi::c_int;
+
+/// The sanitizer allocator's `__sanitizer_get_ownership`: nonzero for a
+/// block it handed out and nobody freed yet.
+pub type Owns = unsafe extern "C" fn(*const c_void) -> std::ffi::c_int;
+
+static LEAKS: OnceLock<(LeakCheck, Owns)> = OnceLock::new();
+
 /// Lets the harness ask ASan about memory before touching it (the fuzz
 /// targets pass `__asan_region_is_poisoned`; without it every range is
-/// taken as accessible).
-pub fn install(is_poisoned: RegionIsPoisoned, ignore_object: IgnoreObject) {
+/// taken as accessible), and LeakSanitizer which block a leak is
+/// ([`given_back`]).
+pub fn install(
+    is_poisoned: RegionIsPoisoned,
+    ignore_object: IgnoreObject,
+    leak_check: LeakCheck,
+    owns: Owns,
+) {
     let _ = IS_POISONED.set(is_poisoned);
     let _ = IGNORE_OBJECT.set(ignore_object);
+    let _ = LEAKS.set((leak_check, owns));
+}
+
+/// Blocks given back to the allocator that it had not freed when the call
+/// returned, each with the leak it is if LeakSanitizer finds it lost; at
+/// most [`GIVEN_BACK_KEPT`]. Addresses are kept inverted ([`Hidden`]):
+/// LeakSanitizer scans this list too, and a plain address in it would
+/// make the lost block reachable.
+static GIVEN_BACK: Mutex<Vec<(Hidden, Report)>> = Mutex::new(Vec::new());
+const GIVEN_BACK_KEPT: usize = 1024;
+
+/// An address LeakSanitizer does not take for a pointer.
+#[derive(Clone, Copy)]
+struct Hidden(usize);
+
+impl Hidden {
+    fn new(p: usize) -> Hidden {
+        Hidden(!p)
+    }
+
+    fn get(self) -> usize {
+        !self.0
+    }
+}
+
+/// In a replay, after a call the harness gave block `p` back to (a free,
+/// a realloc that moved it): when the sanitizer's allocator still has `p`
+/// (the allocator under test took it from the C heap and did not return
+/// it there), keeps it with `leak`, its [`crate::violation::Violation::Leak`]
+/// with that call's path, for [`lost_block`]. A cache of free blocks
+/// keeps blocks this way too: only LeakSanitizer says which are lost.
+pub fn given_back(p: usize, leak: impl FnOnce() -> Report) {
+    let Some((_, owns)) = LEAKS.get() else {
+        return;
+    };
+    if p == 0 || !crate::findings::recording() {
+        return;
+    }
+    // SAFETY: the allocator looks the address up among its chunks; any
+    // address is a valid question.
+    if unsafe { owns(p as *const c_void) } != 0 {
+        let mut kept = GIVEN_BACK.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < GIVEN_BACK_KEPT {
+            // Its address goes in when it is raised (see GIVEN_BACK).
+            let mut leak = leak();
+            if let crate::violation::Violation::Leak { ptr, .. } = &mut leak.violation {
+                *ptr = 0;
+            }
+            kept.push((Hidden::new(p), leak));
+        }
+    }
+}
+
+/// At a replayed program's end: the leak of the oldest block given back
+/// (in this program or an earlier one of the replay) that the allocator
+/// still has, when LeakSanitizer finds leaks and they are all such blocks
+/// (its check is clean once they are taken out). LeakSanitizer names
+/// where a lost block was allocated; this names the call that lost it,
+/// so one bug is one group, whichever call made the block. A block is
+/// kept until the allocator frees it: a pointer left on the stack can
+/// hide a lost one from the program that lost it.
+pub fn lost_block() -> Option<Report> {
+    let (check, owns) = LEAKS.get()?;
+    let mut kept = GIVEN_BACK.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: as in `given_back`.
+    kept.retain(|(p, _)| unsafe { owns(p.get() as *const c_void) } != 0);
+    // SAFETY: LeakSanitizer's leak check reads the heap and the roots; it
+    // may run at any point of the program.
+    if kept.is_empty() || unsafe { check() } == 0 {
+        return None;
+    }
+    let kept = std::mem::take(&mut *kept);
+    for (p, _) in &kept {
+        never_freed(p.get());
+    }
+    // SAFETY: as above.
+    let only_them = unsafe { check() } == 0;
+    let (p, mut leak) = kept.into_iter().next().filter(|_| only_them)?;
+    if let crate::violation::Violation::Leak { ptr, .. } = &mut leak.violation {
+        *ptr = p.get();
+    }
+    Some(leak)
 }
 
 /// A block the harness will never free, as it cannot say what it is: one

@@ -128,6 +128,15 @@ pub fn raise(report: Report) -> ! {
     panic!("{report}")
 }
 
+/// Ends the program at a violation no process gets past, whatever the
+/// tolerate file lists: a leak, which libFuzzer's own leak check ends the
+/// fuzz process at anyway (so a replay of it must not go on past it).
+pub fn raise_always(report: Report) -> ! {
+    crate::sanitizer::check();
+    ends(&report);
+    panic!("{report}")
+}
+
 /// [`raise`] for a violation met inside a sanitizer's report callback,
 /// which must not unwind, and after which memory is in doubt whatever its
 /// kind: returns when the process `can_go_on` and its own key is listed

@@ -118,6 +118,14 @@ pub enum Violation {
         before: usize,
         after: usize,
     },
+    /// A block the harness gave back to the allocator (`call`: a free, a
+    /// realloc that moved it) was never freed, and nothing points to it:
+    /// LeakSanitizer's leak, keyed by the call that lost it.
+    Leak {
+        ptr: usize,
+        size: usize,
+        call: &'static str,
+    },
 }
 
 impl Violation {
@@ -142,6 +150,7 @@ impl Violation {
             Violation::Diff { .. } => "diff",
             Violation::Panic { .. } => "panic",
             Violation::CapacityLeak { .. } => "capacity-leak",
+            Violation::Leak { .. } => "leak",
         }
     }
 
@@ -176,6 +185,7 @@ impl Violation {
                 | Violation::GoodSize { .. }
                 | Violation::Realloc { .. }
                 | Violation::AllocatorError { .. }
+                | Violation::Leak { .. }
         )
     }
 
@@ -365,6 +375,10 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "{figure} {after} after everything was freed, {before} when the program started"
+            ),
+            Violation::Leak { ptr, size, call } => write!(
+                f,
+                "block {ptr:#x} (size {size}) given back to {call} was never freed, and nothing points to it"
             ),
         }
     }

@@ -304,6 +304,19 @@ impl Executor {
         Outcome::Done
     }
 
+    /// In a replay, keeps block `b`, just given back to the allocator by
+    /// `call`, with the leak it is should LeakSanitizer find it lost at
+    /// the program's end ([`sanitizer::given_back`]).
+    fn given_back(&self, b: &Block, call: &'static str) {
+        sanitizer::given_back(b.ptr, || {
+            self.report(Violation::Leak {
+                ptr: b.ptr,
+                size: b.size,
+                call,
+            })
+        });
+    }
+
     /// Frees a block no longer tracked, through its heap if it has one.
     /// The free is marked as given the block on the thread that makes it
     /// ([`sanitizer::given`]), as every call given a block the harness
@@ -328,6 +341,7 @@ impl Executor {
                 });
             }
         }
+        self.given_back(&b, "free");
     }
 
     /// Resizes block `i` with the realloc `call` names; a call the
@@ -431,6 +445,9 @@ impl Executor {
             return Outcome::Done;
         }
         let old = self.shadow.remove(i);
+        if q != b.ptr {
+            self.given_back(&b, "realloc");
+        }
         let (align, zero_from) = match call {
             ReallocCall::Plain => (b.align, None),
             ReallocCall::Zeroed => (b.align, Some(b.usable)),

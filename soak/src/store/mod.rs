@@ -492,13 +492,14 @@ impl Store {
 
     /// How many of the allocator's groups (not fixed) no harness gets
     /// past: a deadly signal, an assertion, a timeout, an out-of-memory, a
-    /// leak end the fuzz process each time they recur (RSS drift is no
-    /// crash). Such an allocator's slices run libFuzzer's `-fork`, which
-    /// goes on past a child's death.
+    /// leak (LeakSanitizer's, or one the harness keyed by the call that
+    /// lost the block) end the fuzz process each time they recur (RSS
+    /// drift is no crash). Such an allocator's slices run libFuzzer's
+    /// `-fork`, which goes on past a child's death.
     pub fn ending_groups(&self, allocator: &str) -> Result<i64> {
         Ok(self.conn.query_row(
             "SELECT COUNT(*) FROM crash_group g JOIN slot s ON s.id = g.slot_id
-             WHERE s.allocator = ?1 AND g.tolerance_key IS NULL
+             WHERE s.allocator = ?1 AND (g.tolerance_key IS NULL OR g.kind = 'leak')
                AND g.status != 'fixed' AND g.kind != 'rss-drift'",
             params![allocator],
             |r| r.get(0),
