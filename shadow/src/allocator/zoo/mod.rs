@@ -146,7 +146,12 @@ impl Zoo {
 
     /// Hands out `base + offset` of a block allocated with `size + offset`.
     unsafe fn shifted(&self, size: usize, align: usize, offset: usize, zeroed: bool) -> *mut u8 {
-        let base = self.base.alloc(size + offset, align, zeroed);
+        // A size the offset would wrap is refused, as the base refuses it:
+        // the planted bug is the misalignment, not a second one.
+        let Some(whole) = size.checked_add(offset) else {
+            return std::ptr::null_mut();
+        };
+        let base = self.base.alloc(whole, align, zeroed);
         if base.is_null() {
             return base;
         }
