@@ -34,6 +34,20 @@ pub const SOUND_KINDS: [&str; 8] = [
     "capacity-leak",
 ];
 
+/// The kind a code-path signature groups under ([`crate::Signature::contains_path`]):
+/// on one code path, a realloc whose new block lost bytes of the old one
+/// (`realloc-prefix`) is the bug a live block changed by a call
+/// (`contents`) is. A free-list push that writes into a block still
+/// handed out shows as the first when the realloc's own free writes into
+/// the block it returns, and as the second when a plain free writes into
+/// a block held since.
+pub fn path_family(kind: &str) -> &str {
+    match kind {
+        "realloc-prefix" => "contents",
+        kind => kind,
+    }
+}
+
 /// Tolerate-file lines (`<kind> in *`) that get past every sound
 /// violation: what a replay of a crash from a fuzz process that went on
 /// past them adds to its tolerate file.

@@ -220,11 +220,13 @@ impl Signature {
     }
 
     /// Whether this code-path signature runs every function `other` runs,
-    /// of one kind and one allocator: `other` is the path this one wraps.
+    /// of one kind (or kind family, [`crate::key::path_family`]) and one
+    /// allocator: `other` is the path this one wraps.
     pub fn contains_path(&self, other: &Signature) -> bool {
+        use crate::key::path_family;
         self.path
             && other.path
-            && self.kind == other.kind
+            && path_family(&self.kind) == path_family(&other.kind)
             && self.allocator == other.allocator
             && other
                 .frames

@@ -63,11 +63,16 @@ pub enum Violation {
         why: &'static str,
     },
     /// A live block's pattern changed while the allocator held it.
+    /// `by_call`: found right after the op's own calls changed it (a
+    /// purge, a failed realloc, or any call in a replay, which checks
+    /// every live block after each op), so those calls are where the bug
+    /// is; else found later, when the block was next used.
     Contents {
         ptr: usize,
         size: usize,
         mismatch: Mismatch,
         when: &'static str,
+        by_call: bool,
     },
     /// Realloc did not keep the common prefix.
     ReallocPrefix {
@@ -168,7 +173,8 @@ impl Violation {
     /// Whether this violation is of what the op's own allocator calls
     /// returned or did (a block, a size, an error callback), so the code
     /// those calls ran is where the bug is: its key is that path
-    /// ([`Report::path`]). Contents broken since an earlier op, a heap
+    /// ([`Report::path`]), as are contents the op's calls broke. Contents
+    /// broken since an earlier op, a heap
     /// walk, a validator, a comparison with the reference, a panic (its
     /// frame names it) and capacity lost over a whole program are not.
     pub fn is_of_a_call(&self) -> bool {
@@ -186,6 +192,7 @@ impl Violation {
                 | Violation::Realloc { .. }
                 | Violation::AllocatorError { .. }
                 | Violation::Leak { .. }
+                | Violation::Contents { by_call: true, .. }
         )
     }
 
@@ -317,6 +324,7 @@ impl fmt::Display for Violation {
                 size,
                 mismatch: m,
                 when,
+                ..
             } => {
                 write!(
                     f,
@@ -630,7 +638,8 @@ mod tests {
             ptr: 1,
             size: 1,
             mismatch: m,
-            when: "x"
+            when: "x",
+            by_call: true,
         }
         .leaves_heap_sound());
         assert!(!Violation::Overlap {

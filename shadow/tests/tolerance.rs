@@ -35,6 +35,7 @@ fn known_bugs_are_got_past_and_new_ones_still_fail() {
     // alignment violation, and one for every panic.
     let keys = "overlap in alloc size 0..64 align ..16: block N+N overlaps live block N+N\n\
                 alignment in *\n\
+                usable-size in *\n\
                 panic: *\n";
     std::fs::write(dir.join("tolerate"), keys).unwrap();
     std::env::set_var("ALLOCSOAK_TOLERATE", dir.join("tolerate"));
@@ -77,5 +78,28 @@ fn known_bugs_are_got_past_and_new_ones_still_fail() {
         None,
         "one panic, however reached"
     );
+
+    // A block cut short goes on at the size it has: an in-place resize
+    // that claims 1000 bytes of a 600-byte block is flagged, and the block
+    // is held at its usable size, so no later realloc or free is asked to
+    // copy or free the 1000 (a second report of the one lie).
+    let overclaim: Program = "target alloc_ops\nalloc size=600 align=8\nresize-in-place slot=0 to=1000 extra=0\n"
+        .parse()
+        .unwrap();
+    let zoo = shadow::allocator::by_name("zoo:expand-overclaims").unwrap();
+    tolerate(|| {
+        let mut executor = shadow::Executor::new(zoo, shadow::Mode::Checked);
+        for (i, op) in overclaim.ops.iter().enumerate() {
+            executor.step(i, op);
+        }
+        let block = executor.shadow().blocks()[0];
+        assert!(
+            block.usable < 1000 && block.size == block.usable,
+            "held at {} bytes, usable {}",
+            block.size,
+            block.usable
+        );
+        executor.finish(overclaim.ops.len());
+    });
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -112,6 +112,16 @@ fn a_path_keys_the_group_whichever_site_reached_it() {
     let mut elsewhere = wrapped.clone();
     elsewhere.allocator = "other".into();
     assert!(!alloc.same_path(&elsewhere), "two allocators, two groups");
+    let kind = |sig: &Signature, kind: &str| Signature {
+        kind: kind.into(),
+        ..sig.clone()
+    };
+    let (freed, realloced) = (kind(&alloc, "contents"), kind(&wrapped, "realloc-prefix"));
+    assert!(
+        freed.same_path(&realloced),
+        "a block changed by a call and a realloc's lost prefix: one family"
+    );
+    assert!(!kind(&alloc, "overlap").same_path(&realloced), "two kinds");
     assert!(alloc.same_bug(&wrapped) && alloc.same_bug(&alloc));
     assert_eq!(Signature::from_key(&wrapped.key(), true), Some(wrapped));
     let no_path = Signature::from_record(&record("alloc size 0..64 align 32..", &[]));

@@ -153,10 +153,16 @@ impl Executor {
         }
         let usable = self.checked_usable(p, size, block.usable, None);
         // The program goes on with the block as it is: its first `usable`
-        // bytes, never past what was asked for. (Sizes, frees and reallocs
-        // still use the size asked for, as a caller's would.)
+        // bytes, never past what was asked for. A block cut short (flagged
+        // `usable-size`) is held as if its size had been asked for, so no
+        // later call is asked to copy or free bytes that are not there: a
+        // realloc copying the size asked for out of it is that one bug,
+        // not a second group.
         block.usable = usable;
         block.extent = size.min(usable);
+        if (1..size).contains(&usable) {
+            block.size = usable;
+        }
         let reach = block.extent;
         block.seed = match origin {
             Origin::Raced { seed } => seed,
@@ -190,6 +196,7 @@ impl Executor {
                         size,
                         mismatch,
                         when: "during a race section",
+                        by_call: false,
                     });
                 }
                 return Outcome::Live(index);
@@ -272,7 +279,19 @@ impl Executor {
         usable
     }
 
+    /// Checks live block `b` before the op uses it: a change is from an
+    /// earlier op.
     pub(super) fn verify(&self, b: &Block, when: &'static str) {
+        self.verify_as(b, when, false);
+    }
+
+    /// Checks live block `b` after the op's own calls: a change is theirs
+    /// (path-keyed, [`Violation::is_of_a_call`]).
+    pub(super) fn verify_after_call(&self, b: &Block, when: &'static str) {
+        self.verify_as(b, when, true);
+    }
+
+    fn verify_as(&self, b: &Block, when: &'static str, by_call: bool) {
         // SAFETY: `b` is a live block of the shadow.
         if let Some(mismatch) = unsafe { contents(b) } {
             self.fail(Violation::Contents {
@@ -280,6 +299,7 @@ impl Executor {
                 size: b.size,
                 mismatch,
                 when,
+                by_call,
             });
         }
     }
@@ -430,7 +450,7 @@ impl Executor {
                     });
                 }
                 if self.checked {
-                    self.verify(&b, "after a failed realloc");
+                    self.verify_after_call(&b, "after a failed realloc");
                 }
                 return Outcome::Failed;
             }

@@ -49,7 +49,7 @@ impl Executor {
         if self.checked {
             // Blocks of a deleted heap must stay valid; check them now.
             for b in self.shadow.blocks().iter().filter(|b| b.heap.is_none()) {
-                self.verify(b, "after its heap was deleted");
+                self.verify_after_call(b, "after its heap was deleted");
             }
         }
         Outcome::Done

@@ -224,6 +224,7 @@ impl Executor {
             Outcome::Failed => self.stats.failed += 1,
             _ => {}
         }
+        self.locate_changes();
         if self.checked {
             if let Some(detail) = self.guarded(|| self.alloc.take_error()) {
                 self.fail(Violation::AllocatorError { detail });
@@ -233,6 +234,26 @@ impl Executor {
             }
         }
         outcome
+    }
+
+    /// In a replay, checks every live block after each op's calls, so a
+    /// block changed by another block's call (a free-list link written
+    /// into it, a page purged under it) is found at that call and keyed by
+    /// its path, wherever the fuzzing process came upon it. Fuzzing checks
+    /// a block only where it uses it: this costs a pass over the live
+    /// bytes per op.
+    fn locate_changes(&self) {
+        if self.locating() {
+            for b in self.shadow.blocks() {
+                self.verify_after_call(b, "by this op's calls");
+            }
+        }
+    }
+
+    /// Whether changed contents are located at the calls that made them:
+    /// in a checked replay.
+    fn locating(&self) -> bool {
+        self.checked && crate::findings::recording()
     }
 
     fn dispatch(&mut self, op: &Op) -> Outcome {
@@ -363,8 +384,15 @@ impl Executor {
         if self.checked {
             self.validate();
         }
+        // The path of what the closing frees break is theirs so far.
+        crate::coverage::begin_op();
         while !self.shadow.is_empty() {
             let last = self.shadow.len() - 1;
+            if self.locating() {
+                // Every op's changes were located after it: a change now
+                // is the closing frees'.
+                self.verify_after_call(&self.shadow.blocks()[last], "by the closing frees");
+            }
             self.free_block(last, On::Main);
         }
         self.site = Site::bare("end");

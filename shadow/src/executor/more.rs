@@ -177,7 +177,7 @@ impl Executor {
                             why: "changed by an in-place resize that failed",
                         });
                     }
-                    self.verify(&b, "after a failed in-place resize");
+                    self.verify_after_call(&b, "after a failed in-place resize");
                 }
                 Outcome::Failed
             }
@@ -270,7 +270,7 @@ impl Executor {
         }
         if self.checked {
             for b in self.shadow.blocks() {
-                self.verify(b, "after a purge");
+                self.verify_after_call(b, "after a purge");
             }
         }
         Outcome::Done

@@ -318,12 +318,14 @@ impl Allocator for Zoo {
                 return self.alloc(new_size, align, false);
             }
             let q = self.base.realloc(p, old, align, new_size);
-            if !q.is_null() && self.has(Bug::XthreadWrongFree) {
+            // A realloc to zero that frees returns null: `p` is gone too.
+            let freed = new_size == 0 && self.base.realloc_to_zero() == ReallocToZero::Frees;
+            if !q.is_null() || freed {
                 self.state().owners.remove(&(p as usize));
-                self.track_owner(q, new_size, align);
+                self.untrack_class(p, old, align);
             }
             if !q.is_null() {
-                self.untrack_class(p, old, align);
+                self.track_owner(q, new_size, align);
                 self.track_class(q, new_size, align);
             }
             return q;
