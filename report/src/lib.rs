@@ -34,6 +34,6 @@ pub mod record;
 mod signature;
 
 pub use frame::Frame;
-pub use parse::{reported_address, HELD_BLOCK};
+pub use parse::{reported_address, reported_region, HELD_BLOCK};
 pub use record::{Ending, Record};
 pub use signature::{kind, stack, Signature, DEADLY};

@@ -307,6 +307,16 @@ pub fn reported_address(report: &str) -> Option<usize> {
     usize::from_str_radix(hex.trim_end_matches(|c: char| !c.is_ascii_hexdigit()), 16).ok()
 }
 
+/// The start of the heap block a sanitizer report's address lies in or
+/// next to, from its description (`0x… is located 0 bytes after 56-byte
+/// region [0x…,0x…)`).
+pub fn reported_region(report: &str) -> Option<usize> {
+    let line = report.lines().find(|l| l.contains("-byte region ["))?;
+    let (_, inside) = line.split_once("-byte region [")?;
+    let (start, _) = inside.split_once(',')?;
+    usize::from_str_radix(start.trim().trim_start_matches("0x"), 16).ok()
+}
+
 /// Whether the harness said the report is of the block it gave the call
 /// ([`HELD_BLOCK`]), before the next report.
 fn given_held_block(after: &[&str]) -> bool {

@@ -40,6 +40,41 @@ thread_local! {
     /// The `impossible-success` of this thread's current call, when its
     /// request had to fail ([`must_fail`]).
     static MUST_FAIL: RefCell<Option<Report>> = const { RefCell::new(None) };
+    /// Set while this thread's call may hand out a block ([`making`]).
+    static MAKING: Cell<bool> = const { Cell::new(false) };
+    /// A heap-buffer-overflow inside such a call, past a block other than
+    /// the one it was given: that block's start and the report, held until
+    /// the harness has looked at the block the call returned
+    /// ([`take_made`]), or handled at the op's next [`check`].
+    static MADE: RefCell<Option<(usize, String)>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, an allocator call on this thread that may hand out a block
+/// (an alloc, a realloc). A report inside it of a heap block the call was
+/// not given (ASan's `heap-buffer-overflow`) may be of the block it is
+/// about to return: cut short, then filled or copied into for the size
+/// asked for. It is held until the harness has looked at that block
+/// ([`take_made`]). (A call made on a worker is not marked: its reports
+/// are handled as they come.)
+pub fn making<R>(f: impl FnOnce() -> R) -> R {
+    /// Restores the outer mark, also when the call panics.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MAKING.set(self.0);
+        }
+    }
+    let _restore = Restore(MAKING.replace(true));
+    f()
+}
+
+/// Takes the report held from the call that just returned block `p`
+/// ([`making`]), when it is of that block.
+pub fn take_made(p: usize) -> Option<String> {
+    MADE.with_borrow_mut(|made| match made {
+        Some((start, _)) if *start == p && p != 0 => made.take().map(|(_, text)| text),
+        _ => None,
+    })
 }
 
 /// Runs `f`, an allocator call whose request had to fail, on this thread.
@@ -101,6 +136,24 @@ pub fn on_report(text: &str) {
         return;
     }
     let given = GIVEN.get();
+    if MAKING.get() && MADE.with_borrow(Option::is_none) {
+        let overflow = report::Signature::from_log(text, "")
+            .is_some_and(|s| s.kind == "heap-buffer-overflow");
+        match report::reported_region(text) {
+            Some(start) if overflow && start != given => {
+                MADE.set(Some((start, text.to_string())));
+                return;
+            }
+            _ => {}
+        }
+    }
+    handle(text);
+}
+
+/// [`on_report`] past the held reports: tolerated (the program ends at
+/// the next [`check`]) or printed, and the process aborts.
+fn handle(text: &str) {
+    let given = GIVEN.get();
     let held;
     let text = match report::reported_address(text) {
         Some(at) if given != 0 && at == given => {
@@ -130,6 +183,9 @@ pub fn on_report(text: &str) {
 /// Ends the program quietly when a tolerated report came in since the
 /// last check.
 pub fn check() {
+    if let Some((_, text)) = MADE.take() {
+        handle(&text);
+    }
     if PENDING.swap(false, Ordering::AcqRel) {
         tolerance::end_quietly();
     }
@@ -137,6 +193,7 @@ pub fn check() {
 
 /// Forgets a tolerated report not yet checked.
 pub fn clear() {
+    MADE.set(None);
     PENDING.store(false, Ordering::Release);
 }
 

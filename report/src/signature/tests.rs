@@ -342,3 +342,12 @@ fn a_reports_address_is_read_from_its_error_line() {
     }
     assert_eq!(crate::reported_address("no report"), None);
 }
+
+#[test]
+fn a_reports_region_is_read_from_its_description() {
+    let report = "==1==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x7c4db21e0538 at pc 0x55\n\
+                  WRITE of size 40 at 0x7c4db21e0538 thread T0\n\
+                  0x7c4db21e0538 is located 0 bytes after 56-byte region [0x7c4db21e0500,0x7c4db21e0538)\n";
+    assert_eq!(crate::reported_region(report), Some(0x7c4db21e0500));
+    assert_eq!(crate::reported_region("no report"), None);
+}

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use allocator_api2::alloc::Allocator as Api2;
 
-use super::{Allocator, Extras};
+use super::{Allocator, Extras, ZeroedFrom};
 
 /// Wraps an `allocator_api2` allocator made by `make`. Such allocators are
 /// rarely `Sync` (a bump arena is a `Cell` of chunks), so every call holds
@@ -136,5 +136,13 @@ where
         new_size: usize,
     ) -> Option<*mut u8> {
         Some(self.resize(p, old, align, new_size, true))
+    }
+
+    /// `Allocator::grow_zeroed`'s documentation: from the old block's
+    /// size, which may be more than was asked.
+    fn zeroed_from(&self) -> ZeroedFrom {
+        ZeroedFrom::Usable {
+            quote: "Bytes old_layout.size()..old_size will either be preserved or zeroed, depending on the allocator implementation. old_size refers to the size of the memory block prior to the grow_zeroed call, which may be larger than the size that was originally requested when it was allocated. Bytes old_size..new_size are zeroed.",
+        }
     }
 }

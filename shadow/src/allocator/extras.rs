@@ -50,12 +50,37 @@ impl PurgeDelay {
     }
 }
 
+/// Where the bytes a zeroed realloc must zero start, in the old block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroedFrom {
+    /// Past its requested size: a zeroed realloc to `n` of a block last
+    /// asked for `m` bytes leaves bytes `[m, n)` reading zero. The
+    /// contract the harness holds a zeroed realloc to, unless the
+    /// allocator documents less.
+    Request,
+    /// Past its usable size, as the allocator's documentation says
+    /// (`quote`): the bytes between the request and the usable size may
+    /// keep what they held.
+    Usable { quote: &'static str },
+}
+
+impl ZeroedFrom {
+    /// mimalloc's documentation of its zeroed reallocs (the `zeroinit`
+    /// group): the bytes past the old request are zero only where the
+    /// block was allocated zeroed, so what it promises starts past the old
+    /// usable size.
+    pub const MIMALLOC: ZeroedFrom = ZeroedFrom::Usable {
+        quote: "The zero-initialized re-allocations are only valid on memory that was originally allocated with zero initialization too, e.g. mi_calloc, mi_zalloc, mi_zalloc_aligned etc.",
+    };
+}
+
 /// The optional calls. Every method has a default meaning "not in this
 /// API" (`None` or `false`), so an adapter implements what it has.
 pub trait Extras: Send + Sync {
-    /// A realloc whose bytes past the old block's usable size read zero
-    /// (`mi_rezalloc`, `mi_recalloc` and their aligned forms; jemalloc's
-    /// `rallocx` with `MALLOCX_ZERO`). Null: failed, the block is as it was.
+    /// A realloc whose new bytes read zero, from where
+    /// [`Extras::zeroed_from`] says (`mi_rezalloc`, `mi_recalloc` and
+    /// their aligned forms; jemalloc's `rallocx` with `MALLOCX_ZERO`;
+    /// `grow_zeroed`). Null: failed, the block is as it was.
     ///
     /// # Safety
     /// As for [`super::Allocator`]: a pointer is a live block of this
@@ -68,6 +93,12 @@ pub trait Extras: Send + Sync {
         _new_size: usize,
     ) -> Option<*mut u8> {
         None
+    }
+
+    /// Where [`Extras::realloc_zeroed`]'s zero bytes start: past the old
+    /// request unless the allocator documents less.
+    fn zeroed_from(&self) -> ZeroedFrom {
+        ZeroedFrom::Request
     }
 
     /// Resizes the block in place to at least `new_size` bytes, and to

@@ -14,6 +14,7 @@ use libmimalloc_sys as mi;
 use super::heaps::collect_block;
 use super::{
     malloc_serves, Allocator, Extras, HeapId, Heaps, InPlace, LiveBlock, PurgeDelay, ReallocToZero,
+    ZeroedFrom,
 };
 
 #[cfg(all(feature = "mimalloc", feature = "mimalloc-v3"))]
@@ -290,6 +291,12 @@ impl Extras for Mimalloc {
             (false, true) => mi::mi_recalloc_aligned(p, new_size / 2, 2, align),
         };
         Some(q.cast())
+    }
+
+    /// mimalloc's "Re-allocation of zero initialized blocks": zeroes from
+    /// the old usable size on.
+    fn zeroed_from(&self) -> ZeroedFrom {
+        ZeroedFrom::MIMALLOC
     }
 
     /// `mi_expand`: fits in the block's usable size, or null (always null

@@ -26,7 +26,7 @@ pub mod zoo;
 pub use api2::Api2Adapter;
 pub use arena::FixedArena;
 pub use dylib::{CFunctions, CHeapApi, Dylib};
-pub use extras::{Extras, InPlace, PurgeDelay};
+pub use extras::{Extras, InPlace, PurgeDelay, ZeroedFrom};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
 /// The mimalloc builds other than the bundled `mimalloc` (the v2 line,

@@ -4,13 +4,14 @@
 
 use super::more::{self, ReallocCall};
 use super::{Executor, On, Origin, Outcome};
-use crate::allocator::{HeapId, ReallocToZero};
+use crate::allocator::{HeapId, ReallocToZero, ZeroedFrom};
 use crate::edges::IMPOSSIBLE_FROM;
 use crate::guard;
 use crate::model::{Block, MAX_BLOCK};
 use crate::op::NewSize;
 use crate::pattern;
 use crate::sanitizer;
+use crate::tolerance;
 use crate::violation::{Site, Violation};
 
 impl Executor {
@@ -54,7 +55,7 @@ impl Executor {
         };
         self.site = Site::new(api, size, align);
         let must_fail = self.impossible(size, align);
-        match heap {
+        sanitizer::making(|| match heap {
             None => self.call(on, move |a| {
                 sanitizer::must_fail(must_fail, || unsafe {
                     a.alloc(size, align, zeroed) as usize
@@ -63,7 +64,7 @@ impl Executor {
             Some(h) => sanitizer::must_fail(must_fail, || {
                 self.guarded(|| unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize })
             }),
-        }
+        })
     }
 
     /// The `impossible-success` a request for `size` bytes would be, when
@@ -133,6 +134,8 @@ impl Executor {
         if !self.checked {
             return Outcome::Live(self.shadow.insert(block, false).expect("unchecked insert"));
         }
+        // Taken before any check, which would handle it as it is.
+        let made = sanitizer::take_made(p);
         // A block that stayed where it was (an in-place realloc or resize)
         // kept its alignment: a misaligned one was flagged when it came, by
         // the call that placed it.
@@ -162,6 +165,9 @@ impl Executor {
         block.extent = size.min(usable);
         if (1..size).contains(&usable) {
             block.size = usable;
+        }
+        if let Some(report) = made {
+            self.made_short(p, size, usable, &report);
         }
         let reach = block.extent;
         block.seed = match origin {
@@ -226,6 +232,28 @@ impl Executor {
         }
         unsafe { pattern::fill(base, reach, block.seed) };
         Outcome::Live(index)
+    }
+
+    /// The call that returned block `p` (`size` asked for) read or wrote
+    /// past it before returning it (ASan's `report`, held by
+    /// [`sanitizer::making`]). When the block is cut short (`usable`),
+    /// that is its `usable-size` violation met inside the call (the
+    /// allocator copied or zeroed the size asked for into it), one bug
+    /// with the short block met on return; memory is in doubt after it,
+    /// so it ends the program unless its own key is listed. Else the
+    /// report is handled as any other.
+    fn made_short(&self, p: usize, size: usize, usable: usize, report: &str) {
+        if usable >= size {
+            return sanitizer::on_report(report);
+        }
+        let short = self.report(Violation::UsableSize {
+            ptr: p,
+            size,
+            usable,
+            why: "less than requested",
+        });
+        tolerance::raise_in_report(short, true);
+        tolerance::end_quietly();
     }
 
     /// How much of the block at `p` (`size` asked for) the program may
@@ -403,7 +431,7 @@ impl Executor {
         let must_fail = self.impossible(new, b.align);
         let on_worker = must_fail.clone();
         let q = sanitizer::must_fail(must_fail, || {
-            sanitizer::given(b.ptr, || match (call, b.heap, extras) {
+            sanitizer::given(b.ptr, || sanitizer::making(|| match (call, b.heap, extras) {
                 (ReallocCall::Plain, Some(h), _) => Some(self.guarded(|| unsafe {
                     self.heaps().realloc_in(h, p, b.size, b.align, new) as usize
                 })),
@@ -421,7 +449,7 @@ impl Executor {
                     .guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) })
                     .map(|q| q as usize),
                 (_, _, None) => unreachable!("skipped above"),
-            })
+            }))
         });
         let Some(q) = q else {
             return Outcome::Skipped;
@@ -470,7 +498,13 @@ impl Executor {
         }
         let (align, zero_from) = match call {
             ReallocCall::Plain => (b.align, None),
-            ReallocCall::Zeroed => (b.align, Some(b.usable)),
+            ReallocCall::Zeroed => {
+                let from = match self.alloc.extras().map(|x| x.zeroed_from()) {
+                    Some(ZeroedFrom::Usable { .. }) => b.usable,
+                    _ => b.size,
+                };
+                (b.align, Some(from))
+            }
             ReallocCall::Unaligned => (more::malloc_align(new), None),
         };
         self.adopt(q, new, align, b.heap, Origin::Realloc { old, zero_from })
@@ -529,7 +563,7 @@ impl Executor {
             Some(n) => self.impossible(n, 1),
         };
         let p = sanitizer::must_fail(must_fail, || {
-            self.guarded(|| unsafe { self.alloc.calloc(count, size) })
+            sanitizer::making(|| self.guarded(|| unsafe { self.alloc.calloc(count, size) }))
         }) as usize;
         match (total, p) {
             (None, 0) | (Some(0), 0) => Outcome::Failed,

@@ -9,7 +9,17 @@ use crate::tolerance;
 use crate::violation::{By, Report, Violation};
 
 impl Executor {
+    /// `violation` at the op running now, with the allocator code its
+    /// calls ran when it is of a call ([`Violation::is_of_a_call`]).
     pub(super) fn report(&self, violation: Violation) -> Report {
+        let path = match violation.is_of_a_call() {
+            true => crate::coverage::op_path(violation.path_of()),
+            false => Vec::new(),
+        };
+        self.report_with(violation, path)
+    }
+
+    fn report_with(&self, violation: Violation, path: Vec<String>) -> Report {
         let op = self
             .op
             .map_or_else(|| "end of program".to_string(), |op| op.to_string());
@@ -18,11 +28,7 @@ impl Executor {
             op_index: self.op_index,
             op,
             site: self.site,
-            path: if violation.is_of_a_call() {
-                crate::coverage::op_path(violation.path_of())
-            } else {
-                Vec::new()
-            },
+            path,
             violation,
             by: if self.reference {
                 By::Reference(name)
@@ -38,10 +44,7 @@ impl Executor {
     /// sanitizer report inside the call is that finding
     /// ([`crate::sanitizer::must_fail`]), its path taken then.
     pub(super) fn must_fail(&self, violation: Violation) -> Option<Report> {
-        self.checked.then(|| Report {
-            path: Vec::new(),
-            ..self.report(violation)
-        })
+        self.checked.then(|| self.report_with(violation, Vec::new()))
     }
 
     /// Ends the program at a violation (quietly when it is tolerated).

@@ -240,7 +240,7 @@ impl Executor {
         self.site = Site::new("realloc-null", size, align);
         let must_fail = self.impossible(size, align);
         match sanitizer::must_fail(must_fail, || {
-            self.guarded(|| unsafe { extras.realloc_null(size) })
+            sanitizer::making(|| self.guarded(|| unsafe { extras.realloc_null(size) }))
         }) {
             Some(p) => self.adopt_fresh(p as usize, size, align, false, None),
             None => Outcome::Skipped,

@@ -10,8 +10,9 @@ use crate::store::{self, Store};
 
 /// The group a replay's signature files into: the group of that
 /// signature, the oldest code-path group of the same bug (one path
-/// containing the other: [`Signature::same_path`]), or the oldest group of
-/// its allocator with one of its alternative titles ([`Signature::alt`]);
+/// containing the other: [`Signature::same_path`]), the one group one of
+/// whose crashes came by such a path, or the oldest group of its
+/// allocator with one of its alternative titles ([`Signature::alt`]);
 /// `None` for a new bug. A group merged into another
 /// ([`merge_bridged`]) answers for it.
 pub(super) fn group_of(store: &Store, sig: &Signature) -> Result<Option<String>> {
@@ -32,11 +33,28 @@ pub(super) fn group_of(store: &Store, sig: &Signature) -> Result<Option<String>>
     {
         return Ok(Some(g.id));
     }
-    Ok(store
+    if let Some((into, _)) = store
         .merged_paths()?
         .into_iter()
         .find(|(_, s)| s.same_path(sig))
-        .map(|(into, _)| into))
+    {
+        return Ok(Some(into));
+    }
+    // A path inside or around a filed crash's (a realloc whose own free
+    // wrote into the block it returns, after a plain free was filed that
+    // wrote into a live block), of one group only: around two groups'
+    // crashes, it may have run both bugs.
+    let mut groups: Vec<String> = store
+        .group_paths()?
+        .into_iter()
+        .filter(|(_, s)| s.same_path(sig))
+        .map(|(g, _)| g)
+        .collect();
+    groups.dedup();
+    Ok(match groups.len() {
+        1 => groups.pop(),
+        _ => None,
+    })
 }
 
 /// Merges into group `into` every other code-path group whose path
@@ -215,5 +233,35 @@ mod tests {
         let other =
             Signature::from_key("usable-size\nzoo:a\nwrong\nalloc\nclass_of", true).unwrap();
         assert_eq!(group_of(&store, &other).unwrap(), None);
+    }
+
+    #[test]
+    fn a_path_around_one_groups_crash_files_into_it_and_around_two_groups_crashes_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open_for_soak(&dir.path().join("state")).unwrap();
+        let store = Store::open(&state.store()).unwrap();
+        let sig = |kind: &str, frames: &[&str]| {
+            let key = format!("{kind}\nzoo:a\nchanged\n{}", frames.join("\n"));
+            Signature::from_key(&key, true).unwrap()
+        };
+        // A free-list push into a live block: filed from a zeroed realloc,
+        // then met after a plain free (a path inside the group's).
+        let zeroed = sig("realloc-prefix", &["alloc", "free", "realloc", "realloc_zeroed"]);
+        let g = insert(&store, &zeroed, 1, 1);
+        store.add_group_path(&g, &zeroed).unwrap();
+        let free = sig("contents", &["free"]);
+        assert_eq!(group_of(&store, &free).unwrap(), Some(g.clone()));
+        // A plain realloc's path is around neither the group's signature
+        // nor any crash of it, until the free's crash is filed into it.
+        let plain = sig("realloc-prefix", &["alloc", "free", "realloc_plain"]);
+        assert_eq!(group_of(&store, &plain).unwrap(), None);
+        store.add_group_path(&g, &free).unwrap();
+        assert_eq!(group_of(&store, &plain).unwrap(), Some(g.clone()));
+        // Around two groups' crashes: it may have run both bugs.
+        let other = sig("contents", &["alloc", "grow", "split"]);
+        let h = insert(&store, &other, 2, 1);
+        store.add_group_path(&h, &sig("contents", &["split"])).unwrap();
+        let both = sig("contents", &["free", "realloc_plain", "split"]);
+        assert_eq!(group_of(&store, &both).unwrap(), None);
     }
 }

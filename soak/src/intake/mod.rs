@@ -352,6 +352,7 @@ pub fn file(
     let original = dir.join("original").to_string_lossy().into_owned();
     store.add_crash(&id, src.slot_id, src.slice_id, &original, reproduced)?;
     add_variant(&store, src, &id, record, &original)?;
+    store.add_group_path(&id, &sig)?;
     if !reproduced {
         store.set_status(&id, "flaky")?;
     }
@@ -420,6 +421,7 @@ fn file_repeat(
     )?;
     add_variant(&store, src, id, record, &kept.to_string_lossy())?;
     if let Some(sig) = sig {
+        store.add_group_path(id, sig)?;
         add_other_signature(&store, src, id, sig, &kept.to_string_lossy())?;
         for from in merge_bridged(state, &mut store, id, sig)? {
             eprintln!("allocsoak: group {from} merged into {id}: one bug, its code reached from two entry points");

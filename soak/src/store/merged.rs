@@ -21,7 +21,7 @@ pub struct MergedGroup {
 
 impl Store {
     /// Merges group `from` into group `into`: its crashes, variants,
-    /// alternative titles and tolerated counts become `into`'s, its count
+    /// alternative titles, crash paths and tolerated counts become `into`'s, its count
     /// adds to `into`'s, and its row leaves `crash_group` for
     /// `merged_group` (as do groups merged into it before). One
     /// transaction: a kill leaves both groups or the merged one.
@@ -55,6 +55,11 @@ impl Store {
             params![from, into],
         )?;
         tx.execute(
+            "INSERT OR IGNORE INTO group_path (group_id, signature)
+             SELECT ?2, signature FROM group_path WHERE group_id = ?1",
+            params![from, into],
+        )?;
+        tx.execute(
             "UPDATE crash_group SET
                 count = count + (SELECT count FROM crash_group WHERE id = ?1),
                 first_seen = MIN(first_seen, (SELECT first_seen FROM crash_group WHERE id = ?1)),
@@ -70,7 +75,7 @@ impl Store {
             "INSERT INTO merged_group (id, into_id, signature, path) VALUES (?1, ?2, ?3, ?4)",
             params![from, into, signature, path],
         )?;
-        for table in ["variant", "tolerated", "alt_title"] {
+        for table in ["variant", "tolerated", "alt_title", "group_path"] {
             tx.execute(&format!("DELETE FROM {table} WHERE group_id = ?1"), [from])?;
         }
         tx.execute("DELETE FROM crash_group WHERE id = ?1", [from])?;

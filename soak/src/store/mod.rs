@@ -9,6 +9,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 mod alt_titles;
 mod merged;
+mod paths;
 
 pub use merged::MergedGroup;
 
@@ -20,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0004_paths.sql"),
     include_str!("../../migrations/0005_alt_titles.sql"),
     include_str!("../../migrations/0006_merged_groups.sql"),
+    include_str!("../../migrations/0007_group_paths.sql"),
 ];
 
 pub struct Store {

@@ -10,7 +10,7 @@ use std::ptr;
 
 use libloading::Library;
 
-use super::{malloc_serves, Allocator, Extras, Heaps, InPlace, ReallocToZero};
+use super::{malloc_serves, Allocator, Extras, Heaps, InPlace, ReallocToZero, ZeroedFrom};
 
 mod heaps;
 
@@ -400,6 +400,12 @@ impl Extras for Dylib {
     unsafe fn free_null(&self) -> bool {
         (self.free)(ptr::null_mut());
         true
+    }
+
+    /// A C allocator's `rezalloc` is mimalloc's API, documented as
+    /// mimalloc documents it.
+    fn zeroed_from(&self) -> ZeroedFrom {
+        ZeroedFrom::MIMALLOC
     }
 
     unsafe fn realloc_zeroed(

@@ -3,7 +3,7 @@
 use tikv_jemalloc_sys as je;
 
 use super::{classic, ctl, flags, Jemalloc};
-use crate::allocator::{Extras, InPlace, PurgeDelay};
+use crate::allocator::{Extras, InPlace, PurgeDelay, ZeroedFrom};
 
 /// `MALLCTL_ARENAS_ALL`: `arena.<i>` names every arena.
 const ARENAS_ALL: u32 = 4096;
@@ -35,6 +35,13 @@ impl Extras for Jemalloc {
         }
         let flags = flags(align, true) | self.arenas.free_flags(p as usize);
         Some(je::rallocx(p.cast(), new_size, flags).cast())
+    }
+
+    /// jemalloc(3) on `MALLOCX_ZERO`: from the old real (usable) size on.
+    fn zeroed_from(&self) -> ZeroedFrom {
+        ZeroedFrom::Usable {
+            quote: "In the growing reallocation case, the real size prior to reallocation defines the boundary between untouched bytes and those that are initialized to contain zero bytes.",
+        }
     }
 
     /// `xallocx`: the real size it returns is at least `new_size` when the

@@ -101,6 +101,12 @@ pub enum Bug {
     /// bytes of the split-off tail to the arena: planted in `arena`, whose
     /// capacity then shrinks a little with every such realloc.
     CapacityLeak,
+    /// 65..=4096-byte blocks get room up to a multiple of 64 bytes; a
+    /// zeroed realloc within the room stays in place and zeroes from the
+    /// room on (the old usable size: mimalloc's documented promise, not
+    /// the zoo's, which is every byte past the old request), so the bytes
+    /// between the old request and the new one keep what they held.
+    RegrowStale,
     /// Every request aligned to 32 or more comes back 16 bytes past an
     /// aligned address, at every entry point (alloc, zeroed, realloc, the
     /// aligned optional calls) and every size: one line of the
@@ -109,7 +115,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 33] = [
+    pub const ALL: [Bug; 34] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -133,6 +139,7 @@ impl Bug {
         Bug::HugeTruncate,
         Bug::FullPageReissue,
         Bug::RezallocDirty,
+        Bug::RegrowStale,
         Bug::ExpandOverclaims,
         Bug::SizedFreeMisclass,
         Bug::PlainReallocMisaligns,
@@ -170,6 +177,7 @@ impl Bug {
             Bug::HugeTruncate => "huge-truncate",
             Bug::FullPageReissue => "full-page-reissue",
             Bug::RezallocDirty => "rezalloc-dirty",
+            Bug::RegrowStale => "regrow-stale",
             Bug::ExpandOverclaims => "expand-overclaims",
             Bug::SizedFreeMisclass => "sized-free-misclass",
             Bug::PlainReallocMisaligns => "plain-realloc-misaligns",
@@ -234,7 +242,7 @@ impl Bug {
             Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
                 &["realloc-prefix"]
             }
-            Bug::LargeDirtyZeroed | Bug::RezallocDirty => &["zeroed"],
+            Bug::LargeDirtyZeroed | Bug::RezallocDirty | Bug::RegrowStale => &["zeroed"],
             Bug::HugeTruncate | Bug::ExpandOverclaims => &["usable-size"],
             // Or ASan's report of the zoo's own plain realloc copying into
             // the too-small block, before the harness sees it.

@@ -7,6 +7,7 @@ use super::{Bug, Zoo, SIZED_FREE};
 use crate::allocator::{Allocator, Extras, InPlace, PurgeDelay};
 
 const REZALLOC_DIRTY_MIN: usize = 1024;
+pub(super) const REGROW_STALE: RangeInclusive<usize> = 65..=4096;
 const EXPAND_OVERCLAIMS: RangeInclusive<usize> = 65..=4096;
 const PLAIN_REALLOC_MISALIGNS_MIN: usize = 64;
 const REALLOC_NULL_FAILS: RangeInclusive<usize> = 1..=64;
@@ -14,7 +15,8 @@ const GOOD_SIZE_LIES: RangeInclusive<usize> = 100..=200;
 const PAGE: usize = 4096;
 
 impl Extras for Zoo {
-    /// A realloc, then zeros from the old usable size on.
+    /// A realloc, then zeros every byte past the old request (the
+    /// strongest reading of a zeroed realloc: the zoo keeps it).
     unsafe fn realloc_zeroed(
         &self,
         p: *mut u8,
@@ -22,12 +24,16 @@ impl Extras for Zoo {
         align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        let old_usable = self.usable_size(p, old, align);
+        if self.has(Bug::RegrowStale) {
+            if let Some(q) = self.regrow_stale(p, new_size) {
+                return Some(q);
+            }
+        }
         let q = self.realloc(p, old, align, new_size);
-        if !q.is_null() && new_size > old_usable {
-            std::ptr::write_bytes(q.add(old_usable), 0, new_size - old_usable);
+        if !q.is_null() && new_size > old {
+            std::ptr::write_bytes(q.add(old), 0, new_size - old);
             if self.has(Bug::RezallocDirty) && new_size >= REZALLOC_DIRTY_MIN {
-                let dirty = (new_size - old_usable).min(16);
+                let dirty = (new_size - old).min(16);
                 std::ptr::write_bytes(q.add(new_size - dirty), 0xa5, dirty);
             }
         }
@@ -121,5 +127,16 @@ impl Extras for Zoo {
             }
         }
         self.base.extras().is_none_or(|e| e.purge(delay, force))
+    }
+}
+
+impl Zoo {
+    /// `RegrowStale`: a zeroed realloc of block `p` to `new_size` within
+    /// the room it got stays in place, zeroing from the room on: nothing.
+    /// `None` for a block without room, or a size past it: a real
+    /// realloc then.
+    unsafe fn regrow_stale(&self, p: *mut u8, new_size: usize) -> Option<*mut u8> {
+        let room = *self.state().rooms.get(&(p as usize))?;
+        (new_size != 0 && new_size <= room).then_some(p)
     }
 }

@@ -86,6 +86,8 @@ struct State {
     sized_cached: Vec<usize>,
     /// PurgeDropsLive: the newest live block of 4 KiB or more.
     last_large: Option<(usize, usize)>,
+    /// RegrowStale: blocks with room past their request -> their room.
+    rooms: HashMap<usize, usize>,
 }
 
 /// A correct allocator with planted bugs.
@@ -393,6 +395,9 @@ impl Allocator for Zoo {
         if self.is_own(p, size, align) {
             return size;
         }
+        if let Some(&room) = self.state().rooms.get(&(p as usize)) {
+            return room;
+        }
         let real = self.base.usable_size(p, size, align);
         if self.has(Bug::UsableOversize) && USABLE_OVERSIZE.contains(&size) {
             return real + 8;
@@ -527,6 +532,14 @@ impl Zoo {
         {
             return self.dirty_zeroed(size, align);
         }
+        if align <= 16 && self.has(Bug::RegrowStale) && extras::REGROW_STALE.contains(&size) {
+            let room = size.next_multiple_of(64);
+            let p = self.base.alloc(room, align, zeroed);
+            if !p.is_null() {
+                self.state().rooms.insert(p as usize, room);
+            }
+            return p;
+        }
         self.base.alloc(size, align, zeroed)
     }
 }
@@ -562,6 +575,7 @@ impl Zoo {
         if st.last_large.is_some_and(|(q, _)| q == p as usize) {
             st.last_large = None;
         }
+        st.rooms.remove(&(p as usize));
         st.sized_cached.retain(|&q| q != p as usize);
     }
 }
