@@ -47,7 +47,7 @@ pub fn run(
     mode: Mode,
 ) -> Stats {
     // One seed base: both sides fill a block with the same pattern.
-    let seed_base = crate::executor::next_seed_base();
+    let seed_base = crate::executor::seed_base_for(program);
     let mut a = Executor::with_seed_base(under_test, mode, seed_base);
     let mut b = Executor::with_seed_base(reference, mode, seed_base).as_reference();
     let same_classes = under_test.size_classes().is_some()

@@ -210,7 +210,7 @@ impl ArbCount {
 
 /// The new size of a realloc, relative to the block's current requested size
 /// where that is the interesting edge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NewSize {
     Exact(usize),
     Same,

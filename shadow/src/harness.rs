@@ -131,7 +131,8 @@ pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode)
             let reference = reference().unwrap_or_else(|e| panic!("{e}"));
             crate::diff::run(program, alloc, reference, mode)
         }
-        _ => Executor::new(alloc, mode).run(program),
+        _ => Executor::with_seed_base(alloc, mode, crate::executor::seed_base_for(program))
+            .run(program),
     }
 }
 

@@ -9,11 +9,12 @@ pub const MAX_LIVE_BLOCKS: usize = 256;
 /// Most live blocks a program holds through bulk allocations: enough to
 /// fill a mimalloc page of 16-byte blocks (4096) and more.
 pub const MAX_LIVE_BULK: usize = 8192;
-/// Most bytes a program requests in all (allocs, reallocs, callocs). Keeps
-/// a correct allocator far below libFuzzer's RSS limit (ASan's quarantine
-/// adds up to 256 MiB on top), and one program to a few milliseconds: big
-/// blocks are reached, not dwelt on (a chain of 32 MiB reallocs would cost
-/// tens of milliseconds and drag the whole run down to it).
+/// Most bytes a program holds live at once (its live blocks' sizes; a
+/// resize counts its new size on top of the old until it returns). Keeps a
+/// correct allocator far below libFuzzer's RSS limit (ASan's quarantine
+/// adds up to 256 MiB on top). Frees give their bytes back: a program may
+/// free a 40 MiB block and ask for another, where a second large block
+/// of a class is what a reuse bug needs.
 pub const MAX_PROGRAM_BYTES: usize = 64 << 20;
 /// Largest possible request a program makes; larger possible ones are skipped.
 pub const MAX_BLOCK: usize = 64 << 20;
@@ -52,8 +53,8 @@ pub struct ShadowHeap {
     blocks: Vec<Block>,
     /// start -> end of every live block; disjoint while the allocator is correct.
     intervals: BTreeMap<usize, usize>,
-    /// Bytes requested so far, counted against [`MAX_PROGRAM_BYTES`].
-    requested: usize,
+    /// Bytes of the live blocks, held to [`MAX_PROGRAM_BYTES`].
+    live_bytes: usize,
 }
 
 impl ShadowHeap {
@@ -85,7 +86,7 @@ impl ShadowHeap {
 
     /// Whether resizing a block to `size` stays within the caps.
     pub fn fits_resize(&self, size: usize) -> bool {
-        size <= MAX_BLOCK && self.requested + size <= MAX_PROGRAM_BYTES
+        size <= MAX_BLOCK && self.live_bytes + size <= MAX_PROGRAM_BYTES
     }
 
     /// The block index a raw slot number selects.
@@ -117,7 +118,7 @@ impl ShadowHeap {
             }
             self.intervals.insert(block.ptr, block.end());
         }
-        self.requested += block.size;
+        self.live_bytes += block.size;
         self.blocks.push(block);
         Ok(self.blocks.len() - 1)
     }
@@ -127,6 +128,7 @@ impl ShadowHeap {
     pub fn remove(&mut self, i: usize) -> Block {
         let b = self.blocks.remove(i);
         self.intervals.remove(&b.ptr);
+        self.live_bytes -= b.size;
         b
     }
 
@@ -145,6 +147,7 @@ impl ShadowHeap {
         });
         for b in &taken {
             self.intervals.remove(&b.ptr);
+            self.live_bytes -= b.size;
         }
         taken
     }

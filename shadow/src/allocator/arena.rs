@@ -12,8 +12,8 @@ use rlsf::Tlsf;
 
 use super::{Allocator, Arena};
 
-/// Bytes of the region: small enough that programs (up to 64 MiB of
-/// requests) fill it, large enough for every size tier below 8 MiB.
+/// Bytes of the region: small enough that programs (up to 64 MiB live)
+/// fill it, large enough for every size tier below 8 MiB.
 pub const ARENA_SIZE: usize = 8 << 20;
 
 /// Blocks up to `(32 << 19) - 32` bytes (16 MiB, more than the region),

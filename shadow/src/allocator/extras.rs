@@ -28,7 +28,7 @@ impl InPlace {
 
 /// How long freed memory may stay with the allocator before it goes back
 /// to the OS: mimalloc's `purge_delay`, jemalloc's `dirty_decay_ms`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PurgeDelay {
     /// Purged as it is freed.
     Immediate,

@@ -117,10 +117,28 @@ pub struct Executor {
 
 /// A fresh seed base for each program, so memory a previous program left
 /// behind never already holds the pattern this one expects.
-pub fn next_seed_base() -> u64 {
+fn next_seed_base() -> u64 {
     static PROGRAMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = PROGRAMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     n.wrapping_mul(0xA076_1D64_78BD_642F)
+}
+
+/// The seed base of a run of `program`: from its ops, so a replay of one
+/// input in a fresh process gives its blocks the very seeds the fuzz
+/// process's run gave them (where a large block's checked windows fall,
+/// what its pattern is), and finds what fuzzing found. The same program
+/// run again right after gets a fresh base, so memory its last run left
+/// behind never already holds the pattern it expects.
+pub fn seed_base_for(program: &Program) -> u64 {
+    use std::hash::{Hash, Hasher};
+    static LAST: std::sync::Mutex<(u64, u64)> = std::sync::Mutex::new((0, 0));
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    program.ops.hash(&mut hasher);
+    let ops = hasher.finish();
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let again = if last.0 == ops { last.1 + 1 } else { 0 };
+    *last = (ops, again);
+    ops ^ again.wrapping_mul(0xA076_1D64_78BD_642F)
 }
 
 impl Executor {

@@ -82,7 +82,7 @@ fn slot_of(byte: u8) -> usize {
 
 /// One step of a program. Slots, heaps and workers are raw indices that the
 /// executor reduces modulo what is live, so every op means something.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     Alloc {
         size: usize,
@@ -240,7 +240,7 @@ pub enum Op {
 }
 
 /// The order a bulk free frees its blocks in.
-#[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BulkOrder {
     /// Oldest first.
     Forward,

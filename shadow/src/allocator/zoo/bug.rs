@@ -107,6 +107,11 @@ pub enum Bug {
     /// the zoo's, which is every byte past the old request), so the bytes
     /// between the old request and the new one keep what they held.
     RegrowStale,
+    /// A freed block of more than 32 MiB is kept, and the next zeroed request
+    /// that fits gets it back as it was left, not zeroed: only a program
+    /// that frees one such block and asks for another reaches it (two are
+    /// more than a program may hold at once).
+    LargeReuseDirty,
     /// Every request aligned to 32 or more comes back 16 bytes past an
     /// aligned address, at every entry point (alloc, zeroed, realloc, the
     /// aligned optional calls) and every size: one line of the
@@ -115,7 +120,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 34] = [
+    pub const ALL: [Bug; 35] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -140,6 +145,7 @@ impl Bug {
         Bug::FullPageReissue,
         Bug::RezallocDirty,
         Bug::RegrowStale,
+        Bug::LargeReuseDirty,
         Bug::ExpandOverclaims,
         Bug::SizedFreeMisclass,
         Bug::PlainReallocMisaligns,
@@ -178,6 +184,7 @@ impl Bug {
             Bug::FullPageReissue => "full-page-reissue",
             Bug::RezallocDirty => "rezalloc-dirty",
             Bug::RegrowStale => "regrow-stale",
+            Bug::LargeReuseDirty => "large-reuse-dirty",
             Bug::ExpandOverclaims => "expand-overclaims",
             Bug::SizedFreeMisclass => "sized-free-misclass",
             Bug::PlainReallocMisaligns => "plain-realloc-misaligns",
@@ -242,7 +249,10 @@ impl Bug {
             Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
                 &["realloc-prefix"]
             }
-            Bug::LargeDirtyZeroed | Bug::RezallocDirty | Bug::RegrowStale => &["zeroed"],
+            Bug::LargeDirtyZeroed
+            | Bug::RezallocDirty
+            | Bug::RegrowStale
+            | Bug::LargeReuseDirty => &["zeroed"],
             Bug::HugeTruncate | Bug::ExpandOverclaims => &["usable-size"],
             // Or ASan's report of the zoo's own plain realloc copying into
             // the too-small block, before the harness sees it.

@@ -41,6 +41,9 @@ const LATENT: RangeInclusive<usize> = 3073..=3584;
 const WILD_WRITE: RangeInclusive<usize> = 3585..=4000;
 const LARGE_HOLE_MIN: usize = 64 << 10;
 const LARGE_DIRTY_MIN: usize = 128 << 10;
+/// More than half the bytes a program may hold: a second block this large
+/// in one program needs the first freed.
+const LARGE_REUSE_MIN: usize = (32 << 20) + 1;
 const FULL_PAGE: RangeInclusive<usize> = 17..=256;
 /// Live blocks of `FULL_PAGE` at which `FullPageReissue` fires.
 const FULL_PAGE_BLOCKS: usize = 512;
@@ -88,6 +91,8 @@ struct State {
     last_large: Option<(usize, usize)>,
     /// RegrowStale: blocks with room past their request -> their room.
     rooms: HashMap<usize, usize>,
+    /// LargeReuseDirty: a freed block of more than 32 MiB, and its size.
+    large_freed: Option<(usize, usize)>,
 }
 
 /// A correct allocator with planted bugs.
@@ -372,6 +377,13 @@ impl Allocator for Zoo {
         if let Some(base) = self.state().shifted.remove(&(p as usize)) {
             return self.base.free(base as *mut u8, size, align);
         }
+        if self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN {
+            let mut st = self.state();
+            if st.large_freed.is_none() {
+                st.large_freed = Some((p as usize, size));
+                return;
+            }
+        }
         if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
             let mut st = self.state();
             if !st.cached_48.contains(&(p as usize)) {
@@ -438,6 +450,7 @@ impl Allocator for Zoo {
         let cached = std::mem::take(&mut st.cached_48);
         let sized = std::mem::take(&mut st.sized_cached);
         let mut link = std::mem::take(&mut st.list_head);
+        let large = st.large_freed.take();
         *st = State::default();
         drop(st);
         unsafe {
@@ -449,6 +462,9 @@ impl Allocator for Zoo {
             }
             for p in sized {
                 self.base.free(p as *mut u8, *SIZED_FREE.end(), 16);
+            }
+            if let Some((p, size)) = large {
+                self.base.free(p as *mut u8, size, 16);
             }
             while link != 0 {
                 let next = *(link as *const usize);
@@ -520,6 +536,14 @@ impl Zoo {
                 std::ptr::write_bytes(p, 0, size);
             }
             return p;
+        }
+        if zeroed && self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN {
+            let mut st = self.state();
+            if let Some((p, _)) = st.large_freed.filter(|&(_, kept)| size <= kept) {
+                // The bug: handed back as it was left, not zeroed.
+                st.large_freed = None;
+                return p as *mut u8;
+            }
         }
         if zeroed && self.has(Bug::LargeDirtyZeroed) && size >= LARGE_DIRTY_MIN {
             return self.large_dirty_zeroed(size, align);
