@@ -137,8 +137,8 @@ pub fn on_report(text: &str) {
     }
     let given = GIVEN.get();
     if MAKING.get() && MADE.with_borrow(Option::is_none) {
-        let overflow = report::Signature::from_log(text, "")
-            .is_some_and(|s| s.kind == "heap-buffer-overflow");
+        let overflow =
+            report::Signature::from_log(text, "").is_some_and(|s| s.kind == "heap-buffer-overflow");
         match report::reported_region(text) {
             Some(start) if overflow && start != given => {
                 MADE.set(Some((start, text.to_string())));

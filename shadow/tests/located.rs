@@ -27,6 +27,10 @@ fn a_replay_finds_a_changed_block_at_the_call_that_changed_it() {
     let written = std::fs::read_to_string(&record).expect("the replay writes its record");
     let record = report::Record::from_json(&written).unwrap();
     assert_eq!(record.kind, "contents");
-    assert!(record.key.starts_with("contents in free "), "{}", record.key);
+    assert!(
+        record.key.starts_with("contents in free "),
+        "{}",
+        record.key
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }

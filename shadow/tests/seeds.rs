@@ -13,7 +13,11 @@ fn a_program_gets_the_seeds_its_ops_give_it_whatever_ran_before() {
     let small = common::program("target alloc_ops\nalloc size=100 align=8\n");
     let first = seed_base_for(&large);
     assert_ne!(seed_base_for(&small), first, "another program, other seeds");
-    assert_eq!(seed_base_for(&large), first, "after other programs, as in a replay");
+    assert_eq!(
+        seed_base_for(&large),
+        first,
+        "after other programs, as in a replay"
+    );
     assert_ne!(
         seed_base_for(&large),
         first,

@@ -83,9 +83,10 @@ fn known_bugs_are_got_past_and_new_ones_still_fail() {
     // that claims 1000 bytes of a 600-byte block is flagged, and the block
     // is held at its usable size, so no later realloc or free is asked to
     // copy or free the 1000 (a second report of the one lie).
-    let overclaim: Program = "target alloc_ops\nalloc size=600 align=8\nresize-in-place slot=0 to=1000 extra=0\n"
-        .parse()
-        .unwrap();
+    let overclaim: Program =
+        "target alloc_ops\nalloc size=600 align=8\nresize-in-place slot=0 to=1000 extra=0\n"
+            .parse()
+            .unwrap();
     let zoo = shadow::allocator::by_name("zoo:expand-overclaims").unwrap();
     tolerate(|| {
         let mut executor = shadow::Executor::new(zoo, shadow::Mode::Checked);

@@ -44,7 +44,8 @@ impl Executor {
     /// sanitizer report inside the call is that finding
     /// ([`crate::sanitizer::must_fail`]), its path taken then.
     pub(super) fn must_fail(&self, violation: Violation) -> Option<Report> {
-        self.checked.then(|| self.report_with(violation, Vec::new()))
+        self.checked
+            .then(|| self.report_with(violation, Vec::new()))
     }
 
     /// Ends the program at a violation (quietly when it is tolerated).

@@ -11,6 +11,7 @@ use crate::workers::WorkerPool;
 mod arena;
 mod blocks;
 mod calls;
+mod checks;
 mod heaps;
 mod more;
 mod race;

@@ -246,7 +246,10 @@ mod tests {
         };
         // A free-list push into a live block: filed from a zeroed realloc,
         // then met after a plain free (a path inside the group's).
-        let zeroed = sig("realloc-prefix", &["alloc", "free", "realloc", "realloc_zeroed"]);
+        let zeroed = sig(
+            "realloc-prefix",
+            &["alloc", "free", "realloc", "realloc_zeroed"],
+        );
         let g = insert(&store, &zeroed, 1, 1);
         store.add_group_path(&g, &zeroed).unwrap();
         let free = sig("contents", &["free"]);
@@ -260,7 +263,9 @@ mod tests {
         // Around two groups' crashes: it may have run both bugs.
         let other = sig("contents", &["alloc", "grow", "split"]);
         let h = insert(&store, &other, 2, 1);
-        store.add_group_path(&h, &sig("contents", &["split"])).unwrap();
+        store
+            .add_group_path(&h, &sig("contents", &["split"]))
+            .unwrap();
         let both = sig("contents", &["free", "realloc_plain", "split"]);
         assert_eq!(group_of(&store, &both).unwrap(), None);
     }

@@ -1,0 +1,136 @@
+//! The checks of what a call handed out or left: a block's usable size
+//! and contents, an overlap, and a sanitizer's report met inside the call
+//! that made a block.
+
+use super::Executor;
+use crate::model::Block;
+use crate::pattern;
+use crate::sanitizer;
+use crate::tolerance;
+use crate::violation::Violation;
+
+impl Executor {
+    /// The call that returned block `p` (`size` asked for) read or wrote
+    /// past it before returning it (ASan's `report`, held by
+    /// [`sanitizer::making`]). When the block is cut short (`usable`),
+    /// that is its `usable-size` violation met inside the call (the
+    /// allocator copied or zeroed the size asked for into it), one bug
+    /// with the short block met on return; memory is in doubt after it,
+    /// so it ends the program unless its own key is listed. Else the
+    /// report is handled as any other.
+    pub(super) fn made_short(&self, p: usize, size: usize, usable: usize, report: &str) {
+        if usable >= size {
+            return sanitizer::on_report(report);
+        }
+        let short = self.report(Violation::UsableSize {
+            ptr: p,
+            size,
+            usable,
+            why: "less than requested",
+        });
+        tolerance::raise_in_report(short, true);
+        tolerance::end_quietly();
+    }
+
+    /// How much of the block at `p` (`size` asked for) the program may
+    /// use: the usable size the allocator `claimed`, but no more than ASan
+    /// lets it touch (in an ASan build; a block an allocator cut short, or
+    /// whose size it overstates, is poisoned past its end). A usable size
+    /// below the request, or past the block's end, is a violation that
+    /// leaves the heap sound: flagged here, before anything touches the
+    /// missing bytes, so it is filed as what it is and not as the
+    /// sanitizer's report of the harness's access.
+    ///
+    /// A huge block is asked about only where the harness touches it:
+    /// its first and last `window` bytes.
+    pub(super) fn checked_usable(
+        &self,
+        p: usize,
+        size: usize,
+        claimed: usize,
+        window: Option<usize>,
+    ) -> usize {
+        if size == 0 {
+            // C leaves any access to it undefined, and ASan poisons it
+            // whatever the usable size: nothing is touched.
+            return claimed;
+        }
+        let end = claimed.max(size);
+        let ranges = match window {
+            Some(w) if 2 * w < end => [(0, w), (end - w, end)],
+            _ => [(0, end), (end, end)],
+        };
+        let reach = ranges
+            .iter()
+            .find_map(|&(from, to)| sanitizer::poisoned_from(p as *const u8, from, to))
+            .unwrap_or(end);
+        let usable = claimed.min(reach);
+        if usable < size {
+            self.flag(Violation::UsableSize {
+                ptr: p,
+                size,
+                usable,
+                why: "less than requested",
+            });
+        } else if usable < claimed {
+            self.flag(Violation::UsableSize {
+                ptr: p,
+                size,
+                usable: claimed,
+                why: "past the end of the block",
+            });
+        }
+        usable
+    }
+
+    /// Checks live block `b` before the op uses it: a change is from an
+    /// earlier op.
+    pub(super) fn verify(&self, b: &Block, when: &'static str) {
+        self.verify_as(b, when, false);
+    }
+
+    /// Checks live block `b` after the op's own calls: a change is theirs
+    /// (path-keyed, [`Violation::is_of_a_call`]).
+    pub(super) fn verify_after_call(&self, b: &Block, when: &'static str) {
+        self.verify_as(b, when, true);
+    }
+
+    fn verify_as(&self, b: &Block, when: &'static str, by_call: bool) {
+        // SAFETY: `b` is a live block of the shadow.
+        if let Some(mismatch) = unsafe { contents(b) } {
+            self.fail(Violation::Contents {
+                ptr: b.ptr,
+                size: b.size,
+                mismatch,
+                when,
+                by_call,
+            });
+        }
+    }
+
+    /// Ends the program: block `b` overlaps the live block `other`.
+    pub(super) fn overlap(&self, b: Block, other: Block) -> ! {
+        self.fail(Violation::Overlap {
+            ptr: b.ptr,
+            len: b.size.max(b.usable),
+            other: other.ptr,
+            other_len: other.size.max(other.usable),
+        })
+    }
+}
+
+/// Where a live block's pattern is broken, if it is: every check of a
+/// block's contents reads it here, on whichever thread, so a sanitizer's
+/// report of a read of a block the allocator took back names this one
+/// function (one group), not the check or thread that met it.
+///
+/// # Safety
+/// `b` is a live block of the shadow: its `extent` bytes are readable,
+/// unless the allocator broke that (which is what ASan then reports).
+#[inline(never)]
+pub(super) unsafe fn contents(b: &Block) -> Option<pattern::Mismatch> {
+    let found = pattern::check(b.ptr as *const u8, b.extent, b.extent, b.seed);
+    // Used after the call, so it is not a tail call: this frame stays on
+    // the stack a report shows.
+    std::hint::black_box(found)
+}
