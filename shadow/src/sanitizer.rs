@@ -26,6 +26,7 @@ use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::thread::LocalKey;
 
 use crate::tolerance;
 use crate::violation::Report;
@@ -57,14 +58,23 @@ thread_local! {
 /// ([`take_made`]). (A call made on a worker is not marked: its reports
 /// are handled as they come.)
 pub fn making<R>(f: impl FnOnce() -> R) -> R {
-    /// Restores the outer mark, also when the call panics.
-    struct Restore(bool);
-    impl Drop for Restore {
+    marked(&MAKING, true, f)
+}
+
+/// Runs `f` with this thread's `mark` set to `value`, and restores the
+/// outer value after it, also when `f` panics.
+fn marked<T: Copy + 'static, R>(
+    mark: &'static LocalKey<Cell<T>>,
+    value: T,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<T: Copy + 'static>(&'static LocalKey<Cell<T>>, T);
+    impl<T: Copy + 'static> Drop for Restore<T> {
         fn drop(&mut self) {
-            MAKING.set(self.0);
+            self.0.set(self.1);
         }
     }
-    let _restore = Restore(MAKING.replace(true));
+    let _restore = Restore(mark, mark.replace(value));
     f()
 }
 
@@ -106,15 +116,7 @@ pub fn must_fail<R>(report: Option<Report>, f: impl FnOnce() -> R) -> R {
 /// behind the harness's back, and that earlier free is the bug, not this
 /// call.
 pub fn given<R>(p: usize, f: impl FnOnce() -> R) -> R {
-    /// Restores the outer mark, also when the call panics.
-    struct Restore(usize);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            GIVEN.set(self.0);
-        }
-    }
-    let _restore = Restore(GIVEN.replace(p));
-    f()
+    marked(&GIVEN, p, f)
 }
 
 /// Handles one sanitizer report (its full text, which the sanitizer did

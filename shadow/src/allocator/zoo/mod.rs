@@ -377,12 +377,8 @@ impl Allocator for Zoo {
         if let Some(base) = self.state().shifted.remove(&(p as usize)) {
             return self.base.free(base as *mut u8, size, align);
         }
-        if self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN {
-            let mut st = self.state();
-            if st.large_freed.is_none() {
-                st.large_freed = Some((p as usize, size));
-                return;
-            }
+        if self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN && self.keep_large(p, size) {
+            return;
         }
         if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
             let mut st = self.state();
@@ -538,11 +534,8 @@ impl Zoo {
             return p;
         }
         if zeroed && self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN {
-            let mut st = self.state();
-            if let Some((p, _)) = st.large_freed.filter(|&(_, kept)| size <= kept) {
-                // The bug: handed back as it was left, not zeroed.
-                st.large_freed = None;
-                return p as *mut u8;
+            if let Some(p) = self.large_reuse(size) {
+                return p;
             }
         }
         if zeroed && self.has(Bug::LargeDirtyZeroed) && size >= LARGE_DIRTY_MIN {
@@ -557,12 +550,7 @@ impl Zoo {
             return self.dirty_zeroed(size, align);
         }
         if align <= 16 && self.has(Bug::RegrowStale) && extras::REGROW_STALE.contains(&size) {
-            let room = size.next_multiple_of(64);
-            let p = self.base.alloc(room, align, zeroed);
-            if !p.is_null() {
-                self.state().rooms.insert(p as usize, room);
-            }
-            return p;
+            return self.with_room(size, align, zeroed);
         }
         self.base.alloc(size, align, zeroed)
     }

@@ -21,6 +21,39 @@ impl Zoo {
         self.shifted(size, 4096, 2048, zeroed)
     }
 
+    /// `RegrowStale`: a block with room up to a multiple of 64 bytes.
+    #[inline(never)]
+    pub(super) unsafe fn with_room(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let room = size.next_multiple_of(64);
+        let p = self.base.alloc(room, align, zeroed);
+        if !p.is_null() {
+            self.state().rooms.insert(p as usize, room);
+        }
+        p
+    }
+
+    /// `LargeReuseDirty`: keeps freed block `p` (`size` bytes) when none
+    /// is kept; true when it did.
+    #[inline(never)]
+    pub(super) fn keep_large(&self, p: *mut u8, size: usize) -> bool {
+        let mut st = self.state();
+        let keep = st.large_freed.is_none();
+        if keep {
+            st.large_freed = Some((p as usize, size));
+        }
+        keep
+    }
+
+    /// `LargeReuseDirty`: the kept block, for a zeroed request of `size`
+    /// bytes that fits it, handed back as it was left, not zeroed.
+    #[inline(never)]
+    pub(super) fn large_reuse(&self, size: usize) -> Option<*mut u8> {
+        let mut st = self.state();
+        let (p, _) = st.large_freed.filter(|&(_, kept)| size <= kept)?;
+        st.large_freed = None;
+        Some(p as *mut u8)
+    }
+
     /// The cached block is handed out but stays cached.
     #[inline(never)]
     pub(super) unsafe fn double_issue(&self, size: usize, zeroed: bool) -> *mut u8 {
