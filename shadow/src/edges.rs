@@ -72,6 +72,12 @@ pub enum ArbSize {
     /// A size the program asked for before: a second block of the same
     /// class, where free-list and reuse bugs live.
     Recent(u8),
+    /// Anywhere inside an octave, 256 B to 4 MiB: the byte picks the
+    /// octave [2^e, 2^(e+1)), the `u32` the offset in it, so a size class
+    /// is reached at its interior too (300 or 1000 bytes), not only at the
+    /// edges the other families name. Last, so the families before it
+    /// decode from the same bytes as before it was added.
+    Within(u8, u32),
 }
 
 /// Offsets from 2^32 a huge request takes: what a 32-bit size field
@@ -117,6 +123,10 @@ impl ArbSize {
             ArbSize::Impossible(i, _) if i < 128 => IMPOSSIBLE[usize::from(i) % IMPOSSIBLE.len()],
             ArbSize::Impossible(b, d) => huge(b - 128, d),
             ArbSize::Recent(k) => history.recent(k).unwrap_or(usize::from(k)),
+            ArbSize::Within(e, offset) => {
+                let low = 1usize << exponent(e, 8, 21);
+                low + offset as usize % low
+            }
         };
         history.push(size);
         size
@@ -260,5 +270,30 @@ impl ArbNewSize {
             ArbNewSize::Half => NewSize::Half,
             ArbNewSize::Zero => NewSize::Zero,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn within_stays_inside_its_octave_and_reaches_between_the_edges() {
+        let h = &mut History::default();
+        for e in 0..=255u8 {
+            for offset in [0, 1, 44, 1 << 20, u32::MAX] {
+                let size = ArbSize::Within(e, offset).resolve(h);
+                let low = 1usize << exponent(e, 8, 21);
+                assert!(
+                    (low..2 * low).contains(&size),
+                    "{size} outside [{low}, {})",
+                    2 * low
+                );
+            }
+        }
+        // 300: no edge family names it (16·k ± 1, 2^e ± 1, quarter octaves).
+        assert_eq!(ArbSize::Within(0, 44).resolve(h), 300);
+        // 224: the top octave, [2 MiB, 4 MiB).
+        assert_eq!(ArbSize::Within(224, 1 << 20).resolve(h), 3 << 20);
     }
 }

@@ -112,6 +112,13 @@ pub enum Bug {
     /// that frees one such block and asks for another reaches it (two are
     /// more than a program may hold at once).
     LargeReuseDirty,
+    /// A plain malloc of 257..=4095 bytes that is 2 to 14 bytes past a
+    /// multiple of 16 gets the class below: the fast path's bin lookup
+    /// rounds down between the size edges (realloc and calloc take the
+    /// computed bin). Only a size drawn inside a class reaches it: every
+    /// edge a program names (16·k ± 1, 2^e ± 1, quarter octaves) is within
+    /// 1 of a multiple of 16.
+    InteriorClass,
     /// Every request aligned to 32 or more comes back 16 bytes past an
     /// aligned address, at every entry point (alloc, zeroed, realloc, the
     /// aligned optional calls) and every size: one line of the
@@ -120,7 +127,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 35] = [
+    pub const ALL: [Bug; 36] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -146,6 +153,7 @@ impl Bug {
         Bug::RezallocDirty,
         Bug::RegrowStale,
         Bug::LargeReuseDirty,
+        Bug::InteriorClass,
         Bug::ExpandOverclaims,
         Bug::SizedFreeMisclass,
         Bug::PlainReallocMisaligns,
@@ -185,6 +193,7 @@ impl Bug {
             Bug::RezallocDirty => "rezalloc-dirty",
             Bug::RegrowStale => "regrow-stale",
             Bug::LargeReuseDirty => "large-reuse-dirty",
+            Bug::InteriorClass => "interior-class",
             Bug::ExpandOverclaims => "expand-overclaims",
             Bug::SizedFreeMisclass => "sized-free-misclass",
             Bug::PlainReallocMisaligns => "plain-realloc-misaligns",
@@ -253,7 +262,7 @@ impl Bug {
             | Bug::RezallocDirty
             | Bug::RegrowStale
             | Bug::LargeReuseDirty => &["zeroed"],
-            Bug::HugeTruncate | Bug::ExpandOverclaims => &["usable-size"],
+            Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::InteriorClass => &["usable-size"],
             // Or ASan's report of the zoo's own plain realloc copying into
             // the too-small block, before the harness sees it.
             Bug::SizedFreeMisclass => &["usable-size", "heap-buffer-overflow"],

@@ -84,7 +84,7 @@ impl Extras for Zoo {
     ) -> Option<*mut u8> {
         let q = match self.has(Bug::PlainReallocMisaligns) && align >= PLAIN_REALLOC_MISALIGNS_MIN {
             true => self.shifted(new_size, 16, 8, false),
-            false => self.alloc(new_size, 1, false),
+            false => self.alloc_computed(new_size, 1, false),
         };
         if !q.is_null() {
             std::ptr::copy_nonoverlapping(p, q, old.min(new_size));

@@ -275,19 +275,12 @@ impl Allocator for Zoo {
     }
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        self.count_call();
-        self.class_of(size);
-        let p = self.alloc_inner(size, align, zeroed);
-        self.track_owner(p, size, align);
-        if !p.is_null() {
-            self.track_class(p, size, align);
-        }
-        p
+        self.allocate(size, align, zeroed, true)
     }
 
     unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
         match count.checked_mul(size) {
-            Some(n) => self.alloc(n, 1, true),
+            Some(n) => self.alloc_computed(n, 1, true),
             None if self.has(Bug::CallocWrap) && count.wrapping_mul(size) <= 1 << 20 => {
                 self.base.alloc(count.wrapping_mul(size), 1, true)
             }
@@ -322,7 +315,7 @@ impl Allocator for Zoo {
             if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&new_size) {
                 // The new block comes from alloc, whose size check is the
                 // one missing: one bug, reached from each entry point.
-                return self.alloc(new_size, align, false);
+                return self.alloc_computed(new_size, align, false);
             }
             let q = self.base.realloc(p, old, align, new_size);
             // A realloc to zero that frees returns null: `p` is gone too.
@@ -337,7 +330,7 @@ impl Allocator for Zoo {
             }
             return q;
         }
-        let q = self.alloc(new_size, align, false);
+        let q = self.alloc_computed(new_size, align, false);
         if q.is_null() || q == p {
             // `q == p`: DoubleIssue handed the live block itself back.
             return q;
@@ -472,6 +465,27 @@ impl Allocator for Zoo {
 }
 
 impl Zoo {
+    /// Allocation by the computed bin: what realloc and calloc call.
+    unsafe fn alloc_computed(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        self.allocate(size, align, zeroed, false)
+    }
+
+    /// `alloc`'s body; `fast_path` for a malloc, whose bin comes from a
+    /// lookup (`InteriorClass` lives there).
+    unsafe fn allocate(&self, size: usize, align: usize, zeroed: bool, fast_path: bool) -> *mut u8 {
+        self.count_call();
+        self.class_of(size);
+        let p = match fast_path && self.is_interior(size, align, zeroed) {
+            true => self.interior_class(size, align),
+            false => self.alloc_inner(size, align, zeroed),
+        };
+        self.track_owner(p, size, align);
+        if !p.is_null() {
+            self.track_class(p, size, align);
+        }
+        p
+    }
+
     unsafe fn alloc_inner(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&size) {
             return self.base.alloc(64, align, false);
@@ -489,16 +503,8 @@ impl Zoo {
             }
         }
         if align <= 16 && self.has(Bug::SizedFreeMisclass) && SIZED_FREE.contains(&size) {
-            let filed = self.state().sized_cached.pop();
-            if let Some(p) = filed {
-                if zeroed {
-                    std::ptr::write_bytes(
-                        p as *mut u8,
-                        0,
-                        size.min(self.base.usable_size(p as *mut u8, 0, 16)),
-                    );
-                }
-                return p as *mut u8;
+            if let Some(p) = self.sized_filed(size, zeroed) {
+                return p;
             }
         }
         if self.has(Bug::AlignIgnored) && align >= 32 && size < crate::edges::IMPOSSIBLE_FROM {
@@ -514,14 +520,7 @@ impl Zoo {
             return self.double_issue(size, zeroed);
         }
         if self.is_racy(size, align) {
-            let p = match self.racy.pop() {
-                Some(p) => p as *mut u8,
-                None => self.base.alloc(*RACY.end(), 16, false),
-            };
-            if zeroed && !p.is_null() {
-                std::ptr::write_bytes(p, 0, size);
-            }
-            return p;
+            return self.racy_pop(size, zeroed);
         }
         if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
             let p = match self.pop_stale_list() {

@@ -3,7 +3,13 @@
 //! violation keys on (`crate::coverage`) names it, so two bugs of one kind
 //! are two groups, and one bug reached through any call is one.
 
-use super::{between_fixed_windows, Zoo, DOUBLE_ISSUE};
+use std::ops::RangeInclusive;
+
+use super::{between_fixed_windows, Bug, Zoo, DOUBLE_ISSUE, RACY};
+
+/// `InteriorClass`: the sizes, and how far past a multiple of 16 they are.
+const INTERIOR: RangeInclusive<usize> = 257..=4095;
+const INTERIOR_OFFSETS: RangeInclusive<usize> = 2..=14;
 
 impl Zoo {
     #[inline(never)]
@@ -28,6 +34,46 @@ impl Zoo {
         let p = self.base.alloc(room, align, zeroed);
         if !p.is_null() {
             self.state().rooms.insert(p as usize, room);
+        }
+        p
+    }
+
+    /// `InteriorClass`: whether malloc's bin lookup rounds `size` down.
+    pub(super) fn is_interior(&self, size: usize, align: usize, zeroed: bool) -> bool {
+        !zeroed
+            && align <= 16
+            && self.has(Bug::InteriorClass)
+            && INTERIOR.contains(&size)
+            && INTERIOR_OFFSETS.contains(&(size % 16))
+    }
+
+    /// `InteriorClass`: the class below `size`, as a bin lookup that
+    /// rounds down gives it.
+    #[inline(never)]
+    pub(super) unsafe fn interior_class(&self, size: usize, align: usize) -> *mut u8 {
+        self.base.alloc(size & !15, align, false)
+    }
+
+    /// `SizedFreeMisclass`: the block a sized free filed last, whatever
+    /// class it came from, zeroed up to what it really holds.
+    #[inline(never)]
+    pub(super) unsafe fn sized_filed(&self, size: usize, zeroed: bool) -> Option<*mut u8> {
+        let p = self.state().sized_cached.pop()? as *mut u8;
+        if zeroed {
+            std::ptr::write_bytes(p, 0, size.min(self.base.usable_size(p, 0, 16)));
+        }
+        Some(p)
+    }
+
+    /// `RacyFreeList`: a block off the racy list, or a fresh one.
+    #[inline(never)]
+    pub(super) unsafe fn racy_pop(&self, size: usize, zeroed: bool) -> *mut u8 {
+        let p = match self.racy.pop() {
+            Some(p) => p as *mut u8,
+            None => self.base.alloc(*RACY.end(), 16, false),
+        };
+        if zeroed && !p.is_null() {
+            std::ptr::write_bytes(p, 0, size);
         }
         p
     }
