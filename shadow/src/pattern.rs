@@ -183,7 +183,7 @@ pub unsafe fn check_zero(base: *const u8, len: usize, from: usize, seed: u64) ->
 ///
 /// # Safety
 /// `base + from .. base + to` must be readable.
-unsafe fn check_zero_range(base: *const u8, from: usize, to: usize) -> Option<Mismatch> {
+pub unsafe fn check_zero_range(base: *const u8, from: usize, to: usize) -> Option<Mismatch> {
     for i in from..crate::sanitizer::accessible(base, from, to) {
         let found = *base.add(i);
         if found != 0 {

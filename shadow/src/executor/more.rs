@@ -23,8 +23,13 @@ const BULK_BYTES: usize = 1 << 20;
 /// Most huge requests (over [`crate::model::MAX_BLOCK`]) one program
 /// makes; each is freed as soon as it is checked.
 const MAX_HUGE: usize = 2;
-/// The head and tail of a huge block that are touched: one page each.
+/// The head, the tail and one window of a huge block are touched: one
+/// page each.
 const PAGE: usize = 4096;
+/// Largest zeroed huge request: an allocator that zeroes by hand (Rust's
+/// default `alloc_zeroed` does) writes this much at most, a few dozen
+/// milliseconds, and maps no more than a program's own blocks may.
+const ZEROED_HUGE_MAX: usize = 256 << 20;
 /// Largest huge request under ASan: just past 2^32, where 32-bit
 /// truncations show. An allocator built with ASan poisons a block's
 /// shadow, an eighth of its size, so a 64 GiB block costs 8 GiB of
@@ -279,10 +284,11 @@ impl Executor {
     /// A request between [`crate::model::MAX_BLOCK`] and the impossible
     /// sizes: it may fail cleanly; if it succeeds, the block is aligned,
     /// has at least `size` usable bytes, overlaps no live block, and its
-    /// head and tail pages take a write. Only those pages are touched; the
-    /// block is freed at once. Zeroed huge requests are skipped: an
-    /// allocator may zero gigabytes by hand (Rust's default
-    /// `alloc_zeroed` does), which no run can afford.
+    /// head, its tail and a page the seed picks read zero (a zeroed
+    /// request), then take the pattern and read it back. Only those pages
+    /// are touched; the block is freed at once. Zeroed huge requests over
+    /// [`ZEROED_HUGE_MAX`] are skipped: an allocator may zero gigabytes by
+    /// hand, which no run can afford.
     pub(super) fn huge(
         &mut self,
         size: usize,
@@ -293,7 +299,7 @@ impl Executor {
     ) -> Outcome {
         let asan = crate::sanitizer::active();
         let unaffordable = asan && (size > HUGE_UNDER_ASAN || !huge_budget_left());
-        if zeroed || unaffordable || self.huge_requests >= MAX_HUGE {
+        if (zeroed && size > ZEROED_HUGE_MAX) || unaffordable || self.huge_requests >= MAX_HUGE {
             return Outcome::Skipped;
         }
         self.huge_requests += 1;
@@ -318,7 +324,7 @@ impl Executor {
         if self.checked {
             // Freed unchecked by `Drop` if a violation ends the program.
             self.pending = Some(block);
-            self.touch_huge(&block);
+            self.touch_huge(&block, zeroed);
             self.pending = None;
         }
         self.free_call(block, on);
@@ -326,7 +332,7 @@ impl Executor {
         Outcome::Done
     }
 
-    fn touch_huge(&mut self, b: &Block) {
+    fn touch_huge(&mut self, b: &Block, zeroed: bool) {
         if !b.ptr.is_multiple_of(b.align) {
             self.flag(Violation::Alignment {
                 ptr: b.ptr,
@@ -347,8 +353,38 @@ impl Executor {
         }
         let head = (0, PAGE.min(len));
         let tail = (len.saturating_sub(PAGE).max(head.1), len);
-        for (from, to) in [head, tail] {
+        let room = tail.0 - head.1;
+        let at = head.1 + (b.seed as usize % room.max(1)) / PAGE * PAGE;
+        let window = (at, (at + PAGE).min(tail.0));
+        let pages = [head, window, tail];
+        if zeroed {
+            let dirty = pages
+                .iter()
+                .find_map(|&(from, to)| unsafe { pattern::check_zero_range(p, from, to) });
+            if let Some(mismatch) = dirty {
+                self.flag(Violation::Zeroed {
+                    ptr: b.ptr,
+                    size: b.size,
+                    mismatch,
+                });
+            }
+        }
+        for (from, to) in pages {
             unsafe { pattern::fill_range(p, from, to, b.seed) };
+        }
+        let changed = pages
+            .iter()
+            .find_map(|&(from, to)| unsafe { pattern::check_range(p, from, to, b.seed) });
+        if let Some(mismatch) = changed {
+            // Two of its pages are one: the allocator mapped the block
+            // over itself.
+            self.fail(Violation::Contents {
+                ptr: b.ptr,
+                size: b.size,
+                mismatch,
+                when: "after its pages were written",
+                by_call: false,
+            });
         }
     }
 }

@@ -112,6 +112,10 @@ pub enum Bug {
     /// that frees one such block and asks for another reaches it (two are
     /// more than a program may hold at once).
     LargeReuseDirty,
+    /// A huge block (over 64 MiB) keeps its size in a footer over its
+    /// last 8 bytes, and a zeroed one, fresh from the OS, is not cleared
+    /// there: only a zeroed huge request reaches it.
+    HugeZeroedFooter,
     /// A plain malloc of 257..=4095 bytes that is 2 to 14 bytes past a
     /// multiple of 16 gets the class below: the fast path's bin lookup
     /// rounds down between the size edges (realloc and calloc take the
@@ -127,7 +131,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 36] = [
+    pub const ALL: [Bug; 37] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -153,6 +157,7 @@ impl Bug {
         Bug::RezallocDirty,
         Bug::RegrowStale,
         Bug::LargeReuseDirty,
+        Bug::HugeZeroedFooter,
         Bug::InteriorClass,
         Bug::ExpandOverclaims,
         Bug::SizedFreeMisclass,
@@ -193,6 +198,7 @@ impl Bug {
             Bug::RezallocDirty => "rezalloc-dirty",
             Bug::RegrowStale => "regrow-stale",
             Bug::LargeReuseDirty => "large-reuse-dirty",
+            Bug::HugeZeroedFooter => "huge-zeroed-footer",
             Bug::InteriorClass => "interior-class",
             Bug::ExpandOverclaims => "expand-overclaims",
             Bug::SizedFreeMisclass => "sized-free-misclass",
@@ -261,7 +267,8 @@ impl Bug {
             Bug::LargeDirtyZeroed
             | Bug::RezallocDirty
             | Bug::RegrowStale
-            | Bug::LargeReuseDirty => &["zeroed"],
+            | Bug::LargeReuseDirty
+            | Bug::HugeZeroedFooter => &["zeroed"],
             Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::InteriorClass => &["usable-size"],
             // Or ASan's report of the zoo's own plain realloc copying into
             // the too-small block, before the harness sees it.

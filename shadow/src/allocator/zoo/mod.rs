@@ -532,6 +532,9 @@ impl Zoo {
             }
             return p;
         }
+        if zeroed && self.has(Bug::HugeZeroedFooter) && size > crate::model::MAX_BLOCK {
+            return self.huge_zeroed_footer(size, align);
+        }
         if zeroed && self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN {
             if let Some(p) = self.large_reuse(size) {
                 return p;

@@ -78,6 +78,17 @@ impl Zoo {
         p
     }
 
+    /// `HugeZeroedFooter`: a fresh zeroed huge block, with its size in a
+    /// footer over its last 8 bytes.
+    #[inline(never)]
+    pub(super) unsafe fn huge_zeroed_footer(&self, size: usize, align: usize) -> *mut u8 {
+        let p = self.base.alloc(size, align, true);
+        if !p.is_null() {
+            p.add(size - 8).cast::<u64>().write_unaligned(size as u64);
+        }
+        p
+    }
+
     /// `LargeReuseDirty`: keeps freed block `p` (`size` bytes) when none
     /// is kept; true when it did.
     #[inline(never)]
