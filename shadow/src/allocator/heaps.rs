@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use super::{Allocator, HeapId, Heaps, ReallocToZero};
+use super::{Allocator, HeapId, Heaps, InPlace, ReallocToZero};
 
 /// Heap emulation over any allocator.
 pub struct EmulatedHeaps {
@@ -43,6 +43,38 @@ impl EmulatedHeaps {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves `p`'s membership of `heap` to `q` (`q` null: `p` was freed).
+    fn moved(&self, heap: HeapId, p: *mut u8, q: *mut u8, new_size: usize, align: usize) {
+        let mut st = self.state();
+        let set = st.heaps.entry(heap).or_default();
+        let at = set.iter().position(|m| m.ptr == p as usize);
+        match (at, q.is_null()) {
+            (Some(i), false) => {
+                set[i] = Member {
+                    ptr: q as usize,
+                    size: new_size,
+                    align,
+                }
+            }
+            (Some(i), true) => {
+                set.remove(i);
+            }
+            (None, false) => set.push(Member {
+                ptr: q as usize,
+                size: new_size,
+                align,
+            }),
+            (None, true) => {}
+        }
+    }
+
+    /// Drops `p` from `heap`'s blocks.
+    fn forget(&self, heap: HeapId, p: *mut u8) {
+        if let Some(set) = self.state().heaps.get_mut(&heap) {
+            set.retain(|m| m.ptr != p as usize);
+        }
     }
 
     /// The blocks of `heap` as (address, size, align), sorted by address.
@@ -93,36 +125,66 @@ impl Heaps for EmulatedHeaps {
         let freed =
             q.is_null() && new_size == 0 && self.inner.realloc_to_zero() == ReallocToZero::Frees;
         if !q.is_null() || freed {
-            let mut st = self.state();
-            let set = st.heaps.entry(heap).or_default();
-            let at = set.iter().position(|m| m.ptr == p as usize);
-            match (at, q.is_null()) {
-                (Some(i), false) => {
-                    set[i] = Member {
-                        ptr: q as usize,
-                        size: new_size,
-                        align,
-                    }
-                }
-                (Some(i), true) => {
-                    set.remove(i);
-                }
-                (None, false) => set.push(Member {
-                    ptr: q as usize,
-                    size: new_size,
-                    align,
-                }),
-                (None, true) => {}
-            }
+            self.moved(heap, p, q, new_size, align);
         }
         q
     }
 
-    unsafe fn free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
-        if let Some(set) = self.state().heaps.get_mut(&heap) {
-            set.retain(|m| m.ptr != p as usize);
+    unsafe fn realloc_zeroed_in(
+        &self,
+        heap: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let q = self
+            .inner
+            .extras()?
+            .realloc_zeroed(p, old, align, new_size)?;
+        if !q.is_null() {
+            self.moved(heap, p, q, new_size, align);
         }
+        Some(q)
+    }
+
+    unsafe fn free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
+        self.forget(heap, p);
         self.inner.free(p, size, align)
+    }
+
+    unsafe fn resize_in_place_in(
+        &self,
+        heap: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+        extra: usize,
+    ) -> Option<InPlace> {
+        let result = self
+            .inner
+            .extras()?
+            .resize_in_place(p, old, align, new_size, extra)?;
+        if let InPlace::Resized { owned, .. } = result {
+            let mut st = self.state();
+            let set = st.heaps.entry(heap).or_default();
+            if let Some(m) = set.iter_mut().find(|m| m.ptr == p as usize) {
+                m.size = owned;
+            }
+        }
+        Some(result)
+    }
+
+    unsafe fn free_sized_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
+        let freed = self
+            .inner
+            .extras()
+            .is_some_and(|x| x.free_sized(p, size, align));
+        if freed {
+            self.forget(heap, p);
+        }
+        freed
     }
 
     unsafe fn delete(&self, heap: HeapId) {

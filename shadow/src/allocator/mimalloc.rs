@@ -241,6 +241,45 @@ impl Heaps for Mimalloc {
         mi::mi_free(p.cast())
     }
 
+    /// `mi_heap_rezalloc` / `mi_heap_recalloc` and their aligned forms, as
+    /// [`Extras::realloc_zeroed`] picks them (`mi_rezalloc` would move the
+    /// block to the default heap).
+    unsafe fn realloc_zeroed_in(
+        &self,
+        h: HeapId,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let (h, p) = (heap(h), p.cast());
+        let q = match (malloc_serves(new_size, align), new_size.is_multiple_of(2)) {
+            (true, false) => mi::mi_heap_rezalloc(h, p, new_size),
+            (true, true) => mi::mi_heap_recalloc(h, p, new_size / 2, 2),
+            (false, false) => mi::mi_heap_rezalloc_aligned(h, p, new_size, align),
+            (false, true) => mi::mi_heap_recalloc_aligned(h, p, new_size / 2, 2, align),
+        };
+        Some(q.cast())
+    }
+
+    /// `mi_expand`: the block stays where it is, in its heap.
+    unsafe fn resize_in_place_in(
+        &self,
+        _h: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+        extra: usize,
+    ) -> Option<InPlace> {
+        self.resize_in_place(p, old, align, new_size, extra)
+    }
+
+    /// `mi_free_size`: any heap's block.
+    unsafe fn free_sized_in(&self, _h: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
+        self.free_sized(p, size, align)
+    }
+
     unsafe fn delete(&self, h: HeapId) {
         mi::mi_heap_delete(heap(h))
     }

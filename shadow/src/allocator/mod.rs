@@ -246,6 +246,52 @@ pub trait Heaps: Send + Sync {
     /// # Safety
     /// As for [`Allocator::free`]; the block belongs to `heap`.
     unsafe fn free_in(&self, heap: HeapId, ptr: *mut u8, size: usize, align: usize);
+    /// The zeroed realloc ([`Extras::realloc_zeroed`]) of a block of
+    /// `heap`, the new block in `heap` too; `None` where the allocator has
+    /// none.
+    ///
+    /// # Safety
+    /// As for [`Heaps::realloc_in`].
+    unsafe fn realloc_zeroed_in(
+        &self,
+        _heap: HeapId,
+        _ptr: *mut u8,
+        _old_size: usize,
+        _align: usize,
+        _new_size: usize,
+    ) -> Option<*mut u8> {
+        None
+    }
+    /// An in-place resize ([`Extras::resize_in_place`]) of a block of
+    /// `heap`, which stays in `heap`; `None` where the allocator has none.
+    ///
+    /// # Safety
+    /// As for [`Heaps::realloc_in`].
+    unsafe fn resize_in_place_in(
+        &self,
+        _heap: HeapId,
+        _ptr: *mut u8,
+        _old_size: usize,
+        _align: usize,
+        _new_size: usize,
+        _extra: usize,
+    ) -> Option<InPlace> {
+        None
+    }
+    /// The sized free ([`Extras::free_sized`]) of a block of `heap`; false
+    /// where the allocator has none (the block is still live).
+    ///
+    /// # Safety
+    /// As for [`Heaps::free_in`].
+    unsafe fn free_sized_in(
+        &self,
+        _heap: HeapId,
+        _ptr: *mut u8,
+        _size: usize,
+        _align: usize,
+    ) -> bool {
+        false
+    }
     /// Ends the heap; its live blocks stay valid and move to the default heap.
     ///
     /// # Safety

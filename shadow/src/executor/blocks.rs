@@ -303,7 +303,8 @@ impl Executor {
         let extras = self.alloc.extras();
         if (new == 0 && semantics == ReallocToZero::Undefined)
             || (!impossible && !self.shadow.fits_resize(new))
-            || (call != ReallocCall::Plain && (b.heap.is_some() || extras.is_none()))
+            || (call == ReallocCall::Unaligned && b.heap.is_some())
+            || (call != ReallocCall::Plain && b.heap.is_none() && extras.is_none())
         {
             return Outcome::Skipped;
         }
@@ -334,7 +335,12 @@ impl Executor {
                             })
                         })
                     })),
-                    (ReallocCall::Zeroed, _, Some(x)) => self
+                    (ReallocCall::Zeroed, Some(h), _) => self
+                        .guarded(|| unsafe {
+                            self.heaps().realloc_zeroed_in(h, p, b.size, b.align, new)
+                        })
+                        .map(|q| q as usize),
+                    (ReallocCall::Zeroed, None, Some(x)) => self
                         .guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) })
                         .map(|q| q as usize),
                     (ReallocCall::Unaligned, _, Some(x)) => self

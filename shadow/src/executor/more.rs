@@ -149,12 +149,10 @@ impl Executor {
     pub(super) fn resize_in_place(&mut self, i: usize, to: NewSize, extra: usize) -> Outcome {
         let b = self.shadow.blocks()[i];
         let new = to.resolve(b.size);
-        let Some(extras) = self.alloc.extras() else {
-            return Outcome::Skipped;
-        };
+        let extras = self.alloc.extras();
         // A zero-size block has no bytes to keep (ASan poisons it whatever
         // its usable size says), so only a real realloc may grow it.
-        if b.heap.is_some()
+        if (b.heap.is_none() && extras.is_none())
             || b.size == 0
             || new == 0
             || !self.shadow.fits_resize(new.saturating_add(extra))
@@ -166,8 +164,15 @@ impl Executor {
         }
         self.site = Site::new("resize-in-place", b.size, b.align);
         let p = b.ptr as *mut u8;
-        let result =
-            self.guarded(|| unsafe { extras.resize_in_place(p, b.size, b.align, new, extra) });
+        let result = self.guarded(|| unsafe {
+            match (b.heap, extras) {
+                (Some(h), _) => self
+                    .heaps()
+                    .resize_in_place_in(h, p, b.size, b.align, new, extra),
+                (None, Some(x)) => x.resize_in_place(p, b.size, b.align, new, extra),
+                (None, None) => unreachable!("skipped above"),
+            }
+        });
         match result {
             None => Outcome::Skipped,
             Some(InPlace::Unchanged) => {
@@ -203,7 +208,7 @@ impl Executor {
                     old,
                     zero_from: None,
                 };
-                self.adopt(b.ptr, owned, b.align, None, origin)
+                self.adopt(b.ptr, owned, b.align, b.heap, origin)
             }
         }
     }
@@ -211,10 +216,8 @@ impl Executor {
     /// Frees block `i` with the sized call, where the allocator has one.
     pub(super) fn free_sized(&mut self, i: usize) -> Outcome {
         let b = self.shadow.blocks()[i];
-        let Some(extras) = self.alloc.extras() else {
-            return Outcome::Skipped;
-        };
-        if b.heap.is_some() {
+        let extras = self.alloc.extras();
+        if b.heap.is_none() && extras.is_none() {
             return Outcome::Skipped;
         }
         if self.checked {
@@ -223,7 +226,13 @@ impl Executor {
         self.site = Site::new("free-sized", b.size, b.align);
         let p = b.ptr as *mut u8;
         let freed = crate::sanitizer::given(b.ptr, || {
-            self.guarded(|| unsafe { extras.free_sized(p, b.size, b.align) })
+            self.guarded(|| unsafe {
+                match (b.heap, extras) {
+                    (Some(h), _) => self.heaps().free_sized_in(h, p, b.size, b.align),
+                    (None, Some(x)) => x.free_sized(p, b.size, b.align),
+                    (None, None) => unreachable!("skipped above"),
+                }
+            })
         });
         if !freed {
             return Outcome::Skipped;

@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 
 use tikv_jemalloc_sys as je;
 
-use super::{Allocator, Extras, HeapId, Heaps, LiveBlock};
+use super::{Allocator, Extras, HeapId, Heaps, InPlace, LiveBlock};
 use crate::edges::IMPOSSIBLE_FROM;
 
 mod ctl;
@@ -203,6 +203,44 @@ impl Heaps for Jemalloc {
             new_size.max(1),
             flags(align, false) | Heap::of(h).flags(),
         )
+    }
+
+    /// `rallocx` with `MALLOCX_ZERO` and the heap's arena.
+    unsafe fn realloc_zeroed_in(
+        &self,
+        h: HeapId,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        if classic(new_size) {
+            // Undefined for *allocx; an impossible size is refused here.
+            return Some(std::ptr::null_mut());
+        }
+        Some(je::rallocx(p.cast(), new_size, flags(align, true) | Heap::of(h).flags()).cast())
+    }
+
+    /// `xallocx`: the block stays where it is, in its arena.
+    unsafe fn resize_in_place_in(
+        &self,
+        _h: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+        extra: usize,
+    ) -> Option<InPlace> {
+        self.resize_in_place(p, old, align, new_size, extra)
+    }
+
+    /// `sdallocx` with the heap's tcache flag, as `free_in`.
+    unsafe fn free_sized_in(&self, h: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
+        if size == 0 {
+            return false;
+        }
+        self.free_in(h, p, size, align);
+        true
     }
 
     unsafe fn free_in(&self, h: HeapId, p: *mut u8, size: usize, align: usize) {

@@ -29,6 +29,16 @@ pub enum Bug {
     XthreadWrongFree,
     /// Deleting a heap with 3 or more blocks frees its largest block.
     HeapDeleteDrops,
+    /// A sized free of a heap's block leaves it in the heap, so destroying
+    /// the heap frees it again: only a sized free of a heap block reaches it.
+    HeapSizedFreeStays,
+    /// A zeroed realloc of a heap's block that moves it leaves the old
+    /// block in the heap, so destroying the heap frees it again: only a
+    /// zeroed realloc of a heap block reaches it.
+    HeapRezallocStays,
+    /// An in-place grow of a heap's block says it grew and does nothing:
+    /// only an in-place resize of a heap block reaches it.
+    HeapExpandOverclaims,
     /// Shrinking a >= 1 KiB block below half leaks the old block.
     LeakOnShrink,
     /// Every 32,000th call (about every 1,000th op of alloc_ops) keeps 64
@@ -131,7 +141,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 37] = [
+    pub const ALL: [Bug; 40] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -143,6 +153,9 @@ impl Bug {
         Bug::StaleLink,
         Bug::XthreadWrongFree,
         Bug::HeapDeleteDrops,
+        Bug::HeapSizedFreeStays,
+        Bug::HeapRezallocStays,
+        Bug::HeapExpandOverclaims,
         Bug::LeakOnShrink,
         Bug::MisalignedReallocShort,
         Bug::PanicClass,
@@ -184,6 +197,9 @@ impl Bug {
             Bug::StaleLink => "stale-link",
             Bug::XthreadWrongFree => "xthread-wrong-free",
             Bug::HeapDeleteDrops => "heap-delete-drops",
+            Bug::HeapSizedFreeStays => "heap-sized-free-stays",
+            Bug::HeapRezallocStays => "heap-rezalloc-stays",
+            Bug::HeapExpandOverclaims => "heap-expand-overclaims",
             Bug::LeakOnShrink => "leak-on-shrink",
             Bug::MisalignedReallocShort => "misaligned-realloc-short",
             Bug::PanicClass => "panic-class",
@@ -236,7 +252,10 @@ impl Bug {
     pub fn target(self) -> crate::Target {
         match self {
             Bug::XthreadWrongFree | Bug::RacyFreeList => crate::Target::MtOps,
-            Bug::HeapDeleteDrops => crate::Target::HeapApi,
+            Bug::HeapDeleteDrops
+            | Bug::HeapSizedFreeStays
+            | Bug::HeapRezallocStays
+            | Bug::HeapExpandOverclaims => crate::Target::HeapApi,
             _ => crate::Target::AllocOps,
         }
     }
@@ -260,6 +279,9 @@ impl Bug {
             // that block is a realloc's new home, the realloc check sees it.
             Bug::StaleLink => &["contents", "realloc-prefix"],
             Bug::XthreadWrongFree | Bug::HeapDeleteDrops => &["heap-use-after-free"],
+            // Destroying the heap frees the block a second time; a visit
+            // of the heap meets the block it still names first.
+            Bug::HeapSizedFreeStays | Bug::HeapRezallocStays => &["double-free", "heap-visit"],
             Bug::LeakOnShrink => &["leak"],
             Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
                 &["realloc-prefix"]
@@ -270,6 +292,9 @@ impl Bug {
             | Bug::LargeReuseDirty
             | Bug::HugeZeroedFooter => &["zeroed"],
             Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::InteriorClass => &["usable-size"],
+            // Or ASan's report of the harness writing the bytes it was
+            // told it owns.
+            Bug::HeapExpandOverclaims => &["usable-size", "heap-buffer-overflow"],
             // Or ASan's report of the zoo's own plain realloc copying into
             // the too-small block, before the harness sees it.
             Bug::SizedFreeMisclass => &["usable-size", "heap-buffer-overflow"],

@@ -19,6 +19,8 @@ mod bug;
 mod extras;
 mod heaps;
 mod planted;
+
+use planted::COMPUTED_BIN;
 mod racy_list;
 mod slow_leak;
 
@@ -113,16 +115,19 @@ impl Zoo {
     /// `bugs` planted in `base`, known as `name`.
     pub fn new(name: &str, bugs: &str, base: &'static dyn Allocator) -> Result<Zoo, String> {
         let bugs = parse_bugs(bugs)?;
-        let drops = bugs.contains(&Bug::HeapDeleteDrops);
+        let heaps = ZooHeaps {
+            inner: EmulatedHeaps::new(base),
+            base,
+            drops: bugs.contains(&Bug::HeapDeleteDrops),
+            sized_free_stays: bugs.contains(&Bug::HeapSizedFreeStays),
+            rezalloc_stays: bugs.contains(&Bug::HeapRezallocStays),
+            expand_overclaims: bugs.contains(&Bug::HeapExpandOverclaims),
+        };
         Ok(Zoo {
             name: name.to_string(),
             bugs,
             base,
-            heaps: ZooHeaps {
-                inner: EmulatedHeaps::new(base),
-                base,
-                drops,
-            },
+            heaps,
             state: Mutex::new(State::default()),
             racy: RacyList::new(),
             latent: AtomicU8::new(CLEAN),
@@ -275,7 +280,17 @@ impl Allocator for Zoo {
     }
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        self.allocate(size, align, zeroed, true)
+        self.count_call();
+        self.class_of(size);
+        let p = match self.is_interior(size, align, zeroed) {
+            true => self.interior_class(size, align),
+            false => self.alloc_inner(size, align, zeroed),
+        };
+        self.track_owner(p, size, align);
+        if !p.is_null() {
+            self.track_class(p, size, align);
+        }
+        p
     }
 
     unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
@@ -465,24 +480,13 @@ impl Allocator for Zoo {
 }
 
 impl Zoo {
-    /// Allocation by the computed bin: what realloc and calloc call.
+    /// `alloc` past its fast path, by the computed bin: what realloc and
+    /// calloc call. (Through `alloc` itself, so a bug in the code they
+    /// share keys on one path whichever call reached it.)
     unsafe fn alloc_computed(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        self.allocate(size, align, zeroed, false)
-    }
-
-    /// `alloc`'s body; `fast_path` for a malloc, whose bin comes from a
-    /// lookup (`InteriorClass` lives there).
-    unsafe fn allocate(&self, size: usize, align: usize, zeroed: bool, fast_path: bool) -> *mut u8 {
-        self.count_call();
-        self.class_of(size);
-        let p = match fast_path && self.is_interior(size, align, zeroed) {
-            true => self.interior_class(size, align),
-            false => self.alloc_inner(size, align, zeroed),
-        };
-        self.track_owner(p, size, align);
-        if !p.is_null() {
-            self.track_class(p, size, align);
-        }
+        COMPUTED_BIN.set(true);
+        let p = self.alloc(size, align, zeroed);
+        COMPUTED_BIN.set(false);
         p
     }
 

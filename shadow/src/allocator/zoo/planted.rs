@@ -7,6 +7,12 @@ use std::ops::RangeInclusive;
 
 use super::{between_fixed_windows, Bug, Zoo, DOUBLE_ISSUE, RACY};
 
+thread_local! {
+    /// Set while realloc or calloc allocates through `alloc`
+    /// ([`Zoo::alloc_computed`]).
+    pub(super) static COMPUTED_BIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// `InteriorClass`: the sizes, and how far past a multiple of 16 they are.
 const INTERIOR: RangeInclusive<usize> = 257..=4095;
 const INTERIOR_OFFSETS: RangeInclusive<usize> = 2..=14;
@@ -38,13 +44,15 @@ impl Zoo {
         p
     }
 
-    /// `InteriorClass`: whether malloc's bin lookup rounds `size` down.
+    /// `InteriorClass`: whether malloc's bin lookup rounds `size` down
+    /// (a malloc's; realloc and calloc take the computed bin).
     pub(super) fn is_interior(&self, size: usize, align: usize, zeroed: bool) -> bool {
         !zeroed
             && align <= 16
             && self.has(Bug::InteriorClass)
             && INTERIOR.contains(&size)
             && INTERIOR_OFFSETS.contains(&(size % 16))
+            && !COMPUTED_BIN.get()
     }
 
     /// `InteriorClass`: the class below `size`, as a bin lookup that
