@@ -30,8 +30,8 @@ fn reaching(bug: Bug) -> String {
         Bug::HugeSuccess => "target alloc_ops\nalloc size=9223372036854775807 align=8\n",
         Bug::StaleLink => "target alloc_ops\nalloc size=80 align=8\nfree slot=0\nalloc size=80 align=8\nalloc size=80 align=8\nfree slot=1\nfree slot=0\n",
         Bug::XthreadWrongFree => "target mt_ops\nworker-alloc worker=0 size=200 align=8\nalloc size=200 align=8\nworker-free worker=0 slot=1\n",
-        Bug::HeapSizedFreeStays => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nfree-sized slot=0\nheap-destroy heap=0\n",
-        Bug::HeapRezallocStays => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nrealloc-zeroed slot=0 to=4000\nheap-destroy heap=0\n",
+        Bug::HeapSizedFreeTwice => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nfree-sized slot=0\nheap-destroy heap=0\n",
+        Bug::HeapRezallocFreesTwice => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nrealloc-zeroed slot=0 to=4000\nheap-destroy heap=0\n",
         Bug::HeapExpandOverclaims => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nresize-in-place slot=0 to=double extra=0\n",
         Bug::HeapDeleteDrops => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nheap-alloc heap=0 size=128 align=8\nheap-alloc heap=0 size=256 align=8\nheap-delete heap=0\n",
         Bug::LeakOnShrink => "target alloc_ops\nalloc size=4096 align=8\nrealloc slot=0 to=100\n",
@@ -84,8 +84,8 @@ fn check(bug: Bug) -> Check {
             "the harness writes up to the usable size it is told: past the real block, which only ASan sees",
             None,
         ),
-        Bug::HeapSizedFreeStays | Bug::HeapRezallocStays => elsewhere(
-            "destroying the heap frees the block a second time: ASan's double free (glibc aborts)",
+        Bug::HeapSizedFreeTwice | Bug::HeapRezallocFreesTwice => elsewhere(
+            "the block is freed twice: ASan's double free (glibc aborts)",
             None,
         ),
         Bug::HeapDeleteDrops => elsewhere(

@@ -29,13 +29,14 @@ pub enum Bug {
     XthreadWrongFree,
     /// Deleting a heap with 3 or more blocks frees its largest block.
     HeapDeleteDrops,
-    /// A sized free of a heap's block leaves it in the heap, so destroying
-    /// the heap frees it again: only a sized free of a heap block reaches it.
-    HeapSizedFreeStays,
-    /// A zeroed realloc of a heap's block that moves it leaves the old
-    /// block in the heap, so destroying the heap frees it again: only a
-    /// zeroed realloc of a heap block reaches it.
-    HeapRezallocStays,
+    /// A sized free of a heap's block falls through to the global sized
+    /// free, which frees it again: only a sized free of a heap block
+    /// reaches it.
+    HeapSizedFreeTwice,
+    /// A zeroed realloc of a heap's block that moves it frees the old
+    /// block a second time: only a zeroed realloc of a heap block reaches
+    /// it.
+    HeapRezallocFreesTwice,
     /// An in-place grow of a heap's block says it grew and does nothing:
     /// only an in-place resize of a heap block reaches it.
     HeapExpandOverclaims,
@@ -153,8 +154,8 @@ impl Bug {
         Bug::StaleLink,
         Bug::XthreadWrongFree,
         Bug::HeapDeleteDrops,
-        Bug::HeapSizedFreeStays,
-        Bug::HeapRezallocStays,
+        Bug::HeapSizedFreeTwice,
+        Bug::HeapRezallocFreesTwice,
         Bug::HeapExpandOverclaims,
         Bug::LeakOnShrink,
         Bug::MisalignedReallocShort,
@@ -197,8 +198,8 @@ impl Bug {
             Bug::StaleLink => "stale-link",
             Bug::XthreadWrongFree => "xthread-wrong-free",
             Bug::HeapDeleteDrops => "heap-delete-drops",
-            Bug::HeapSizedFreeStays => "heap-sized-free-stays",
-            Bug::HeapRezallocStays => "heap-rezalloc-stays",
+            Bug::HeapSizedFreeTwice => "heap-sized-free-twice",
+            Bug::HeapRezallocFreesTwice => "heap-rezalloc-frees-twice",
             Bug::HeapExpandOverclaims => "heap-expand-overclaims",
             Bug::LeakOnShrink => "leak-on-shrink",
             Bug::MisalignedReallocShort => "misaligned-realloc-short",
@@ -253,8 +254,8 @@ impl Bug {
         match self {
             Bug::XthreadWrongFree | Bug::RacyFreeList => crate::Target::MtOps,
             Bug::HeapDeleteDrops
-            | Bug::HeapSizedFreeStays
-            | Bug::HeapRezallocStays
+            | Bug::HeapSizedFreeTwice
+            | Bug::HeapRezallocFreesTwice
             | Bug::HeapExpandOverclaims => crate::Target::HeapApi,
             _ => crate::Target::AllocOps,
         }
@@ -279,9 +280,7 @@ impl Bug {
             // that block is a realloc's new home, the realloc check sees it.
             Bug::StaleLink => &["contents", "realloc-prefix"],
             Bug::XthreadWrongFree | Bug::HeapDeleteDrops => &["heap-use-after-free"],
-            // Destroying the heap frees the block a second time; a visit
-            // of the heap meets the block it still names first.
-            Bug::HeapSizedFreeStays | Bug::HeapRezallocStays => &["double-free", "heap-visit"],
+            Bug::HeapSizedFreeTwice | Bug::HeapRezallocFreesTwice => &["double-free"],
             Bug::LeakOnShrink => &["leak"],
             Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
                 &["realloc-prefix"]

@@ -1,5 +1,5 @@
 //! The zoo's heap API: the emulation, with `HeapDeleteDrops`,
-//! `HeapSizedFreeStays`, `HeapRezallocStays` and `HeapExpandOverclaims`
+//! `HeapSizedFreeTwice`, `HeapRezallocFreesTwice` and `HeapExpandOverclaims`
 //! planted.
 
 use crate::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, InPlace};
@@ -10,15 +10,14 @@ pub(super) struct ZooHeaps {
     pub(super) inner: EmulatedHeaps,
     pub(super) base: &'static dyn Allocator,
     pub(super) drops: bool,
-    /// `HeapSizedFreeStays`: a sized free leaves the block in its heap,
-    /// so destroying the heap frees it again.
-    pub(super) sized_free_stays: bool,
+    /// `HeapSizedFreeTwice`: a sized free frees the block twice.
+    pub(super) sized_free_twice: bool,
     /// `HeapExpandOverclaims`: an in-place grow of a heap's block says
     /// it grew and does nothing.
     pub(super) expand_overclaims: bool,
-    /// `HeapRezallocStays`: a zeroed realloc that moves the block leaves
-    /// the old one in its heap, so destroying the heap frees it again.
-    pub(super) rezalloc_stays: bool,
+    /// `HeapRezallocFreesTwice`: a zeroed realloc that moves the block
+    /// frees its old home twice.
+    pub(super) rezalloc_frees_twice: bool,
 }
 
 impl Heaps for ZooHeaps {
@@ -51,11 +50,12 @@ impl Heaps for ZooHeaps {
     ) -> Option<*mut u8> {
         // The base has no zeroed realloc: a realloc, then zeroes past the
         // old request, as the zoo's own does.
-        let q = match self.rezalloc_stays {
-            // The bug: the heap is not told the block moved.
-            true => self.base.realloc(p, old, align, new_size),
-            false => self.inner.realloc_in(heap, p, old, align, new_size),
-        };
+        let q = self.inner.realloc_in(heap, p, old, align, new_size);
+        if self.rezalloc_frees_twice && !q.is_null() && q != p {
+            // The bug: the moved block's old home is freed again, by a
+            // fall-through into the plain zeroed realloc's own free.
+            self.base.free(p, old, align);
+        }
         if !q.is_null() && new_size > old {
             std::ptr::write_bytes(q.add(old), 0, new_size - old);
         }
@@ -81,10 +81,11 @@ impl Heaps for ZooHeaps {
             .resize_in_place_in(heap, p, old, align, new_size, extra)
     }
     unsafe fn free_sized_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
-        match self.sized_free_stays {
-            // The bug: the heap is not told the block is gone.
-            true => self.base.free(p, size, align),
-            false => self.inner.free_in(heap, p, size, align),
+        self.inner.free_in(heap, p, size, align);
+        if self.sized_free_twice {
+            // The bug: the heap's sized free falls through to the global
+            // one, which frees the block again.
+            self.base.free(p, size, align);
         }
         true
     }

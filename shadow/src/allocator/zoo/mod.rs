@@ -119,8 +119,8 @@ impl Zoo {
             inner: EmulatedHeaps::new(base),
             base,
             drops: bugs.contains(&Bug::HeapDeleteDrops),
-            sized_free_stays: bugs.contains(&Bug::HeapSizedFreeStays),
-            rezalloc_stays: bugs.contains(&Bug::HeapRezallocStays),
+            sized_free_twice: bugs.contains(&Bug::HeapSizedFreeTwice),
+            rezalloc_frees_twice: bugs.contains(&Bug::HeapRezallocFreesTwice),
             expand_overclaims: bugs.contains(&Bug::HeapExpandOverclaims),
         };
         Ok(Zoo {
