@@ -1,5 +1,7 @@
 //! jemalloc's calls beyond alloc / realloc / free.
 
+use std::ffi::c_int;
+
 use tikv_jemalloc_sys as je;
 
 use super::{classic, ctl, flags, Jemalloc};
@@ -20,6 +22,15 @@ pub(super) fn set_decay(ms: Option<isize>) -> bool {
     })
 }
 
+/// `rallocx` with `flags` (`MALLOCX_ZERO` among them); an impossible size,
+/// undefined for *allocx, is refused here.
+pub(super) unsafe fn rezalloc(p: *mut u8, new_size: usize, flags: c_int) -> *mut u8 {
+    if classic(new_size) {
+        return std::ptr::null_mut();
+    }
+    je::rallocx(p.cast(), new_size, flags).cast()
+}
+
 impl Extras for Jemalloc {
     /// `rallocx` with `MALLOCX_ZERO`: bytes past the old real size read zero.
     unsafe fn realloc_zeroed(
@@ -29,12 +40,8 @@ impl Extras for Jemalloc {
         align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        if classic(new_size) {
-            // Undefined for *allocx; an impossible size is refused here.
-            return Some(std::ptr::null_mut());
-        }
         let flags = flags(align, true) | self.arenas.free_flags(p as usize);
-        Some(je::rallocx(p.cast(), new_size, flags).cast())
+        Some(rezalloc(p, new_size, flags))
     }
 
     /// jemalloc(3) on `MALLOCX_ZERO`: from the old real (usable) size on.

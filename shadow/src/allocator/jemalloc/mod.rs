@@ -214,11 +214,8 @@ impl Heaps for Jemalloc {
         align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        if classic(new_size) {
-            // Undefined for *allocx; an impossible size is refused here.
-            return Some(std::ptr::null_mut());
-        }
-        Some(je::rallocx(p.cast(), new_size, flags(align, true) | Heap::of(h).flags()).cast())
+        let flags = flags(align, true) | Heap::of(h).flags();
+        Some(extras::rezalloc(p, new_size, flags))
     }
 
     /// `xallocx`: the block stays where it is, in its arena.

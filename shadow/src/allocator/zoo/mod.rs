@@ -19,14 +19,13 @@ mod bug;
 mod extras;
 mod heaps;
 mod planted;
-
-use planted::COMPUTED_BIN;
 mod racy_list;
 mod slow_leak;
 
 pub use bug::{default_base, parse_bugs, Bug};
 
 use heaps::ZooHeaps;
+use planted::COMPUTED_BIN;
 use racy_list::RacyList;
 use slow_leak::SlowLeak;
 
