@@ -45,7 +45,8 @@ impl EmulatedHeaps {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Moves `p`'s membership of `heap` to `q` (`q` null: `p` was freed).
+    /// Moves `p`'s membership of `heap` to `q`, now of `new_size` bytes
+    /// (`q` null: `p` was freed; `q == p`: resized where it is).
     fn moved(&self, heap: HeapId, p: *mut u8, q: *mut u8, new_size: usize, align: usize) {
         let mut st = self.state();
         let set = st.heaps.entry(heap).or_default();
@@ -167,11 +168,7 @@ impl Heaps for EmulatedHeaps {
             .extras()?
             .resize_in_place(p, old, align, new_size, extra)?;
         if let InPlace::Resized { owned, .. } = result {
-            let mut st = self.state();
-            let set = st.heaps.entry(heap).or_default();
-            if let Some(m) = set.iter_mut().find(|m| m.ptr == p as usize) {
-                m.size = owned;
-            }
+            self.moved(heap, p, p, owned, align);
         }
         Some(result)
     }
