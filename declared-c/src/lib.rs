@@ -20,7 +20,7 @@ use std::process::Command;
 /// order (its `more` last); `usable_size` is the first of two names the
 /// allocator defines. A declaration's `[allocator.c.functions]` maps one
 /// by its first name to a symbol of any name.
-pub const FUNCTIONS: [&[&str]; 28] = [
+pub const FUNCTIONS: [&[&str]; 30] = [
     &["malloc"],
     &["free"],
     &["calloc"],
@@ -49,6 +49,8 @@ pub const FUNCTIONS: [&[&str]; 28] = [
     &["heap_collect"],
     &["heap_contains", "heap_check_owned", "heap_contains_block"],
     &["heap_visit_blocks"],
+    &["heap_rezalloc"],
+    &["heap_rezalloc_aligned"],
 ];
 
 /// Builds the allocator `ident` from `sources` with `base` (includes,
@@ -227,6 +229,8 @@ mod tests {
                 "NULL,",
                 "NULL,",
                 // The heap API.
+                "NULL,",
+                "NULL,",
                 "NULL,",
                 "NULL,",
                 "NULL,",

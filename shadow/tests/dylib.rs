@@ -158,6 +158,54 @@ fn a_c_allocators_own_heap_api_runs() {
     assert_eq!(common::violation(&program, &emulated), None);
 }
 
+/// A heap's block gets the library's own zeroed realloc in its heap
+/// (`heap_rezalloc`), in-place expand and sized free: clean on the correct
+/// library, and its planted bug in `heap_rezalloc` is found, which the
+/// plain blocks' `rezalloc` in the same build never reaches.
+#[test]
+fn a_heap_blocks_zeroed_realloc_expand_and_sized_free_are_the_librarys_own() {
+    let program = common::program(
+        "target heap_api\nheap-new\nheap-alloc heap=0 size=40 align=8\n\
+         realloc-zeroed slot=0 to=200\nresize-in-place slot=0 to=100 extra=0\nheap-visit heap=0\n\
+         free-sized slot=0\nheap-alloc heap=0 size=24 align=64\nrealloc-zeroed slot=0 to=300\n\
+         heap-destroy heap=0\n",
+    );
+    let defines = ["-DHEAP_API", "-DMORE_API"];
+    let own = format!(
+        "dylib:{}:t_",
+        build("tiny_alloc_heap_more", &defines).display()
+    );
+    let lib = shadow::allocator::by_name(&own).unwrap();
+    let heaps = lib.heaps().expect("its own heap API");
+    let h = heaps.new_heap().unwrap();
+    unsafe {
+        let p = heaps.alloc_in(h, 48, 8, false);
+        let q = heaps
+            .realloc_zeroed_in(h, p, 48, 8, 96)
+            .expect("heap_rezalloc");
+        assert_eq!(heaps.visit(h), Some(vec![(q as usize, 96)]));
+        assert!(heaps.resize_in_place_in(h, q, 96, 8, 64, 0).is_some());
+        assert!(heaps.free_sized_in(h, q, 96, 8));
+        assert_eq!(heaps.visit(h), Some(vec![]));
+        heaps.destroy(h);
+    }
+    assert_eq!(common::violation(&program, &own), None);
+    common::assert_clean(Target::HeapApi, &own, 14, 100);
+
+    let buggy = format!(
+        "dylib:{}:t_",
+        build(
+            "tiny_alloc_heap_rezalloc_dirty",
+            &["-DHEAP_API", "-DMORE_API", "-DHEAP_REZALLOC_DIRTY"]
+        )
+        .display()
+    );
+    assert_eq!(common::kind(&program, &buggy).as_deref(), Some("zeroed"));
+    let plain =
+        common::program("target alloc_ops\nalloc size=40 align=8\nrealloc-zeroed slot=0 to=200\n");
+    assert_eq!(common::violation(&plain, &buggy), None);
+}
+
 #[test]
 fn aligned_alloc_is_asked_only_for_multiples_of_the_alignment() {
     let lib = build("tiny_alloc_aligned_alloc", &["-DALIGNED_ALLOC_ONLY"]);

@@ -259,6 +259,27 @@ void *t_heap_realloc_aligned(t_heap *h, void *p, size_t size, size_t align) {
     return heap_move(p, t_heap_malloc_aligned(h, size, align), size);
 }
 
+/* The heap's zeroed realloc: the bytes past the old usable size read zero.
+ * HEAP_REZALLOC_DIRTY plants a bug in it: a grown block keeps those bytes
+ * as reused memory might hold them (0xa5). */
+void *t_heap_rezalloc(t_heap *h, void *p, size_t size) {
+    size_t old = p ? t_malloc_usable_size(p) : 0;
+    void *q = t_heap_realloc(h, p, size);
+#ifdef HEAP_REZALLOC_DIRTY
+    if (q && size > old) memset((char *)q + old, 0xa5, size - old);
+#else
+    if (q && size > old) memset((char *)q + old, 0, size - old);
+#endif
+    return q;
+}
+
+void *t_heap_rezalloc_aligned(t_heap *h, void *p, size_t size, size_t align) {
+    size_t old = p ? t_malloc_usable_size(p) : 0;
+    void *q = t_heap_realloc_aligned(h, p, size, align);
+    if (q && size > old) memset((char *)q + old, 0, size - old);
+    return q;
+}
+
 void t_heap_delete(t_heap *h) {
     unlink_heap(h);
     free(h->blocks);

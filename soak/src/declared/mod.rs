@@ -331,6 +331,15 @@ mod tests {
         toml::from_str(&format!("name = \"mine\"\n{extra}")).unwrap()
     }
 
+    /// The shim's C array and the Rust struct it is read as agree.
+    #[test]
+    fn the_shim_hands_over_as_many_functions_as_cfunctions_holds() {
+        assert_eq!(
+            std::mem::size_of::<shadow::allocator::CFunctions>(),
+            allocsoak_declared_c::FUNCTIONS.len() * std::mem::size_of::<usize>()
+        );
+    }
+
     #[test]
     fn init_runs_on_the_allocator_where_it_stays() {
         let d = entry("crate = \"mine\"\npath = \".\"\nnew = \"mine::Heap::empty()\"\ninit = \"unsafe { heap.init() }\"\narena = 4096\n");

@@ -6,7 +6,7 @@ use std::ptr;
 
 use super::{malloc_serves, Dylib};
 use crate::allocator::heaps::collect_block;
-use crate::allocator::{HeapId, Heaps};
+use crate::allocator::{Extras, HeapId, Heaps, InPlace};
 
 pub type HeapNew = unsafe extern "C" fn() -> *mut c_void;
 pub type HeapEnd = unsafe extern "C" fn(*mut c_void);
@@ -55,6 +55,11 @@ pub struct CHeapApi {
     pub contains: Option<HeapContains>,
     /// `heap_visit_blocks(heap, visit_all, visitor, arg)`.
     pub visit_blocks: Option<HeapVisit>,
+    /// `heap_rezalloc(heap, p, newsize)`: the heap's zeroed realloc, as
+    /// the allocator's `rezalloc` (mimalloc's `mi_heap_rezalloc`).
+    pub rezalloc: Option<HeapRealloc>,
+    /// `heap_rezalloc_aligned(heap, p, newsize, align)`.
+    pub rezalloc_aligned: Option<HeapReallocAligned>,
 }
 
 impl CHeapApi {
@@ -128,6 +133,48 @@ impl Heaps for Dylib {
 
     unsafe fn free_in(&self, _h: HeapId, p: *mut u8, _size: usize, _align: usize) {
         (self.free)(p.cast())
+    }
+
+    /// `heap_rezalloc` / `heap_rezalloc_aligned`, as the plain zeroed
+    /// realloc picks between `rezalloc` and `rezalloc_aligned`. Not the
+    /// plain `rezalloc`: that reallocates into the default heap.
+    unsafe fn realloc_zeroed_in(
+        &self,
+        h: HeapId,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let api = &self.more.heap;
+        match (
+            malloc_serves(new_size, align),
+            api.rezalloc,
+            api.rezalloc_aligned,
+        ) {
+            (true, Some(f), _) => Some(f(heap(h), p.cast(), new_size).cast()),
+            (_, _, Some(f)) => Some(f(heap(h), p.cast(), new_size, align).cast()),
+            _ => None,
+        }
+    }
+
+    /// `expand`: a block resized where it is stays in its heap.
+    unsafe fn resize_in_place_in(
+        &self,
+        _h: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+        extra: usize,
+    ) -> Option<InPlace> {
+        self.resize_in_place(p, old, align, new_size, extra)
+    }
+
+    /// `free_size` / `free_size_aligned`: a heap's blocks are freed with
+    /// the allocator's own free calls.
+    unsafe fn free_sized_in(&self, _h: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
+        self.free_sized(p, size, align)
     }
 
     unsafe fn delete(&self, h: HeapId) {

@@ -202,6 +202,8 @@ impl Dylib {
                         .or_else(|| symbol!("heap_check_owned"))
                         .or_else(|| symbol!("heap_contains_block")),
                     visit_blocks: symbol!("heap_visit_blocks"),
+                    rezalloc: symbol!("heap_rezalloc"),
+                    rezalloc_aligned: symbol!("heap_rezalloc_aligned"),
                 },
             },
         };
