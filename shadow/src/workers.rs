@@ -25,12 +25,40 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name(format!("allocsoak-worker-{index}"))
             .spawn(move || {
+                spread(index);
                 for job in job_rx {
                     job();
                 }
             })
             .expect("spawn worker thread");
         Worker { jobs, thread }
+    }
+}
+
+/// Pins worker `index` to the `index`-th of the CPUs the process may run
+/// on (round robin), so a race section's workers run on different cores
+/// from its first step. Left to the scheduler, the workers a section wakes
+/// were placed on the waking thread's core, and whole runs of sections
+/// never had two inside the allocator at once. With one CPU, or when the
+/// mask cannot be read or set, the thread stays as it is.
+fn spread(index: usize) {
+    // SAFETY: `cpu_set_t` is plain bits, valid zeroed; the calls read and
+    // write only the set passed, for the calling thread (pid 0).
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return;
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &allowed))
+            .collect();
+        if cpus.len() < 2 {
+            return;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpus[index % cpus.len()], &mut one);
+        libc::sched_setaffinity(0, size, &one);
     }
 }
 

@@ -90,6 +90,37 @@ fn one_remote_free_op_races_the_owner() {
     }
 }
 
+/// A heap's blocks freed by other threads while the heap lives on, then
+/// visited, allocated in again and destroyed: clean on the allocators'
+/// own heaps (mimalloc's, jemalloc's arenas) and on emulated ones.
+#[test]
+fn a_heaps_blocks_freed_in_race_sections_run_clean() {
+    let _alone = alone();
+    let mut text = String::from("target heap_api\nheap-new\n");
+    for _ in 0..24 {
+        writeln!(text, "heap-alloc heap=0 size=400 align=8").unwrap();
+    }
+    for i in 0..12 {
+        writeln!(text, "race-free worker={} slot={i}", 1 + i % 2).unwrap();
+        writeln!(text, "race-alloc worker=0 size=400 align=8").unwrap();
+    }
+    text.push_str("heap-visit heap=0\nheap-alloc heap=0 size=400 align=8\nheap-destroy heap=0\n");
+    let raced = common::program(&text);
+    for allocator in ["system", "mimalloc", "jemalloc"] {
+        let (mut sections, mut races) = (0, 0);
+        for _ in 0..100 {
+            let stats = common::run(&raced, allocator).unwrap_or_else(|line| {
+                eprintln!("{line}");
+                panic!("{line}")
+            });
+            (sections, races) = (sections + stats.race_sections, races + stats.races);
+        }
+        eprintln!("{allocator}: {races} of {sections} sections raced");
+        assert!(sections >= 100, "{allocator}: {sections} sections");
+        assert!(races > 0, "{allocator}: no section raced");
+    }
+}
+
 /// A heap documented as single-threaded, as embedded heaps are: `Sync`
 /// only to be a `#[global_allocator]` on one core. It panics when a second
 /// thread calls it.

@@ -33,6 +33,7 @@ fn reaching(bug: Bug) -> String {
         Bug::HeapSizedFreeTwice => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nfree-sized slot=0\nheap-destroy heap=0\n",
         Bug::HeapRezallocFreesTwice => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nrealloc-zeroed slot=0 to=4000\nheap-destroy heap=0\n",
         Bug::HeapExpandOverclaims => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nresize-in-place slot=0 to=double extra=0\n",
+        Bug::HeapRemoteFreeTwice => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nrace-free worker=1 slot=0\nheap-destroy heap=0\n",
         Bug::HeapDeleteDrops => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nheap-alloc heap=0 size=128 align=8\nheap-alloc heap=0 size=256 align=8\nheap-delete heap=0\n",
         Bug::LeakOnShrink => "target alloc_ops\nalloc size=4096 align=8\nrealloc slot=0 to=100\n",
         Bug::MisalignedReallocShort => "target alloc_ops\nalloc size=8 align=16\nrealloc slot=0 to=64\n",
@@ -84,7 +85,7 @@ fn check(bug: Bug) -> Check {
             "the harness writes up to the usable size it is told: past the real block, which only ASan sees",
             None,
         ),
-        Bug::HeapSizedFreeTwice | Bug::HeapRezallocFreesTwice => elsewhere(
+        Bug::HeapSizedFreeTwice | Bug::HeapRezallocFreesTwice | Bug::HeapRemoteFreeTwice => elsewhere(
             "the block is freed twice: ASan's double free (glibc aborts)",
             None,
         ),

@@ -246,6 +246,19 @@ pub trait Heaps: Send + Sync {
     /// # Safety
     /// As for [`Allocator::free`]; the block belongs to `heap`.
     unsafe fn free_in(&self, heap: HeapId, ptr: *mut u8, size: usize, align: usize);
+    /// [`Heaps::free_in`] from a thread that is not the heap's, while
+    /// other threads may do the same (a race section). Every heap API
+    /// allows it; only allocating in a heap is bound to one thread
+    /// (mimalloc: "can only be allocate/reallocate from the thread that
+    /// created it. Freeing blocks can be done from any thread though.").
+    /// The default is `free_in`, for heaps whose every call any thread may
+    /// make.
+    ///
+    /// # Safety
+    /// As for [`Heaps::free_in`].
+    unsafe fn remote_free_in(&self, heap: HeapId, ptr: *mut u8, size: usize, align: usize) {
+        self.free_in(heap, ptr, size, align)
+    }
     /// The zeroed realloc ([`Extras::realloc_zeroed`]) of a block of
     /// `heap`, the new block in `heap` too; `None` where the allocator has
     /// none.

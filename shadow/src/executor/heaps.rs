@@ -1,6 +1,7 @@
 //! The heap API (`heap-new`, `heap-delete`, `heap-destroy`, visits), on the
 //! allocator's own heaps or emulated ones.
 
+use super::race::HeapCalls;
 use super::{Executor, Outcome, MAX_HEAPS};
 use crate::allocator::{HeapId, Heaps};
 use crate::violation::{Site, Violation};
@@ -8,8 +9,16 @@ use crate::violation::{Site, Violation};
 impl Executor {
     pub(super) fn heaps(&self) -> &dyn Heaps {
         match &self.emulated {
-            Some(e) => e,
+            Some(e) => &**e,
             None => self.alloc.heaps().expect("allocator lost its heap API"),
+        }
+    }
+
+    /// [`Executor::heaps`], for a race section's workers.
+    pub(super) fn heap_calls(&self) -> HeapCalls {
+        match &self.emulated {
+            Some(e) => HeapCalls::Emulated(e.clone()),
+            None => HeapCalls::Own(self.alloc.heaps().expect("allocator lost its heap API")),
         }
     }
 
@@ -36,6 +45,7 @@ impl Executor {
             return Outcome::Skipped;
         };
         self.heap_ids.retain(|&x| x != h);
+        self.remote_freed.retain(|&(of, _)| of != h);
         self.site = Site::bare(self.heap_api("heap-delete", "free"));
         self.guarded(|| unsafe { self.heaps().delete(h) });
         for b in self
@@ -60,6 +70,7 @@ impl Executor {
             return Outcome::Skipped;
         };
         self.heap_ids.retain(|&x| x != h);
+        self.remote_freed.retain(|&(of, _)| of != h);
         self.site = Site::bare(self.heap_api("heap-destroy", "free"));
         self.guarded(|| unsafe { self.heaps().destroy(h) });
         // The blocks are gone: drop them from the shadow without touching them.
@@ -87,13 +98,21 @@ impl Executor {
                 ptr: b.ptr,
             });
         }
-        let Some(visited) = self.guarded(|| self.heaps().visit(h)) else {
+        let Some(mut visited) = self.guarded(|| self.heaps().visit(h)) else {
             return Outcome::Done;
         };
         // Each live block must lie in exactly one visited block, and each
-        // visited block must hold a live one.
+        // visited block must hold a live one, or one another thread freed
+        // that the heap has not taken back yet.
         let holds = |(start, size): (usize, usize), p: usize| start <= p && p < start + size.max(1);
         let expected: Vec<usize> = in_heap().map(|b| b.ptr).collect();
+        visited.retain(|&v| {
+            expected.iter().any(|&p| holds(v, p))
+                || !self
+                    .remote_freed
+                    .iter()
+                    .any(|&(of, p)| of == h && holds(v, p))
+        });
         let missing: Vec<usize> = expected
             .iter()
             .copied()

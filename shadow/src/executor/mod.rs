@@ -85,7 +85,7 @@ pub struct Stats {
 pub struct Executor {
     alloc: &'static dyn Allocator,
     /// Used when the allocator has no heap API of its own.
-    emulated: Option<EmulatedHeaps>,
+    emulated: Option<std::sync::Arc<EmulatedHeaps>>,
     shadow: ShadowHeap,
     heap_ids: Vec<HeapId>,
     pool: Option<std::sync::MutexGuard<'static, WorkerPool>>,
@@ -102,6 +102,11 @@ pub struct Executor {
     /// Blocks a race section returned that are not yet checked and tracked
     /// (the next to adopt is last).
     raced: Vec<Block>,
+    /// Heap blocks freed by a race section's other threads since their
+    /// heap last collected: a visit may still list them, as a heap defers
+    /// a free from another thread to its own (mimalloc's page keeps a
+    /// "list of deferred free blocks freed by other threads").
+    remote_freed: Vec<(HeapId, usize)>,
     /// Inside a bulk allocation: the bulk cap on live blocks applies.
     bulk: bool,
     /// Huge requests made so far (each is freed at once).
@@ -156,7 +161,10 @@ impl Executor {
         crate::sanitizer::clear();
         let mut executor = Executor {
             alloc,
-            emulated: alloc.heaps().is_none().then(|| EmulatedHeaps::new(alloc)),
+            emulated: alloc
+                .heaps()
+                .is_none()
+                .then(|| std::sync::Arc::new(EmulatedHeaps::new(alloc))),
             shadow: ShadowHeap::default(),
             heap_ids: Vec::new(),
             pool: None,
@@ -168,6 +176,7 @@ impl Executor {
             pending: None,
             race: Section::default(),
             raced: Vec::new(),
+            remote_freed: Vec::new(),
             bulk: false,
             huge_requests: 0,
             finished: false,
@@ -337,6 +346,7 @@ impl Executor {
             Op::HeapCollect { heap, force } => self.pick_heap(heap).map_or(Outcome::Skipped, |h| {
                 self.site = Site::bare("heap-collect");
                 self.guarded(|| self.heaps().collect(h, force));
+                self.remote_freed.retain(|&(of, _)| of != h);
                 Outcome::Done
             }),
             Op::HeapVisit { heap } => self

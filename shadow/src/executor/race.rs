@@ -15,7 +15,7 @@ use std::sync::mpsc::channel;
 use std::sync::Arc;
 
 use super::{Executor, On, Origin, Outcome};
-use crate::allocator::Allocator;
+use crate::allocator::{Allocator, EmulatedHeaps, Heaps};
 use crate::edges::{NewSize, IMPOSSIBLE_FROM};
 use crate::guard::{self, Panicked};
 use crate::model::Block;
@@ -121,8 +121,30 @@ pub struct Ran {
     pub most_inside: usize,
 }
 
+/// The heap API a section frees heap blocks through: the allocator's own,
+/// or the executor's emulation of one (shared with the workers).
+#[derive(Clone)]
+pub enum HeapCalls {
+    Own(&'static dyn Heaps),
+    Emulated(Arc<EmulatedHeaps>),
+}
+
+impl HeapCalls {
+    fn get(&self) -> &dyn Heaps {
+        match self {
+            HeapCalls::Own(h) => *h,
+            HeapCalls::Emulated(e) => &**e,
+        }
+    }
+}
+
 /// Runs the section: every worker with a script starts at once.
-pub fn run(section: Section, pool: &mut WorkerPool, alloc: &'static dyn Allocator) -> Ran {
+pub fn run(
+    section: Section,
+    pool: &mut WorkerPool,
+    alloc: &'static dyn Allocator,
+    heaps: HeapCalls,
+) -> Ran {
     let busy = section.scripts.iter().filter(|s| !s.is_empty()).count();
     let gate = Arc::new(AtomicUsize::new(0));
     let inside = Arc::new(Inside::default());
@@ -131,12 +153,12 @@ pub fn run(section: Section, pool: &mut WorkerPool, alloc: &'static dyn Allocato
         if script.is_empty() {
             continue;
         }
-        let (gate, inside, tx) = (gate.clone(), inside.clone(), tx.clone());
+        let (gate, inside, tx, heaps) = (gate.clone(), inside.clone(), tx.clone(), heaps.clone());
         pool.start(worker, move || {
             wait_for_all(&gate, busy);
             let done: Vec<_> = script
                 .iter()
-                .map(|s| (*s, step(alloc, s, &inside)))
+                .map(|s| (*s, step(alloc, heaps.get(), s, &inside)))
                 .collect();
             let _ = tx.send((worker, done));
         });
@@ -171,7 +193,7 @@ fn wait_for_all(gate: &AtomicUsize, n: usize) {
     }
 }
 
-fn step(alloc: &'static dyn Allocator, step: &Step, inside: &Inside) -> Done {
+fn step(alloc: &'static dyn Allocator, heaps: &dyn Heaps, step: &Step, inside: &Inside) -> Done {
     let result = guard::call(|| unsafe {
         match *step {
             Step::Alloc { size, align, seed } => {
@@ -185,8 +207,12 @@ fn step(alloc: &'static dyn Allocator, step: &Step, inside: &Inside) -> Done {
                 }
             }
             Step::Free { block: b } => {
+                let p = b.ptr as *mut u8;
                 crate::sanitizer::given(b.ptr, || {
-                    inside.during(|| alloc.free(b.ptr as *mut u8, b.size, b.align));
+                    inside.during(|| match b.heap {
+                        Some(h) => heaps.remote_free_in(h, p, b.size, b.align),
+                        None => alloc.free(p, b.size, b.align),
+                    });
                 });
                 Done::Freed
             }
@@ -233,7 +259,9 @@ impl Executor {
     }
 
     /// Queues a free (`to` is `None`) or a realloc of live block `i`; the
-    /// block leaves the shadow now, so no other step can name it.
+    /// block leaves the shadow now, so no other step can name it. A heap's
+    /// block is only freed here: a realloc allocates in its heap, which
+    /// heap APIs bind to one thread (see [`Heaps::remote_free_in`]).
     pub(super) fn queue_resize(&mut self, worker: usize, i: usize, to: Option<NewSize>) -> Outcome {
         let b = self.shadow.blocks()[i];
         let new = to.map(|t| t.resolve(b.size));
@@ -242,7 +270,8 @@ impl Executor {
                 && n < IMPOSSIBLE_FROM
                 && self.shadow.fits_resize(n.saturating_add(self.race.bytes()))
         });
-        if !self.checked || b.heap.is_some() || !resizable || !self.race.has_room(worker) {
+        let in_heap = b.heap.is_some() && new.is_some();
+        if !self.checked || in_heap || !resizable || !self.race.has_room(worker) {
             return Outcome::Skipped;
         }
         self.site = Site::new("race", b.size, b.align);
@@ -309,8 +338,8 @@ impl Executor {
         crate::coverage::begin_op();
         let section = std::mem::take(&mut self.race);
         let frees = section.frees();
-        let alloc = self.alloc;
-        let ran = crate::coverage::around(|| run(section, self.pool(), alloc));
+        let (alloc, heaps) = (self.alloc, self.heap_calls());
+        let ran = crate::coverage::around(|| run(section, self.pool(), alloc, heaps));
         self.stats.race_sections += 1;
         if ran.most_inside >= 2 {
             self.stats.races += 1;
@@ -342,7 +371,14 @@ impl Executor {
         self.site = Site::new(api, size, align);
         let (ptr, lost_prefix) = match done {
             Done::Panicked(p) => self.panicked(p),
-            Done::Freed => return,
+            Done::Freed => {
+                if let Step::Free { block } = step {
+                    if let Some(h) = block.heap {
+                        self.remote_freed.push((h, block.ptr));
+                    }
+                }
+                return;
+            }
             Done::Block { ptr, lost_prefix } => (ptr, lost_prefix),
         };
         if ptr == 0 {

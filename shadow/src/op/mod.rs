@@ -12,8 +12,8 @@ use std::str::FromStr;
 use arbitrary::{Arbitrary, Unstructured};
 
 pub use crate::allocator::PurgeDelay;
+use crate::edges::History;
 pub use crate::edges::NewSize;
-use crate::edges::{bulk_count, size_align, ArbAlign, ArbCount, ArbNewSize, ArbSize, History};
 
 /// Most ops one program runs; longer inputs are cut here.
 pub const MAX_OPS: usize = 384;
@@ -71,14 +71,6 @@ impl fmt::Display for Target {
 /// The slot of the newest live block. Half of all decoded slots are this:
 /// alloc, free, alloc again in one class is where allocators go wrong.
 pub const NEWEST: usize = usize::MAX;
-
-fn slot_of(byte: u8) -> usize {
-    if byte >= 128 {
-        NEWEST
-    } else {
-        byte.into()
-    }
-}
 
 /// One step of a program. Slots, heaps and workers are raw indices that the
 /// executor reduces modulo what is live, so every op means something.
@@ -292,236 +284,6 @@ impl Op {
     }
 }
 
-#[derive(Arbitrary)]
-enum ArbBasicOp {
-    Alloc(ArbSize, ArbAlign),
-    AllocZeroed(ArbSize, ArbAlign),
-    Free(u8),
-    Realloc(u8, ArbNewSize),
-    UsableSize(u8),
-    Calloc(ArbCount, ArbSize),
-    /// One op in seven: the basic ones stay where most bugs are.
-    More(ArbMoreOp),
-}
-
-/// Bulk ops and the calls beyond alloc / realloc / free (see
-/// [`crate::allocator::Extras`]).
-#[derive(Arbitrary)]
-enum ArbMoreOp {
-    BulkAlloc(ArbSize, ArbAlign, u8),
-    BulkFree(u8, u8, BulkOrder),
-    ReallocZeroed(u8, ArbNewSize),
-    ResizeInPlace(u8, ArbNewSize, u8),
-    FreeSized(u8),
-    ReallocPlain(u8, ArbNewSize),
-    ReallocNull(ArbSize),
-    FreeNull,
-    Purge(u8, bool),
-}
-
-/// Extra bytes an in-place resize asks for on top.
-const EXTRAS: [usize; 5] = [0, 1, 16, 4096, 64 << 10];
-/// Purge delays: at once, soon, later, never.
-const DELAYS: [PurgeDelay; 4] = [
-    PurgeDelay::Immediate,
-    PurgeDelay::Millis(10),
-    PurgeDelay::Millis(1000),
-    PurgeDelay::Never,
-];
-
-#[derive(Arbitrary)]
-enum ArbHeapOp {
-    Basic(ArbBasicOp),
-    New,
-    Delete(u8),
-    Destroy(u8),
-    Alloc(u8, ArbSize, ArbAlign, bool),
-    Collect(u8, bool),
-    Visit(u8),
-}
-
-#[derive(Arbitrary)]
-enum ArbThreadOp {
-    Basic(ArbBasicOp),
-    WorkerAlloc(u8, ArbSize, ArbAlign),
-    WorkerFree(u8, u8),
-    WorkerRealloc(u8, u8, ArbNewSize),
-    WorkerCheck(u8, u8),
-    ThreadExit(u8, bool),
-    Race(ArbRaceOp),
-}
-
-#[derive(Arbitrary)]
-enum ArbRaceOp {
-    Alloc(u8, ArbSize, ArbAlign),
-    Free(u8, u8),
-    Realloc(u8, u8, ArbNewSize),
-    RemoteFree(u8, u8, ArbSize, ArbAlign, u8),
-}
-
-impl ArbBasicOp {
-    fn lower(self, h: &mut History) -> Op {
-        match self {
-            ArbBasicOp::Alloc(size, align) | ArbBasicOp::AllocZeroed(size, align) => {
-                let zeroed = matches!(self, ArbBasicOp::AllocZeroed(..));
-                let (size, align) = size_align(size, align, h);
-                Op::Alloc {
-                    size,
-                    align,
-                    zeroed,
-                }
-            }
-            ArbBasicOp::Free(slot) => Op::Free {
-                slot: slot_of(slot),
-            },
-            ArbBasicOp::Realloc(slot, to) => Op::Realloc {
-                slot: slot_of(slot),
-                to: to.resolve(h),
-            },
-            ArbBasicOp::UsableSize(slot) => Op::UsableSize {
-                slot: slot_of(slot),
-            },
-            ArbBasicOp::Calloc(count, size) => {
-                let size = size.resolve(h);
-                Op::Calloc {
-                    count: count.resolve(size),
-                    size,
-                }
-            }
-            ArbBasicOp::More(op) => op.lower(h),
-        }
-    }
-}
-
-impl ArbMoreOp {
-    fn lower(self, h: &mut History) -> Op {
-        match self {
-            ArbMoreOp::BulkAlloc(size, align, n) => {
-                let (size, align) = size_align(size, align, h);
-                Op::BulkAlloc {
-                    size,
-                    align,
-                    count: bulk_count(n),
-                }
-            }
-            ArbMoreOp::BulkFree(slot, n, order) => Op::BulkFree {
-                slot: slot_of(slot),
-                count: bulk_count(n),
-                order,
-            },
-            ArbMoreOp::ReallocZeroed(slot, to) => Op::ReallocZeroed {
-                slot: slot_of(slot),
-                to: to.resolve(h),
-            },
-            ArbMoreOp::ResizeInPlace(slot, to, extra) => Op::ResizeInPlace {
-                slot: slot_of(slot),
-                to: to.resolve(h),
-                extra: EXTRAS[usize::from(extra) % EXTRAS.len()],
-            },
-            ArbMoreOp::FreeSized(slot) => Op::FreeSized {
-                slot: slot_of(slot),
-            },
-            ArbMoreOp::ReallocPlain(slot, to) => Op::ReallocPlain {
-                slot: slot_of(slot),
-                to: to.resolve(h),
-            },
-            ArbMoreOp::ReallocNull(size) => Op::ReallocNull {
-                size: size.resolve(h),
-            },
-            ArbMoreOp::FreeNull => Op::FreeNull,
-            ArbMoreOp::Purge(delay, force) => Op::Purge {
-                delay: DELAYS[usize::from(delay) % DELAYS.len()],
-                force,
-            },
-        }
-    }
-}
-
-impl ArbHeapOp {
-    fn lower(self, history: &mut History) -> Op {
-        match self {
-            ArbHeapOp::Basic(op) => op.lower(history),
-            ArbHeapOp::New => Op::HeapNew,
-            ArbHeapOp::Delete(h) => Op::HeapDelete { heap: h.into() },
-            ArbHeapOp::Destroy(h) => Op::HeapDestroy { heap: h.into() },
-            ArbHeapOp::Alloc(h, size, align, zeroed) => {
-                let (size, align) = size_align(size, align, history);
-                Op::HeapAlloc {
-                    heap: h.into(),
-                    size,
-                    align,
-                    zeroed,
-                }
-            }
-            ArbHeapOp::Collect(h, force) => Op::HeapCollect {
-                heap: h.into(),
-                force,
-            },
-            ArbHeapOp::Visit(h) => Op::HeapVisit { heap: h.into() },
-        }
-    }
-}
-
-impl ArbThreadOp {
-    fn lower(self, h: &mut History) -> Op {
-        match self {
-            ArbThreadOp::Basic(op) => op.lower(h),
-            ArbThreadOp::WorkerAlloc(w, size, align) => {
-                let (size, align) = size_align(size, align, h);
-                Op::WorkerAlloc {
-                    worker: w.into(),
-                    size,
-                    align,
-                }
-            }
-            ArbThreadOp::WorkerFree(w, s) => Op::WorkerFree {
-                worker: w.into(),
-                slot: slot_of(s),
-            },
-            ArbThreadOp::WorkerRealloc(w, s, to) => Op::WorkerRealloc {
-                worker: w.into(),
-                slot: slot_of(s),
-                to: to.resolve(h),
-            },
-            ArbThreadOp::WorkerCheck(w, s) => Op::WorkerCheck {
-                worker: w.into(),
-                slot: slot_of(s),
-            },
-            ArbThreadOp::ThreadExit(w, restart) => Op::ThreadExit {
-                worker: w.into(),
-                restart,
-            },
-            ArbThreadOp::Race(ArbRaceOp::Alloc(w, size, align)) => {
-                let (size, align) = size_align(size, align, h);
-                Op::RaceAlloc {
-                    worker: w.into(),
-                    size,
-                    align,
-                }
-            }
-            ArbThreadOp::Race(ArbRaceOp::Free(w, s)) => Op::RaceFree {
-                worker: w.into(),
-                slot: slot_of(s),
-            },
-            ArbThreadOp::Race(ArbRaceOp::Realloc(w, s, to)) => Op::RaceRealloc {
-                worker: w.into(),
-                slot: slot_of(s),
-                to: to.resolve(h),
-            },
-            ArbThreadOp::Race(ArbRaceOp::RemoteFree(freer, owner, size, align, count)) => {
-                let (size, align) = size_align(size, align, h);
-                Op::RaceRemoteFree {
-                    freer: freer.into(),
-                    owner: owner.into(),
-                    size,
-                    align,
-                    count: usize::from(count % 16) + 1,
-                }
-            }
-        }
-    }
-}
-
 /// A decoded program: the target it was decoded for and its ops, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Program {
@@ -537,14 +299,7 @@ impl Program {
         let mut ops = Vec::new();
         let h = &mut History::default();
         while !u.is_empty() && ops.len() < MAX_OPS {
-            let op = match target {
-                Target::AllocOps | Target::DiffMimalloc => {
-                    u.arbitrary::<ArbBasicOp>().map(|op| op.lower(h))
-                }
-                Target::HeapApi => u.arbitrary::<ArbHeapOp>().map(|op| op.lower(h)),
-                Target::MtOps => u.arbitrary::<ArbThreadOp>().map(|op| op.lower(h)),
-            };
-            match op {
+            match decode::next_op(target, &mut u, h) {
                 // Both sides of a differential run must make the same
                 // calls, and the extras differ from allocator to allocator.
                 Ok(op) if target == Target::DiffMimalloc && op.is_extra() => {}
@@ -598,5 +353,6 @@ impl Program {
     }
 }
 
+mod decode;
 mod simpler;
 mod text;

@@ -250,6 +250,18 @@ impl Heaps for Jemalloc {
         }
     }
 
+    /// Not through the heap's tcache: jemalloc(3), `tcache.create`: "Each
+    /// explicit cache can be used by only one thread at a time; the
+    /// application must assure that this constraint holds."
+    unsafe fn remote_free_in(&self, h: HeapId, p: *mut u8, size: usize, align: usize) {
+        self.arenas.freed(Heap::of(h));
+        let flags = flags(align, false) | je::MALLOCX_TCACHE_NONE;
+        match size {
+            0 => je::dallocx(p.cast(), je::MALLOCX_TCACHE_NONE),
+            _ => je::sdallocx(p.cast(), size, flags),
+        }
+    }
+
     unsafe fn delete(&self, h: HeapId) {
         self.arenas.delete(Heap::of(h))
     }

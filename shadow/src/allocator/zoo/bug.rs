@@ -40,6 +40,10 @@ pub enum Bug {
     /// An in-place grow of a heap's block says it grew and does nothing:
     /// only an in-place resize of a heap block reaches it.
     HeapExpandOverclaims,
+    /// A heap's block freed from another thread is freed twice (the
+    /// remote free is queued on the heap and also done at once): only a
+    /// race section's free of a heap block reaches it.
+    HeapRemoteFreeTwice,
     /// Shrinking a >= 1 KiB block below half leaks the old block.
     LeakOnShrink,
     /// Every 32,000th call (about every 1,000th op of alloc_ops) keeps 64
@@ -142,7 +146,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 40] = [
+    pub const ALL: [Bug; 41] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -157,6 +161,7 @@ impl Bug {
         Bug::HeapSizedFreeTwice,
         Bug::HeapRezallocFreesTwice,
         Bug::HeapExpandOverclaims,
+        Bug::HeapRemoteFreeTwice,
         Bug::LeakOnShrink,
         Bug::MisalignedReallocShort,
         Bug::PanicClass,
@@ -201,6 +206,7 @@ impl Bug {
             Bug::HeapSizedFreeTwice => "heap-sized-free-twice",
             Bug::HeapRezallocFreesTwice => "heap-rezalloc-frees-twice",
             Bug::HeapExpandOverclaims => "heap-expand-overclaims",
+            Bug::HeapRemoteFreeTwice => "heap-remote-free-twice",
             Bug::LeakOnShrink => "leak-on-shrink",
             Bug::MisalignedReallocShort => "misaligned-realloc-short",
             Bug::PanicClass => "panic-class",
@@ -256,7 +262,8 @@ impl Bug {
             Bug::HeapDeleteDrops
             | Bug::HeapSizedFreeTwice
             | Bug::HeapRezallocFreesTwice
-            | Bug::HeapExpandOverclaims => crate::Target::HeapApi,
+            | Bug::HeapExpandOverclaims
+            | Bug::HeapRemoteFreeTwice => crate::Target::HeapApi,
             _ => crate::Target::AllocOps,
         }
     }
@@ -280,7 +287,9 @@ impl Bug {
             // that block is a realloc's new home, the realloc check sees it.
             Bug::StaleLink => &["contents", "realloc-prefix"],
             Bug::XthreadWrongFree | Bug::HeapDeleteDrops => &["heap-use-after-free"],
-            Bug::HeapSizedFreeTwice | Bug::HeapRezallocFreesTwice => &["double-free"],
+            Bug::HeapSizedFreeTwice | Bug::HeapRezallocFreesTwice | Bug::HeapRemoteFreeTwice => {
+                &["double-free"]
+            }
             Bug::LeakOnShrink => &["leak"],
             Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
                 &["realloc-prefix"]

@@ -1,11 +1,11 @@
 //! The zoo's heap API: the emulation, with `HeapDeleteDrops`,
-//! `HeapSizedFreeTwice`, `HeapRezallocFreesTwice` and `HeapExpandOverclaims`
-//! planted.
+//! `HeapSizedFreeTwice`, `HeapRezallocFreesTwice`, `HeapExpandOverclaims`
+//! and `HeapRemoteFreeTwice` planted.
 
 use crate::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, InPlace};
 
 /// Heap emulation, with `HeapDeleteDrops` planted in delete and the
-/// other two in the heap's sized free and zeroed realloc.
+/// others in the heap's calls they name.
 pub(super) struct ZooHeaps {
     pub(super) inner: EmulatedHeaps,
     pub(super) base: &'static dyn Allocator,
@@ -18,6 +18,8 @@ pub(super) struct ZooHeaps {
     /// `HeapRezallocFreesTwice`: a zeroed realloc that moves the block
     /// frees its old home twice.
     pub(super) rezalloc_frees_twice: bool,
+    /// `HeapRemoteFreeTwice`: a free from another thread frees twice.
+    pub(super) remote_free_twice: bool,
 }
 
 impl Heaps for ZooHeaps {
@@ -39,6 +41,14 @@ impl Heaps for ZooHeaps {
     }
     unsafe fn free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
         self.inner.free_in(heap, p, size, align)
+    }
+    unsafe fn remote_free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
+        self.inner.free_in(heap, p, size, align);
+        if self.remote_free_twice {
+            // The bug: the free queued for the heap's own thread is done
+            // here too, and the queue frees it again.
+            self.base.free(p, size, align);
+        }
     }
     unsafe fn realloc_zeroed_in(
         &self,

@@ -121,6 +121,7 @@ impl Zoo {
             sized_free_twice: bugs.contains(&Bug::HeapSizedFreeTwice),
             rezalloc_frees_twice: bugs.contains(&Bug::HeapRezallocFreesTwice),
             expand_overclaims: bugs.contains(&Bug::HeapExpandOverclaims),
+            remote_free_twice: bugs.contains(&Bug::HeapRemoteFreeTwice),
         };
         Ok(Zoo {
             name: name.to_string(),
