@@ -1,11 +1,12 @@
 //! Your allocator, out of tree: a config in a temp dir declares a local
-//! Rust crate (a Sync-only static `GlobalAlloc`, clean and with a planted
-//! bug), a bump allocator from crates.io (`allocator_api2`), a fixed-arena
+//! Rust crate (a Sync-only static `GlobalAlloc`, clean and with planted
+//! bugs, one in the usable size it reports; an `allocator_api2` allocator
+//! whose slices are longer than asked, honest and overclaiming), a bump allocator from crates.io (`allocator_api2`), a fixed-arena
 //! allocator from crates.io (embedded-alloc's TLSF heap over 4 MiB,
 //! initialized in place, whose refusals are legitimate by its declared
 //! `arena`) and a C allocator from source with a planted bug, under
 //! mimalloc's function names. `allocsoak --config` builds them into the
-//! fuzz targets, finds both planted bugs with the right kind (the C one's
+//! fuzz targets, finds the four planted bugs with the right kind (the C one's
 //! own code runs, not the bundled mimalloc's), runs the clean ones clean
 //! (`diff_mimalloc`'s reference is the bundled mimalloc, not the C one), counts coverage counters inside the declared
 //! crate and the C sources, replays a finding with `repro`, files a planted
@@ -113,6 +114,10 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "planted-buggy",
             "--allocator",
             "tinyc",
+            "--allocator",
+            "planted-oversize",
+            "--allocator",
+            "planted-overlong",
             "--secs",
             "60",
         ],
@@ -123,18 +128,24 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         "fuzz should report findings:\n{text}"
     );
     let found_bugs = found(&text);
-    assert_eq!(
-        found_bugs,
-        vec![
-            (
-                "alloc_ops".into(),
-                "planted-buggy".into(),
-                "realloc-prefix".into()
-            ),
-            ("alloc_ops".into(), "tinyc".into(), "zeroed".into()),
-        ],
-        "{text}"
-    );
+    let kind_of = |name: &str| {
+        found_bugs
+            .iter()
+            .find(|(_, allocator, _)| allocator == name)
+            .map(|(_, _, kind)| kind.as_str())
+    };
+    assert_eq!(found_bugs.len(), 4, "{text}");
+    assert_eq!(kind_of("planted-buggy"), Some("realloc-prefix"), "{text}");
+    assert_eq!(kind_of("tinyc"), Some("zeroed"), "{text}");
+    // The usable sizes the crate's `usable_size` and the slices claim:
+    // the harness writes up to them, past the blocks, which ASan sees (or
+    // the shadow's check of the usable size).
+    for name in ["planted-oversize", "planted-overlong"] {
+        assert!(
+            matches!(kind_of(name), Some("heap-buffer-overflow" | "usable-size")),
+            "{name}:\n{text}"
+        );
+    }
 
     // The finding replays by its declared name, from the input file.
     let input = text
@@ -173,7 +184,8 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     );
 
     // The clean ones run clean on every target: mimalloc-rs, the `mimalloc`
-    // crate, runs its own C mimalloc (tinyc's mi_calloc does not zero).
+    // crate, runs its own C mimalloc (tinyc's mi_calloc does not zero);
+    // planted-clean with the usable sizes its crate reports.
     let (out, text) = run(
         &config,
         &[
@@ -195,6 +207,29 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     assert!(
         out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
         "clean allocators had findings:\n{text}"
+    );
+
+    // An allocator-api2 allocator whose slices are longer than asked (and
+    // honest): its blocks are used to their slices' ends, clean.
+    let (out, text) = run(
+        &config,
+        &[
+            "fuzz",
+            "--target",
+            "alloc_ops",
+            "--target",
+            "heap_api",
+            "--allocator",
+            "planted-slack",
+            "--secs",
+            "6",
+        ],
+    );
+    let clean = found(&text);
+    assert_eq!(clean.len(), 2, "2 targets:\n{text}");
+    assert!(
+        out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
+        "planted-slack had findings:\n{text}"
     );
 
     // One initialized where it stays (`new`, then `init` on the placed

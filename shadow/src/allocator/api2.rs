@@ -3,6 +3,7 @@
 //! under test.
 
 use std::alloc::Layout;
+use std::collections::HashMap;
 use std::ptr::{self, NonNull};
 use std::sync::Mutex;
 
@@ -19,10 +20,41 @@ use super::{Allocator, Extras, ZeroedFrom};
 ///
 /// Zero-size requests become one byte (as for `GlobalAlloc`); requests
 /// `Layout` rejects fail cleanly without reaching the allocator.
+///
+/// A block's usable size is the length of the slice the allocator returned
+/// for it: `Allocator::allocate`'s documentation, "The returned block may
+/// have a larger size than specified by `layout.size()`", and the caller
+/// may use all of it.
 pub struct Api2Adapter<A> {
     name: &'static str,
     make: fn() -> A,
-    inner: Mutex<A>,
+    inner: Mutex<Inner<A>>,
+}
+
+struct Inner<A> {
+    alloc: A,
+    /// Each live block's length, as its slice said.
+    len: HashMap<usize, usize>,
+}
+
+impl<A> Inner<A> {
+    /// Records the block a call returned (a slice), in place of `old`:
+    /// its start, or null when the call failed (and `old` stays).
+    fn returned(
+        &mut self,
+        old: Option<NonNull<u8>>,
+        block: Result<NonNull<[u8]>, allocator_api2::alloc::AllocError>,
+    ) -> *mut u8 {
+        let Ok(block) = block else {
+            return ptr::null_mut();
+        };
+        if let Some(old) = old {
+            self.len.remove(&(old.as_ptr() as usize));
+        }
+        let p = block.cast::<u8>().as_ptr();
+        self.len.insert(p as usize, block.len());
+        p
+    }
 }
 
 impl<A> Api2Adapter<A>
@@ -34,12 +66,15 @@ where
         Api2Adapter {
             name,
             make,
-            inner: Mutex::new(make()),
+            inner: Mutex::new(Inner {
+                alloc: make(),
+                len: HashMap::new(),
+            }),
         }
     }
 
-    fn with<R>(&self, f: impl FnOnce(&A) -> R) -> R {
-        f(&self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    fn with<R>(&self, f: impl FnOnce(&mut Inner<A>) -> R) -> R {
+        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// `grow` / `grow_zeroed` / `shrink` as the sizes ask. Null: failed,
@@ -58,14 +93,16 @@ where
         let Some(p) = NonNull::new(p) else {
             return ptr::null_mut();
         };
-        let q = self.with(|a| {
-            if to.size() > from.size() && zero {
-                start(a.grow_zeroed(p, from, to))
+        let q = self.with(|i| {
+            let a = &i.alloc;
+            let block = if to.size() > from.size() && zero {
+                a.grow_zeroed(p, from, to)
             } else if to.size() > from.size() {
-                start(a.grow(p, from, to))
+                a.grow(p, from, to)
             } else {
-                start(a.shrink(p, from, to))
-            }
+                a.shrink(p, from, to)
+            };
+            i.returned(Some(p), block)
         });
         // A block of size 0 holds one byte the caller never owned, which
         // grow_zeroed leaves as it was: the caller's byte 0 is new.
@@ -78,10 +115,6 @@ where
 
 fn layout(size: usize, align: usize) -> Option<Layout> {
     Layout::from_size_align(size.max(1), align).ok()
-}
-
-fn start(block: Result<NonNull<[u8]>, allocator_api2::alloc::AllocError>) -> *mut u8 {
-    block.map_or(ptr::null_mut(), |b| b.cast::<u8>().as_ptr())
 }
 
 impl<A> Allocator for Api2Adapter<A>
@@ -97,9 +130,12 @@ where
         let Some(l) = layout(size, align) else {
             return ptr::null_mut();
         };
-        self.with(|a| match zeroed {
-            false => start(a.allocate(l)),
-            true => start(a.allocate_zeroed(l)),
+        self.with(|i| {
+            let block = match zeroed {
+                false => (&i.alloc).allocate(l),
+                true => (&i.alloc).allocate_zeroed(l),
+            };
+            i.returned(None, block)
         })
     }
 
@@ -109,8 +145,16 @@ where
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
         if let (Some(l), Some(p)) = (layout(size, align), NonNull::new(p)) {
-            self.with(|a| a.deallocate(p, l))
+            self.with(|i| {
+                i.len.remove(&(p.as_ptr() as usize));
+                (&i.alloc).deallocate(p, l)
+            })
         }
+    }
+
+    /// The length of the slice the allocator returned for the block.
+    unsafe fn usable_size(&self, p: *mut u8, size: usize, _align: usize) -> usize {
+        self.with(|i| i.len.get(&(p as usize)).copied().unwrap_or(size))
     }
 
     fn extras(&self) -> Option<&dyn Extras> {
@@ -118,7 +162,10 @@ where
     }
 
     fn reset(&self) {
-        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (self.make)();
+        self.with(|i| {
+            i.alloc = (self.make)();
+            i.len.clear();
+        })
     }
 }
 

@@ -18,6 +18,8 @@ pub struct GlobalAllocAdapter<A: 'static> {
     arena_size: Option<usize>,
     max_align: usize,
     single_threaded: bool,
+    /// The crate's own usable size of a block ([`Self::with_usable_size`]).
+    usable: Option<fn(&'static A, *mut u8) -> usize>,
 }
 
 impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
@@ -36,6 +38,7 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
             arena_size: None,
             max_align: crate::edges::MAX_ALIGN,
             single_threaded: false,
+            usable: None,
         }
     }
 
@@ -83,6 +86,12 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
         }
     }
 
+    /// The crate's own, where it has one; else the size asked (a
+    /// `GlobalAlloc` promises no more).
+    unsafe fn usable_size(&self, p: *mut u8, size: usize, _align: usize) -> usize {
+        self.usable.map_or(size, |f| f(self.inner, p))
+    }
+
     fn size_classes(&self) -> Option<&'static str> {
         self.size_classes
     }
@@ -122,6 +131,15 @@ impl<A: 'static> GlobalAllocAdapter<A> {
     /// Declares it single-threaded (see [`Allocator::single_threaded`]).
     pub fn with_single_thread(mut self) -> Self {
         self.single_threaded = true;
+        self
+    }
+
+    /// The crate's own usable size of block `p` (`mimalloc::MiMalloc`'s
+    /// `usable_size`, `tikv_jemallocator::usable_size`): programs then
+    /// write up to it and check it, as for a C allocator's
+    /// `malloc_usable_size`.
+    pub fn with_usable_size(mut self, usable: fn(&'static A, *mut u8) -> usize) -> Self {
+        self.usable = Some(usable);
         self
     }
 }

@@ -49,6 +49,13 @@ pub struct Declared {
     /// may leave pointers to the allocator itself in its region, so it must
     /// not run before a move. A `GlobalAlloc` only.
     pub init: Option<String>,
+    /// An expression for the usable size of block `p` (a `*mut u8`), with
+    /// `heap` a `&'static` of the allocator, where the crate has one:
+    /// `unsafe { heap.usable_size(p) }` (the `mimalloc` crate's, feature
+    /// `extended`). Programs then write up to it and check it. A
+    /// `GlobalAlloc` only: an allocator-api2 block's is the length of the
+    /// slice it returned.
+    pub usable_size: Option<String>,
     /// The trait it implements: `global-alloc` (default) or `allocator-api2`.
     #[serde(default)]
     pub api: Api,
@@ -137,8 +144,12 @@ impl Declared {
                 {
                     return Err(bad("c.prefix must name the functions' prefix (`my_` for my_malloc); unprefixed malloc would replace the process's own (rename with defines = [\"malloc=my_malloc\", ...])"));
                 }
-                if self.new.is_some() || self.static_item.is_some() || self.init.is_some() {
-                    return Err(bad("a C allocator takes no `new`, `static` or `init`"));
+                if self.new.is_some()
+                    || self.static_item.is_some()
+                    || self.init.is_some()
+                    || self.usable_size.is_some()
+                {
+                    return Err(bad("a C allocator takes no `new`, `static`, `init` or `usable_size` (its own malloc_usable_size or usable_size is found by name)"));
                 }
                 let known: Vec<&str> = allocsoak_declared_c::FUNCTIONS
                     .iter()
@@ -186,6 +197,9 @@ impl Declared {
                 }
                 if self.init.is_some() && self.api == Api::AllocatorApi2 {
                     return Err(bad("`init` is for a GlobalAlloc; an allocator-api2 allocator's `new` makes it ready"));
+                }
+                if self.usable_size.is_some() && self.api == Api::AllocatorApi2 {
+                    return Err(bad("`usable_size` is for a GlobalAlloc; an allocator-api2 block's usable size is the length of the slice it returned"));
                 }
             }
             (Some(_), Some(_)) => return Err(bad("give `crate` or `c`, not both")),
@@ -310,6 +324,11 @@ impl Declared {
                     (None, Some(new)) => format!("new({name:?}, {new})"),
                     (None, None) => unreachable!("checked: a crate has new or static"),
                 };
+                if let Some(usable) = &self.usable_size {
+                    properties.push_str(&format!(
+                        ".with_usable_size(|heap, p: *mut u8| -> usize {{ {usable} }})"
+                    ));
+                }
                 let adapter = format!("shadow::allocator::GlobalAllocAdapter::{adapter}{properties}");
                 match &self.init {
                     Some(init) => format!(
@@ -380,10 +399,23 @@ mod tests {
     }
 
     #[test]
-    fn init_is_refused_where_nothing_would_run_it() {
+    fn a_crates_usable_size_is_asked_of_the_placed_allocator() {
+        let d = entry("crate = \"mine\"\npath = \".\"\nstatic = \"mine::GLOBAL\"\nusable_size = \"unsafe { heap.usable_size(p) }\"\n");
+        d.check().unwrap();
+        let line = d.registration();
+        assert!(
+            line.contains("of_static(\"mine\", &mine::GLOBAL).with_usable_size(|heap, p: *mut u8| -> usize { unsafe { heap.usable_size(p) } })"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn init_and_usable_size_are_refused_where_nothing_would_run_them() {
         for (extra, says) in [
             ("crate = \"mine\"\npath = \".\"\napi = \"allocator-api2\"\nnew = \"mine::Bump::new()\"\ninit = \"x\"\n", "GlobalAlloc"),
             ("init = \"x\"\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n", "C allocator"),
+            ("crate = \"mine\"\npath = \".\"\napi = \"allocator-api2\"\nnew = \"mine::Bump::new()\"\nusable_size = \"x\"\n", "slice"),
+            ("usable_size = \"x\"\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n", "malloc_usable_size"),
         ] {
             let e = entry(extra).check().unwrap_err().to_string();
             assert!(e.contains("`mine`") && e.contains(says), "{e}");

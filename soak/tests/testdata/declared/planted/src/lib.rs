@@ -4,7 +4,14 @@
 //! `static`. `BUGGY` has a planted bug: growing a block of 100 to 199
 //! bytes copies all but its last 8 bytes. `LEAKY` keeps every freed block
 //! of 512 bytes or more, linked from a static (reachable, so LeakSanitizer
-//! is silent): only the RSS drift workers see it.
+//! is silent): only the RSS drift workers see it. `OVERSIZE`'s
+//! `usable_size` says 97- to 128-byte blocks hold 8 bytes more than they
+//! do: only a declared `usable_size` reaches it.
+//!
+//! [`Slack`] is an allocator-api2 allocator over the system allocator
+//! that rounds each block up to 16 bytes and says so in the slice it
+//! returns; `Slack::OVERLONG`'s slices claim 8 bytes more than it took:
+//! only a usable size read from the slice reaches that.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
@@ -16,6 +23,7 @@ static KEPT: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
 pub struct Planted {
     bug: bool,
     leak: bool,
+    oversize: bool,
     /// Makes the type `!Send`, as a region pointer would.
     _region: *const u8,
 }
@@ -26,20 +34,48 @@ unsafe impl Sync for Planted {}
 pub static CLEAN: Planted = Planted {
     bug: false,
     leak: false,
+    oversize: false,
     _region: ptr::null(),
 };
 
 pub static BUGGY: Planted = Planted {
     bug: true,
     leak: false,
+    oversize: false,
     _region: ptr::null(),
 };
 
 pub static LEAKY: Planted = Planted {
     bug: false,
     leak: true,
+    oversize: false,
     _region: ptr::null(),
 };
+
+pub static OVERSIZE: Planted = Planted {
+    bug: false,
+    leak: false,
+    oversize: true,
+    _region: ptr::null(),
+};
+
+extern "C" {
+    fn malloc_usable_size(p: *mut u8) -> usize;
+}
+
+impl Planted {
+    /// The block's usable size, as the system allocator says.
+    ///
+    /// # Safety
+    /// `p` is a live block of this allocator.
+    pub unsafe fn usable_size(&self, p: *mut u8) -> usize {
+        let n = malloc_usable_size(p);
+        match self.oversize && (97..=128).contains(&n) {
+            true => n + 8,
+            false => n,
+        }
+    }
+}
 
 unsafe impl GlobalAlloc for Planted {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -111,5 +147,56 @@ unsafe impl GlobalAlloc for Pinned {
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
         self.check();
         System.dealloc(p, layout)
+    }
+}
+
+/// An allocator-api2 allocator that rounds every block up to 16 bytes, and
+/// returns the rounded length; `overlong` claims 8 bytes more.
+#[derive(Default)]
+pub struct Slack {
+    overlong: bool,
+}
+
+impl Slack {
+    pub const OVERLONG: Slack = Slack { overlong: true };
+
+    fn block(&self, layout: Layout, zeroed: bool) -> Result<ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
+        let taken = Slack::taken(layout)?;
+        // SAFETY: `taken` has a non-zero size (the adapter asks for 1 or more).
+        let p = unsafe {
+            match zeroed {
+                false => System.alloc(taken),
+                true => System.alloc_zeroed(taken),
+            }
+        };
+        let p = ptr::NonNull::new(p).ok_or(allocator_api2::alloc::AllocError)?;
+        let claimed = taken.size() + if self.overlong { 8 } else { 0 };
+        Ok(ptr::NonNull::slice_from_raw_parts(p, claimed))
+    }
+
+    fn taken(layout: Layout) -> Result<Layout, allocator_api2::alloc::AllocError> {
+        let size = layout.size().checked_next_multiple_of(16);
+        size.and_then(|s| Layout::from_size_align(s, layout.align()).ok())
+            .ok_or(allocator_api2::alloc::AllocError)
+    }
+}
+
+unsafe impl allocator_api2::alloc::Allocator for &Slack {
+    fn allocate(&self, layout: Layout) -> Result<ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
+        self.block(layout, false)
+    }
+
+    /// Its own (the trait's default zeroes the whole slice, which would
+    /// show `overlong` without the slice's length ever being read).
+    fn allocate_zeroed(&self, layout: Layout) -> Result<ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
+        self.block(layout, true)
+    }
+
+    unsafe fn deallocate(&self, p: ptr::NonNull<u8>, layout: Layout) {
+        // Any size between the one asked and the slice's fits (the
+        // trait's contract), and each rounds up to the same block.
+        if let Ok(taken) = Slack::taken(layout) {
+            System.dealloc(p.as_ptr(), taken)
+        }
     }
 }
