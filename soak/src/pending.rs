@@ -1,14 +1,18 @@
 //! The intake queue: what slices found, waiting to be filed.
 //!
-//! A slice that ends parks what it found in `pending/<slice>/`: the
-//! engine's crashes in `artifacts/`, the sound violations the harness went
-//! on past in `findings/`, beside the slice's `slice.toml`, `tolerate` file
-//! and input `history`, everything filing them needs. Its worker goes on
-//! fuzzing at once; the soak's intake worker files the queue, oldest slice
+//! A slice parks what it found in `pending/<slice>/`: the engine's
+//! crashes in `artifacts/` when it ends, the sound violations the harness
+//! went on past in `findings/` every few seconds while it runs and when it
+//! ends, beside the slice's `slice.toml`, `tolerate` file and input
+//! `history` (refreshed at each park), everything filing them needs. Its
+//! worker goes on fuzzing at once; the soak's intake worker files the queue, oldest slice
 //! first ([`claim`], [`file`]). Once the soak's filing time is over (a
 //! little past its deadline, [`crate::running::filing_grace`]) or it is
 //! asked to stop, what is left stays for the next soak on the state dir,
-//! which files it first. A folder goes once everything in it is filed.
+//! which files it first. A folder goes once everything in it is filed;
+//! parking into a folder and finding it empty to remove it hold one lock
+//! ([`park_in`]), so an input parked while its folder is being filed is
+//! never removed with it.
 //! Nothing is lost on the way: a folder is built under a temporary name
 //! and renamed in, an artifact is moved by rename, and a folder a kill
 //! interrupted is read again.
@@ -69,7 +73,9 @@ pub fn park(state: &StateDir, slice_id: i64, scratch: &Path, found: &Found) -> R
     }
     for name in CONTEXT {
         let (src, dest) = (scratch.join(name), work.join(name));
-        if src.is_file() && !dest.exists() {
+        // The history grows while the slice runs: the inputs parked now
+        // replay after what ran before them.
+        if src.is_file() && (!dest.exists() || name == "history") {
             state::copy_atomic(&src, &dest)?;
         }
     }
@@ -91,6 +97,28 @@ pub fn park(state: &StateDir, slice_id: i64, scratch: &Path, found: &Found) -> R
             .with_context(|| format!("failed to rename {} to {}", work.display(), dir.display()))?;
     }
     Ok(())
+}
+
+/// [`park`], while no intake worker can find the folder empty and remove
+/// it (see [`file`]).
+pub fn park_in(soak: &Soak, slice_id: i64, scratch: &Path, found: &Found) -> Result<()> {
+    let _filing = soak
+        .pending_claimed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    park(&soak.state, slice_id, scratch, found)
+}
+
+/// Parks the sound violations a running slice has saved so far
+/// (`<scratch>/findings/`), for the intake worker to file while the slice
+/// fuzzes on; how many.
+pub fn park_running(soak: &Soak, slice_id: i64, scratch: &Path) -> Result<usize> {
+    let found = Found {
+        artifacts: Vec::new(),
+        findings: inputs(&scratch.join("findings"))?,
+    };
+    park_in(soak, slice_id, scratch, &found)?;
+    Ok(found.findings.len())
 }
 
 /// Takes back the folders a kill left half-parked (`pending/.tmp-<pid>-<slice>`):
@@ -278,6 +306,12 @@ fn file_claimed(soak: &Soak, id: i64) -> Result<()> {
         let factor = crate::scheduler::filing_factor(slot.weight, new_groups, repeats);
         store.set_weight(record.slot_id, factor)?;
     }
+    // Under the parking lock: an input parked since the listing above
+    // keeps the folder (it is filed at the next claim).
+    let _parking = soak
+        .pending_claimed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if waiting(&dir)? == 0 {
         state::remove_scratch(&dir)?;
     }
@@ -320,13 +354,25 @@ mod tests {
             "moved, not copied"
         );
         assert_eq!(count(&state), 2);
-        // A second park of the same slice (a retried finish) adds to it.
+        // A second park of the same slice (a running slice's next batch,
+        // or a retried finish) adds to it, with the history as it is now.
+        std::fs::write(scratch.join("history"), "first\n").unwrap();
+        let batch = Found {
+            artifacts: Vec::new(),
+            findings: vec![touch(&scratch.join("findings/cc-dd"))],
+        };
+        park(&state, 7, &scratch, &batch).unwrap();
+        std::fs::write(scratch.join("history"), "first\nsecond\n").unwrap();
         let more = Found {
             artifacts: vec![touch(&scratch.join("artifacts/crash-2"))],
             findings: Vec::new(),
         };
         park(&state, 7, &scratch, &more).unwrap();
-        assert_eq!(count(&state), 3);
+        assert_eq!(count(&state), 4);
+        assert_eq!(
+            std::fs::read_to_string(pending.join("history")).unwrap(),
+            "first\nsecond\n"
+        );
         // A kill mid-park leaves `.tmp-<pid>-<slice>`: taken back, whether
         // the slice has a folder (7) or not (8).
         for id in [7, 8] {
@@ -334,9 +380,9 @@ mod tests {
             touch(&tmp.join("slice.toml"));
             touch(&tmp.join("artifacts").join(format!("crash-{id}x")));
         }
-        assert_eq!(count(&state), 3, "half-parked folders are not counted");
+        assert_eq!(count(&state), 4, "half-parked folders are not counted");
         recover(&state).unwrap();
-        assert_eq!(count(&state), 5);
+        assert_eq!(count(&state), 6);
         assert!(state.pending_slice(7).join("artifacts/crash-7x").is_file());
         assert!(state.pending_slice(8).join("slice.toml").is_file());
         let left = std::fs::read_dir(state.pending()).unwrap().count();

@@ -125,13 +125,14 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
                 command.get_program().to_string_lossy()
             )
         })?;
-    let stopped = wait(soak, child, secs)?;
+    let (stopped, parked) = wait(soak, child, secs, slice_id, &scratch)?;
     finish(
         soak,
         slice_id,
         &scratch,
         start.elapsed().as_secs_f64(),
         stopped,
+        parked,
     )
 }
 
@@ -223,17 +224,34 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
 /// honggfuzz then exit cleanly, their new inputs on disk), and so it does
 /// a few seconds past the soak's deadline (libFuzzer counts its time from
 /// after it has run its corpus: a slice of a big corpus would end late);
-/// SIGKILL if it hangs far past its time. True when the soak asked it to
-/// stop.
-fn wait(soak: &Soak, mut child: Child, secs: u64) -> Result<bool> {
+/// SIGKILL if it hangs far past its time. Every few seconds it parks the
+/// sound violations the slice saved, so they are filed while it runs.
+/// Whether the soak asked it to stop, and how many findings it parked.
+fn wait(
+    soak: &Soak,
+    mut child: Child,
+    secs: u64,
+    slice_id: i64,
+    scratch: &Path,
+) -> Result<(bool, u64)> {
     const GRACE: Duration = Duration::from_secs(3);
+    const PARK_EVERY: Duration = Duration::from_secs(10);
     let start = Instant::now();
+    let (mut parked, mut last_park) = (0, Instant::now());
     let hard = Duration::from_secs(secs + 120 + 2 * soak.config.timeout_secs);
     let mut stopped = false;
     let mut signalled = false;
     loop {
         if child.try_wait()?.is_some() {
-            return Ok(stopped);
+            return Ok((stopped, parked));
+        }
+        if last_park.elapsed() >= PARK_EVERY {
+            last_park = Instant::now();
+            match pending::park_running(soak, slice_id, scratch) {
+                Ok(n) => parked += n as u64,
+                // They stay in the scratch, for the next try or the end.
+                Err(e) => eprintln!("allocsoak: slice {slice_id}: parking its findings: {e:#}"),
+            }
         }
         stopped |= soak.stop.load(Ordering::Relaxed);
         if (stopped || soak.past_deadline(GRACE)) && !signalled {
@@ -251,13 +269,15 @@ fn wait(soak: &Soak, mut child: Child, secs: u64) -> Result<bool> {
 
 /// Merges a slice's new inputs, files its artifacts, records it and
 /// removes its scratch. Safe to repeat: a kill anywhere in here leaves
-/// the scratch for the next start to finish again.
+/// the scratch for the next start to finish again. `parked`: findings
+/// parked while it ran.
 pub fn finish(
     soak: &Soak,
     slice_id: i64,
     scratch: &Path,
     fuzz_secs: f64,
     stopped: bool,
+    parked: u64,
 ) -> Result<()> {
     let record = SliceFile::read(scratch)?;
     let target = record.target()?;
@@ -344,7 +364,7 @@ pub fn finish(
         findings: pending::inputs(&scratch.join("findings"))?,
     };
     let crashes = found.artifacts.len() as u64;
-    if let Err(e) = pending::park(&soak.state, slice_id, scratch, &found) {
+    if let Err(e) = pending::park_in(soak, slice_id, scratch, &found) {
         problems.push(e.context("parking what the slice found"));
     }
 
@@ -364,7 +384,7 @@ pub fn finish(
         new_units,
         merged_units,
         peak_rss_mb: libfuzzer::final_stat(&log, "stat::peak_rss_mb").max(progress.rss_mb),
-        findings: found.len() as u64,
+        findings: found.len() as u64 + parked,
         tolerated: tolerated.values().sum(),
         outcome: if fuzz_secs == 0.0 {
             "killed".into()
