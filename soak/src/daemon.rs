@@ -287,6 +287,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         filing_until: (!options.once)
             .then(|| Instant::now() + options.duration + filing_grace(options.duration)),
         pending_claimed: Mutex::new(HashSet::new()),
+        parking: Mutex::new(()),
         unfiled: Mutex::default(),
         slice_secs,
     };

@@ -102,10 +102,7 @@ pub fn park(state: &StateDir, slice_id: i64, scratch: &Path, found: &Found) -> R
 /// [`park`], while no intake worker can find the folder empty and remove
 /// it (see [`file`]).
 pub fn park_in(soak: &Soak, slice_id: i64, scratch: &Path, found: &Found) -> Result<()> {
-    let _filing = soak
-        .pending_claimed
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _parking = soak.parking.lock().unwrap_or_else(|e| e.into_inner());
     park(&soak.state, slice_id, scratch, found)
 }
 
@@ -308,10 +305,7 @@ fn file_claimed(soak: &Soak, id: i64) -> Result<()> {
     }
     // Under the parking lock: an input parked since the listing above
     // keeps the folder (it is filed at the next claim).
-    let _parking = soak
-        .pending_claimed
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _parking = soak.parking.lock().unwrap_or_else(|e| e.into_inner());
     if waiting(&dir)? == 0 {
         state::remove_scratch(&dir)?;
     }

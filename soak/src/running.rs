@@ -42,6 +42,9 @@ pub struct Soak {
     pub(crate) filing_until: Option<Instant>,
     /// The pending folders a worker is filing now.
     pub(crate) pending_claimed: Mutex<HashSet<i64>>,
+    /// Held while inputs are parked into a pending folder, and while a
+    /// filed folder is found empty and removed ([`crate::pending::park_in`]).
+    pub(crate) parking: Mutex<()>,
     /// Per allocator, what ended its slices this soak: its next slices
     /// get past them while their crashes wait to be filed, as they would
     /// once filed.

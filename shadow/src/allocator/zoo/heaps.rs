@@ -2,6 +2,7 @@
 //! `HeapSizedFreeTwice`, `HeapRezallocFreesTwice`, `HeapExpandOverclaims`
 //! and `HeapRemoteFreeTwice` planted.
 
+use super::Bug;
 use crate::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, InPlace};
 
 /// Heap emulation, with `HeapDeleteDrops` planted in delete and the
@@ -9,17 +10,14 @@ use crate::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, InPlace};
 pub(super) struct ZooHeaps {
     pub(super) inner: EmulatedHeaps,
     pub(super) base: &'static dyn Allocator,
-    pub(super) drops: bool,
-    /// `HeapSizedFreeTwice`: a sized free frees the block twice.
-    pub(super) sized_free_twice: bool,
-    /// `HeapExpandOverclaims`: an in-place grow of a heap's block says
-    /// it grew and does nothing.
-    pub(super) expand_overclaims: bool,
-    /// `HeapRezallocFreesTwice`: a zeroed realloc that moves the block
-    /// frees its old home twice.
-    pub(super) rezalloc_frees_twice: bool,
-    /// `HeapRemoteFreeTwice`: a free from another thread frees twice.
-    pub(super) remote_free_twice: bool,
+    /// The zoo's planted bugs; only the heap ones matter here.
+    pub(super) bugs: Vec<Bug>,
+}
+
+impl ZooHeaps {
+    fn has(&self, bug: Bug) -> bool {
+        self.bugs.contains(&bug)
+    }
 }
 
 impl Heaps for ZooHeaps {
@@ -44,7 +42,7 @@ impl Heaps for ZooHeaps {
     }
     unsafe fn remote_free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
         self.inner.free_in(heap, p, size, align);
-        if self.remote_free_twice {
+        if self.has(Bug::HeapRemoteFreeTwice) {
             // The bug: the free queued for the heap's own thread is done
             // here too, and the queue frees it again.
             self.base.free(p, size, align);
@@ -61,7 +59,7 @@ impl Heaps for ZooHeaps {
         // The base has no zeroed realloc: a realloc, then zeroes past the
         // old request, as the zoo's own does.
         let q = self.inner.realloc_in(heap, p, old, align, new_size);
-        if self.rezalloc_frees_twice && !q.is_null() && q != p {
+        if self.has(Bug::HeapRezallocFreesTwice) && !q.is_null() && q != p {
             // The bug: the moved block's old home is freed again, by a
             // fall-through into the plain zeroed realloc's own free.
             self.base.free(p, old, align);
@@ -80,7 +78,7 @@ impl Heaps for ZooHeaps {
         new_size: usize,
         extra: usize,
     ) -> Option<InPlace> {
-        if self.expand_overclaims && new_size > old {
+        if self.has(Bug::HeapExpandOverclaims) && new_size > old {
             // The bug: the heap's expand says the block grew, and did nothing.
             return Some(InPlace::Resized {
                 ptr: p as usize,
@@ -92,7 +90,7 @@ impl Heaps for ZooHeaps {
     }
     unsafe fn free_sized_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
         self.inner.free_in(heap, p, size, align);
-        if self.sized_free_twice {
+        if self.has(Bug::HeapSizedFreeTwice) {
             // The bug: the heap's sized free falls through to the global
             // one, which frees the block again.
             self.base.free(p, size, align);
@@ -101,7 +99,7 @@ impl Heaps for ZooHeaps {
     }
     unsafe fn delete(&self, heap: HeapId) {
         let blocks = self.inner.blocks(heap);
-        if self.drops && blocks.len() >= 3 {
+        if self.has(Bug::HeapDeleteDrops) && blocks.len() >= 3 {
             if let Some(&(p, size, align)) = blocks.iter().max_by_key(|(p, size, _)| (*size, *p)) {
                 self.base.free(p as *mut u8, size, align);
             }

@@ -117,11 +117,7 @@ impl Zoo {
         let heaps = ZooHeaps {
             inner: EmulatedHeaps::new(base),
             base,
-            drops: bugs.contains(&Bug::HeapDeleteDrops),
-            sized_free_twice: bugs.contains(&Bug::HeapSizedFreeTwice),
-            rezalloc_frees_twice: bugs.contains(&Bug::HeapRezallocFreesTwice),
-            expand_overclaims: bugs.contains(&Bug::HeapExpandOverclaims),
-            remote_free_twice: bugs.contains(&Bug::HeapRemoteFreeTwice),
+            bugs: bugs.clone(),
         };
         Ok(Zoo {
             name: name.to_string(),
