@@ -158,11 +158,41 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
     assert!(points(&state) >= before, "a kill lost readings");
     let first: Vec<(i64, i64)> = readings(&state);
 
-    // The lock of the killed soak is stale; the next one takes over (for
-    // 30 s: with the first segment, over 20 readings past warm-up).
-    soak(
-        &state,
-        &["--config", config, "--duration", "30", "--jobs", "1"],
+    // The lock of the killed soak is stale; the next one takes over. It
+    // runs until its own segment has 30 readings (past warm-up, over the
+    // 20 points a verdict needs), however slowly a loaded machine takes
+    // them, then stops on SIGTERM as a user's Ctrl-C stops it.
+    let mut child = allocsoak()
+        .args([
+            "--config",
+            config,
+            "soak",
+            "--duration",
+            "600",
+            "--jobs",
+            "1",
+            "--state",
+        ])
+        .arg(&state)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while readings(&state).len() < first.len() + 30 {
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the second soak stored {} readings in 300 s",
+            readings(&state).len() - first.len()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the second soak: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
     let after = readings(&state);
     assert!(after.len() > first.len());
