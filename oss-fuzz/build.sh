@@ -1,36 +1,38 @@
 #!/usr/bin/env bash
-# Builds allocsoak's fuzz targets for OSS-Fuzz and ClusterFuzzLite, and puts
-# into $OUT, for each target, what ClusterFuzz reads:
+# Builds allocsoak's fuzz targets for OSS-Fuzz and ClusterFuzzLite, with the
+# allocators of a config (soak.toml, or $ALLOCSOAK_CONFIG: an allocator
+# author's, whose declared allocators are built in), and puts into $OUT, for
+# each fuzzer, what ClusterFuzz reads:
 #   <target>                   the libFuzzer binary (on the system allocator), and
-#   <target>__<allocator>      the same binary on each allocator of soak.toml
-#   <target>_seed_corpus.zip   corpus/<target>/seeds
-#   <target>.dict              corpus/<target>/dict
-#   <target>.options           libFuzzer's per-input limits (soak.toml's), the dict,
+#   <target>__<allocator>      the same binary on each allocator of the config's slots
+#   <name>_seed_corpus.zip     corpus/<target>/seeds
+#   <name>.dict                corpus/<target>/dict
+#   <name>.options             libFuzzer's per-input limits (the config's), the dict,
 #                              and the ASan options the harness needs
-# The checkout is at $SRC/allocsoak: both Dockerfiles put it there. Everything
+# The checkout is at $SRC/allocsoak: the Dockerfiles put it there. Everything
 # else is OSS-Fuzz's environment: $CC and $CFLAGS (sanitizer and coverage
-# flags, which the cc crate passes to the bundled C allocators), $RUSTFLAGS,
-# $SANITIZER, $OUT, $WORK. scripts/oss-fuzz-check runs it with that
-# environment simulated.
+# flags, which the cc crate passes to the bundled and declared C allocators),
+# $RUSTFLAGS, $SANITIZER, $OUT, $WORK. scripts/oss-fuzz-check runs it with
+# that environment simulated.
 set -euo pipefail
 
 src="$SRC/allocsoak"
-# Every [[bin]] of fuzz_targets/Cargo.toml but `drift` (a plain replay tool).
-targets=(alloc_ops heap_api mt_ops diff_mimalloc)
+# The config whose allocators are built: soak.toml, or an allocator
+# author's (its [[allocator]] entries, Rust crates and C sources alike, are
+# built here as `allocsoak build` builds them at home).
+config="${ALLOCSOAK_CONFIG:-$src/soak.toml}"
+[ -f "$config" ] || { echo "build.sh: no config at $config; set ALLOCSOAK_CONFIG to your allocsoak.toml" >&2; exit 1; }
 
-# soak.toml's top-level setting KEY (above its first table), which the soak
-# passes to libFuzzer as -FLAG: a ClusterFuzz run gets the same limits.
-soak_setting() {
-    local value
-    value=$(awk -v key="$1" '/^\[/ { exit } $1 == key && $2 == "=" { print $3; exit }' "$src/soak.toml")
-    if [ -z "$value" ]; then
-        echo "build.sh: $src/soak.toml has no top-level $1; it sets libFuzzer's -$2 in <target>.options" >&2
-        exit 1
-    fi
-    echo "$value"
-}
-timeout=$(soak_setting timeout_secs timeout)
-rss_limit_mb=$(soak_setting rss_limit_mb rss_limit_mb)
+# The allocsoak command, a plain host build (none of OSS-Fuzz's sanitizer
+# or coverage flags; unoptimized, as it only reads the config), writes the
+# glue crate of the config's declared allocators. What it prints
+# (soak/src/cmd/oss_fuzz.rs): the fuzz package to build, libFuzzer's
+# per-input limits, and each fuzzer's binary and name.
+(cd "$src" && env -u RUSTFLAGS -u CFLAGS -u CXXFLAGS CARGO_TARGET_DIR="$WORK/allocsoak" \
+    cargo build --locked -p soak)
+layout=$(ALLOCSOAK_ROOT="$src" "$WORK/allocsoak/debug/allocsoak" --config "$config" oss-fuzz)
+package=$(awk '$1 == "package" { print $2 }' <<<"$layout")
+read -r timeout rss_limit_mb < <(awk '$1 == "limits" { print $2, $3 }' <<<"$layout")
 
 # The C allocators get $CFLAGS (coverage and ASan from OSS-Fuzz) plus what
 # allocsoak's own builds add (soak/src/project.rs): mimalloc tells ASan its
@@ -51,24 +53,12 @@ fi
 
 # Build output goes to $WORK, scratch by OSS-Fuzz's contract, not into $SRC.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$WORK/cargo-target}"
-# From inside fuzz_targets/: in coverage builds OSS-Fuzz's cargo wrapper
-# replaces `cargo fuzz build` with a `cargo build --bins` in the current
-# directory (or ./fuzz), which must be the fuzz package.
-cd "$src/fuzz_targets"
+# From inside the fuzz package (fuzz_targets/, or the glue): in coverage
+# builds OSS-Fuzz's cargo wrapper replaces `cargo fuzz build` with a `cargo
+# build --bins` in the current directory (or ./fuzz), which must be it.
+cd "$package"
 cargo fuzz build -O --fuzz-dir .
 bin="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release"
-
-# soak.toml's allocators: each target is in $OUT once per allocator,
-# `<target>__<allocator>` (a hard link of one binary; the harness takes the
-# allocator from its name, as ClusterFuzz sets no environment of ours), and
-# as plain `<target>` (system). Names ClusterFuzz does not take (a dylib:
-# path) are left out, and so are the allocators soak.toml declares
-# ([[allocator]]: `allocsoak build` links those through a glue crate, which
-# this build does not make).
-mapfile -t declared < <(awk '/^\[\[allocator\]\]/ { a = 1; next } /^\[/ { a = 0 } a && $1 == "name" { gsub(/"/, "", $3); print $3 }' "$src/soak.toml")
-mapfile -t allocators < <(awk '/^\[/ { exit } $1 == "allocators" { sub(/^[^[]*\[/, ""); sub(/\].*/, ""); gsub(/[",]/, " "); print }' "$src/soak.toml" |
-    tr -s ' ' '\n' | grep -v '^$' | grep -vx system | grep -E '^[A-Za-z0-9_-]+$' |
-    grep -vxF -f <(printf '%s\n' "${declared[@]}" system) || true)
 
 # emit NAME TARGET: the dict, seed zip and options of fuzzer NAME, a build of TARGET.
 emit() {
@@ -94,12 +84,20 @@ detect_leaks = $leaks
 EOF
 }
 
-for t in "${targets[@]}"; do
-    cp "$bin/$t" "$OUT/$t"
-    emit "$t" "$t"
-    for a in "${allocators[@]}"; do
-        ln -f "$OUT/$t" "$OUT/${t}__$a"
-        emit "${t}__$a" "$t"
-    done
-done
-echo "build.sh: ${targets[*]} built into $OUT, each also as <target>__<allocator> for ${allocators[*]}"
+# Each target as plain `<target>` (system), then `<target>__<allocator>`
+# for the config's slots: a hard link of the same binary.
+fuzzers=0
+while read -r _ t binary name; do
+    if [ "$name" = "$t" ]; then
+        cp "$bin/$binary" "$OUT/$name"
+    else
+        ln -f "$OUT/$t" "$OUT/$name"
+    fi
+    emit "$name" "$t"
+    fuzzers=$((fuzzers + 1))
+done < <(awk '$1 == "fuzzer"' <<<"$layout")
+if [ "$fuzzers" -eq 0 ]; then
+    echo "build.sh: \`allocsoak oss-fuzz\` listed no fuzzers for $config" >&2
+    exit 1
+fi
+echo "build.sh: $fuzzers fuzzers built into $OUT for $config"

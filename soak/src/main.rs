@@ -40,6 +40,9 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Check that the bundled C allocators carry coverage instrumentation.
     Instrumentation(cmd::instrumentation::Args),
+    /// What OSS-Fuzz's build.sh builds for the config: writes the glue of its declared
+    /// allocators, prints the fuzz package, the limits and each fuzzer's binary and name.
+    OssFuzz(cmd::oss_fuzz::Args),
     /// Soak: rotate slots in time slices until the duration ends or SIGINT/SIGTERM;
     /// grow corpora, file deduplicated, minimized crash groups under <state>/crashes/.
     Soak(cmd::soak::Args),
@@ -84,6 +87,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         Command::Zoo(args) => cmd::zoo::run(args, project, config),
         Command::Bench(args) => cmd::bench::run(args, project, config),
         Command::Instrumentation(args) => cmd::instrumentation::run(args, project, config),
+        Command::OssFuzz(args) => cmd::oss_fuzz::run(args, project, config),
         Command::Soak(args) => cmd::soak::run(args, project, config),
         Command::Status(args) => cmd::status::run(args, project, config),
         Command::Triage(args) => cmd::triage::run(args, project, config),

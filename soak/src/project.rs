@@ -203,7 +203,7 @@ impl Project {
     }
 
     /// A target's binary name: its own, or the glue's for declared allocators.
-    fn binary_name(&self, target: Target) -> String {
+    pub fn binary_name(&self, target: Target) -> String {
         match &self.declared {
             Some(d) => d.glue.binary_name(target),
             None => target.name().to_string(),
@@ -328,14 +328,23 @@ impl Project {
         }
     }
 
-    /// Builds every fuzz target for `build` with cargo-fuzz (a no-op when
-    /// cargo finds it fresh).
-    pub fn build(&self, build: Build) -> Result<()> {
-        let clang = clang()?;
+    /// Writes the glue crate of the config's declared allocators for
+    /// `build`, after [`Project::check_declared`]; nothing to do without
+    /// any. Nothing is built: [`Project::build`] builds it here, and
+    /// OSS-Fuzz's build.sh with its own flags.
+    pub fn write_glue(&self, build: Build) -> Result<()> {
         if let Some(d) = &self.declared {
             self.check_declared(build)?;
             d.glue.write(&self.root, &d.base, &d.list)?;
         }
+        Ok(())
+    }
+
+    /// Builds every fuzz target for `build` with cargo-fuzz (a no-op when
+    /// cargo finds it fresh).
+    pub fn build(&self, build: Build) -> Result<()> {
+        let clang = clang()?;
+        self.write_glue(build)?;
         let mut cmd = Command::new("cargo");
         cmd.current_dir(&self.root)
             .args(["+nightly", "fuzz", "build", "--fuzz-dir"])

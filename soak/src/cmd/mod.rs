@@ -8,6 +8,7 @@ pub mod dash;
 pub mod drift;
 pub mod fuzz;
 pub mod instrumentation;
+pub mod oss_fuzz;
 pub mod print;
 pub mod quick;
 pub mod repro;
