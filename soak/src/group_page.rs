@@ -77,6 +77,25 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
     let raised_by = report::key::reference_of(&g.signature).map_or_else(String::new, |r| {
         format!("| raised by | the reference allocator `{r}`, not the allocator under test |\n")
     });
+    // What `allocsoak bisect` found in the allocator's repository.
+    let bisected: String = store
+        .bisections(&g.id)?
+        .iter()
+        .map(|b| {
+            format!(
+                "| {} | `{}` {} ({} builds, {} skipped; `allocsoak bisect`) |\n",
+                if b.direction == "fix" {
+                    "fixed by"
+                } else {
+                    "caused by"
+                },
+                b.commit,
+                b.subject,
+                b.builds,
+                b.skipped
+            )
+        })
+        .collect();
     let text = format!(
         "# {title}\n\n\
          | | |\n| --- | --- |\n\
@@ -89,7 +108,7 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
          | last seen | {last} |\n\
          | count | {count} |\n\
          | status | {status} |\n\
-         {race}{needs}{minimized}\n\
+         {bisected}{race}{needs}{minimized}\n\
          ## Reproduce\n\n```sh\n{repro}\n```\n\n\
          ## What\n\n```text\n{what}\n```\n\n\
          ## Where\n\n```text\n{stack}\n```\n\n\

@@ -15,7 +15,7 @@ use crate::state::{self, StateDir};
 use crate::store::{GroupRow, SlotRow, Store};
 
 /// Replays per group in `verify`.
-const TRIES: usize = 3;
+pub const TRIES: usize = 3;
 
 /// A filed group with its slot and folder.
 pub struct Group {
@@ -125,9 +125,14 @@ pub fn list(state: &StateDir, store: &Store, filter: &Filter) -> Result<String> 
     )?;
     let groups = matching(state, store, filter)?;
     for g in &groups {
+        let bisected: String = store
+            .bisections(&g.row.id)?
+            .iter()
+            .map(|b| format!("  [{}]", b.line()))
+            .collect();
         writeln!(
             out,
-            "{:<16} {:<10} {:<22} {:<34} {:>5}  {:<23}  {:<23}  {}",
+            "{:<16} {:<10} {:<22} {:<34} {:>5}  {:<23}  {:<23}  {}{bisected}",
             g.row.id,
             g.row.status,
             g.row.kind,

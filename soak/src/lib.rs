@@ -23,6 +23,7 @@
 //! The `allocsoak` binary is a thin CLI over these.
 
 pub mod bench;
+pub mod bisect;
 pub mod config;
 pub mod corpus;
 pub mod daemon;

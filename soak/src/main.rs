@@ -54,6 +54,9 @@ enum Command {
     /// Replay a crash group (by id) or input files on the current build, without a
     /// fuzz loop; exits 1 while it reproduces.
     Repro(cmd::repro::Args),
+    /// The commit of a declared allocator's repository that made a crash group
+    /// reproduce (or, with --fixed, stopped it), building the allocator at each revision.
+    Bisect(cmd::bisect::Args),
     /// Print every RSS drift series: readings, ops, RSS and retained memory now,
     /// the growth per 1,000 ops with its interval, and the verdict.
     Drift(cmd::drift::Args),
@@ -92,6 +95,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         Command::Status(args) => cmd::status::run(args, project, config),
         Command::Triage(args) => cmd::triage::run(args, project, config),
         Command::Repro(args) => cmd::repro::run(args, project, config),
+        Command::Bisect(args) => cmd::bisect::run(args, project, config),
         Command::Drift(args) => cmd::drift::run(args, project, config),
         Command::Print(args) => cmd::print::run(args, project, config),
         Command::Dash(args) => cmd::dash::run(args, project, config),

@@ -343,6 +343,33 @@ impl Project {
     /// Builds every fuzz target for `build` with cargo-fuzz (a no-op when
     /// cargo finds it fresh).
     pub fn build(&self, build: Build) -> Result<()> {
+        let status = self
+            .cargo_fuzz_build(build)?
+            .status()
+            .context("failed to run `cargo +nightly fuzz`; run `just setup`")?;
+        if !status.success() {
+            bail!(
+                "building the `{}` fuzz targets failed ({status}); see the cargo output above",
+                build.name()
+            );
+        }
+        Ok(())
+    }
+
+    /// Builds the fuzz binary of `target` alone for `build`, cargo's
+    /// output written to `log`; `Ok(false)` when it does not build.
+    pub fn build_one(&self, build: Build, target: Target, log: &Path) -> Result<bool> {
+        let out = self
+            .cargo_fuzz_build(build)?
+            .arg(self.binary_name(target))
+            .output()
+            .context("failed to run `cargo +nightly fuzz`; run `just setup`")?;
+        crate::state::write_atomic(log, &[out.stdout, out.stderr].concat())?;
+        Ok(out.status.success())
+    }
+
+    /// `cargo fuzz build` of `build`'s fuzz targets, the glue written.
+    fn cargo_fuzz_build(&self, build: Build) -> Result<Command> {
         let clang = clang()?;
         self.write_glue(build)?;
         let mut cmd = Command::new("cargo");
@@ -358,16 +385,7 @@ impl Project {
             .env(format!("CFLAGS_{}", TRIPLE.replace('-', "_")), C_FLAGS)
             .env("RUSTFLAGS", rustflags("-Zsanitizer-recover=address"))
             .args(["--no-default-features", "--features", build.features()]);
-        let status = cmd
-            .status()
-            .context("failed to run `cargo +nightly fuzz`; run `just setup`")?;
-        if !status.success() {
-            bail!(
-                "building the `{}` fuzz targets failed ({status}); see the cargo output above",
-                build.name()
-            );
-        }
-        Ok(())
+        Ok(cmd)
     }
 }
 

@@ -162,7 +162,7 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
     // runs until its own segment has 30 readings (past warm-up, over the
     // 20 points a verdict needs), however slowly a loaded machine takes
     // them, then stops on SIGTERM as a user's Ctrl-C stops it.
-    let mut child = allocsoak()
+    let child = allocsoak()
         .args([
             "--config",
             config,

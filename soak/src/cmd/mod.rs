@@ -3,6 +3,7 @@
 //! dispatches; the work is in the `soak` library.
 
 pub mod bench;
+pub mod bisect;
 pub mod build;
 pub mod dash;
 pub mod drift;

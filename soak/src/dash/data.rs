@@ -148,6 +148,8 @@ pub struct GroupLine {
     pub first_seen: String,
     pub last_seen: String,
     pub repro: String,
+    /// What `allocsoak bisect` found (`cause 1a2b… "subject" (…)`), one per direction.
+    pub bisected: Vec<String>,
 }
 
 pub fn groups(
@@ -155,21 +157,28 @@ pub fn groups(
     store: &Store,
     filter: &crate::groups::Filter,
 ) -> Result<Vec<GroupLine>> {
-    Ok(crate::groups::matching(state, store, filter)?
+    crate::groups::matching(state, store, filter)?
         .into_iter()
-        .map(|g| GroupLine {
-            id: g.row.id,
-            kind: g.row.kind,
-            title: g.row.title,
-            target: g.slot.target,
-            allocator: g.slot.allocator,
-            count: g.row.count,
-            status: g.row.status,
-            first_seen: crate::group_page::utc(g.row.first_seen),
-            last_seen: crate::group_page::utc(g.row.last_seen),
-            repro: g.row.repro,
+        .map(|g| {
+            Ok(GroupLine {
+                bisected: store
+                    .bisections(&g.row.id)?
+                    .iter()
+                    .map(|b| b.line())
+                    .collect(),
+                id: g.row.id,
+                kind: g.row.kind,
+                title: g.row.title,
+                target: g.slot.target,
+                allocator: g.slot.allocator,
+                count: g.row.count,
+                status: g.row.status,
+                first_seen: crate::group_page::utc(g.row.first_seen),
+                last_seen: crate::group_page::utc(g.row.last_seen),
+                repro: g.row.repro,
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// A drift series: its row in `allocsoak drift` and its retained memory

@@ -12,6 +12,7 @@ mod glue;
 mod lock;
 mod natives;
 pub use glue::Glue;
+pub use lock::lock_file_of;
 
 /// One `[[allocator]]` entry.
 #[derive(Clone, Debug, Deserialize)]

@@ -8,9 +8,11 @@ use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 mod alt_titles;
+mod bisections;
 mod merged;
 mod paths;
 
+pub use bisections::BisectionRow;
 pub use merged::MergedGroup;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts them.
@@ -22,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0005_alt_titles.sql"),
     include_str!("../../migrations/0006_merged_groups.sql"),
     include_str!("../../migrations/0007_group_paths.sql"),
+    include_str!("../../migrations/0008_bisections.sql"),
 ];
 
 pub struct Store {
