@@ -17,6 +17,8 @@
 //! Rust's std, core and alloc (generic code the harness instantiates) and
 //! the sanitizer runtime are left out.
 
+mod inlined;
+
 use std::collections::BTreeSet;
 use std::ffi::c_void;
 use std::ops::Range;
@@ -297,11 +299,16 @@ fn path(of: PathOf, now: bool) -> Vec<String> {
     let Some(symbols) = symbols() else {
         return Vec::new();
     };
-    let functions: BTreeSet<usize> = moved
-        .into_iter()
-        .filter_map(|i| symbols.function_at(probe.pc(i)))
-        .collect();
-    let names: BTreeSet<String> = functions.into_iter().map(|f| symbols.name(f)).collect();
+    // Each counter names its function and the helpers inlined into it
+    // that its code came from, as a stack names inlined frames.
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    for i in moved {
+        let pc = probe.pc(i);
+        if let Some(f) = symbols.function_at(pc) {
+            names.insert(symbols.name(f));
+            names.extend(inlined::names_at(pc));
+        }
+    }
     names.into_iter().collect()
 }
 
@@ -352,7 +359,7 @@ impl Symbols {
 /// `report`, the fuzz targets and everything they link but allocators):
 /// their code is never the allocator's. `harness_crates_are_named` checks
 /// this list against the dependency graph and the fuzz binaries.
-const NOT_ALLOCATOR: [&str; 40] = [
+const NOT_ALLOCATOR: [&str; 44] = [
     "std",
     "core",
     "alloc",
@@ -377,6 +384,10 @@ const NOT_ALLOCATOR: [&str; 40] = [
     "object",
     "memchr",
     "rustc_demangle",
+    "addr2line",
+    "gimli",
+    "fallible_iterator",
+    "stable_deref_trait",
     "serde",
     "serde_core",
     "serde_json",
