@@ -120,22 +120,26 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
         "cpu_share = 0.5\ninterval_secs = 1\nwarmup_ops = 10000\nmin_ops = 50000",
     );
     let config = config.to_str().unwrap();
-    let mut child = allocsoak()
-        .args([
-            "--config",
-            config,
-            "soak",
-            "--duration",
-            "600",
-            "--jobs",
-            "1",
-            "--state",
-        ])
-        .arg(&state)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    // A soak longer than the test, stopped by it.
+    let spawn = || {
+        allocsoak()
+            .args([
+                "--config",
+                config,
+                "soak",
+                "--duration",
+                "600",
+                "--jobs",
+                "1",
+                "--state",
+            ])
+            .arg(&state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("soak.err")).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = spawn();
     let points = |state: &Path| -> i64 {
         if !state.join("store.sqlite").is_file() {
             return 0;
@@ -162,22 +166,7 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
     // runs until its own segment has 30 readings (past warm-up, over the
     // 20 points a verdict needs), however slowly a loaded machine takes
     // them, then stops on SIGTERM as a user's Ctrl-C stops it.
-    let child = allocsoak()
-        .args([
-            "--config",
-            config,
-            "soak",
-            "--duration",
-            "600",
-            "--jobs",
-            "1",
-            "--state",
-        ])
-        .arg(&state)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn();
     let start = Instant::now();
     while readings(&state).len() < first.len() + 30 {
         assert!(
@@ -188,11 +177,11 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
         std::thread::sleep(Duration::from_millis(500));
     }
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
+    let status = child.wait().unwrap();
     assert!(
-        out.status.success(),
+        status.success(),
         "the second soak: {}",
-        String::from_utf8_lossy(&out.stderr)
+        std::fs::read_to_string(dir.path().join("soak.err")).unwrap_or_default()
     );
     let after = readings(&state);
     assert!(after.len() > first.len());
