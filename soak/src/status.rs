@@ -298,14 +298,18 @@ fn drift_verdicts(
 
 /// Core-seconds inside fuzz engines and drift replays over the wall
 /// core-seconds the run gave them (`jobs` cores, plus the drift share),
-/// for one run of the soak (so far, while it runs).
+/// for one run of the soak (so far, while it runs). The run gave them its
+/// time up to its deadline, or its end when it stopped sooner: filing
+/// after the deadline is not fuzzing time (the elapsed time says how long
+/// it took).
 pub fn duty_cycle(store: &Store, run_id: i64) -> Result<Option<f64>> {
-    let (started, ended, jobs, drift_share): (i64, Option<i64>, i64, f64) =
+    let (started, ended, deadline, jobs, drift_share): (i64, Option<i64>, i64, i64, f64) =
         store.conn().query_row(
-            "SELECT started, ended, jobs, drift_share FROM run WHERE id = ?1",
+            "SELECT started, ended, deadline, jobs, drift_share FROM run WHERE id = ?1",
             params![run_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )?;
+    let until = ended.unwrap_or_else(crate::store::now).min(deadline);
     // Each replay process's CPU time is its last reading's.
     let drift_ms: i64 = store.conn().query_row(
         "SELECT COALESCE(SUM(cpu), 0) FROM (
@@ -318,13 +322,12 @@ pub fn duty_cycle(store: &Store, run_id: i64) -> Result<Option<f64>> {
     let engine: f64 = store.conn().query_row(
         // A running slice counts from its start (it is fuzzing, or filing
         // what it found); an ended one by its engine's own time.
-        "SELECT COALESCE(SUM(CASE WHEN ended IS NULL THEN ?2 - started ELSE fuzz_secs END), 0)
+        "SELECT COALESCE(SUM(CASE WHEN ended IS NULL THEN MAX(?2 - started, 0) ELSE fuzz_secs END), 0)
          FROM slice WHERE run_id = ?1",
-        params![run_id, crate::store::now()],
+        params![run_id, until],
         |r| r.get(0),
     )?;
-    let wall =
-        (ended.unwrap_or_else(crate::store::now) - started) as f64 * (jobs as f64 + drift_share);
+    let wall = (until - started) as f64 * (jobs as f64 + drift_share);
     Ok((wall >= 1.0).then(|| (engine + drift_ms as f64 / 1000.0) / wall))
 }
 
@@ -334,4 +337,33 @@ fn alive(pid: i64) -> bool {
 
 fn hms(secs: u64) -> String {
     format!("{}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of 100 s that filed for 50 s past its deadline: 95 s of
+    /// fuzzing on its one core is 95 %, not 63 %.
+    #[test]
+    fn the_duty_cycle_ends_at_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("store.sqlite")).unwrap();
+        let run = store.start_run(1, 0.0, 0).unwrap();
+        let sql = "UPDATE run SET started = 1000, deadline = 1100, ended = 1150 WHERE id = ?1";
+        store.conn().execute(sql, params![run]).unwrap();
+        let slot = store
+            .slot("alloc_ops", "system", "libfuzzer", 1.0)
+            .unwrap()
+            .id;
+        store
+            .conn()
+            .execute(
+                "INSERT INTO slice (slot_id, run_id, started, ended, fuzz_secs) VALUES (?1, ?2, 1000, 1100, 95)",
+                params![slot, run],
+            )
+            .unwrap();
+        let duty = duty_cycle(&store, run).unwrap().unwrap();
+        assert!((duty - 0.95).abs() < 1e-9, "{duty}");
+    }
 }

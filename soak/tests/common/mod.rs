@@ -90,9 +90,9 @@ pub fn kinds(state: &Path) -> Vec<String> {
 
 /// The last run's duty cycle, as `allocsoak status` computes it.
 pub fn duty_cycle(state: &Path) -> f64 {
-    let (started, ended, jobs): (i64, i64, i64) = db(state)
+    let (started, until, jobs): (i64, i64, i64) = db(state)
         .query_row(
-            "SELECT started, ended, jobs FROM run ORDER BY id DESC LIMIT 1",
+            "SELECT started, MIN(ended, deadline), jobs FROM run ORDER BY id DESC LIMIT 1",
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
@@ -104,7 +104,7 @@ pub fn duty_cycle(state: &Path) -> f64 {
             |r| r.get(0),
         )
         .unwrap();
-    engine / ((ended - started) as f64 * jobs as f64)
+    engine / ((until - started) as f64 * jobs as f64)
 }
 
 /// Runs a repro command as a user would paste it.
