@@ -328,7 +328,9 @@ pub fn duty_cycle(store: &Store, run_id: i64) -> Result<Option<f64>> {
         |r| r.get(0),
     )?;
     let wall = (until - started) as f64 * (jobs as f64 + drift_share);
-    Ok((wall >= 1.0).then(|| (engine + drift_ms as f64 / 1000.0) / wall))
+    // The run's times are whole seconds and an engine's are not: a slice
+    // that fuzzed the whole window can come out a little over it.
+    Ok((wall >= 1.0).then(|| ((engine + drift_ms as f64 / 1000.0) / wall).min(1.0)))
 }
 
 fn alive(pid: i64) -> bool {
