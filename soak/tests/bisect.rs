@@ -11,8 +11,6 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::allocsoak;
-
 fn git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
@@ -36,19 +34,9 @@ fn commit(repo: &Path, text: &str, subject: &str) -> String {
     git(repo, &["rev-parse", "HEAD"])
 }
 
-fn bisect(config: &Path, args: &[&str]) -> String {
-    let out = allocsoak()
-        .arg("--config")
-        .arg(config)
-        .arg("bisect")
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// `allocsoak --config <config> <args>`, which must succeed: its output.
+fn ok(config: &Path, args: &[&str]) -> String {
+    let (out, text) = common::with_config(config, args);
     assert!(out.status.success(), "{text}");
     text
 }
@@ -106,15 +94,7 @@ fn bisect_names_the_commit_that_planted_a_bug_and_the_one_that_fixed_it() {
     // The bug is in the working tree (commit 6): a soak files it.
     git(&repo, &["checkout", "-q", &c[5]]);
     let config_arg = config.to_str().unwrap();
-    let out = allocsoak()
-        .args(["--config", config_arg, "build", "--allocator", "tiny"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&config, &["build", "--allocator", "tiny"]);
     let state = dir.path().join("state");
     common::soak(
         &state,
@@ -142,10 +122,11 @@ fn bisect_names_the_commit_that_planted_a_bug_and_the_one_that_fixed_it() {
 
     let repo_arg = repo.to_str().unwrap();
     let state_arg = state.to_str().unwrap();
-    let text = bisect(
+    let text = ok(
         &config,
         &[
-            &group, "--repo", repo_arg, "--good", &c[0], "--bad", &c[5], "--state", state_arg,
+            "bisect", &group, "--repo", repo_arg, "--good", &c[0], "--bad", &c[5], "--state",
+            state_arg,
         ],
     );
     assert!(
@@ -163,11 +144,11 @@ fn bisect_names_the_commit_that_planted_a_bug_and_the_one_that_fixed_it() {
         "commit 3 is skipped:\n{text}"
     );
 
-    let text = bisect(
+    let text = ok(
         &config,
         &[
-            &group, "--fixed", "--repo", repo_arg, "--bad", &c[5], "--good", &c[7], "--state",
-            state_arg,
+            "bisect", &group, "--fixed", "--repo", repo_arg, "--bad", &c[5], "--good", &c[7],
+            "--state", state_arg,
         ],
     );
     assert!(
@@ -186,24 +167,14 @@ fn bisect_names_the_commit_that_planted_a_bug_and_the_one_that_fixed_it() {
             )),
         "{page}"
     );
-    let out = allocsoak()
-        .args(["--config", config_arg, "triage", "--state", state_arg])
-        .output()
-        .unwrap();
+    let (out, _) = common::with_config(&config, &["triage", "--state", state_arg]);
     let list = String::from_utf8_lossy(&out.stdout);
     assert!(list.contains(&format!("[cause {}", &c[4][..12])), "{list}");
     let pages = dir.path().join("pages");
-    let out = allocsoak()
-        .args([
-            "--config", config_arg, "dash", "--state", state_arg, "--export",
-        ])
-        .arg(&pages)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let pages_arg = pages.to_str().unwrap();
+    ok(
+        &config,
+        &["dash", "--state", state_arg, "--export", pages_arg],
     );
     let listed = std::fs::read_to_string(pages.join("groups.html")).unwrap();
     assert!(
@@ -218,11 +189,13 @@ fn bisect_names_the_commit_that_planted_a_bug_and_the_one_that_fixed_it() {
     assert_eq!(git(&repo, &["worktree", "list"]).lines().count(), 1);
 
     // A revision that is not an ancestor is a one-line error.
-    let out = allocsoak()
-        .args(["--config", config_arg, "bisect", &group, "--repo", repo_arg])
-        .args(["--good", &c[5], "--bad", &c[0], "--state", state_arg])
-        .output()
-        .unwrap();
+    let (out, _) = common::with_config(
+        &config,
+        &[
+            "bisect", &group, "--repo", repo_arg, "--good", &c[5], "--bad", &c[0], "--state",
+            state_arg,
+        ],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(

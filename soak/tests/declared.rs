@@ -16,9 +16,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
-use common::allocsoak;
+use common::with_config;
 
 /// The test's own copy of `testdata/declared`, outside the checkout.
 fn author_repo() -> PathBuf {
@@ -48,21 +47,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn run(config: &Path, args: &[&str]) -> (Output, String) {
-    let out = allocsoak()
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out, text)
-}
-
 /// What `allocsoak fuzz` found per (target, allocator) line, sorted (its
 /// pairs run two at a time, and print as they end).
 fn found(text: &str) -> Vec<(String, String, String)> {
@@ -88,7 +72,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     let repo = author_repo();
     let config = repo.join("allocsoak.toml");
 
-    let (out, text) = run(&config, &["build"]);
+    let (out, text) = with_config(&config, &["build"]);
     assert!(out.status.success(), "build failed:\n{text}");
     // What each name runs, as built.
     for says in [
@@ -104,7 +88,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     }
 
     // Both planted bugs, each with its kind.
-    let (out, text) = run(
+    let (out, text) = with_config(
         &config,
         &[
             "fuzz",
@@ -158,7 +142,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         .unwrap_or_else(|| panic!("no repro command for planted-buggy:\n{text}"))
         .to_string();
     let emitted = repo.join("emitted_test.rs");
-    let (out, replay) = run(
+    let (out, replay) = with_config(
         &config,
         &[
             "repro",
@@ -186,7 +170,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     // The clean ones run clean on every target: mimalloc-rs, the `mimalloc`
     // crate, runs its own C mimalloc (tinyc's mi_calloc does not zero);
     // planted-clean with the usable sizes its crate reports.
-    let (out, text) = run(
+    let (out, text) = with_config(
         &config,
         &[
             "fuzz",
@@ -211,7 +195,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
 
     // An allocator-api2 allocator whose slices are longer than asked (and
     // honest): its blocks are used to their slices' ends, clean.
-    let (out, text) = run(
+    let (out, text) = with_config(
         &config,
         &[
             "fuzz",
@@ -234,7 +218,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
 
     // One initialized where it stays (`new`, then `init` on the placed
     // value) runs clean; it panics on any call if it was moved after init.
-    let (out, text) = run(
+    let (out, text) = with_config(
         &config,
         &[
             "fuzz",
@@ -253,7 +237,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     );
 
     // Coverage reaches the author's code: counters in the crate and the C sources.
-    let (out, text) = run(&config, &["instrumentation"]);
+    let (out, text) = with_config(&config, &["instrumentation"]);
     assert!(out.status.success(), "{text}");
     for allocator in ["allocator=planted-clean ", "allocator=tinyc "] {
         let counters = text
@@ -276,7 +260,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     // would not see them, and is filed as rss-drift with a culprit that
     // `repro` confirms; planted-clean, replayed beside it, is not.
     let state = repo.join("state");
-    let (out, text) = run(
+    let (out, text) = with_config(
         &config,
         &[
             "soak",
@@ -306,9 +290,9 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         .unwrap()
         .count();
     assert!(culprits >= 1, "no culprits in {id}");
-    let (out, replay) = run(&config, &["repro", id, "--state", state.to_str().unwrap()]);
+    let (out, replay) = with_config(&config, &["repro", id, "--state", state.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "repro should drift:\n{replay}");
-    let (_, table) = run(&config, &["drift", "--state", state.to_str().unwrap()]);
+    let (_, table) = with_config(&config, &["drift", "--state", state.to_str().unwrap()]);
     let clean = table
         .lines()
         .find(|l| l.starts_with("alloc_ops/planted-clean"))
@@ -349,7 +333,7 @@ fn a_bad_declaration_is_a_one_line_error() {
         ),
     ] {
         std::fs::write(&config, text).unwrap();
-        let (out, err) = run(&config, &["build"]);
+        let (out, err) = with_config(&config, &["build"]);
         assert_eq!(out.status.code(), Some(2), "{text}\n{err}");
         assert!(
             err.contains(says) && err.trim().lines().count() == 1,

@@ -15,6 +15,23 @@ pub fn allocsoak() -> Command {
     Command::new(env!("CARGO_BIN_EXE_allocsoak"))
 }
 
+/// `allocsoak --config <config> <args>`, run to its end: its output, and
+/// its stdout then stderr as one text.
+pub fn with_config(config: &Path, args: &[&str]) -> (Output, String) {
+    let out = allocsoak()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, text)
+}
+
 /// A soak of `args` on `state`, which must succeed. Drift workers are off
 /// unless the test asks for them (`--drift-share`, or a `--config` of its
 /// own): soak.toml's would replay each test's zoo allocator beside its
