@@ -129,7 +129,7 @@ pub fn bisect(
     let work = project.work_dir("bisect").join(&group.row.id);
     let tree = Worktree::add(&repo, &work.join("tree"), &new)?;
     let bisect_config = remapped(config, &group.slot.allocator, &repo, &tree.dir, &work)?;
-    let bisect_project = Project::find()?.with_config(&bisect_config);
+    let bisect_project = project.plain().with_config(&bisect_config);
     let case = Case::find(
         std::slice::from_ref(&group.row.id),
         req.state,
@@ -269,11 +269,15 @@ fn remapped(
             ),
         }
     };
+    if declared.path.is_none() && declared.c.is_none() {
+        bail!(
+            "`{allocator}` comes from a registry or git, not a path: bisect builds it from {} (declare it with `path`)",
+            repo.display()
+        );
+    }
     let mut d = declared.clone();
-    let mut inside = false;
     if let Some(path) = &d.path {
         d.path = Some(into_tree(path)?);
-        inside = true;
     }
     if let Some(c) = &mut d.c {
         c.sources = c
@@ -286,13 +290,6 @@ fn remapped(
             .iter()
             .map(|s| into_tree(s))
             .collect::<Result<_>>()?;
-        inside = true;
-    }
-    if !inside {
-        bail!(
-            "`{allocator}` comes from a registry or git, not a path: bisect builds it from {} (declare it with `path`)",
-            repo.display()
-        );
     }
     let mut out = config.clone();
     out.declared = vec![d];
