@@ -50,6 +50,11 @@ struct Args {
     /// Seconds between readings.
     #[arg(long, default_value_t = 10.0)]
     interval: f64,
+    /// Ops between readings instead of `--interval`: a replay of a fixed
+    /// number of ops then has the same readings on a fast machine and a
+    /// loaded one.
+    #[arg(long)]
+    every_ops: Option<u64>,
     /// The share of one core to use at most: the loop sleeps between
     /// programs to keep its CPU time under it.
     #[arg(long, default_value_t = 1.0)]
@@ -82,6 +87,9 @@ pub fn main(register: fn()) {
     if !(args.interval > 0.0) {
         exit(format!("--interval must be above 0, not {}", args.interval));
     }
+    if args.every_ops == Some(0) {
+        exit("--every-ops must be above 0".into());
+    }
     if !(args.cpu_share > 0.0 && args.cpu_share <= 1.0) {
         exit(format!(
             "--cpu-share must be in (0, 1], not {}",
@@ -90,7 +98,11 @@ pub fn main(register: fn()) {
     }
     register();
     let alloc = shadow::allocator::by_name(&args.allocator).unwrap_or_else(|e| exit(e));
-    let mut run = Replay::new(alloc, Duration::from_secs_f64(args.interval));
+    let every = match args.every_ops {
+        Some(ops) => Every::Ops(ops),
+        None => Every::Time(Duration::from_secs_f64(args.interval)),
+    };
+    let mut run = Replay::new(alloc, every);
     run.read();
     let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
     if programs.is_empty() {
@@ -134,6 +146,12 @@ pub fn main(register: fn()) {
     }
 }
 
+/// How often a reading is taken (at the first pass end past it).
+enum Every {
+    Time(Duration),
+    Ops(u64),
+}
+
 /// The loop's state.
 struct Replay {
     alloc: &'static dyn Allocator,
@@ -142,21 +160,24 @@ struct Replay {
     /// Programs run to their end.
     programs: u64,
     started: Instant,
-    /// When the next reading is due.
+    every: Every,
+    /// When the next reading is due, by the clock.
     next: Instant,
-    interval: Duration,
+    /// When the next reading is due, by ops stepped.
+    next_ops: u64,
 }
 
 impl Replay {
-    fn new(alloc: &'static dyn Allocator, interval: Duration) -> Replay {
+    fn new(alloc: &'static dyn Allocator, every: Every) -> Replay {
         let now = Instant::now();
         Replay {
             alloc,
             ops: 0,
             programs: 0,
             started: now,
+            every,
             next: now,
-            interval,
+            next_ops: 0,
         }
     }
 
@@ -187,12 +208,18 @@ impl Replay {
     }
 
     fn due(&self) -> bool {
-        Instant::now() >= self.next
+        match self.every {
+            Every::Time(_) => Instant::now() >= self.next,
+            Every::Ops(_) => self.ops >= self.next_ops,
+        }
     }
 
     /// Prints a reading now.
     fn read(&mut self) {
-        self.next = Instant::now() + self.interval;
+        match self.every {
+            Every::Time(interval) => self.next = Instant::now() + interval,
+            Every::Ops(ops) => self.next_ops = self.ops + ops,
+        }
         let reading = Reading {
             secs: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -20,6 +20,10 @@ use crate::config::Series;
 /// would keep a program that leaks nothing.
 const NOISE_FLOOR: f64 = 64.0 * 1024.0;
 
+/// Readings a measured replay takes over its ops: 30 past the warm-up
+/// quarter, well above the fit's `min_points`.
+const READINGS: u64 = 40;
+
 /// What one measured replay found.
 pub struct Measured {
     /// Retained memory grew past the line, or the process went over its
@@ -32,7 +36,8 @@ pub struct Measured {
 }
 
 /// Replays with `cmd` (a `drift` command, inputs given) for `ops` ops,
-/// reading every 0.2 s, and fits the growth against `threshold` bytes per
+/// reading every [`READINGS`]th of them (by ops, not time: a loaded
+/// machine gets as many readings as a fast one), and fits the growth against `threshold` bytes per
 /// 1,000 ops and [`NOISE_FLOOR`]. A `stop` set meanwhile kills the replay (it then does not
 /// drift).
 pub fn measure(
@@ -43,7 +48,7 @@ pub fn measure(
 ) -> Result<Measured> {
     let mut child = cmd
         .arg(format!("--ops={ops}"))
-        .arg("--interval=0.2")
+        .arg(format!("--every-ops={}", (ops / READINGS).max(1)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

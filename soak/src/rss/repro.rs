@@ -2,6 +2,7 @@
 //! programs replayed in a loop in a fresh process, the growth measured.
 
 use anyhow::Result;
+use drift::Verdict;
 
 use super::narrow::measure;
 use crate::config::Config;
@@ -64,10 +65,10 @@ pub fn replay(project: &Project, config: &Config, group: &Group, ops: u64) -> Re
     }
     println!(
         "verdict: {}",
-        if m.drifts {
-            "drifts (reproduced)"
-        } else {
-            "flat (not reproduced)"
+        match (m.drifts, &t.verdict) {
+            (true, _) => "drifts (reproduced)",
+            (false, Verdict::TooFewSamples) => "too few readings (not reproduced)",
+            (false, _) => "flat (not reproduced)",
         }
     );
     Ok(m.drifts)
