@@ -51,6 +51,10 @@ if [ "$rust_llvm" != "$cc_llvm" ]; then
     echo "build.sh: warning: \$CC ($CC) is LLVM ${cc_llvm:-?}, rustc is LLVM ${rust_llvm:-?}" >&2
 fi
 
+# The harness's crates are built without sanitizer coverage, as in
+# allocsoak's own builds: the fuzzer counts the allocator's code alone.
+export RUSTC_WRAPPER="$src/fuzz_targets/rustc-wrapper"
+
 # Build output goes to $WORK, scratch by OSS-Fuzz's contract, not into $SRC.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$WORK/cargo-target}"
 # From inside the fuzz package (fuzz_targets/, or the glue): in coverage

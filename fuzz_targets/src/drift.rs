@@ -97,6 +97,7 @@ pub fn main(register: fn()) {
         ));
     }
     register();
+    zoo::register();
     let alloc = shadow::allocator::by_name(&args.allocator).unwrap_or_else(|e| exit(e));
     let every = match args.every_ops {
         Some(ops) => Every::Ops(ops),

@@ -98,6 +98,7 @@ unsafe extern "C" fn on_asan_report(text: *const std::ffi::c_char) {
 /// `shadow::harness::load`).
 #[doc(hidden)]
 pub fn init() {
+    zoo::register();
     #[cfg(sanitize = "address")]
     unsafe {
         __asan_set_error_report_callback(on_asan_report);

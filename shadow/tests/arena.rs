@@ -8,8 +8,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
-use shadow::allocator::zoo::Zoo;
 use shadow::allocator::{Allocator, Arena, FixedArena, GlobalAllocAdapter};
+use zoo::Zoo;
 
 /// Every allocator these tests name is `arena` or planted in it, one
 /// region: one test at a time, or a program would see another's blocks.

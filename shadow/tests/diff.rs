@@ -6,7 +6,8 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use shadow::allocator::{by_name, Allocator, GlobalAllocAdapter, ReallocToZero};
+use common::by_name;
+use shadow::allocator::{Allocator, GlobalAllocAdapter, ReallocToZero};
 use shadow::{Mode, Program, Target};
 
 /// The violation line a differential run of `text` panics with, if any.

@@ -10,7 +10,8 @@ mod common;
 
 use std::sync::{Mutex, MutexGuard};
 
-use shadow::allocator::{by_name, Allocator, PurgeDelay};
+use common::by_name;
+use shadow::allocator::{Allocator, PurgeDelay};
 
 const BLOCK: usize = 1 << 20;
 const BLOCKS: usize = 64;

@@ -10,6 +10,7 @@ use shadow::Program;
 
 fn violation_of(text: &str, allocator: &str) -> Option<String> {
     let program: Program = text.parse().unwrap();
+    zoo::register();
     let allocator = shadow::allocator::by_name(allocator).unwrap();
     // Silenced once, under the hook the harness wraps on its first call,
     // as an engine's hook is in a fuzz binary.
@@ -87,7 +88,11 @@ fn known_bugs_are_got_past_and_new_ones_still_fail() {
         "target alloc_ops\nalloc size=600 align=8\nresize-in-place slot=0 to=1000 extra=0\n"
             .parse()
             .unwrap();
-    let zoo = shadow::allocator::by_name("zoo:expand-overclaims").unwrap();
+    let zoo = {
+        zoo::register();
+        shadow::allocator::by_name("zoo:expand-overclaims")
+    }
+    .unwrap();
     tolerate(|| {
         let mut executor = shadow::Executor::new(zoo, shadow::Mode::Checked);
         for (i, op) in overclaim.ops.iter().enumerate() {

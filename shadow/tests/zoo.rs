@@ -4,7 +4,7 @@
 
 mod common;
 
-use shadow::allocator::zoo::Bug;
+use zoo::Bug;
 
 /// A program that walks into `bug`, in the text form. A bug in a large
 /// block is only seen where that block's seed puts a window (or checks it
@@ -250,7 +250,7 @@ fn latent_corruption_crashes_a_later_program_not_its_own() {
 /// and the programs' own checks see nothing.
 #[test]
 fn slow_leak_keeps_a_block_per_thousand_calls() {
-    use shadow::allocator::zoo::Zoo;
+    use zoo::Zoo;
     let base = shadow::allocator::by_name("system").unwrap();
     let zoo: &'static Zoo = Box::leak(Box::new(
         Zoo::new("zoo:slow-leak", "slow-leak", base).unwrap(),

@@ -151,6 +151,12 @@ impl Project {
         &self.root
     }
 
+    /// The fuzz builds' `RUSTC_WRAPPER`: the harness's crates without
+    /// sanitizer coverage (see the script).
+    pub fn rustc_wrapper(&self) -> PathBuf {
+        self.root.join("fuzz_targets/rustc-wrapper")
+    }
+
     /// The fuzz package the binaries are built from: `fuzz_targets/`, or
     /// the glue crate of the config's declared allocators.
     pub fn fuzz_dir(&self) -> PathBuf {
@@ -243,6 +249,7 @@ impl Project {
             .args(["+nightly", "hfuzz", "build", "--no-default-features"])
             .args(["--features", "honggfuzz,mimalloc"])
             .env("CARGO_TARGET_DIR", self.hfuzz_dir())
+            .env("RUSTC_WRAPPER", self.rustc_wrapper())
             .env("CXX", clang.replace("clang", "clang++"))
             .env("CC", &clang)
             .env(
@@ -384,6 +391,7 @@ impl Project {
             // (shadow/src/sanitizer.rs).
             .env(format!("CFLAGS_{}", TRIPLE.replace('-', "_")), C_FLAGS)
             .env("RUSTFLAGS", rustflags("-Zsanitizer-recover=address"))
+            .env("RUSTC_WRAPPER", self.rustc_wrapper())
             .args(["--no-default-features", "--features", build.features()]);
         Ok(cmd)
     }

@@ -50,7 +50,7 @@ impl Project {
             Some(spec) => {
                 let (bugs, base) = spec
                     .split_once('@')
-                    .unwrap_or((spec, shadow::allocator::zoo::default_base(spec)));
+                    .unwrap_or((spec, ::zoo::default_base(spec)));
                 (Some(bugs), base)
             }
             None => (None, name),

@@ -7,9 +7,9 @@
 //! [`soak_each`] runs each planted bug through a whole soak instead, and
 //! counts what its user would read: crash groups per bug.
 
+use ::zoo::Bug;
 use anyhow::Result;
 use report::Signature;
-use shadow::allocator::zoo::Bug;
 use shadow::Target;
 use triage::replay::Replayer;
 

@@ -85,10 +85,7 @@ fn a_path_keys_the_group_whichever_site_reached_it() {
     );
     for (function, own) in [
         ("<port::Heap as core::alloc::GlobalAlloc>::alloc", "alloc"),
-        (
-            "<shadow::allocator::zoo::Zoo>::align_ignored",
-            "align_ignored",
-        ),
+        ("<zoo::Zoo>::align_ignored", "align_ignored"),
         ("rlsf::tlsf::Tlsf<u32, u32, 24, 8>::allocate", "allocate"),
         (
             "mi_heap_malloc_zero_aligned_at",
@@ -134,8 +131,8 @@ fn a_deadly_signal_is_never_tolerated() {
     let log = "AddressSanitizer:DEADLYSIGNAL\n\
                ==1==ERROR: AddressSanitizer: SEGV on unknown address 0x0001f0 (pc 0x55 bp 0x7f sp 0x7f T0)\n\
                ==1==The signal is caused by a WRITE memory access.\n\
-               \x20   #0 0x55 in shadow::allocator::zoo::Zoo::class_of /w/shadow/src/allocator/zoo/mod.rs:180:9\n\
-               SUMMARY: AddressSanitizer: SEGV /w/shadow/src/allocator/zoo/mod.rs:180:9 in class_of\n";
+               \x20   #0 0x55 in zoo::Zoo::class_of /w/zoo/src/lib.rs:180:9\n\
+               SUMMARY: AddressSanitizer: SEGV /w/zoo/src/lib.rs:180:9 in class_of\n";
     let sig = Signature::from_log(log, "").unwrap();
     assert_eq!(sig.kind, "SEGV");
     assert_eq!(sig.tolerance_key(), None, "{}", sig.title());
@@ -248,13 +245,13 @@ fn a_panic_keys_on_its_message_and_the_frames_below_the_panic_machinery() {
 #[test]
 fn a_panic_inside_the_allocator_is_a_tolerable_violation() {
     let log = "thread '<unnamed>' panicked at shadow/src/executor.rs:140:9:\n\
-               allocsoak violation: panic: op #1 `alloc size=2500 align=8` (alloc size 65..4K align ..16): allocator panicked: index out of bounds: the len is 40 but the index is 43 @ shadow/src/allocator/zoo.rs:322 [allocator zoo:panic-class]\n\
+               allocsoak violation: panic: op #1 `alloc size=2500 align=8` (alloc size 65..4K align ..16): allocator panicked: index out of bounds: the len is 40 but the index is 43 @ zoo/src/lib.rs:322 [allocator zoo:panic-class]\n\
                ==1== ERROR: libFuzzer: deadly signal\n";
     let sig = Signature::from_log(log, "alloc_ops/zoo:panic-class").unwrap();
     assert_eq!(sig.kind, "panic");
     assert_eq!(
         sig.violation_key(),
-        Some("panic: allocator panicked: index out of bounds: the len is N but the index is N @ shadow/src/allocator/zoo.rs:322")
+        Some("panic: allocator panicked: index out of bounds: the len is N but the index is N @ zoo/src/lib.rs:322")
     );
 }
 
@@ -297,7 +294,7 @@ Direct leak of 8 byte(s) in 1 object(s) allocated from:
              \x20   #0 0x55 in malloc asan_malloc_linux.cpp:1:1
              \x20   #1 0x55 in <shadow::allocator::system::System as shadow::allocator::Allocator>::alloc /work/shadow/src/allocator/system.rs:53:9
              \x20   #2 0x55 in {entry} /work/shadow/src/allocator/system.rs:60:9
-             \x20   #3 0x55 in alloc_inner /work/shadow/src/allocator/zoo/mod.rs:450:9
+             \x20   #3 0x55 in alloc_inner /work/zoo/src/lib.rs:450:9
              \x20   #4 0x55 in call /work/shadow/src/guard.rs:81:5
 "
         )

@@ -21,7 +21,6 @@ mod jemalloc;
 #[cfg(feature = "mimalloc-c")]
 mod mimalloc;
 mod system;
-pub mod zoo;
 
 pub use api2::Api2Adapter;
 pub use arena::FixedArena;
@@ -339,6 +338,20 @@ pub fn declare(name: &'static str, make: Make) {
     }
 }
 
+/// Makes a `zoo:` allocator from its whole name. The planted-bug zoo is
+/// a crate of its own (`zoo`), built with coverage where this crate, the
+/// harness, is not; it registers itself with [`declare_zoo`].
+pub type MakeZoo = fn(&str) -> Result<Box<dyn Allocator>, String>;
+
+/// The zoo's constructor and its bug names, once registered.
+static ZOO: OnceLock<(MakeZoo, &'static [&'static str])> = OnceLock::new();
+
+/// Registers the zoo (`zoo::register` calls this): [`by_name`] makes
+/// `zoo:` names with `make`, and an unknown name's error lists `bugs`.
+pub fn declare_zoo(make: MakeZoo, bugs: &'static [&'static str]) {
+    let _ = ZOO.set((make, bugs));
+}
+
 /// Names registered with [`declare`] in this process.
 pub fn declared_names() -> Vec<&'static str> {
     let list = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
@@ -387,11 +400,11 @@ pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
     // Made without the lock held: a zoo's base is looked up by name too.
     let made: Box<dyn Allocator> = if let Some(spec) = name.strip_prefix("dylib:") {
         Box::new(dylib::Dylib::open(spec)?)
-    } else if let Some(spec) = name.strip_prefix("zoo:") {
-        let (bugs, base) = spec
-            .split_once('@')
-            .unwrap_or((spec, zoo::default_base(spec)));
-        Box::new(zoo::Zoo::new(name, bugs, by_name(base)?)?)
+    } else if name.starts_with("zoo:") {
+        let (make, _) = ZOO.get().ok_or_else(|| {
+            format!("allocator `{name}`: this program has no zoo; it calls `zoo::register()` first")
+        })?;
+        make(name)?
     } else if let Some((_, make)) = bundled().into_iter().find(|(n, _)| *n == name) {
         make()
     } else if let Some(make) = declared_make(name) {
@@ -421,7 +434,7 @@ fn unknown(name: &str) -> String {
         None => format!(
             "unknown allocator `{name}`; expected one of {}, dylib:/path/lib.so[:prefix] or zoo:<bug>[@<base>] ({}); an allocator of your own is declared in a config's [[allocator]] (see docs/allocators.md)",
             bundled_names().into_iter().chain(declared_names()).collect::<Vec<_>>().join(", "),
-            zoo::Bug::ALL.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+            ZOO.get().map_or(&[][..], |(_, bugs)| bugs).join(", ")
         ),
     }
 }

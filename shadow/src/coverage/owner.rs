@@ -58,13 +58,10 @@ const NOT_ALLOCATOR: [&str; 44] = [
 /// its path, or for a method `<Type as Trait>::f` to the crate of `Type`
 /// (of `Trait` when `Type` is a primitive: `<u32 as arbitrary::Arbitrary>`).
 /// A name with no path is C: the allocator's, but the sanitizer runtime's
-/// `__` functions and the fuzzer's entry points. The zoo, though it lives
-/// in `shadow`, is an allocator.
+/// `__` functions and the fuzzer's entry points. The zoo (crate `zoo`)
+/// is an allocator.
 pub fn is_allocator_code(name: &str) -> bool {
     let name = name.trim_start_matches('<');
-    if name.starts_with("shadow::allocator::zoo::") {
-        return true;
-    }
     if !name.contains("::") {
         const RUNTIME: [&str; 3] = ["__", "LLVMFuzzer", "rust_fuzzer_"];
         return !RUNTIME.iter().any(|p| name.starts_with(p));
@@ -120,8 +117,8 @@ mod tests {
     #[test]
     fn the_harness_and_rusts_libraries_are_not_the_allocator() {
         for name in [
-            "<shadow::allocator::zoo::Zoo as shadow::allocator::Allocator>::alloc",
-            "<shadow::allocator::zoo::Zoo>::align_ignored",
+            "<zoo::Zoo as shadow::allocator::Allocator>::alloc",
+            "<zoo::Zoo>::align_ignored",
             "mi_heap_malloc_zero_aligned_at",
             "_mi_page_malloc",
             "<dlmalloc::GlobalDlmalloc as core::alloc::global::GlobalAlloc>::alloc",
@@ -142,7 +139,7 @@ mod tests {
             "<object::read::any::File>::parse",
             "<[u8] as core::fmt::Debug>::fmt",
             "shadow::executor::Executor::step",
-            "core::ptr::drop_glue::<shadow::allocator::zoo::Zoo>",
+            "core::ptr::drop_glue::<zoo::Zoo>",
             "<std::collections::hash::map::HashMap<usize, usize>>::insert",
             "__asan_memcpy",
             "allocsoak_declared::install",

@@ -30,9 +30,15 @@ pub fn violation(program: &Program, allocator: &str) -> Option<String> {
     run(program, allocator).err()
 }
 
+/// [`shadow::allocator::by_name`], `zoo:` names too.
+pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
+    zoo::register();
+    shadow::allocator::by_name(name)
+}
+
 /// Runs `program`: what it did, or the violation line it panicked with.
 pub fn run(program: &Program, allocator: &str) -> Result<Stats, String> {
-    let alloc = shadow::allocator::by_name(allocator).expect("allocator");
+    let alloc = by_name(allocator).expect("allocator");
     let _one_at_a_time = exclusive(allocator);
     caught(program, alloc)
 }

@@ -44,8 +44,7 @@ pub struct Args {
 pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
     let mut cases = zoo::Case::all();
     for b in args.bugs.iter().chain(&args.skips) {
-        b.parse::<shadow::allocator::zoo::Bug>()
-            .map_err(anyhow::Error::msg)?;
+        b.parse::<::zoo::Bug>().map_err(anyhow::Error::msg)?;
     }
     if !args.bugs.is_empty() {
         cases.retain(|c| {

@@ -398,6 +398,7 @@ fn check_allocator(name: &str) -> Result<()> {
             bail!("allocator library {path} does not exist; give an absolute path to a .so");
         }
     } else if !MIMALLOC_FLAVORS.contains(&name) {
+        ::zoo::register();
         shadow::allocator::by_name(name).map_err(anyhow::Error::msg)?;
     }
     Ok(())

@@ -4,7 +4,7 @@
 use std::ops::RangeInclusive;
 
 use super::{Bug, Zoo, SIZED_FREE};
-use crate::allocator::{Allocator, Extras, InPlace, PurgeDelay};
+use shadow::allocator::{Allocator, Extras, InPlace, PurgeDelay};
 
 const REZALLOC_DIRTY_MIN: usize = 1024;
 pub(super) const REGROW_STALE: RangeInclusive<usize> = 65..=4096;

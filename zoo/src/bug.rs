@@ -256,15 +256,15 @@ impl Bug {
     }
 
     /// The target whose ops reach the bug.
-    pub fn target(self) -> crate::Target {
+    pub fn target(self) -> shadow::Target {
         match self {
-            Bug::XthreadWrongFree | Bug::RacyFreeList => crate::Target::MtOps,
+            Bug::XthreadWrongFree | Bug::RacyFreeList => shadow::Target::MtOps,
             Bug::HeapDeleteDrops
             | Bug::HeapSizedFreeTwice
             | Bug::HeapRezallocFreesTwice
             | Bug::HeapExpandOverclaims
-            | Bug::HeapRemoteFreeTwice => crate::Target::HeapApi,
-            _ => crate::Target::AllocOps,
+            | Bug::HeapRemoteFreeTwice => shadow::Target::HeapApi,
+            _ => shadow::Target::AllocOps,
         }
     }
 

@@ -6,14 +6,19 @@
 //! only a fixed region shows, `capacity-leak`, is planted in `arena`
 //! unless the name says otherwise). If the service misses one of these,
 //! the service is broken.
+//!
+//! The zoo is the allocator under test, so it is a crate of its own: the
+//! fuzz builds give it sanitizer coverage and leave the harness (`shadow`)
+//! without (`fuzz_targets/rustc-wrapper`). A program that runs `zoo:`
+//! names calls [`register`] first.
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
 
-use super::{Allocator, EmulatedHeaps, Extras, Heaps, ReallocToZero};
+use shadow::allocator::{Allocator, Arena, EmulatedHeaps, Extras, Heaps, ReallocToZero};
 
 mod bug;
 mod extras;
@@ -23,6 +28,25 @@ mod racy_list;
 mod slow_leak;
 
 pub use bug::{default_base, parse_bugs, Bug};
+
+/// Lets `shadow::allocator::by_name` make `zoo:` names (a second call
+/// does nothing).
+pub fn register() {
+    static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| Bug::ALL.iter().map(|b| b.name()).collect());
+    shadow::allocator::declare_zoo(make, names);
+}
+
+/// `zoo:<bug>[+<bug>...][@<base>]`, its base made by name.
+fn make(name: &str) -> Result<Box<dyn Allocator>, String> {
+    let spec = name.strip_prefix("zoo:").unwrap_or(name);
+    let (bugs, base) = spec.split_once('@').unwrap_or((spec, default_base(spec)));
+    Ok(Box::new(Zoo::new(
+        name,
+        bugs,
+        shadow::allocator::by_name(base)?,
+    )?))
+}
 
 use heaps::ZooHeaps;
 use planted::COMPUTED_BIN;
@@ -429,7 +453,7 @@ impl Allocator for Zoo {
         self.base.max_align()
     }
 
-    fn arena(&self) -> Option<super::Arena> {
+    fn arena(&self) -> Option<Arena> {
         self.base.arena()
     }
 
@@ -492,7 +516,7 @@ impl Zoo {
         }
         if self.has(Bug::HugeTruncate)
             && size > u32::MAX as usize
-            && size < crate::edges::IMPOSSIBLE_FROM
+            && size < shadow::edges::IMPOSSIBLE_FROM
         {
             return self.base.alloc(size as u32 as usize, align, zeroed);
         }
@@ -507,7 +531,7 @@ impl Zoo {
                 return p;
             }
         }
-        if self.has(Bug::AlignIgnored) && align >= 32 && size < crate::edges::IMPOSSIBLE_FROM {
+        if self.has(Bug::AlignIgnored) && align >= 32 && size < shadow::edges::IMPOSSIBLE_FROM {
             return self.align_ignored(size, align, zeroed);
         }
         if self.has(Bug::SmallUnderalign) && size <= 64 && align == 16 {
@@ -532,7 +556,7 @@ impl Zoo {
             }
             return p;
         }
-        if zeroed && self.has(Bug::HugeZeroedFooter) && size > crate::model::MAX_BLOCK {
+        if zeroed && self.has(Bug::HugeZeroedFooter) && size > shadow::model::MAX_BLOCK {
             return self.huge_zeroed_footer(size, align);
         }
         if zeroed && self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN {

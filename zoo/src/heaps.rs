@@ -3,7 +3,7 @@
 //! and `HeapRemoteFreeTwice` planted.
 
 use super::Bug;
-use crate::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, InPlace};
+use shadow::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, InPlace};
 
 /// Heap emulation, with `HeapDeleteDrops` planted in delete and the
 /// others in the heap's calls they name.
