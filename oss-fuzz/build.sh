@@ -54,6 +54,8 @@ fi
 # The harness's crates are built without sanitizer coverage, as in
 # allocsoak's own builds: the fuzzer counts the allocator's code alone.
 export RUSTC_WRAPPER="$src/fuzz_targets/rustc-wrapper"
+ALLOCSOAK_UNCOVERED=$(awk '$1 == "uncovered" { $1 = ""; print }' <<<"$layout")
+export ALLOCSOAK_UNCOVERED
 
 # Build output goes to $WORK, scratch by OSS-Fuzz's contract, not into $SRC.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$WORK/cargo-target}"

@@ -5,8 +5,8 @@
 //!   text, parses back, emits a Rust `#[test]`.
 //! - [`allocator::Allocator`]: the allocator under test, by name
 //!   ([`allocator::by_name`]): `system`, `mimalloc`, `jemalloc`, `arena` (a
-//!   fixed region, [`allocator::Allocator::arena`]), `dylib:…`, `zoo:<bug>`,
-//!   and those a config declares ([`allocator::declare`]).
+//!   fixed region, [`allocator::Allocator::arena`]), `dylib:…`, `zoo:<bug>`
+//!   (the `zoo` crate, once it registers), and those a config declares ([`allocator::declare`]).
 //! - [`Executor`] with [`model::ShadowHeap`]: runs a program, panics with an
 //!   `allocsoak violation: <kind>: …` line ([`Violation`]) at the first
 //!   broken invariant; [`guard`] turns a panic inside the allocator into

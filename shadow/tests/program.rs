@@ -95,9 +95,10 @@ fn emitted_test_carries_the_program_text() {
         "{test}"
     );
     assert!(
-        test.contains("// shadow = { path = \"<allocsoak>/shadow\" }\n"),
+        test.contains("// shadow = { path = \"<allocsoak>/shadow\" }\n// zoo = { path = \"<allocsoak>/zoo\" }\n"),
         "{test}"
     );
+    assert!(test.contains("    zoo::register();\n"), "{test}");
     // A mimalloc flavor is a feature of its own; v3 also drops v2.
     let v3 = Program::rust_test(std::slice::from_ref(&program), "t", "mimalloc-v3", "");
     assert!(

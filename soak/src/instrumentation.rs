@@ -2,7 +2,7 @@
 //! the sanitizer-coverage counters in the bundled C allocators' static
 //! archives, in a `dylib:` allocator's shared object, and in the linked
 //! fuzz binary for the declared ones (their own crate's functions, or
-//! their C sources' objects).
+//! their C sources' objects); and that the harness carries none.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -139,6 +139,25 @@ pub fn count_in_binary(binary: &Path) -> Result<InBinary> {
     Ok(counted)
 }
 
+/// Whether `binary` has no counters in the harness's own crates
+/// (`shadow`, `report`: fuzz_targets/rustc-wrapper builds them without)
+/// and has them in the zoo's, which is an allocator. Generic code of
+/// other harness crates that an allocator instantiates is the
+/// allocator's, and counted.
+fn harness_uncovered(binary: &Path) -> Result<bool> {
+    let counted = count_in_binary(binary)?;
+    let of = |krate: &str| counted.crates.get(krate).copied().unwrap_or(0);
+    let (shadow, report, zoo) = (of("shadow"), of("report"), of("zoo"));
+    println!(
+        "instrumentation {} harness: shadow={shadow} report={report}; zoo={zoo}",
+        binary.display()
+    );
+    if shadow + report > 0 {
+        eprintln!("allocsoak: the harness was built with coverage; build with `allocsoak build` (it sets RUSTC_WRAPPER)");
+    }
+    Ok(shadow + report == 0 && zoo > 0)
+}
+
 /// `allocsoak instrumentation`: prints the counters of each of `dylibs`, or
 /// without any, of the bundled C allocators' archives in the default build
 /// and of the config's declared allocators in its `alloc_ops`.
@@ -169,6 +188,13 @@ pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
             );
         }
         ok &= c.counters > 0;
+    }
+    if dylibs.is_empty() {
+        ok &= harness_uncovered(
+            &project
+                .plain()
+                .binary(Build::Asan, shadow::Target::AllocOps),
+        )?;
     }
     if dylibs.is_empty() && !project.declared().is_empty() {
         let binary = project.binary(Build::Asan, shadow::Target::AllocOps);

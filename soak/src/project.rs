@@ -151,10 +151,24 @@ impl Project {
         &self.root
     }
 
-    /// The fuzz builds' `RUSTC_WRAPPER`: the harness's crates without
-    /// sanitizer coverage (see the script).
-    pub fn rustc_wrapper(&self) -> PathBuf {
-        self.root.join("fuzz_targets/rustc-wrapper")
+    /// Has a fuzz build compile the harness's crates without sanitizer
+    /// coverage: `fuzz_targets/rustc-wrapper` as `RUSTC_WRAPPER`, the
+    /// crates in `ALLOCSOAK_UNCOVERED`. Returns a `--cfg` for `RUSTFLAGS`
+    /// that names both: cargo rebuilds when `RUSTFLAGS` changes, not when
+    /// the wrapper's script or environment does.
+    fn uncover_harness(&self, cmd: &mut Command) -> Result<String> {
+        use std::hash::{Hash, Hasher};
+        let wrapper = self.root.join("fuzz_targets/rustc-wrapper");
+        let script = std::fs::read(&wrapper)
+            .with_context(|| format!("failed to read {}", wrapper.display()))?;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (script, uncovered()).hash(&mut hasher);
+        cmd.env("RUSTC_WRAPPER", &wrapper)
+            .env("ALLOCSOAK_UNCOVERED", uncovered());
+        Ok(format!(
+            "--cfg=allocsoak_uncovered=\"{:016x}\"",
+            hasher.finish()
+        ))
     }
 
     /// The fuzz package the binaries are built from: `fuzz_targets/`, or
@@ -244,12 +258,14 @@ impl Project {
         if let Some(d) = &self.declared {
             d.glue.write(&self.root, &d.base, &d.list)?;
         }
-        let status = Command::new("cargo")
+        let mut cmd = Command::new("cargo");
+        let uncovered = self.uncover_harness(&mut cmd)?;
+        let status = cmd
+            .env("RUSTFLAGS", rustflags(&uncovered))
             .current_dir(self.fuzz_dir())
             .args(["+nightly", "hfuzz", "build", "--no-default-features"])
             .args(["--features", "honggfuzz,mimalloc"])
             .env("CARGO_TARGET_DIR", self.hfuzz_dir())
-            .env("RUSTC_WRAPPER", self.rustc_wrapper())
             .env("CXX", clang.replace("clang", "clang++"))
             .env("CC", &clang)
             .env(
@@ -390,9 +406,12 @@ impl Project {
             // harness, which gets past the ones already filed
             // (shadow/src/sanitizer.rs).
             .env(format!("CFLAGS_{}", TRIPLE.replace('-', "_")), C_FLAGS)
-            .env("RUSTFLAGS", rustflags("-Zsanitizer-recover=address"))
-            .env("RUSTC_WRAPPER", self.rustc_wrapper())
             .args(["--no-default-features", "--features", build.features()]);
+        let uncovered = self.uncover_harness(&mut cmd)?;
+        cmd.env(
+            "RUSTFLAGS",
+            rustflags(&format!("-Zsanitizer-recover=address {uncovered}")),
+        );
         Ok(cmd)
     }
 }
@@ -416,6 +435,11 @@ pub(crate) fn resolve(manifest: &Path, features: Option<&str>) -> Result<cargo_m
             manifest.display()
         )
     })
+}
+
+/// The harness's crates, space-separated: `ALLOCSOAK_UNCOVERED`.
+pub fn uncovered() -> String {
+    shadow::coverage::HARNESS_CRATES.join(" ")
 }
 
 /// `RUSTFLAGS` from the environment with `ours` after them (cargo-fuzz

@@ -12,15 +12,16 @@
 //! around every call would cost the fuzzer most of its speed. Elsewhere
 //! every function here is a no-op and paths are empty.
 //!
-//! Only the allocator's own functions count: the harness (the `shadow`
-//! crate but the zoo, the declared allocators' glue, the fuzz targets),
+//! Only the allocator's own functions count (the zoo's, crate `zoo`,
+//! too): the harness (the `shadow` crate, which the fuzz builds leave
+//! without counters anyway, the declared allocators' glue, the fuzz targets),
 //! Rust's std, core and alloc (generic code the harness instantiates) and
 //! the sanitizer runtime are left out.
 
 mod inlined;
 mod owner;
 
-pub use owner::{crate_of_symbol, is_allocator_code};
+pub use owner::{crate_of_symbol, is_allocator_code, HARNESS_CRATES};
 
 use std::collections::BTreeSet;
 use std::ffi::c_void;

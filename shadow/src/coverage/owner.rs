@@ -4,8 +4,9 @@
 
 /// The crates of Rust's standard library and of the harness (`shadow`,
 /// `report`, the fuzz targets and everything they link but allocators):
-/// their code is never the allocator's. `harness_crates_are_named` checks
-/// this list against the dependency graph and the fuzz binaries.
+/// their code is never the allocator's, and the fuzz builds compile them
+/// without coverage ([`HARNESS_CRATES`]). `harness_crates_are_named`
+/// checks this list against the dependency graph and the fuzz binaries.
 const NOT_ALLOCATOR: [&str; 44] = [
     "std",
     "core",
@@ -52,6 +53,11 @@ const NOT_ALLOCATOR: [&str; 44] = [
     "rustc_version",
     "semver",
 ];
+
+/// The crates the fuzz builds compile without sanitizer coverage
+/// (`fuzz_targets/rustc-wrapper`): [`NOT_ALLOCATOR`]'s (Rust's own
+/// libraries come compiled, without it).
+pub const HARNESS_CRATES: &[&str] = &NOT_ALLOCATOR;
 
 /// Whether `name` (demangled) is the allocator's code, not the harness's,
 /// Rust's libraries' or a runtime's. A function belongs to the crate of
@@ -154,7 +160,8 @@ mod tests {
     /// of the harness fails here until it is named.
     #[test]
     fn harness_crates_are_named() {
-        const ALLOCATORS: [&str; 6] = [
+        const ALLOCATORS: [&str; 7] = [
+            "zoo",
             "libmimalloc_sys",
             "tikv_jemalloc_sys",
             "rlsf",

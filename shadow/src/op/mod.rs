@@ -315,7 +315,8 @@ impl Program {
     /// `allocator::by_name` accepts): a bug that needs the state earlier
     /// programs left (as the inputs of one fuzz process leave it) replays
     /// too. Most tests are one program. `setup` is Rust the test runs
-    /// first (a declared allocator's `declare` line), or empty.
+    /// first (a declared allocator's `declare` line), or empty; a `zoo:`
+    /// allocator's test registers the zoo crate first.
     pub fn rust_test(
         programs: &[Program],
         test_name: &str,
@@ -333,15 +334,23 @@ impl Program {
             .map(|p| format!("        r#\"\n{p}\"#,\n"))
             .collect();
         let features = crate::allocator::dependency_features(allocator);
+        let (zoo_dependency, zoo_setup) = if allocator.starts_with("zoo:") {
+            (
+                "\n// zoo = { path = \"<allocsoak>/zoo\" }",
+                "    zoo::register();\n",
+            )
+        } else {
+            ("", "")
+        };
         format!(
             "// Emitted by allocsoak: a replay of {what}, no fuzz engine needed.\n\
              // Needs allocsoak's `shadow` crate in [dev-dependencies]:\n\
-             // shadow = {{ path = \"<allocsoak>/shadow\"{features} }}\n\
+             // shadow = {{ path = \"<allocsoak>/shadow\"{features} }}{zoo_dependency}\n\
              // It runs on {allocator:?} unless ALLOCSOAK_ALLOCATOR names another allocator;\n\
              // it panics with an `allocsoak violation:` line while the bug is there.\n\
              #[test]\n\
              fn {test_name}() {{\n\
-             {setup}\
+             {setup}{zoo_setup}\
              \x20   let name = std::env::var(\"ALLOCSOAK_ALLOCATOR\").unwrap_or_else(|_| {allocator:?}.to_string());\n\
              \x20   let allocator = shadow::allocator::by_name(&name).expect(\"allocator\");\n\
              \x20   for text in [\n{texts}\x20   ] {{\n\

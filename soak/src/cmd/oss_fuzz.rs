@@ -7,6 +7,8 @@
 //! ```text
 //! package <folder>                     the fuzz package to build
 //! limits <timeout secs> <rss MiB>      libFuzzer's per-input limits
+//! uncovered <crate> <crate> ...        the harness's crates, built without
+//!                                      coverage (fuzz_targets/rustc-wrapper)
 //! fuzzer <target> <binary> <name>      $OUT/<name> is <binary> of the build
 //! ```
 //!
@@ -30,6 +32,7 @@ pub fn run(_args: Args, project: Project, config: Config) -> Result<bool> {
     project.write_glue(build)?;
     println!("package {}", project.fuzz_dir().display());
     println!("limits {} {}", config.timeout_secs, config.rss_limit_mb);
+    println!("uncovered {}", soak::project::uncovered());
     for target in Target::ALL {
         let binary = project.binary_name(target);
         println!("fuzzer {} {binary} {}", target.name(), target.name());

@@ -158,8 +158,9 @@ pub fn emitted_test_fails_on_the_zoo_and_passes_on_system(test_file: &Path, kind
         krate.path().join("Cargo.toml"),
         format!(
             "[package]\nname = \"emitted\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
-             [dev-dependencies]\nshadow = {{ path = {:?} }}\n\n[workspace]\n",
-            root.join("shadow")
+             [dev-dependencies]\nshadow = {{ path = {:?} }}\nzoo = {{ path = {:?} }}\n\n[workspace]\n",
+            root.join("shadow"),
+            root.join("zoo")
         ),
     )
     .unwrap();
