@@ -15,6 +15,7 @@ fn a_kind_saved_past_ends_its_program_and_is_saved_once_per_key() {
     std::env::set_var("ALLOCSOAK_FINDINGS", &findings);
     std::env::set_var("ALLOCSOAK_TEXT_INPUTS", "1");
     std::env::set_var("ALLOCSOAK_ALLOCATOR", "zoo:short-realloc-copy");
+    zoo::register();
     let short_copy = |size: usize| {
         format!("target alloc_ops\nalloc size={size} align=8\nrealloc slot=0 to=double\n")
     };

@@ -439,7 +439,9 @@ pub(crate) fn resolve(manifest: &Path, features: Option<&str>) -> Result<cargo_m
 
 /// The harness's crates, space-separated: `ALLOCSOAK_UNCOVERED`.
 pub fn uncovered() -> String {
-    shadow::coverage::HARNESS_CRATES.join(" ")
+    shadow::coverage::uncovered_crates()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `RUSTFLAGS` from the environment with `ours` after them (cargo-fuzz

@@ -21,7 +21,7 @@
 mod inlined;
 mod owner;
 
-pub use owner::{crate_of_symbol, is_allocator_code, HARNESS_CRATES};
+pub use owner::{crate_of_symbol, is_allocator_code, uncovered_crates};
 
 use std::collections::BTreeSet;
 use std::ffi::c_void;
