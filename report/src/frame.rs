@@ -100,12 +100,12 @@ impl Frame {
 }
 
 /// Whether a frame is allocsoak's own harness, which drives the allocator
-/// under test: `shadow` (not the zoo, a crate of its own), the fuzz
-/// targets and a config's generated glue. By its file, so inlined frames
-/// count too.
+/// under test: `shadow` (but the zoo: a crate of its own, `zoo/`, and in
+/// logs from before, `shadow/src/allocator/zoo`), the fuzz targets and a
+/// config's generated glue. By its file, so inlined frames count too.
 pub(crate) fn is_harness(frame: &Frame) -> bool {
     let file = frame.file.as_str();
-    file.contains("/shadow/src/")
+    (file.contains("/shadow/src/") && !file.contains("/shadow/src/allocator/zoo"))
         || file.contains("/fuzz_targets/")
         || file.contains("/allocsoak/declared/")
 }
