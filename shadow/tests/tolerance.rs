@@ -88,11 +88,8 @@ fn known_bugs_are_got_past_and_new_ones_still_fail() {
         "target alloc_ops\nalloc size=600 align=8\nresize-in-place slot=0 to=1000 extra=0\n"
             .parse()
             .unwrap();
-    let zoo = {
-        zoo::register();
-        shadow::allocator::by_name("zoo:expand-overclaims")
-    }
-    .unwrap();
+    zoo::register();
+    let zoo = shadow::allocator::by_name("zoo:expand-overclaims").unwrap();
     tolerate(|| {
         let mut executor = shadow::Executor::new(zoo, shadow::Mode::Checked);
         for (i, op) in overclaim.ops.iter().enumerate() {

@@ -161,10 +161,11 @@ impl Project {
         let wrapper = self.root.join("fuzz_targets/rustc-wrapper");
         let script = std::fs::read(&wrapper)
             .with_context(|| format!("failed to read {}", wrapper.display()))?;
+        let crates = uncovered();
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (script, uncovered()).hash(&mut hasher);
+        (script, &crates).hash(&mut hasher);
         cmd.env("RUSTC_WRAPPER", &wrapper)
-            .env("ALLOCSOAK_UNCOVERED", uncovered());
+            .env("ALLOCSOAK_UNCOVERED", crates);
         Ok(format!(
             "--cfg=allocsoak_uncovered=\"{:016x}\"",
             hasher.finish()

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use shadow::allocator::{Allocator, Arena, EmulatedHeaps, Extras, Heaps, ReallocToZero};
@@ -23,30 +23,13 @@ use shadow::allocator::{Allocator, Arena, EmulatedHeaps, Extras, Heaps, ReallocT
 mod bug;
 mod extras;
 mod heaps;
+mod name;
 mod planted;
 mod racy_list;
 mod slow_leak;
 
 pub use bug::{default_base, parse_bugs, Bug};
-
-/// Lets `shadow::allocator::by_name` make `zoo:` names (a second call
-/// does nothing).
-pub fn register() {
-    static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
-    let names = NAMES.get_or_init(|| Bug::ALL.iter().map(|b| b.name()).collect());
-    shadow::allocator::declare_zoo(make, names);
-}
-
-/// `zoo:<bug>[+<bug>...][@<base>]`, its base made by name.
-fn make(name: &str) -> Result<Box<dyn Allocator>, String> {
-    let spec = name.strip_prefix("zoo:").unwrap_or(name);
-    let (bugs, base) = spec.split_once('@').unwrap_or((spec, default_base(spec)));
-    Ok(Box::new(Zoo::new(
-        name,
-        bugs,
-        shadow::allocator::by_name(base)?,
-    )?))
-}
+pub use name::register;
 
 use heaps::ZooHeaps;
 use planted::COMPUTED_BIN;
@@ -76,14 +59,6 @@ const SIZED_FREE: RangeInclusive<usize> = 17..=8192;
 const CAPACITY_LEAK: RangeInclusive<usize> = 2049..=4096;
 /// Bytes `CapacityLeak` loses per shrink it hits.
 const LOST_TAIL: usize = 64;
-
-/// An offset of a `len`-byte block, with a few hundred bytes after it,
-/// that the fixed windows checks used before (the head, the tail and 32 64-byte
-/// windows at multiples of `len / 33`) never looked at: only windows at
-/// seed-chosen places, or a whole-block check, see a bug planted there.
-fn between_fixed_windows(len: usize) -> usize {
-    16 * ((len / 33) & !7) + 128
-}
 
 /// `LatentCorruption`'s state, which outlives a program: that is the bug.
 const CLEAN: u8 = 0;
