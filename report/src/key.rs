@@ -21,9 +21,10 @@ pub const REFERENCE: &str = " [reference allocator ";
 /// The violation kinds that leave the heap sound (a misaligned block, a
 /// wrong usable size or good size, a dirty zeroed block, a failed request,
 /// a request that had to fail and did not, capacity lost at a program's
-/// end): a fuzz process goes on past them, filed or not, so a replay of
+/// end, a remote free that never came back: every block stays where it
+/// was, a lost one is only leaked): a fuzz process goes on past them, filed or not, so a replay of
 /// what it found after one must go on past them too ([`sound_patterns`]).
-pub const SOUND_KINDS: [&str; 8] = [
+pub const SOUND_KINDS: [&str; 9] = [
     "alignment",
     "usable-size",
     "good-size",
@@ -32,6 +33,7 @@ pub const SOUND_KINDS: [&str; 8] = [
     "impossible-success",
     "calloc-overflow",
     "capacity-leak",
+    "remote-free-lost",
 ];
 
 /// The kind a code-path signature groups under ([`crate::Signature::contains_path`]):

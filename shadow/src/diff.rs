@@ -154,7 +154,9 @@ fn runs_on_both(ex: &Executor, op: &Op, a: &dyn Allocator, b: &dyn Allocator) ->
         | Op::HeapAlloc { align, .. }
         | Op::WorkerAlloc { align, .. }
         | Op::RaceAlloc { align, .. }
-        | Op::RaceRemoteFree { align, .. } => align,
+        | Op::RaceRemoteFree { align, .. }
+        | Op::RaceExit { align, .. }
+        | Op::RaceChurn { align, .. } => align,
         _ => 1,
     };
     if align > a.max_align().min(b.max_align()) {

@@ -131,6 +131,19 @@ pub enum Violation {
         size: usize,
         call: &'static str,
     },
+    /// Of `freed` blocks of `size` freed on another thread than their
+    /// owner's, `lost` (the first at `ptr`) did not come back (`how`: what
+    /// showed it): dropped remote frees. Asked of the allocator's own heap
+    /// ([`crate::allocator::Allocator::in_use_after_collect`]) or, where it
+    /// promises reuse ([`crate::allocator::Allocator::remote_reuse`]), by
+    /// allocating.
+    RemoteFreeLost {
+        ptr: usize,
+        size: usize,
+        freed: usize,
+        lost: usize,
+        how: String,
+    },
 }
 
 impl Violation {
@@ -155,6 +168,7 @@ impl Violation {
             Violation::Diff { .. } => "diff",
             Violation::Panic { .. } => "panic",
             Violation::CapacityLeak { .. } => "capacity-leak",
+            Violation::RemoteFreeLost { .. } => "remote-free-lost",
             Violation::Leak { .. } => "leak",
         }
     }
@@ -192,6 +206,7 @@ impl Violation {
                 | Violation::Realloc { .. }
                 | Violation::AllocatorError { .. }
                 | Violation::Leak { .. }
+                | Violation::RemoteFreeLost { .. }
                 | Violation::Contents { by_call: true, .. }
         )
     }
@@ -383,6 +398,16 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "{figure} {after} after everything was freed, {before} when the program started"
+            ),
+            Violation::RemoteFreeLost {
+                ptr,
+                size,
+                freed,
+                lost,
+                how,
+            } => write!(
+                f,
+                "{lost} of {freed} blocks of size {size} freed on another thread than their owner's (first {ptr:#x}) {how}"
             ),
             Violation::Leak { ptr, size, call } => write!(
                 f,

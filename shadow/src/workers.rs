@@ -3,16 +3,26 @@
 //!
 //! [`WorkerPool::run`] runs one job and waits for it: the serial worker ops,
 //! deterministic for replay. [`WorkerPool::start`] hands a job over without
-//! waiting: a race section starts one per worker, and they run at once.
+//! waiting: a race section starts one per worker, and they run at once;
+//! [`WorkerPool::start_last`] hands over a job after which the thread
+//! exits (its thread-local destructors racing the other workers).
 
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// Number of worker threads programs address (worker index modulo this).
-pub const WORKERS: usize = 3;
+/// Number of worker threads programs address (worker index modulo this):
+/// a race section can have four threads inside the allocator at once.
+pub const WORKERS: usize = 4;
 
-type Job = Box<dyn FnOnce() + Send>;
+/// A job, and whether its thread exits after it.
+type Job = (Box<dyn FnOnce() + Send>, Then);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Next,
+    Exit,
+}
 
 struct Worker {
     jobs: Sender<Job>,
@@ -26,8 +36,11 @@ impl Worker {
             .name(format!("allocsoak-worker-{index}"))
             .spawn(move || {
                 spread(index);
-                for job in job_rx {
+                for (job, then) in job_rx {
                     job();
+                    if then == Then::Exit {
+                        break;
+                    }
                 }
             })
             .expect("spawn worker thread");
@@ -65,10 +78,13 @@ fn spread(index: usize) {
 /// The process's worker threads.
 pub struct WorkerPool {
     workers: Vec<Option<Worker>>,
+    /// Workers handed a last job, not yet reaped.
+    exiting: Vec<usize>,
 }
 
 static POOL: Mutex<WorkerPool> = Mutex::new(WorkerPool {
     workers: Vec::new(),
+    exiting: Vec::new(),
 });
 
 impl WorkerPool {
@@ -81,12 +97,34 @@ impl WorkerPool {
     /// returns at once. Jobs must not panic (allocator calls go through
     /// [`crate::guard`]).
     pub fn start(&mut self, index: usize, job: impl FnOnce() + Send + 'static) {
+        self.send(index, Box::new(job), Then::Next);
+    }
+
+    /// Hands `job` to worker `index` as [`WorkerPool::start`]; the thread
+    /// exits once it is done, its blocks left live. [`WorkerPool::reap`]
+    /// waits for the exit to end.
+    pub fn start_last(&mut self, index: usize, job: impl FnOnce() + Send + 'static) {
+        self.send(index, Box::new(job), Then::Exit);
+    }
+
+    fn send(&mut self, index: usize, job: Box<dyn FnOnce() + Send>, then: Then) {
         let index = index % WORKERS;
         if self.workers.len() < WORKERS {
             self.workers.resize_with(WORKERS, || None);
         }
         let w = self.workers[index].get_or_insert_with(|| Worker::spawn(index));
-        w.jobs.send(Box::new(job)).expect("worker thread is gone");
+        w.jobs.send((job, then)).expect("worker thread is gone");
+        if then == Then::Exit {
+            self.exiting.push(index);
+        }
+    }
+
+    /// Waits until every worker handed a last job has exited (its
+    /// thread-local destructors run); the next job starts a fresh thread.
+    pub fn reap(&mut self) {
+        for index in std::mem::take(&mut self.exiting) {
+            self.exit(index);
+        }
     }
 
     /// Runs `job` on worker `index` and waits for its result, so programs

@@ -5,8 +5,11 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::{Mutex, MutexGuard};
+
+use shadow::allocator::Allocator;
 
 /// Holds the machine for one test of this file at a time: a race needs its
 /// threads running at once, and another test's race section on the other
@@ -49,6 +52,170 @@ fn a_racy_free_list_is_found_by_a_race_and_never_one_op_at_a_time() {
     let (tries, found) = found.expect("2000 race sections never lost an update");
     eprintln!("the race showed after {} sections", tries + 1);
     assert!(expected.contains(&found.as_str()), "{found}");
+}
+
+/// Race sections run serially while held: the serial replay.
+struct Serially;
+
+impl Serially {
+    fn on() -> Serially {
+        shadow::executor::serial_races(true);
+        Serially
+    }
+}
+
+impl Drop for Serially {
+    fn drop(&mut self) {
+        shadow::executor::serial_races(false);
+    }
+}
+
+/// `program` runs clean on `allocator` 200 times with its race sections
+/// serial, and shows one of `expected` within 2,000 runs at once.
+fn found_by_a_race_alone(program: &str, allocator: &'static dyn Allocator, expected: &[&str]) {
+    let program = common::program(program);
+    let kind = |line: String| {
+        shadow::violation::kind_of(&line)
+            .unwrap_or_default()
+            .to_string()
+    };
+    {
+        let _serial = Serially::on();
+        for _ in 0..200 {
+            let found = common::caught(&program, allocator).err().map(kind);
+            assert_eq!(found, None, "serially");
+        }
+    }
+    let found = (0..2000).find_map(|i| {
+        common::caught(&program, allocator)
+            .err()
+            .map(|l| (i, kind(l)))
+    });
+    let (tries, found) = found.expect("2000 race sections never showed it");
+    eprintln!(
+        "{}: the race showed after {} runs",
+        allocator.name(),
+        tries + 1
+    );
+    assert!(expected.contains(&found.as_str()), "{found}");
+}
+
+/// `system`, but a freed block is kept aside (nothing written into it)
+/// and handed out again by the next request of its layout: a block the
+/// zoo freed while it also handed it out comes back to a second owner,
+/// an overlap the shadow sees, where glibc's own reuse would crash on the
+/// free-list links the harness overwrote.
+struct Recycler {
+    freed: Mutex<HashMap<(usize, usize), Vec<usize>>>,
+}
+
+impl Allocator for Recycler {
+    fn name(&self) -> &str {
+        "recycler"
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let kept = self
+            .freed
+            .lock()
+            .unwrap()
+            .get_mut(&(size, align))
+            .and_then(Vec::pop);
+        match kept {
+            Some(p) => {
+                if zeroed {
+                    std::ptr::write_bytes(p as *mut u8, 0, size);
+                }
+                p as *mut u8
+            }
+            None => system().alloc(size, align, zeroed),
+        }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
+        let q = self.alloc(new, align, false);
+        if !q.is_null() {
+            std::ptr::copy_nonoverlapping(p, q, old.min(new));
+            self.free(p, old, align);
+        }
+        q
+    }
+
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        self.freed
+            .lock()
+            .unwrap()
+            .entry((size, align))
+            .or_default()
+            .push(p as usize);
+    }
+}
+
+fn system() -> &'static dyn Allocator {
+    common::by_name("system").unwrap()
+}
+
+/// `zoo:<bug>` over `base`, made once per test.
+fn zoo_over(bug: &str, base: &'static dyn Allocator) -> &'static dyn Allocator {
+    let name = format!("zoo:{bug}@{}", base.name());
+    Box::leak(Box::new(zoo::Zoo::new(&name, bug, base).unwrap()))
+}
+
+/// Three threads free one owner's blocks at once: a remote-free list
+/// whose push is a load and a store loses one, and the owner never gets
+/// it back.
+#[test]
+fn a_lost_remote_free_is_found_by_a_race_and_never_one_op_at_a_time() {
+    let _alone = alone();
+    found_by_a_race_alone(
+        "target mt_ops\nrace-remote-free freer=1 owner=0 size=1500 align=8 count=32\n",
+        zoo_over("lost-remote-free", system()),
+        &["remote-free-lost"],
+    );
+}
+
+/// A thread exits while the others allocate its size: a cache drained by
+/// the exit and reclaimed by the others at once hands a block out twice.
+#[test]
+fn an_exit_reclaim_race_is_found_by_a_race_and_never_one_op_at_a_time() {
+    let _alone = alone();
+    found_by_a_race_alone(
+        "target mt_ops\nrace-exit worker=0 size=5000 align=8 count=32\nrace-churn size=5000 align=8 count=8\n",
+        zoo_over("exit-reclaim-race", Box::leak(Box::new(Recycler { freed: Mutex::default() }))),
+        zoo::Bug::ExitReclaimRace.expected_kinds(),
+    );
+}
+
+/// The contention ops run clean on the correct allocators, at once and
+/// serially: remote frees of every size tier come back, threads exit
+/// while others free their blocks, every thread churns one class.
+#[test]
+fn contention_ops_run_clean_on_correct_allocators() {
+    let _alone = alone();
+    let mut text = String::from("target mt_ops\n");
+    for (i, size) in [8, 24, 100, 1500, 5000, 20000, 70000, 300000]
+        .iter()
+        .enumerate()
+    {
+        writeln!(
+            text,
+            "race-remote-free freer={i} owner={} size={size} align=8 count=32",
+            i + 1
+        )
+        .unwrap();
+        writeln!(text, "race-exit worker={i} size={size} align=16 count=16").unwrap();
+        writeln!(text, "race-churn size={size} align=8 count=16").unwrap();
+    }
+    let program = common::program(&text);
+    for allocator in ["system", "mimalloc", "jemalloc"] {
+        for serial in [false, true] {
+            let _serial = serial.then(Serially::on);
+            for _ in 0..50 {
+                common::run(&program, allocator)
+                    .unwrap_or_else(|line| panic!("{allocator}: {line}"));
+            }
+        }
+    }
 }
 
 #[test]
@@ -175,4 +342,61 @@ fn a_single_threaded_allocator_is_never_called_from_another_thread() {
     )));
     let line = common::caught(&mixed, undeclared).unwrap_err();
     assert!(line.contains("panic"), "{line}");
+}
+
+/// What fuzzing's `mt_ops` programs do, over random inputs: at least a
+/// quarter of their allocator calls are inside race sections.
+#[test]
+fn a_quarter_of_mt_ops_calls_race() {
+    let _alone = alone();
+    for allocator in ["mimalloc", "system"] {
+        let (mut calls, mut race_calls, mut most) = (0, 0, 0);
+        for input in common::inputs(27, 400, 4096) {
+            let program = shadow::Program::decode(shadow::Target::MtOps, &input);
+            let stats = common::run(&program, allocator).unwrap_or_else(|line| {
+                eprintln!("{program}\n{line}");
+                panic!("{line}")
+            });
+            calls += stats.calls;
+            race_calls += stats.race_calls;
+            most = most.max(stats.most_inside);
+        }
+        eprintln!(
+            "{allocator}: {race_calls} of {calls} calls raced, at most {most} inside at once"
+        );
+        assert!(
+            race_calls * 4 >= calls,
+            "{allocator}: {race_calls} of {calls} calls raced"
+        );
+    }
+}
+
+/// A heap's blocks reallocated from other threads (where the heap API has
+/// a plain realloc any thread may make) and freed through other threads'
+/// caches, then the heap visited, allocated in and ended: clean.
+#[test]
+fn a_heaps_blocks_reallocated_from_other_threads_run_clean() {
+    let _alone = alone();
+    let mut text = String::from("target heap_api\nheap-new\nheap-new\n");
+    for i in 0..24 {
+        writeln!(
+            text,
+            "heap-alloc heap={} size={} align=8",
+            i % 2,
+            24 + i * 40
+        )
+        .unwrap();
+    }
+    for i in 0..12 {
+        let to = ["double", "half", "+1", "4000"][i % 4];
+        writeln!(text, "race-realloc worker={} slot={i} to={to}", 1 + i % 3).unwrap();
+        writeln!(text, "race-free worker={} slot={}", 1 + i % 3, 12 + i).unwrap();
+    }
+    text.push_str("heap-visit heap=0\nheap-visit heap=1\nheap-alloc heap=0 size=400 align=8\nheap-delete heap=1\nheap-destroy heap=0\n");
+    let raced = common::program(&text);
+    for allocator in ["system", "mimalloc", "jemalloc"] {
+        for _ in 0..100 {
+            common::run(&raced, allocator).unwrap_or_else(|line| panic!("{allocator}: {line}"));
+        }
+    }
 }

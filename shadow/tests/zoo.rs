@@ -58,6 +58,8 @@ fn reaching(bug: Bug) -> String {
         Bug::CapacityLeak => "target alloc_ops\nalloc size=3000 align=8\nrealloc slot=0 to=100\n",
         Bug::SlowLeak => "target alloc_ops\nalloc size=64 align=8\nfree slot=0\n",
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
+        Bug::LostRemoteFree => "target mt_ops\nrace-remote-free freer=1 owner=0 size=1500 align=8 count=32\n",
+        Bug::ExitReclaimRace => "target mt_ops\nrace-exit worker=0 size=5000 align=8 count=16\n",
     };
     text.to_string()
 }
@@ -126,6 +128,20 @@ fn check(bug: Bug) -> Check {
             Some((
                 "shadow/tests/race.rs",
                 "a_racy_free_list_is_found_by_a_race_and_never_one_op_at_a_time",
+            )),
+        ),
+        Bug::LostRemoteFree => elsewhere(
+            "it needs a race",
+            Some((
+                "shadow/tests/race.rs",
+                "a_lost_remote_free_is_found_by_a_race_and_never_one_op_at_a_time",
+            )),
+        ),
+        Bug::ExitReclaimRace => elsewhere(
+            "it needs a race",
+            Some((
+                "shadow/tests/race.rs",
+                "an_exit_reclaim_race_is_found_by_a_race_and_never_one_op_at_a_time",
             )),
         ),
         Bug::LatentCorruption => elsewhere(

@@ -70,6 +70,27 @@ pub enum Bug {
     /// inside the allocator at once can lose an update (a live block then
     /// comes back from the list).
     RacyFreeList,
+    /// 1025..=2048-byte blocks belong to the thread that allocated them;
+    /// one freed by any other thread goes onto its owner's remote list,
+    /// which the owner's next allocations of the class take first. The
+    /// push is a load of the top, a store into that slot and a store of
+    /// the top plus one: two remote frees into one owner at once can write
+    /// the same slot, and one block is lost (never freed, never handed out
+    /// again). Pushes race only each other (the owner's pop locks them
+    /// out), so only two threads freeing one owner's blocks at once reach
+    /// it; one at a time, every remote free comes back.
+    LostRemoteFree,
+    /// 4097..=6144-byte blocks go, when freed, into the freeing thread's
+    /// cache. An exiting thread abandons its cache: it marks it first, so
+    /// others can take its blocks while it drains, then pops its blocks
+    /// one at a time and frees them to the base; every allocation of the
+    /// class reclaims from an abandoned cache first. A pop is a load of
+    /// the top and, after a window, a store of the top minus one: a
+    /// reclaimer's pop racing the drain's takes the block the drain frees,
+    /// a block handed out live that the base has freed. Only a thread
+    /// exiting while others allocate in the class reaches it; a thread
+    /// that exits alone drains before anyone looks.
+    ExitReclaimRace,
     /// Freeing a 3073..=3584-byte block queues a deferred flush; the flush,
     /// at the allocator's next quiet point (a program's end), corrupts the
     /// size-class table, and the next allocation of 64 bytes or less
@@ -146,7 +167,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 41] = [
+    pub const ALL: [Bug; 43] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -168,6 +189,8 @@ impl Bug {
         Bug::WildWrite,
         Bug::TinyReallocShort,
         Bug::RacyFreeList,
+        Bug::LostRemoteFree,
+        Bug::ExitReclaimRace,
         Bug::LatentCorruption,
         Bug::LargeReallocHole,
         Bug::LargeDirtyZeroed,
@@ -213,6 +236,8 @@ impl Bug {
             Bug::WildWrite => "wild-write",
             Bug::TinyReallocShort => "tiny-realloc-short",
             Bug::RacyFreeList => "racy-free-list",
+            Bug::LostRemoteFree => "lost-remote-free",
+            Bug::ExitReclaimRace => "exit-reclaim-race",
             Bug::LatentCorruption => "latent-corruption",
             Bug::LargeReallocHole => "large-realloc-hole",
             Bug::LargeDirtyZeroed => "large-dirty-zeroed",
@@ -258,7 +283,10 @@ impl Bug {
     /// The target whose ops reach the bug.
     pub fn target(self) -> shadow::Target {
         match self {
-            Bug::XthreadWrongFree | Bug::RacyFreeList => shadow::Target::MtOps,
+            Bug::XthreadWrongFree
+            | Bug::RacyFreeList
+            | Bug::LostRemoteFree
+            | Bug::ExitReclaimRace => shadow::Target::MtOps,
             Bug::HeapDeleteDrops
             | Bug::HeapSizedFreeTwice
             | Bug::HeapRezallocFreesTwice
@@ -319,6 +347,20 @@ impl Bug {
             // A block on the list twice is handed out to two owners; which
             // check sees it first depends on what they do with it.
             Bug::RacyFreeList => &["overlap", "contents", "realloc-prefix"],
+            // The lost block never comes back: the executor's reuse probe
+            // after a remote-free race misses it.
+            Bug::LostRemoteFree => &["remote-free-lost"],
+            // ASan sees the harness write the block the base freed; without
+            // it, the base hands the block out again (two owners), or its
+            // metadata lands in the block; the drain or the reclaimer's
+            // owner frees it a second time.
+            Bug::ExitReclaimRace => &[
+                "heap-use-after-free",
+                "overlap",
+                "contents",
+                "double-free",
+                "realloc-prefix",
+            ],
         }
     }
 

@@ -15,25 +15,30 @@
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use shadow::allocator::{Allocator, Arena, EmulatedHeaps, Extras, Heaps, ReallocToZero};
 
 mod bug;
+mod exit_reclaim;
 mod extras;
 mod heaps;
 mod name;
 mod planted;
 mod racy_list;
+mod remote_free;
 mod slow_leak;
+mod thread_slot;
 
 pub use bug::{default_base, parse_bugs, Bug};
 pub use name::register;
 
+use exit_reclaim::ExitCaches;
 use heaps::ZooHeaps;
 use planted::COMPUTED_BIN;
 use racy_list::RacyList;
+use remote_free::RemoteFrees;
 use slow_leak::SlowLeak;
 
 const DOUBLE_ISSUE: RangeInclusive<usize> = 33..=48;
@@ -103,6 +108,11 @@ pub struct Zoo {
     heaps: ZooHeaps,
     state: Mutex<State>,
     racy: RacyList,
+    /// `LostRemoteFree`'s owners and remote lists.
+    remote: RemoteFrees,
+    /// `ExitReclaimRace`'s per-thread caches (shared with the threads'
+    /// exit hooks).
+    exits: Arc<ExitCaches>,
     /// `LatentCorruption`: `CLEAN`, `FLUSH_QUEUED` or `CORRUPT`.
     latent: AtomicU8,
     /// `SlowLeak`'s counter and the blocks it keeps.
@@ -125,6 +135,8 @@ impl Zoo {
             heaps,
             state: Mutex::new(State::default()),
             racy: RacyList::new(),
+            remote: RemoteFrees::new(),
+            exits: Arc::new(ExitCaches::new(base)),
             latent: AtomicU8::new(CLEAN),
             slow_leak: SlowLeak::new(),
         })
@@ -172,6 +184,8 @@ impl Zoo {
         (align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size))
             || (align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size))
             || self.is_racy(size, align)
+            || self.is_lost_remote(size, align)
+            || self.is_exit_reclaim(size, align)
             || self.is_shifted(p)
     }
 
@@ -205,63 +219,6 @@ impl Zoo {
         {
             panic!("zoo: the size-class table is corrupt");
         }
-    }
-
-    unsafe fn pop_stale_list(&self) -> Option<*mut u8> {
-        let mut st = self.state();
-        let b = st.list_head;
-        if b == 0 {
-            return None;
-        }
-        st.list_head = *(b as *const usize);
-        // The bug: `last_pushed` still names `b`, now live again.
-        Some(b as *mut u8)
-    }
-
-    unsafe fn push_stale_list(&self, b: *mut u8) {
-        let mut st = self.state();
-        *(b as *mut usize) = st.list_head;
-        if st.last_pushed != 0 {
-            // Back-link into the previous push: a stale pointer if that block
-            // has been handed out since.
-            *((st.last_pushed + 8) as *mut usize) = b as usize;
-        }
-        st.list_head = b as usize;
-        st.last_pushed = b as usize;
-    }
-
-    fn track_owner(&self, p: *mut u8, size: usize, align: usize) {
-        if self.has(Bug::XthreadWrongFree) && !p.is_null() {
-            let me = std::thread::current().id();
-            let mut st = self.state();
-            st.owners.insert(p as usize, (me, size, align));
-            st.newest.insert(me, p as usize);
-        }
-    }
-
-    /// Returns true when the bug took over this free.
-    unsafe fn wrong_free(&self, p: *mut u8, size: usize) -> bool {
-        if !self.has(Bug::XthreadWrongFree) {
-            return false;
-        }
-        let me = std::thread::current().id();
-        let mut st = self.state();
-        let Some((owner, _, _)) = st.owners.remove(&(p as usize)) else {
-            return false;
-        };
-        if owner == me || !XTHREAD.contains(&size) {
-            return false;
-        }
-        // `p` is lost; the freeing thread's newest live block is freed instead.
-        let victim = st.newest.get(&me).copied().filter(|w| *w != p as usize);
-        let Some((w, (_, wsize, walign))) =
-            victim.and_then(|w| st.owners.remove(&w).map(|o| (w, o)))
-        else {
-            return false;
-        };
-        drop(st);
-        self.base.free(w as *mut u8, wsize, walign);
-        true
     }
 }
 
@@ -399,6 +356,12 @@ impl Allocator for Zoo {
         if self.is_racy(size, align) {
             return self.base.free(p, *RACY.end(), 16);
         }
+        if self.is_lost_remote(size, align) {
+            return self.remote.free(self.base, p);
+        }
+        if self.is_exit_reclaim(size, align) {
+            return self.exits.free(p);
+        }
         self.base.free(p, size, align)
     }
 
@@ -428,6 +391,16 @@ impl Allocator for Zoo {
         self.base.max_align()
     }
 
+    /// The classes `LostRemoteFree` and `ExitReclaimRace` keep hand a
+    /// remotely freed block out again within 4 more allocations (on the
+    /// owner's thread or the freeing one's); others are the base's.
+    fn remote_reuse(&self, size: usize, align: usize) -> Option<usize> {
+        if self.is_lost_remote(size, align) || self.is_exit_reclaim(size, align) {
+            return Some(4);
+        }
+        self.base.remote_reuse(size, align)
+    }
+
     fn arena(&self) -> Option<Arena> {
         self.base.arena()
     }
@@ -452,10 +425,12 @@ impl Allocator for Zoo {
         let large = st.large_freed.take();
         *st = State::default();
         drop(st);
+        self.exits.drain();
         unsafe {
             for p in self.racy.drain() {
                 self.base.free(p as *mut u8, *RACY.end(), 16);
             }
+            self.remote.drain(self.base);
             for p in cached {
                 self.base.free(p as *mut u8, *DOUBLE_ISSUE.end(), 16);
             }
@@ -520,6 +495,12 @@ impl Zoo {
         }
         if self.is_racy(size, align) {
             return self.racy_pop(size, zeroed);
+        }
+        if self.is_lost_remote(size, align) {
+            return self.remote.alloc(self.base, size, zeroed);
+        }
+        if self.is_exit_reclaim(size, align) {
+            return self.exits.alloc(size, zeroed);
         }
         if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
             let p = match self.pop_stale_list() {

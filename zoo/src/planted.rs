@@ -5,7 +5,7 @@
 
 use std::ops::RangeInclusive;
 
-use super::{Bug, Zoo, DOUBLE_ISSUE, RACY};
+use super::{Bug, Zoo, DOUBLE_ISSUE, RACY, XTHREAD};
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -187,5 +187,78 @@ impl Zoo {
     #[inline(never)]
     pub(super) fn tiny_realloc_short(&self, old: usize) -> usize {
         old - 1
+    }
+}
+
+/// The planted bugs' own bookkeeping, and which blocks they keep.
+impl Zoo {
+    /// Whether `LostRemoteFree` keeps a block of `size` and `align`.
+    pub(super) fn is_lost_remote(&self, size: usize, align: usize) -> bool {
+        align <= 16 && self.has(Bug::LostRemoteFree) && super::remote_free::CLASS.contains(&size)
+    }
+
+    /// Whether `ExitReclaimRace` keeps a block of `size` and `align`.
+    pub(super) fn is_exit_reclaim(&self, size: usize, align: usize) -> bool {
+        align <= 16 && self.has(Bug::ExitReclaimRace) && super::exit_reclaim::CLASS.contains(&size)
+    }
+
+    /// `StaleLink`: the head of the in-block free list, popped.
+    pub(super) unsafe fn pop_stale_list(&self) -> Option<*mut u8> {
+        let mut st = self.state();
+        let b = st.list_head;
+        if b == 0 {
+            return None;
+        }
+        st.list_head = *(b as *const usize);
+        // The bug: `last_pushed` still names `b`, now live again.
+        Some(b as *mut u8)
+    }
+
+    /// `StaleLink`: pushes `b`, and links the previous push to it.
+    pub(super) unsafe fn push_stale_list(&self, b: *mut u8) {
+        let mut st = self.state();
+        *(b as *mut usize) = st.list_head;
+        if st.last_pushed != 0 {
+            // Back-link into the previous push: a stale pointer if that block
+            // has been handed out since.
+            *((st.last_pushed + 8) as *mut usize) = b as usize;
+        }
+        st.list_head = b as usize;
+        st.last_pushed = b as usize;
+    }
+
+    /// `XthreadWrongFree`: notes `p`'s owner, and that it is the thread's newest.
+    pub(super) fn track_owner(&self, p: *mut u8, size: usize, align: usize) {
+        if self.has(Bug::XthreadWrongFree) && !p.is_null() {
+            let me = std::thread::current().id();
+            let mut st = self.state();
+            st.owners.insert(p as usize, (me, size, align));
+            st.newest.insert(me, p as usize);
+        }
+    }
+
+    /// `XthreadWrongFree`: true when the bug took over this free.
+    pub(super) unsafe fn wrong_free(&self, p: *mut u8, size: usize) -> bool {
+        if !self.has(Bug::XthreadWrongFree) {
+            return false;
+        }
+        let me = std::thread::current().id();
+        let mut st = self.state();
+        let Some((owner, _, _)) = st.owners.remove(&(p as usize)) else {
+            return false;
+        };
+        if owner == me || !XTHREAD.contains(&size) {
+            return false;
+        }
+        // `p` is lost; the freeing thread's newest live block is freed instead.
+        let victim = st.newest.get(&me).copied().filter(|w| *w != p as usize);
+        let Some((w, (_, wsize, walign))) =
+            victim.and_then(|w| st.owners.remove(&w).map(|o| (w, o)))
+        else {
+            return false;
+        };
+        drop(st);
+        self.base.free(w as *mut u8, wsize, walign);
+        true
     }
 }

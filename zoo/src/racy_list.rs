@@ -18,7 +18,7 @@ impl RacyList {
         }
     }
 
-    fn window() {
+    pub(super) fn window() {
         for _ in 0..256 {
             std::hint::spin_loop();
         }

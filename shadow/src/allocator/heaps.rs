@@ -154,6 +154,28 @@ impl Heaps for EmulatedHeaps {
         self.inner.free(p, size, align)
     }
 
+    /// The allocator's realloc; a block that moves leaves the heap.
+    unsafe fn remote_realloc_in(
+        &self,
+        heap: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let q = self.inner.realloc(p, old, align, new_size);
+        if q == p {
+            self.moved(heap, p, q, new_size, align);
+        } else if !q.is_null() {
+            self.forget(heap, p);
+        }
+        Some(q)
+    }
+
+    fn reallocs_remotely(&self) -> bool {
+        true
+    }
+
     unsafe fn resize_in_place_in(
         &self,
         heap: HeapId,

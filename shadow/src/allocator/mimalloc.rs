@@ -147,6 +147,27 @@ impl Allocator for Mimalloc {
         }
     }
 
+    /// A remote free goes to the owner's page (or, the first into a full
+    /// page, to the heap's delayed list); `mi_heap_collect` takes both in,
+    /// and a heap visit lists what is still in use.
+    fn in_use_after_collect(&self, ptrs: &[usize]) -> Option<Vec<usize>> {
+        let mut blocks: Vec<(usize, usize)> = Vec::new();
+        let arg = &mut blocks as *mut Vec<(usize, usize)> as *mut c_void;
+        // SAFETY: the default heap of the calling thread, which owns it;
+        // the visitor only pushes onto `blocks`, alive for the call.
+        let complete = unsafe {
+            let heap = mi::mi_heap_get_default();
+            mi::mi_heap_collect(heap, false);
+            mi::mi_heap_visit_blocks(heap, true, Some(collect_block), arg)
+        };
+        complete.then(|| {
+            ptrs.iter()
+                .copied()
+                .filter(|&p| blocks.iter().any(|&(b, len)| b <= p && p < b + len))
+                .collect()
+        })
+    }
+
     fn heaps(&self) -> Option<&dyn Heaps> {
         Some(self)
     }
@@ -290,6 +311,23 @@ impl Heaps for Mimalloc {
 
     fn collect(&self, h: HeapId, force: bool) {
         unsafe { mi::mi_heap_collect(heap(h), force) }
+    }
+
+    /// `mi_realloc` (or its aligned form) of a heap's block, from any
+    /// thread: a block that moves goes to the caller's default heap.
+    unsafe fn remote_realloc_in(
+        &self,
+        _h: HeapId,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        Some(self.realloc(p, old, align, new_size))
+    }
+
+    fn reallocs_remotely(&self) -> bool {
+        true
     }
 
     fn visit(&self, h: HeapId) -> Option<Vec<(usize, usize)>> {

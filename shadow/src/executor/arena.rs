@@ -68,7 +68,7 @@ impl Executor {
     /// allocator may refuse: it declares a region, and cannot serve a
     /// block that large right now (see the module doc).
     pub(super) fn refused_fairly(&self, size: usize, align: usize) -> bool {
-        let Some(arena) = self.guarded(|| self.alloc.arena()) else {
+        let Some(arena) = self.asked(|| self.alloc.arena()) else {
             return false;
         };
         // Not only `size` itself: an allocator that refuses one size while
@@ -89,7 +89,7 @@ impl Executor {
     /// What the allocator can serve now, if it declares a region.
     pub(super) fn capacity(&self) -> Option<Capacity> {
         // The count is read before the probes, none of them live.
-        let arena = self.guarded(|| self.alloc.arena())?;
+        let arena = self.asked(|| self.alloc.arena())?;
         Some(Capacity {
             largest: self.largest_servable(arena.size, PROBE_ALIGN.min(self.alloc.max_align())),
             free: arena.free,

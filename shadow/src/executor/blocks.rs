@@ -517,7 +517,7 @@ impl Executor {
 
     pub(super) fn validate(&mut self) {
         self.site = Site::bare("validate");
-        if let Err(detail) = self.guarded(|| self.alloc.validate(&self.shadow.live())) {
+        if let Err(detail) = self.asked(|| self.alloc.validate(&self.shadow.live())) {
             self.fail(Violation::Validator { detail });
         }
     }

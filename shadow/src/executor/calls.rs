@@ -70,13 +70,25 @@ impl Executor {
 
     /// Runs `f`, an allocator call on this thread; a panic in it is a finding.
     pub(super) fn guarded<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.calls.set(self.calls.get() + 1);
         crate::coverage::around(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
+    }
+
+    /// Runs `f`, a question the harness asks the allocator about itself
+    /// (an error it reported, its region, its validator), as
+    /// [`Executor::guarded`] but not counted as one of the program's calls.
+    pub(super) fn asked<R>(&self, f: impl FnOnce() -> R) -> R {
+        let calls = self.calls.get();
+        let answer = self.guarded(f);
+        self.calls.set(calls);
+        answer
     }
 
     /// Runs `f`, a query a check makes of what the op's calls returned (a
     /// usable size, a good size), as [`Executor::guarded`]; its code is in
     /// the path only of a violation of its answer.
     pub(super) fn queried<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.calls.set(self.calls.get() + 1);
         crate::coverage::around_query(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
     }
 
@@ -88,6 +100,7 @@ impl Executor {
         f: impl FnOnce(&'static dyn Allocator) -> usize + Send + 'static,
     ) -> usize {
         let alloc = self.alloc;
+        self.calls.set(self.calls.get() + 1);
         let result = crate::coverage::around(|| match on {
             On::Main => guard::call(|| f(alloc)),
             On::Worker(w) => self.pool().run(w, move || guard::call(|| f(alloc))),

@@ -12,11 +12,13 @@ mod arena;
 mod blocks;
 mod calls;
 mod checks;
+mod contention;
 mod heaps;
 mod more;
 mod race;
 
 use more::ReallocCall;
+pub use race::serial_races;
 use race::Section;
 
 /// Validators run after every this many ops, and at the end.
@@ -79,6 +81,11 @@ pub struct Stats {
     /// were inside the allocator at once.
     pub race_sections: usize,
     pub races: usize,
+    /// Allocator calls made, and of them, those made inside race
+    /// sections; the most workers inside the allocator at once.
+    pub calls: usize,
+    pub race_calls: usize,
+    pub most_inside: usize,
 }
 
 /// Runs programs against one allocator.
@@ -118,6 +125,8 @@ pub struct Executor {
     /// What an allocator over a fixed region could serve when the program
     /// started (checked runs only), held against its end.
     capacity_at_start: Option<arena::Capacity>,
+    /// Allocator calls made outside race sections so far.
+    calls: std::cell::Cell<usize>,
     pub stats: Stats,
 }
 
@@ -182,6 +191,7 @@ impl Executor {
             finished: false,
             reference: false,
             capacity_at_start: None,
+            calls: std::cell::Cell::new(0),
             stats: Stats::default(),
         };
         if executor.checked {
@@ -254,7 +264,7 @@ impl Executor {
         }
         self.locate_changes();
         if self.checked {
-            if let Some(detail) = self.guarded(|| self.alloc.take_error()) {
+            if let Some(detail) = self.asked(|| self.alloc.take_error()) {
                 self.fail(Violation::AllocatorError { detail });
             }
             if index % VALIDATE_EVERY == VALIDATE_EVERY - 1 {
@@ -398,6 +408,13 @@ impl Executor {
                 align,
                 count,
             } => self.remote_free_race(freer, owner, size, align, count),
+            Op::RaceExit {
+                worker,
+                size,
+                align,
+                count,
+            } => self.race_exit(worker, size, align, count),
+            Op::RaceChurn { size, align, count } => self.queue_churn(size, align, count),
         }
     }
 
@@ -429,15 +446,16 @@ impl Executor {
             self.guarded(|| unsafe { self.heaps().delete(h) });
         }
         if self.checked {
-            if let Some(detail) = self.guarded(|| self.alloc.take_error()) {
+            if let Some(detail) = self.asked(|| self.alloc.take_error()) {
                 self.fail(Violation::AllocatorError { detail });
             }
         }
-        self.guarded(|| self.alloc.reset());
+        self.asked(|| self.alloc.reset());
         if let Some(start) = self.capacity_at_start.filter(|_| self.checked) {
             self.check_capacity(start);
         }
         crate::sanitizer::check();
+        self.stats.calls += self.calls.take() + self.stats.race_calls;
         self.finished = true;
     }
 }

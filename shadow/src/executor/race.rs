@@ -2,19 +2,19 @@
 //!
 //! The executor queues each race op as a [`Step`] on its worker's script,
 //! resolving slots and seeds on the main thread so the section's inputs are
-//! deterministic. [`run`] then releases every worker with a script at the
-//! same moment (a spinning barrier: a sleeping one wakes threads tens of
+//! deterministic. [`run`] then releases every worker with a script (or
+//! a thread exit) at the same moment (a spinning barrier: a sleeping one wakes threads tens of
 //! microseconds apart, longer than a whole script) and waits for all. On a
 //! worker a step only calls the allocator and writes or reads the block's
 //! pattern; every check happens afterwards, on the main thread, in script
 //! order. What interleaves inside the section is up to the machine: a
 //! finding from a race may need several replays to show again.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
 
-use super::{Executor, On, Origin, Outcome};
+use super::{Executor, Origin, Outcome};
 use crate::allocator::{Allocator, EmulatedHeaps, Heaps};
 use crate::edges::{NewSize, IMPOSSIBLE_FROM};
 use crate::guard::{self, Panicked};
@@ -40,6 +40,14 @@ pub enum Step {
     /// Realloc a block that was live before the section, check the kept
     /// prefix, then write the pattern of `seed`.
     Realloc { block: Block, new: usize, seed: u64 },
+    /// Allocate `count` blocks, writing the pattern of `seed + i` into the
+    /// `i`-th, then free them oldest first, each checked before its free.
+    Churn {
+        size: usize,
+        align: usize,
+        count: usize,
+        seed: u64,
+    },
 }
 
 /// What a step did.
@@ -52,6 +60,13 @@ pub enum Done {
         lost_prefix: Option<Mismatch>,
     },
     Freed,
+    /// A churn's blocks (each freed again), the first whose pattern broke
+    /// while it was live, and how many requests were refused.
+    Churned {
+        ptrs: Vec<usize>,
+        broken: Option<(usize, Mismatch)>,
+        refused: usize,
+    },
     Panicked(Panicked),
 }
 
@@ -59,11 +74,19 @@ pub enum Done {
 #[derive(Default)]
 pub struct Section {
     scripts: [Vec<Step>; WORKERS],
+    /// Workers whose thread exits once its script is done, while the
+    /// others still run theirs.
+    exits: [bool; WORKERS],
 }
 
 impl Section {
     pub fn is_empty(&self) -> bool {
-        self.scripts.iter().all(Vec::is_empty)
+        self.scripts.iter().all(Vec::is_empty) && !self.exits.contains(&true)
+    }
+
+    /// Ends worker `worker`'s thread in the section, after its script.
+    pub fn exit(&mut self, worker: usize) {
+        self.exits[worker % WORKERS] = true;
     }
 
     /// Whether worker `worker` can take one more step.
@@ -101,11 +124,13 @@ impl Section {
 struct Inside {
     now: AtomicUsize,
     most: AtomicUsize,
+    calls: AtomicUsize,
 }
 
 impl Inside {
     /// Runs `f`, an allocator call, counted as inside.
     fn during<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let n = self.now.fetch_add(1, Ordering::AcqRel) + 1;
         self.most.fetch_max(n, Ordering::AcqRel);
         let result = f();
@@ -114,11 +139,13 @@ impl Inside {
     }
 }
 
-/// What a section did: each step's result, worker 0's script first, and
-/// the most workers that were inside the allocator at once.
+/// What a section did: each step's result, worker 0's script first, the
+/// most workers that were inside the allocator at once, and how many
+/// allocator calls the workers made.
 pub struct Ran {
     pub results: Vec<(Step, Done)>,
     pub most_inside: usize,
+    pub calls: usize,
 }
 
 /// The heap API a section frees heap blocks through: the allocator's own,
@@ -138,42 +165,83 @@ impl HeapCalls {
     }
 }
 
-/// Runs the section: every worker with a script starts at once.
+/// Race sections run one worker after another (each exit done before the
+/// next worker starts) when set: the serial replay of a program whose
+/// finding came from a race, which must run clean when the race was the
+/// bug ([`serial_races`]).
+static SERIAL: AtomicBool = AtomicBool::new(false);
+
+/// Runs every race section of this process serially (`true`), or at once
+/// as fuzzing does (`false`, the default). Same steps, same checks, no
+/// contention.
+pub fn serial_races(serial: bool) {
+    SERIAL.store(serial, Ordering::Relaxed);
+}
+
+/// Runs the section: every worker with a script, or an exit, starts at
+/// once (one after another under [`serial_races`]); a worker that exits ends its thread after its script, and the
+/// section is over once that thread is gone.
 pub fn run(
     section: Section,
     pool: &mut WorkerPool,
     alloc: &'static dyn Allocator,
     heaps: HeapCalls,
 ) -> Ran {
-    let busy = section.scripts.iter().filter(|s| !s.is_empty()).count();
+    let exits = section.exits;
+    let starts = |w: usize, script: &Vec<Step>| !script.is_empty() || exits[w];
+    let busy = section
+        .scripts
+        .iter()
+        .enumerate()
+        .filter(|(w, s)| starts(*w, s))
+        .count();
     let gate = Arc::new(AtomicUsize::new(0));
     let inside = Arc::new(Inside::default());
     let (tx, rx) = channel();
+    let serial = SERIAL.load(Ordering::Relaxed);
+    let mut finished = Vec::new();
     for (worker, script) in section.scripts.into_iter().enumerate() {
-        if script.is_empty() {
+        if !starts(worker, &script) {
             continue;
         }
-        let (gate, inside, tx, heaps) = (gate.clone(), inside.clone(), tx.clone(), heaps.clone());
-        pool.start(worker, move || {
-            wait_for_all(&gate, busy);
+        let (inside, tx, heaps) = (inside.clone(), tx.clone(), heaps.clone());
+        let (gate, together) = match serial {
+            true => (Arc::new(AtomicUsize::new(0)), 1),
+            false => (gate.clone(), busy),
+        };
+        let job = move || {
+            wait_for_all(&gate, together);
             let done: Vec<_> = script
                 .iter()
                 .map(|s| (*s, step(alloc, heaps.get(), s, &inside)))
                 .collect();
             let _ = tx.send((worker, done));
-        });
+        };
+        match exits[worker] {
+            true => pool.start_last(worker, job),
+            false => pool.start(worker, job),
+        }
+        if serial {
+            // The next worker starts once this one is done (and gone).
+            finished.push(rx.recv().expect("a worker thread died in a race section"));
+            pool.reap();
+        }
     }
     drop(tx);
-    let mut results: Vec<_> = rx.iter().collect();
+    let mut results: Vec<_> = finished.into_iter().chain(rx.iter()).collect();
     assert_eq!(
         results.len(),
         busy,
         "a worker thread died in a race section"
     );
+    // The exits' thread-local destructors may still run, racing the
+    // others' last steps: the section ends when they are done.
+    pool.reap();
     results.sort_by_key(|(worker, _)| *worker);
     Ran {
         results: results.into_iter().flat_map(|(_, done)| done).collect(),
         most_inside: inside.most.load(Ordering::Acquire),
+        calls: inside.calls.load(Ordering::Relaxed),
     }
 }
 
@@ -221,8 +289,14 @@ fn step(alloc: &'static dyn Allocator, heaps: &dyn Heaps, step: &Step, inside: &
                 new,
                 seed,
             } => {
+                let p = b.ptr as *mut u8;
                 let q = crate::sanitizer::given(b.ptr, || {
-                    inside.during(|| alloc.realloc(b.ptr as *mut u8, b.size, b.align, new))
+                    inside.during(|| match b.heap {
+                        Some(h) => heaps
+                            .remote_realloc_in(h, p, b.size, b.align, new)
+                            .unwrap_or(std::ptr::null_mut()),
+                        None => alloc.realloc(p, b.size, b.align, new),
+                    })
                 });
                 let mut lost_prefix = None;
                 if !q.is_null() {
@@ -234,9 +308,55 @@ fn step(alloc: &'static dyn Allocator, heaps: &dyn Heaps, step: &Step, inside: &
                     lost_prefix,
                 }
             }
+            Step::Churn {
+                size,
+                align,
+                count,
+                seed,
+            } => churn(alloc, size, align, count, seed, inside),
         }
     });
     result.unwrap_or_else(Done::Panicked)
+}
+
+/// A churn step: `count` blocks allocated and written, then each checked
+/// and freed, oldest first.
+///
+/// # Safety
+/// `alloc` is a sound allocator as far as the harness knows: the blocks it
+/// returns are `size` bytes this worker owns until it frees them.
+unsafe fn churn(
+    alloc: &'static dyn Allocator,
+    size: usize,
+    align: usize,
+    count: usize,
+    seed: u64,
+    inside: &Inside,
+) -> Done {
+    let mut ptrs = Vec::with_capacity(count);
+    let mut refused = 0;
+    for i in 0..count {
+        let p = inside.during(|| alloc.alloc(size, align, false));
+        if p.is_null() {
+            refused += 1;
+            continue;
+        }
+        pattern::fill(p, size, seed.wrapping_add(i as u64));
+        ptrs.push((p as usize, i));
+    }
+    let mut broken = None;
+    for &(p, i) in &ptrs {
+        if broken.is_none() {
+            let seed = seed.wrapping_add(i as u64);
+            broken = pattern::check(p as *const u8, size, size, seed).map(|m| (p, m));
+        }
+        inside.during(|| alloc.free(p as *mut u8, size, align));
+    }
+    Done::Churned {
+        ptrs: ptrs.into_iter().map(|(p, _)| p).collect(),
+        broken,
+        refused,
+    }
 }
 
 /// Race sections on the executor: queueing on the main thread, the run,
@@ -260,8 +380,9 @@ impl Executor {
 
     /// Queues a free (`to` is `None`) or a realloc of live block `i`; the
     /// block leaves the shadow now, so no other step can name it. A heap's
-    /// block is only freed here: a realloc allocates in its heap, which
-    /// heap APIs bind to one thread (see [`Heaps::remote_free_in`]).
+    /// block is reallocated only where the heap API has a plain realloc
+    /// any thread may make ([`Heaps::remote_realloc_in`]): its own
+    /// allocates in the heap, which heap APIs bind to one thread.
     pub(super) fn queue_resize(&mut self, worker: usize, i: usize, to: Option<NewSize>) -> Outcome {
         let b = self.shadow.blocks()[i];
         let new = to.map(|t| t.resolve(b.size));
@@ -270,7 +391,7 @@ impl Executor {
                 && n < IMPOSSIBLE_FROM
                 && self.shadow.fits_resize(n.saturating_add(self.race.bytes()))
         });
-        let in_heap = b.heap.is_some() && new.is_some();
+        let in_heap = b.heap.is_some() && new.is_some() && !self.heaps().reallocs_remotely();
         if !self.checked || in_heap || !resizable || !self.race.has_room(worker) {
             return Outcome::Skipped;
         }
@@ -289,44 +410,6 @@ impl Executor {
         Outcome::Done
     }
 
-    /// `owner` allocates `count` blocks (one at a time), then a section
-    /// runs in which `freer` frees them while `owner` allocates `count`
-    /// more.
-    pub(super) fn remote_free_race(
-        &mut self,
-        freer: usize,
-        owner: usize,
-        size: usize,
-        align: usize,
-        count: usize,
-    ) -> Outcome {
-        if size == 0 || size >= IMPOSSIBLE_FROM {
-            return Outcome::Skipped;
-        }
-        // The free is remote: never on the owner's own thread.
-        let freer = match freer % WORKERS == owner % WORKERS {
-            true => owner + 1,
-            false => freer,
-        };
-        let mut owned = Vec::new();
-        for _ in 0..count.min(MAX_STEPS) {
-            if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(owner))
-            {
-                owned.push(self.shadow.blocks()[i].ptr);
-            }
-        }
-        for ptr in &owned {
-            if let Some(i) = self.shadow.blocks().iter().position(|b| b.ptr == *ptr) {
-                self.queue_resize(freer, i, None);
-            }
-        }
-        for _ in 0..owned.len() {
-            self.queue_alloc(owner, size, align);
-        }
-        self.run_race();
-        Outcome::Done
-    }
-
     /// Runs the queued section, then checks each result in script order
     /// and every live block.
     pub(super) fn run_race(&mut self) {
@@ -341,6 +424,8 @@ impl Executor {
         let (alloc, heaps) = (self.alloc, self.heap_calls());
         let ran = crate::coverage::around(|| run(section, self.pool(), alloc, heaps));
         self.stats.race_sections += 1;
+        self.stats.race_calls += ran.calls;
+        self.stats.most_inside = self.stats.most_inside.max(ran.most_inside);
         if ran.most_inside >= 2 {
             self.stats.races += 1;
         }
@@ -364,6 +449,7 @@ impl Executor {
     /// Checks what `step` did; `frees`: whether its section freed blocks.
     fn check_raced(&mut self, step: Step, done: Done, frees: bool) {
         let (api, size, align) = match step {
+            Step::Churn { size, align, .. } => return self.check_churn(size, align, done, frees),
             Step::Alloc { size, align, .. } => ("race-alloc", size, align),
             Step::Free { block } => ("race-free", block.size, block.align),
             Step::Realloc { block, .. } => ("race-realloc", block.size, block.align),
@@ -380,6 +466,7 @@ impl Executor {
                 return;
             }
             Done::Block { ptr, lost_prefix } => (ptr, lost_prefix),
+            Done::Churned { .. } => unreachable!("only a churn churns"),
         };
         if ptr == 0 {
             let asked = match step {
@@ -420,17 +507,31 @@ impl Executor {
                 }
                 (new, seed)
             }
-            Step::Free { .. } => unreachable!("a free returns no block"),
+            Step::Free { .. } | Step::Churn { .. } => unreachable!("returns no block"),
         };
-        self.adopt(ptr, new_size, align, None, Origin::Raced { seed });
+        // A heap's block reallocated in place stays in its heap; one that
+        // moved was freed from another thread, as a race's free is.
+        let heap = match step {
+            Step::Realloc { block, .. } if block.ptr == ptr => block.heap,
+            Step::Realloc { block, .. } => {
+                if let Some(h) = block.heap {
+                    self.remote_freed.push((h, block.ptr));
+                }
+                None
+            }
+            _ => None,
+        };
+        self.adopt(ptr, new_size, align, heap, Origin::Raced { seed });
     }
 }
 
-/// Bytes a queued step adds to the program's requests.
+/// Bytes a queued step adds to the program's requests (a churn's, while
+/// its blocks are live).
 fn race_bytes(step: &Step) -> usize {
     match *step {
         Step::Alloc { size, .. } => size,
         Step::Realloc { new, .. } => new,
+        Step::Churn { size, count, .. } => size.saturating_mul(count),
         Step::Free { .. } => 0,
     }
 }
@@ -445,7 +546,7 @@ fn raced_block(step: &Step, done: &Done) -> Option<Block> {
     let (size, align) = match *step {
         Step::Alloc { size, align, .. } => (size, align),
         Step::Realloc { block, new, .. } => (new, block.align),
-        Step::Free { .. } => return None,
+        Step::Free { .. } | Step::Churn { .. } => return None,
     };
     Some(Block {
         ptr,

@@ -94,14 +94,15 @@ enum ArbThreadOp {
     Race(ArbRaceOp),
 }
 
-/// The race ops of `heap_api`: only those a heap's blocks take from
-/// another thread (a realloc would allocate in the heap, bound to its
-/// thread). With `mt_ops`' realloc and remote-free too, running the seeds
-/// took 2.0–2.3 s instead of 1.2 s.
+/// The race ops of `heap_api`: those a heap's blocks take from another
+/// thread (a free, and a plain realloc where the heap API has one: its own
+/// would allocate in the heap, bound to its thread). With `mt_ops`'
+/// remote-free too, running the seeds took 2.0–2.3 s instead of 1.2 s.
 #[derive(Arbitrary)]
 enum ArbHeapRaceOp {
     Alloc(u8, ArbSize, ArbAlign),
     Free(u8, u8),
+    Realloc(u8, u8, ArbNewSize),
 }
 
 #[derive(Arbitrary)]
@@ -110,6 +111,8 @@ enum ArbRaceOp {
     Free(u8, u8),
     Realloc(u8, u8, ArbNewSize),
     RemoteFree(u8, u8, ArbSize, ArbAlign, u8),
+    Exit(u8, ArbSize, ArbAlign, u8),
+    Churn(ArbSize, ArbAlign, u8),
 }
 
 impl ArbBasicOp {
@@ -215,6 +218,9 @@ impl ArbHeapOp {
                 ArbRaceOp::Alloc(w, size, align).lower(history)
             }
             ArbHeapOp::Race(ArbHeapRaceOp::Free(w, s)) => ArbRaceOp::Free(w, s).lower(history),
+            ArbHeapOp::Race(ArbHeapRaceOp::Realloc(w, s, to)) => {
+                ArbRaceOp::Realloc(w, s, to).lower(history)
+            }
         }
     }
 }
@@ -280,7 +286,24 @@ impl ArbRaceOp {
                     owner: owner.into(),
                     size,
                     align,
-                    count: usize::from(count % 16) + 1,
+                    count: usize::from(count % 32) + 1,
+                }
+            }
+            ArbRaceOp::Exit(worker, size, align, count) => {
+                let (size, align) = size_align(size, align, h);
+                Op::RaceExit {
+                    worker: worker.into(),
+                    size,
+                    align,
+                    count: usize::from(count % 32) + 1,
+                }
+            }
+            ArbRaceOp::Churn(size, align, count) => {
+                let (size, align) = size_align(size, align, h);
+                Op::RaceChurn {
+                    size,
+                    align,
+                    count: usize::from(count % 32) + 1,
                 }
             }
         }

@@ -217,14 +217,36 @@ pub enum Op {
         to: NewSize,
     },
     /// The cross-thread free race in one op: worker `owner` allocates
-    /// `count` blocks, then a race section runs in which worker `freer`
-    /// (the next worker, when both name the same thread) frees them while
-    /// `owner` allocates `count` more of the same size
-    /// (remote-free queues, delayed-free lists and tcache flushes race
-    /// the owner's own allocations there).
+    /// `count` blocks, then a race section runs in which every other
+    /// worker frees some of them (dealt round robin from `freer`) while
+    /// `owner` allocates `count` more of the same size (remote-free
+    /// queues, delayed-free lists and tcache flushes race the owner's own
+    /// allocations there, and the freers race each other). Then, where
+    /// the allocator promises it ([`crate::allocator::Allocator::remote_reuse`]),
+    /// every remotely freed block must be handed out again.
     RaceRemoteFree {
         freer: usize,
         owner: usize,
+        size: usize,
+        align: usize,
+        count: usize,
+    },
+    /// The thread-exit race in one op: worker `worker` allocates `count`
+    /// blocks and frees the first half itself, then a race section runs in
+    /// which its thread exits (its caches abandoned, its thread-local
+    /// destructors run) while every other worker allocates blocks of the
+    /// same size and frees the exiting thread's live ones.
+    RaceExit {
+        worker: usize,
+        size: usize,
+        align: usize,
+        count: usize,
+    },
+    /// In a race, every worker allocates `count` blocks of `size` (each
+    /// written with its pattern), then frees them oldest first (each
+    /// checked before its free): many calls into one size class from
+    /// every thread at once.
+    RaceChurn {
         size: usize,
         align: usize,
         count: usize,
@@ -280,6 +302,8 @@ impl Op {
                 | Op::RaceFree { .. }
                 | Op::RaceRealloc { .. }
                 | Op::RaceRemoteFree { .. }
+                | Op::RaceExit { .. }
+                | Op::RaceChurn { .. }
         )
     }
 }

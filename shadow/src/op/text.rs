@@ -178,6 +178,18 @@ impl fmt::Display for Op {
                 f,
                 "race-remote-free freer={freer} owner={owner} size={size} align={align} count={count}"
             ),
+            Op::RaceExit {
+                worker,
+                size,
+                align,
+                count,
+            } => write!(
+                f,
+                "race-exit worker={worker} size={size} align={align} count={count}"
+            ),
+            Op::RaceChurn { size, align, count } => {
+                write!(f, "race-churn size={size} align={align} count={count}")
+            }
         }
     }
 }
@@ -387,6 +399,17 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
         "race-remote-free" => Op::RaceRemoteFree {
             freer: num("freer")?,
             owner: num("owner")?,
+            size: num("size")?,
+            align: num("align")?,
+            count: num("count")?,
+        },
+        "race-exit" => Op::RaceExit {
+            worker: num("worker")?,
+            size: num("size")?,
+            align: num("align")?,
+            count: num("count")?,
+        },
+        "race-churn" => Op::RaceChurn {
             size: num("size")?,
             align: num("align")?,
             count: num("count")?,

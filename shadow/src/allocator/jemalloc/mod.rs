@@ -252,7 +252,14 @@ impl Heaps for Jemalloc {
 
     /// Not through the heap's tcache: jemalloc(3), `tcache.create`: "Each
     /// explicit cache can be used by only one thread at a time; the
-    /// application must assure that this constraint holds."
+    /// application must assure that this constraint holds." Nor through
+    /// the freeing thread's own: a thread cache hands a block to whichever
+    /// request of its class comes next, so a heap's block freed there
+    /// comes back as a block of no heap, which the heap's end then
+    /// discards (`arena.<i>.destroy`: "all thread caches which were used
+    /// to allocate/deallocate in conjunction with the arena must be
+    /// flushed beforehand"; seen here as a live block `sallocx` no longer
+    /// knows).
     unsafe fn remote_free_in(&self, h: HeapId, p: *mut u8, size: usize, align: usize) {
         self.arenas.freed(Heap::of(h));
         let flags = flags(align, false) | je::MALLOCX_TCACHE_NONE;
@@ -260,6 +267,31 @@ impl Heaps for Jemalloc {
             0 => je::dallocx(p.cast(), je::MALLOCX_TCACHE_NONE),
             _ => je::sdallocx(p.cast(), size, flags),
         }
+    }
+
+    /// `rallocx` without an arena and without a tcache (as
+    /// [`Heaps::remote_free_in`]): a block that moves goes to the calling
+    /// thread's automatic arena and leaves the heap's.
+    unsafe fn remote_realloc_in(
+        &self,
+        h: HeapId,
+        p: *mut u8,
+        _old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        if classic(new_size) {
+            return Some(std::ptr::null_mut());
+        }
+        let q = resize(p, new_size, flags(align, false) | je::MALLOCX_TCACHE_NONE);
+        if !q.is_null() && q != p {
+            self.arenas.freed(Heap::of(h));
+        }
+        Some(q)
+    }
+
+    fn reallocs_remotely(&self) -> bool {
+        true
     }
 
     unsafe fn delete(&self, h: HeapId) {

@@ -1,0 +1,332 @@
+//! The contention ops: one op each for where allocator races live, built
+//! on race sections ([`super::race`]). A remote-free race (blocks of one
+//! owner freed by every other thread while it allocates, then each must be
+//! handed out again), a thread exit racing the frees of its blocks and the
+//! allocations of its size, and a churn of one size class on every thread.
+
+use super::race::{Step, MAX_STEPS};
+use super::{Executor, On, Outcome};
+use crate::allocator::Allocator;
+use crate::edges::IMPOSSIBLE_FROM;
+use crate::guard;
+use crate::model::Block;
+use crate::violation::{Site, Violation};
+use crate::workers::WORKERS;
+
+/// Largest block a churn step allocates: allocator races live in the size
+/// classes a thread cache or a page's free list serves.
+pub const CHURN_MAX: usize = 64 << 10;
+
+/// The workers other than `owner`, from `first` on, round robin.
+fn others(owner: usize, first: usize) -> Vec<usize> {
+    let owner = owner % WORKERS;
+    (0..WORKERS)
+        .map(|i| (first + i) % WORKERS)
+        .filter(|&w| w != owner)
+        .collect()
+}
+
+impl Executor {
+    /// `owner` allocates `count` blocks (one at a time); then a section
+    /// runs in which the other workers, dealt round robin from `freer`,
+    /// free them while `owner` allocates `count` more; then every block
+    /// freed remotely must come back ([`Executor::check_reuse`]).
+    pub(super) fn remote_free_race(
+        &mut self,
+        freer: usize,
+        owner: usize,
+        size: usize,
+        align: usize,
+        count: usize,
+    ) -> Outcome {
+        if size == 0 || size >= IMPOSSIBLE_FROM {
+            return Outcome::Skipped;
+        }
+        let owner = owner % WORKERS;
+        let freers = others(owner, freer);
+        let owned = self.alloc_on(owner, size, align, count);
+        let mut freed = Vec::new();
+        for (n, b) in owned.iter().enumerate() {
+            let worker = freers[n % freers.len()];
+            if self.queue_free(worker, b.ptr) {
+                freed.push((worker, *b));
+            }
+        }
+        for _ in 0..owned.len() {
+            self.queue_alloc(owner, size, align);
+        }
+        self.run_race();
+        self.check_reuse(owner, &freed, size, align);
+        Outcome::Done
+    }
+
+    /// `worker` allocates `count` blocks and frees the first half itself;
+    /// then a section runs in which its thread exits while the other
+    /// workers allocate `count` blocks of the size and free its live ones.
+    pub(super) fn race_exit(
+        &mut self,
+        worker: usize,
+        size: usize,
+        align: usize,
+        count: usize,
+    ) -> Outcome {
+        if size == 0 || size >= IMPOSSIBLE_FROM {
+            return Outcome::Skipped;
+        }
+        let owner = worker % WORKERS;
+        let others = others(owner, owner + 1);
+        let owned = self.alloc_on(owner, size, align, count);
+        let half = owned.len() / 2;
+        for b in &owned[..half] {
+            if let Some(i) = self.shadow.blocks().iter().position(|l| l.ptr == b.ptr) {
+                self.free_block(i, On::Worker(owner));
+            }
+        }
+        for n in 0..owned.len() {
+            self.queue_alloc(others[n % others.len()], size, align);
+        }
+        for (n, b) in owned[half..].iter().enumerate() {
+            self.queue_free(others[n % others.len()], b.ptr);
+        }
+        self.race.exit(owner);
+        self.run_race();
+        Outcome::Done
+    }
+
+    /// Every worker churns `count` blocks of `size` at once.
+    pub(super) fn queue_churn(&mut self, size: usize, align: usize, count: usize) -> Outcome {
+        let bytes = size.saturating_mul(count).saturating_mul(WORKERS);
+        if !self.checked
+            || size == 0
+            || size > CHURN_MAX
+            || align > self.alloc.max_align()
+            || !self.shadow.fits(bytes.saturating_add(self.race.bytes()))
+        {
+            return Outcome::Skipped;
+        }
+        let count = count.min(MAX_STEPS);
+        for worker in 0..WORKERS {
+            if self.race.has_room(worker) {
+                let seed = self.seed();
+                self.race.push(
+                    worker,
+                    Step::Churn {
+                        size,
+                        align,
+                        count,
+                        seed,
+                    },
+                );
+            }
+        }
+        Outcome::Done
+    }
+
+    /// Checks what a churn step did; `frees`: its section freed blocks.
+    pub(super) fn check_churn(
+        &mut self,
+        size: usize,
+        align: usize,
+        done: super::race::Done,
+        frees: bool,
+    ) {
+        use super::race::Done;
+        self.site = Site::new("race-churn", size, align);
+        let (ptrs, broken, refused) = match done {
+            Done::Churned {
+                ptrs,
+                broken,
+                refused,
+            } => (ptrs, broken, refused),
+            Done::Panicked(p) => self.panicked(p),
+            _ => unreachable!("a churn step churns"),
+        };
+        if let Some((ptr, mismatch)) = broken {
+            // Another thread's call wrote into the block while it was live:
+            // the section's code is where the bug is.
+            self.fail(Violation::Contents {
+                ptr,
+                size,
+                mismatch,
+                when: "while a race section's churn held it",
+                by_call: true,
+            });
+        }
+        if let Some(&ptr) = ptrs.iter().find(|p| !p.is_multiple_of(align)) {
+            self.flag(Violation::Alignment { ptr, size, align });
+        }
+        let unjudged = frees && self.alloc.arena().is_some();
+        if refused > 0 && !unjudged && !self.refused_fairly(size, align) {
+            self.flag(Violation::Null { size, align });
+        }
+    }
+
+    /// Up to `count` blocks of `size` allocated on `worker`, one call at a
+    /// time (checked and tracked as any worker's).
+    fn alloc_on(&mut self, worker: usize, size: usize, align: usize, count: usize) -> Vec<Block> {
+        let mut owned = Vec::new();
+        for _ in 0..count.min(MAX_STEPS) {
+            if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(worker))
+            {
+                owned.push(self.shadow.blocks()[i]);
+            }
+        }
+        owned
+    }
+
+    /// Queues `worker`'s free of the live block at `ptr`, if it is live
+    /// and the section has room: whether it was queued.
+    fn queue_free(&mut self, worker: usize, ptr: usize) -> bool {
+        let Some(i) = self.shadow.blocks().iter().position(|b| b.ptr == ptr) else {
+            return false;
+        };
+        self.queue_resize(worker, i, None) == Outcome::Done
+    }
+
+    /// After a remote-free race: each block freed on another thread than
+    /// its owner's must come back. The owner's heap, once it has taken in
+    /// the frees, must not count it in use
+    /// ([`Allocator::in_use_after_collect`]); or, where the allocator
+    /// promises it ([`Allocator::remote_reuse`]), it is handed out again
+    /// within `k + n` allocations of its size on the owner's thread, then
+    /// on each freeing thread's (the probes' blocks are freed on the
+    /// thread that allocated them). A block that does not come back was
+    /// dropped: a `remote-free-lost`.
+    fn check_reuse(&mut self, owner: usize, freed: &[(usize, Block)], size: usize, align: usize) {
+        if !self.checked || freed.is_empty() {
+            return;
+        }
+        self.site = Site::new("remote-free", size, align);
+        // A block the section's own allocations got back is live again.
+        let missing: Vec<Block> = freed
+            .iter()
+            .map(|(_, b)| *b)
+            .filter(|b| self.shadow.overlapping(b.ptr, b.end()).is_none())
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let ptrs: Vec<usize> = missing.iter().map(|b| b.ptr).collect();
+        let alloc = self.alloc;
+        let in_use = self.call_on(owner, move || alloc.in_use_after_collect(&ptrs));
+        let (lost, how) = match in_use {
+            Some(in_use) => (
+                in_use,
+                "are still in use in their owner's heap after it collected".to_string(),
+            ),
+            None => match self.alloc.remote_reuse(size, align) {
+                Some(slack) => {
+                    let bound = freed.len() + slack;
+                    let lost = self.probe_reuse(owner, freed, missing, size, align, bound);
+                    let how = format!("never came back in {bound} allocations of that size on the owner's thread and each freeing thread's");
+                    (lost, how)
+                }
+                None => return,
+            },
+        };
+        if let Some(&ptr) = lost.first() {
+            self.flag(Violation::RemoteFreeLost {
+                ptr,
+                size,
+                freed: freed.len(),
+                lost: lost.len(),
+                how,
+            });
+        }
+    }
+
+    /// Runs `f`, an allocator call, on `worker` (guarded, counted, on the
+    /// op's path).
+    fn call_on<R: Send + 'static>(
+        &mut self,
+        worker: usize,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        self.calls.set(self.calls.get() + 1);
+        let result = crate::coverage::around(|| self.pool().run(worker, move || guard::call(f)));
+        result.unwrap_or_else(|p| self.panicked(p))
+    }
+
+    /// Allocates on the owner, then on each freer, until every block of
+    /// `missing` has come back or `bound` allocations each: the blocks
+    /// that never did.
+    fn probe_reuse(
+        &mut self,
+        owner: usize,
+        freed: &[(usize, Block)],
+        mut missing: Vec<Block>,
+        size: usize,
+        align: usize,
+        bound: usize,
+    ) -> Vec<usize> {
+        let mut threads = vec![owner];
+        for &(w, _) in freed {
+            if !threads.contains(&w) {
+                threads.push(w);
+            }
+        }
+        let alloc = self.alloc;
+        for worker in threads {
+            if missing.is_empty() {
+                break;
+            }
+            let wanted = missing.clone();
+            let probe = self.call_on(worker, move || {
+                reuse_probe(alloc, size, align, bound, wanted)
+            });
+            self.calls.set(self.calls.get() + probe.calls);
+            for &p in &probe.ptrs {
+                let b = Block {
+                    ptr: p,
+                    size,
+                    align,
+                    usable: size,
+                    extent: size,
+                    seed: 0,
+                    heap: None,
+                };
+                if let Some(other) = self.shadow.overlapping(p, p + size) {
+                    self.overlap(b, other);
+                }
+            }
+            missing.retain(|m| !probe.ptrs.iter().any(|&p| p < m.end() && m.ptr < p + size));
+        }
+        missing.iter().map(|b| b.ptr).collect()
+    }
+}
+
+/// What a reuse probe on one thread saw: the blocks it was handed (all
+/// freed again) and the calls it made.
+struct Probe {
+    ptrs: Vec<usize>,
+    calls: usize,
+}
+
+/// Allocates blocks of `size` one at a time until every block of `wanted`
+/// has been overlapped by one, or `bound` allocations, then frees them.
+fn reuse_probe(
+    alloc: &'static dyn Allocator,
+    size: usize,
+    align: usize,
+    bound: usize,
+    mut wanted: Vec<Block>,
+) -> Probe {
+    let mut ptrs = Vec::new();
+    while ptrs.len() < bound && !wanted.is_empty() {
+        // SAFETY: a request of a size and alignment the program asked
+        // for already; the block is freed below with the same layout.
+        let p = unsafe { alloc.alloc(size, align, false) } as usize;
+        if p == 0 {
+            break;
+        }
+        wanted.retain(|m| !(p < m.end() && m.ptr < p + size));
+        ptrs.push(p);
+    }
+    let calls = 2 * ptrs.len() + usize::from(ptrs.len() < bound && !wanted.is_empty());
+    for &p in &ptrs {
+        // SAFETY: `p` came from `alloc.alloc(size, align)` above and is
+        // freed once.
+        unsafe { alloc.free(p as *mut u8, size, align) };
+    }
+    Probe { ptrs, calls }
+}
