@@ -56,6 +56,12 @@ fn config() -> &'static Config {
             Ok("1") => true,
             Ok(other) => exit(format!("ALLOCSOAK_TEXT_INPUTS: `{other}` is not 0 or 1")),
         };
+        // The serial replay: the same race sections, one worker at a time.
+        match std::env::var("ALLOCSOAK_SERIAL_RACES").as_deref() {
+            Err(_) | Ok("0") => {}
+            Ok("1") => crate::executor::serial_races(true),
+            Ok(other) => exit(format!("ALLOCSOAK_SERIAL_RACES: `{other}` is not 0 or 1")),
+        }
         Config {
             alloc,
             mode,

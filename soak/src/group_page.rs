@@ -55,7 +55,7 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         .and_then(|g| g.race_rate.as_ref())
         .map_or_else(String::new, |rate| {
             format!(
-                "| reproduces | {rate} (its program races threads: replay it several times) |\n"
+                "| reproduces | {rate} (its program races threads: replay it several times; `ALLOCSOAK_SERIAL_RACES=1` before the command runs its sections one worker at a time) |\n"
             )
         });
     let history = record.as_ref().map_or(0, |g| g.history);

@@ -158,7 +158,20 @@ impl Replayer<'_> {
     /// Replays `inputs` once, in order, in one process. `Err` only when
     /// the binary cannot run.
     pub fn replay(&self, inputs: &[&Path], tolerate: bool) -> io::Result<Replay> {
-        let (log, failed, record) = run(self.command(inputs, tolerate), self.limit(inputs))?;
+        self.replay_as(self.command(inputs, tolerate), inputs)
+    }
+
+    /// [`Replayer::replay`] with every race section run one worker after
+    /// another (`ALLOCSOAK_SERIAL_RACES=1`): the same steps and checks
+    /// without contention. A race's finding does not reproduce this way.
+    pub fn replay_serially(&self, inputs: &[&Path], tolerate: bool) -> io::Result<Replay> {
+        let mut cmd = self.command(inputs, tolerate);
+        cmd.env("ALLOCSOAK_SERIAL_RACES", "1");
+        self.replay_as(cmd, inputs)
+    }
+
+    fn replay_as(&self, cmd: Command, inputs: &[&Path]) -> io::Result<Replay> {
+        let (log, failed, record) = run(cmd, self.limit(inputs))?;
         let reproduced = failed && (record.is_some() || report::kind(&log).is_some());
         Ok(Replay {
             log,

@@ -314,7 +314,15 @@ impl Bug {
             // The stale link lands in whatever block was popped last; when
             // that block is a realloc's new home, the realloc check sees it.
             Bug::StaleLink => &["contents", "realloc-prefix"],
-            Bug::XthreadWrongFree | Bug::HeapDeleteDrops => &["heap-use-after-free"],
+            Bug::HeapDeleteDrops => &["heap-use-after-free"],
+            // The block freed in the lost one's place is the harness's
+            // still: whichever op touches it first reports it (a usable
+            // size asked of it, its free).
+            Bug::XthreadWrongFree => &[
+                "heap-use-after-free",
+                "bad-malloc_usable_size",
+                "double-free",
+            ],
             Bug::HeapSizedFreeTwice | Bug::HeapRezallocFreesTwice | Bug::HeapRemoteFreeTwice => {
                 &["double-free"]
             }

@@ -70,7 +70,8 @@ impl Executor {
         align: usize,
         count: usize,
     ) -> Outcome {
-        if size == 0 || size >= IMPOSSIBLE_FROM {
+        // Race sections check as they go: a bare run has none.
+        if !self.checked || size == 0 || size >= IMPOSSIBLE_FROM {
             return Outcome::Skipped;
         }
         let owner = worker % WORKERS;

@@ -83,6 +83,9 @@ enum ArbHeapOp {
     Race(ArbHeapRaceOp),
 }
 
+/// `mt_ops`' ops. The contention ops (where allocator races live: remote
+/// frees into one owner, a thread exiting while others free its blocks,
+/// every thread in one size class) are three in ten, each one op.
 #[derive(Arbitrary)]
 enum ArbThreadOp {
     Basic(ArbBasicOp),
@@ -92,6 +95,9 @@ enum ArbThreadOp {
     WorkerCheck(u8, u8),
     ThreadExit(u8, bool),
     Race(ArbRaceOp),
+    RemoteFree(u8, u8, ArbSize, ArbAlign, u8),
+    Exit(u8, ArbSize, ArbAlign, u8),
+    Churn(ArbSize, ArbAlign, u8),
 }
 
 /// The race ops of `heap_api`: those a heap's blocks take from another
@@ -105,14 +111,12 @@ enum ArbHeapRaceOp {
     Realloc(u8, u8, ArbNewSize),
 }
 
+/// One step of a race section, queued on its worker.
 #[derive(Arbitrary)]
 enum ArbRaceOp {
     Alloc(u8, ArbSize, ArbAlign),
     Free(u8, u8),
     Realloc(u8, u8, ArbNewSize),
-    RemoteFree(u8, u8, ArbSize, ArbAlign, u8),
-    Exit(u8, ArbSize, ArbAlign, u8),
-    Churn(ArbSize, ArbAlign, u8),
 }
 
 impl ArbBasicOp {
@@ -255,6 +259,33 @@ impl ArbThreadOp {
                 restart,
             },
             ArbThreadOp::Race(op) => op.lower(h),
+            ArbThreadOp::RemoteFree(freer, owner, size, align, count) => {
+                let (size, align) = size_align(size, align, h);
+                Op::RaceRemoteFree {
+                    freer: freer.into(),
+                    owner: owner.into(),
+                    size,
+                    align,
+                    count: usize::from(count % 32) + 1,
+                }
+            }
+            ArbThreadOp::Exit(worker, size, align, count) => {
+                let (size, align) = size_align(size, align, h);
+                Op::RaceExit {
+                    worker: worker.into(),
+                    size,
+                    align,
+                    count: usize::from(count % 32) + 1,
+                }
+            }
+            ArbThreadOp::Churn(size, align, count) => {
+                let (size, align) = size_align(size, align, h);
+                Op::RaceChurn {
+                    size,
+                    align,
+                    count: usize::from(count % 32) + 1,
+                }
+            }
         }
     }
 }
@@ -279,33 +310,6 @@ impl ArbRaceOp {
                 slot: slot_of(s),
                 to: to.resolve(h),
             },
-            ArbRaceOp::RemoteFree(freer, owner, size, align, count) => {
-                let (size, align) = size_align(size, align, h);
-                Op::RaceRemoteFree {
-                    freer: freer.into(),
-                    owner: owner.into(),
-                    size,
-                    align,
-                    count: usize::from(count % 32) + 1,
-                }
-            }
-            ArbRaceOp::Exit(worker, size, align, count) => {
-                let (size, align) = size_align(size, align, h);
-                Op::RaceExit {
-                    worker: worker.into(),
-                    size,
-                    align,
-                    count: usize::from(count % 32) + 1,
-                }
-            }
-            ArbRaceOp::Churn(size, align, count) => {
-                let (size, align) = size_align(size, align, h);
-                Op::RaceChurn {
-                    size,
-                    align,
-                    count: usize::from(count % 32) + 1,
-                }
-            }
         }
     }
 }

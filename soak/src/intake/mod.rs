@@ -145,6 +145,9 @@ struct Reproduction {
     tries: usize,
     /// The program has a race section: what interleaves is up to the machine.
     race: bool,
+    /// For a race: whether a replay with its sections run one worker at a
+    /// time reproduced (then contention is not what it needs).
+    serially: Option<bool>,
 }
 
 impl Reproduction {
@@ -153,8 +156,15 @@ impl Reproduction {
     }
 
     fn race_rate(&self) -> Option<String> {
+        let serially = match self.serially {
+            Some(true) => "; also with its race sections run one worker at a time",
+            Some(false) => {
+                "; never with its race sections run one worker at a time: contention is the bug"
+            }
+            None => "",
+        };
         self.race
-            .then(|| format!("{} of {} replays", self.hits, self.tries))
+            .then(|| format!("{} of {} replays{serially}", self.hits, self.tries))
     }
 }
 
@@ -180,11 +190,22 @@ fn reproduce(src: &Source, input: &Path) -> Result<Reproduction> {
             last = Some(r);
         }
     }
+    // Once more without contention: a finding only a race makes is gone.
+    let serially = match race && hits > 0 {
+        true => Some(
+            src.replayer()
+                .replay_serially(&[input], true)
+                .with_context(|| format!("failed to run {}", src.binary.display()))?
+                .reproduced,
+        ),
+        false => None,
+    };
     Ok(Reproduction {
         replay: first.or(last).expect("tries > 0"),
         hits,
         tries: if race { tries } else { hits.max(1) },
         race,
+        serially,
     })
 }
 
@@ -474,6 +495,7 @@ fn with_history(
         hits: 1,
         tries: 1,
         race: false,
+        serially: None,
     };
     Ok(Some(history))
 }
