@@ -134,11 +134,12 @@ fn a_sanitizer_report_is_got_past_once_filed() {
         )),
         "{filed:?}\n{stdout}"
     );
+    // Which report comes first depends on the op that next touches the
+    // block (with race sections three ops in ten, often a usable size).
     let asan = filed
         .iter()
-        .filter(|g| g.1 == "heap-use-after-free")
         .max_by_key(|g| g.2)
-        .unwrap_or_else(|| panic!("no heap-use-after-free filed: {filed:?}\n{stdout}"));
+        .unwrap_or_else(|| panic!("no sanitizer report filed: {filed:?}\n{stdout}"));
     // Once filed, ASan's report returns to the harness, which ends the
     // program quietly: a second soak counts it and files it no more. The
     // bug's other symptoms (a double free, a usable-size query of the

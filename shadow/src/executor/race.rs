@@ -444,6 +444,11 @@ impl Executor {
             self.site = Site::new("race", b.size, b.align);
             self.verify(b, "after a race section");
         }
+        // What the threads did to the allocator's own structures, seen
+        // right after they did it (not at the next 64th op).
+        if self.checked {
+            self.validate();
+        }
     }
 
     /// Checks what `step` did; `frees`: whether its section freed blocks.

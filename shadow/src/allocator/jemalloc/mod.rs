@@ -250,28 +250,32 @@ impl Heaps for Jemalloc {
         }
     }
 
-    /// Not through the heap's tcache: jemalloc(3), `tcache.create`: "Each
+    /// Not through the heap's tcache (jemalloc(3), `tcache.create`: "Each
     /// explicit cache can be used by only one thread at a time; the
-    /// application must assure that this constraint holds." Nor through
-    /// the freeing thread's own: a thread cache hands a block to whichever
-    /// request of its class comes next, so a heap's block freed there
-    /// comes back as a block of no heap, which the heap's end then
-    /// discards (`arena.<i>.destroy`: "all thread caches which were used
-    /// to allocate/deallocate in conjunction with the arena must be
-    /// flushed beforehand"; seen here as a live block `sallocx` no longer
-    /// knows).
+    /// application must assure that this constraint holds.") but through
+    /// the freeing thread's own, as any thread's free of another's block
+    /// goes, which is flushed at once (`thread.tcache.flush`: the block
+    /// goes back to its arena's bin, racing the owner's fills from it). A
+    /// block left in that tcache would come back to the thread's next
+    /// request of its class as a block of no heap, which the heap's end
+    /// then discards (`arena.<i>.destroy`: "all thread caches which were
+    /// used to allocate/deallocate in conjunction with the arena must be
+    /// flushed beforehand"; seen here, unflushed, as a live block
+    /// `sallocx` no longer knows). A deleted heap's orphan arena takes its
+    /// blocks back without a tcache.
     unsafe fn remote_free_in(&self, h: HeapId, p: *mut u8, size: usize, align: usize) {
         self.arenas.freed(Heap::of(h));
-        let flags = flags(align, false) | je::MALLOCX_TCACHE_NONE;
+        let orphan = self.arenas.free_flags(p as usize);
         match size {
-            0 => je::dallocx(p.cast(), je::MALLOCX_TCACHE_NONE),
-            _ => je::sdallocx(p.cast(), size, flags),
+            0 => je::dallocx(p.cast(), orphan),
+            _ => je::sdallocx(p.cast(), size, flags(align, false) | orphan),
         }
+        ctl::run("thread.tcache.flush");
     }
 
-    /// `rallocx` without an arena and without a tcache (as
-    /// [`Heaps::remote_free_in`]): a block that moves goes to the calling
-    /// thread's automatic arena and leaves the heap's.
+    /// `rallocx` without an arena, through the calling thread's tcache,
+    /// flushed at once (as [`Heaps::remote_free_in`]): a block that moves
+    /// goes to the thread's automatic arena and leaves the heap's.
     unsafe fn remote_realloc_in(
         &self,
         h: HeapId,
@@ -283,7 +287,9 @@ impl Heaps for Jemalloc {
         if classic(new_size) {
             return Some(std::ptr::null_mut());
         }
-        let q = resize(p, new_size, flags(align, false) | je::MALLOCX_TCACHE_NONE);
+        let orphan = self.arenas.free_flags(p as usize);
+        let q = resize(p, new_size, flags(align, false) | orphan);
+        ctl::run("thread.tcache.flush");
         if !q.is_null() && q != p {
             self.arenas.freed(Heap::of(h));
         }
