@@ -149,7 +149,10 @@ impl Allocator for Mimalloc {
 
     /// A remote free goes to the owner's page (or, the first into a full
     /// page, to the heap's delayed list); `mi_heap_collect` takes both in,
-    /// and a heap visit lists what is still in use.
+    /// and a heap visit lists what is still in use. (v3 reworked its
+    /// thread-local heaps, and the sys crate declares no default heap for
+    /// it: not checked there.)
+    #[cfg(not(feature = "mimalloc-v3"))]
     fn in_use_after_collect(&self, ptrs: &[usize]) -> Option<Vec<usize>> {
         let mut blocks: Vec<(usize, usize)> = Vec::new();
         let arg = &mut blocks as *mut Vec<(usize, usize)> as *mut c_void;
