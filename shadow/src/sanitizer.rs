@@ -125,7 +125,11 @@ pub fn given<R>(p: usize, f: impl FnOnce() -> R) -> R {
 /// report of the very block this thread's call was [`given`] gets the
 /// harness's line ([`report::HELD_BLOCK`]) before it is signed.
 pub fn on_report(text: &str) {
-    if let Some(mut report) = MUST_FAIL.with_borrow(Clone::clone) {
+    // A report can come from a thread running its thread-local
+    // destructors (an allocator's exit hook freeing a block twice), after
+    // this thread's own state is gone: it is then no call's, held by none.
+    let must_fail = MUST_FAIL.try_with(|m| m.borrow().clone()).ok().flatten();
+    if let Some(mut report) = must_fail {
         report.path = crate::coverage::op_path_now();
         // A deadly signal ends the process whatever the harness does.
         let deadly = report::Signature::from_log(text, "")
@@ -138,7 +142,7 @@ pub fn on_report(text: &str) {
         return;
     }
     let given = GIVEN.get();
-    if MAKING.get() && MADE.with_borrow(Option::is_none) {
+    if MAKING.get() && MADE.try_with(|m| m.borrow().is_none()).unwrap_or(false) {
         let overflow =
             report::Signature::from_log(text, "").is_some_and(|s| s.kind == "heap-buffer-overflow");
         match report::reported_region(text) {

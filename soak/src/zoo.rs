@@ -135,7 +135,10 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
                 dir,
             )
         };
-        let outcome = run.run()?;
+        let mut outcome = run.run()?;
+        if outcome.kind.is_none() {
+            outcome.kind = kind_from_replay(case, &run, &outcome)?;
+        }
         let ops = match outcome.kind {
             Some(_) => minimized_ops(case, &run, &outcome, budget.minimize_secs)
                 .unwrap_or_else(|e| format!("{e:#}")),
@@ -277,6 +280,37 @@ fn print_line(case: &Case, o: &Outcome, ops: &str) {
         o.secs,
         if ops.is_empty() { "" } else { " ops=" },
     );
+}
+
+/// The kind of a crash whose log names none, from replays of its
+/// artifact, as intake signs it: a report on a thread running its
+/// thread-local destructors (an allocator's exit hook) can end the
+/// process before its text reaches the log. `None` without an artifact
+/// or when three replays do not reproduce it.
+fn kind_from_replay(
+    case: &Case,
+    run: &crate::libfuzzer::Run,
+    o: &Outcome,
+) -> Result<Option<String>> {
+    let dir = o.log.parent().expect("the log is in the run's folder");
+    let Some(artifact) = crate::libfuzzer::artifacts(dir)?.into_iter().next() else {
+        return Ok(None);
+    };
+    let replayer = Replayer {
+        binary: &run.binary,
+        allocator: &case.allocator,
+        tolerate: run.tolerate.as_deref(),
+        timeout_secs: 20,
+        rss_limit_mb: 2048,
+    };
+    let slot = format!("{}/{}", case.target, case.allocator);
+    for _ in 0..3 {
+        let replay = replayer.replay(&[artifact.as_path()], true)?;
+        if let Some(sig) = replay.signature(&slot) {
+            return Ok(Some(sig.kind));
+        }
+    }
+    Ok(None)
 }
 
 /// The crash program's op count before and after minimizing (`97->2 in
