@@ -37,6 +37,20 @@ pub struct Block {
 }
 
 impl Block {
+    /// A block of `size` bytes just handed out, not yet checked: no heap,
+    /// no pattern, usable and checked up to its size.
+    pub fn fresh(ptr: usize, size: usize, align: usize) -> Block {
+        Block {
+            ptr,
+            size,
+            align,
+            usable: size,
+            extent: size,
+            seed: 0,
+            heap: None,
+        }
+    }
+
     /// The bytes the block owns, for overlap checks: the ones it has (a
     /// block cut short owns its usable bytes only; that it was cut short
     /// was flagged when it came, and a later block in the missing bytes is

@@ -282,6 +282,17 @@ fn print_line(case: &Case, o: &Outcome, ops: &str) {
     );
 }
 
+/// Replays a case's inputs on its run's binary.
+fn replayer<'a>(case: &'a Case, run: &'a crate::libfuzzer::Run) -> Replayer<'a> {
+    Replayer {
+        binary: &run.binary,
+        allocator: &case.allocator,
+        tolerate: run.tolerate.as_deref(),
+        timeout_secs: 20,
+        rss_limit_mb: 2048,
+    }
+}
+
 /// The kind of a crash whose log names none, from replays of its
 /// artifact, as intake signs it: a report on a thread running its
 /// thread-local destructors (an allocator's exit hook) can end the
@@ -296,13 +307,7 @@ fn kind_from_replay(
     let Some(artifact) = crate::libfuzzer::artifacts(dir)?.into_iter().next() else {
         return Ok(None);
     };
-    let replayer = Replayer {
-        binary: &run.binary,
-        allocator: &case.allocator,
-        tolerate: run.tolerate.as_deref(),
-        timeout_secs: 20,
-        rss_limit_mb: 2048,
-    };
+    let replayer = replayer(case, run);
     let slot = format!("{}/{}", case.target, case.allocator);
     for _ in 0..3 {
         let replay = replayer.replay(&[artifact.as_path()], true)?;
@@ -333,13 +338,7 @@ fn minimized_ops(
     if Signature::from_log(&log, &slot).is_none() {
         return Ok(format!("{ops} (unsigned)"));
     }
-    let replayer = Replayer {
-        binary: &run.binary,
-        allocator: &case.allocator,
-        tolerate: run.tolerate.as_deref(),
-        timeout_secs: 20,
-        rss_limit_mb: 2048,
-    };
+    let replayer = replayer(case, run);
     // Signed as intake signs it: the replay's record (and code path).
     let inputs = [artifact.as_path()];
     let Some(sig) = replayer.replay(&inputs, true)?.signature(&slot) else {

@@ -121,13 +121,8 @@ impl Executor {
         origin: Origin,
     ) -> Outcome {
         let mut block = Block {
-            ptr: p,
-            size,
-            align,
-            usable: size,
-            extent: size,
-            seed: 0,
             heap,
+            ..Block::fresh(p, size, align)
         };
         self.pending = Some(block);
         if !self.checked {

@@ -277,17 +277,8 @@ impl Executor {
             });
             self.calls.set(self.calls.get() + probe.calls);
             for &p in &probe.ptrs {
-                let b = Block {
-                    ptr: p,
-                    size,
-                    align,
-                    usable: size,
-                    extent: size,
-                    seed: 0,
-                    heap: None,
-                };
                 if let Some(other) = self.shadow.overlapping(p, p + size) {
-                    self.overlap(b, other);
+                    self.overlap(Block::fresh(p, size, align), other);
                 }
             }
             missing.retain(|m| !probe.ptrs.iter().any(|&p| p < m.end() && m.ptr < p + size));

@@ -553,13 +553,5 @@ fn raced_block(step: &Step, done: &Done) -> Option<Block> {
         Step::Realloc { block, new, .. } => (new, block.align),
         Step::Free { .. } | Step::Churn { .. } => return None,
     };
-    Some(Block {
-        ptr,
-        size,
-        align,
-        usable: size,
-        extent: size,
-        seed: 0,
-        heap: None,
-    })
+    Some(Block::fresh(ptr, size, align))
 }
