@@ -71,17 +71,14 @@ impl Executor {
     /// Runs `f`, an allocator call on this thread; a panic in it is a finding.
     pub(super) fn guarded<R>(&self, f: impl FnOnce() -> R) -> R {
         self.calls.set(self.calls.get() + 1);
-        crate::coverage::around(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
+        self.asked(f)
     }
 
     /// Runs `f`, a question the harness asks the allocator about itself
     /// (an error it reported, its region, its validator), as
     /// [`Executor::guarded`] but not counted as one of the program's calls.
     pub(super) fn asked<R>(&self, f: impl FnOnce() -> R) -> R {
-        let calls = self.calls.get();
-        let answer = self.guarded(f);
-        self.calls.set(calls);
-        answer
+        crate::coverage::around(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
     }
 
     /// Runs `f`, a query a check makes of what the op's calls returned (a
