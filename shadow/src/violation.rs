@@ -22,9 +22,13 @@ use std::fmt;
 
 use report::key::KEEP;
 pub use report::key::{key_of, kind_of, numbers_to_n};
-use report::Record;
 
 use crate::pattern::Mismatch;
+
+mod reported;
+mod site;
+pub use reported::{By, Report};
+pub use site::{align_bucket, size_bucket, Site};
 
 /// An invariant the allocator under test broke.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -226,74 +230,6 @@ impl Violation {
     }
 }
 
-/// Where a violation happened: the allocator function the op called and
-/// the buckets of the block's size and alignment. Part of the key: what a
-/// group's variants are told apart by, and, for a violation without a code
-/// path, what tells two groups apart (two bugs of one kind in different
-/// size tiers, alignments or API calls), while one bug reached by two
-/// targets (`alloc` in `alloc_ops`, `worker-alloc` in `mt_ops`) stays one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Site {
-    /// The allocator call: `alloc`, `realloc`, `heap-alloc`, `free`,
-    /// `validate`, `end` (the end-of-program checks), ...
-    pub api: &'static str,
-    /// The block's requested size and alignment (the old size for a
-    /// realloc); `None` where the call has no block.
-    pub block: Option<(usize, usize)>,
-}
-
-impl Site {
-    pub fn new(api: &'static str, size: usize, align: usize) -> Site {
-        Site {
-            api,
-            block: Some((size, align)),
-        }
-    }
-
-    pub fn bare(api: &'static str) -> Site {
-        Site { api, block: None }
-    }
-}
-
-/// The size tier of a request, where allocators switch strategy: tiny
-/// classes, small classes within a page, medium (pages, slabs, runs),
-/// large (segments, direct maps). Few tiers on purpose: a bug that spans
-/// tiers is filed once per tier it shows in.
-pub fn size_bucket(size: usize) -> &'static str {
-    match size {
-        0..=64 => "0..64",
-        65..=4096 => "65..4K",
-        4097..=262_144 => "4K..256K",
-        _ if size <= crate::model::MAX_BLOCK => "256K..",
-        _ if size < crate::edges::IMPOSSIBLE_FROM => "64M..",
-        _ => "impossible",
-    }
-}
-
-/// The alignment tier: what plain malloc gives, or over-aligned (the
-/// aligned allocation path).
-pub fn align_bucket(align: usize) -> &'static str {
-    match align {
-        0..=16 => "..16",
-        _ => "32..",
-    }
-}
-
-impl fmt::Display for Site {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.api)?;
-        if let Some((size, align)) = self.block {
-            write!(
-                f,
-                " size {} align {}",
-                size_bucket(size),
-                align_bucket(align)
-            )?;
-        }
-        Ok(())
-    }
-}
-
 fn mismatch(m: &Mismatch) -> String {
     format!(
         "offset {} expected {:#04x} found {:#04x}",
@@ -413,110 +349,6 @@ impl fmt::Display for Violation {
                 f,
                 "block {ptr:#x} (size {size}) given back to {call} was never freed, and nothing points to it"
             ),
-        }
-    }
-}
-
-/// Who raised a violation: the bracket that ends its line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum By {
-    /// The allocator under test: ` [allocator <name>]`.
-    Allocator(String),
-    /// The reference side of `diff_mimalloc`:
-    /// ` [reference allocator <name>]`; the violation is the reference's.
-    Reference(String),
-    /// The allocator under test disagrees with the reference:
-    /// ` [allocator <name>, reference <name>]`; the violation is the
-    /// allocator under test's.
-    Versus {
-        allocator: String,
-        reference: String,
-    },
-}
-
-/// A violation with the op that exposed it and who raised it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    pub op_index: usize,
-    pub op: String,
-    pub site: Site,
-    /// The allocator's own functions the op's calls ran (sorted), for a
-    /// violation of a call's result in a replay ([`crate::coverage`]);
-    /// empty otherwise.
-    pub path: Vec<String>,
-    pub violation: Violation,
-    pub by: By,
-}
-
-impl Report {
-    /// The violation's key ([`report::key::key`]), built from its parts:
-    /// what tolerance lists and signatures group on.
-    pub fn key(&self) -> String {
-        report::key::key(
-            self.violation.kind(),
-            &self.site.to_string(),
-            &self.violation.to_string(),
-            self.reference(),
-        )
-    }
-
-    /// The reference that raised it, on the reference side of `diff_mimalloc`.
-    fn reference(&self) -> Option<&str> {
-        match &self.by {
-            By::Reference(name) => Some(name.as_str()),
-            _ => None,
-        }
-    }
-
-    /// The allocator the violation belongs to.
-    pub fn allocator(&self) -> &str {
-        match &self.by {
-            By::Allocator(name) | By::Reference(name) => name,
-            By::Versus { allocator, .. } => allocator,
-        }
-    }
-
-    /// The typed record of this violation, for the crash pipeline.
-    pub fn record(&self) -> Record {
-        Record {
-            kind: self.violation.kind().to_string(),
-            key: self.key(),
-            allocator: self.allocator().to_string(),
-            reference: matches!(self.by, By::Reference(_)),
-            op_index: self.op_index,
-            op: self.op.clone(),
-            site: self.site.to_string(),
-            sound: self.violation.leaves_heap_sound(),
-            line: self.to_string(),
-            path: self.path.clone(),
-            what: report::key::what(
-                self.violation.kind(),
-                &self.violation.to_string(),
-                self.reference(),
-            ),
-        }
-    }
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use report::key::{REFERENCE, UNDER_TEST};
-        write!(
-            f,
-            "allocsoak violation: {}: op #{} `{}` ({}): {}",
-            self.violation.kind(),
-            self.op_index,
-            self.op,
-            self.site,
-            self.violation
-        )?;
-        match &self.by {
-            By::Allocator(name) => write!(f, "{UNDER_TEST}{name}]"),
-            By::Reference(name) => write!(f, "{REFERENCE}{name}]"),
-            By::Versus {
-                allocator,
-                reference,
-            } => write!(f, "{UNDER_TEST}{allocator}, reference {reference}]"),
         }
     }
 }
