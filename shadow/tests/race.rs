@@ -54,6 +54,24 @@ fn a_racy_free_list_is_found_by_a_race_and_never_one_op_at_a_time() {
     assert!(expected.contains(&found.as_str()), "{found}");
 }
 
+/// A block handed out twice inside a section is an `overlap` seen when
+/// the second worker takes it, before either writes or frees it; left to
+/// the checks after the section it was a broken pattern or a double free
+/// (a second group for one bug). The zoo's double issue hands the cached
+/// 40-byte block to every request of its class.
+#[test]
+fn a_block_handed_out_twice_in_a_section_is_an_overlap() {
+    let _alone = alone();
+    let program = common::program(
+        "target mt_ops\nalloc size=40 align=8\nfree slot=0\n\
+         race-churn size=40 align=8 count=4\n",
+    );
+    for _ in 0..50 {
+        let found = common::kind(&program, "zoo:double-issue");
+        assert_eq!(found.as_deref(), Some("overlap"));
+    }
+}
+
 /// Race sections run serially while held: the serial replay.
 struct Serially;
 

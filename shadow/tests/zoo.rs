@@ -279,3 +279,18 @@ fn slow_leak_keeps_a_block_per_thousand_calls() {
     // 1,000 programs × 50 × (alloc + free) = 100,000 calls.
     assert_eq!(zoo.kept_blocks(), 3);
 }
+
+/// A block the zoo keeps by its size class stays in the class when it is
+/// resized in place: shrunk out of the double issue's class, its free went
+/// to the base while the class still held it, and the zoo's reset freed it
+/// again (a double free, a second group for the one planted bug).
+#[test]
+fn a_class_block_resized_in_place_stays_in_its_class() {
+    let program = common::program(
+        "target alloc_ops\nrealloc-null size=48\nrealloc slot=newest to=-1\n\
+         realloc slot=newest to=-1\nresize-in-place slot=newest to=1 extra=0\n",
+    );
+    for _ in 0..3 {
+        assert_eq!(common::kind(&program, "zoo:double-issue"), None);
+    }
+}

@@ -155,12 +155,12 @@ fn the_dashboard_shows_a_live_soak_and_its_groups_safely() {
     ] {
         assert!(names.contains(&want), "{want} missing: {metrics}");
     }
-    let groups = scrape
+    let overlaps = scrape
         .samples
         .iter()
-        .find(|s| s.metric == "allocsoak_crash_groups")
-        .unwrap();
-    assert_eq!(groups.labels.get("kind"), Some("overlap"), "{metrics}");
+        .filter(|s| s.metric == "allocsoak_crash_groups")
+        .find(|s| s.labels.get("kind") == Some("overlap"));
+    assert!(overlaps.is_some(), "no overlap group: {metrics}");
 
     // The Grafana dashboard reads only metrics that exist.
     let grafana =

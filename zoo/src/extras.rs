@@ -49,6 +49,12 @@ impl Extras for Zoo {
         new_size: usize,
         _extra: usize,
     ) -> Option<InPlace> {
+        // A block the zoo keeps by its size class stays in that class, as
+        // a size-class allocator's does: resized out of it, its free would
+        // go to the base while the class still holds it.
+        if self.is_own(p, old, align) != self.is_own(p, new_size, align) {
+            return Some(InPlace::Unchanged);
+        }
         let usable = self.usable_size(p, old, align);
         let limit = match self.has(Bug::ExpandOverclaims) && EXPAND_OVERCLAIMS.contains(&old) {
             true => 2 * usable,

@@ -12,6 +12,7 @@ mod arena;
 mod blocks;
 mod calls;
 mod checks;
+mod claims;
 mod contention;
 mod heaps;
 mod more;

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
 
+use super::claims::{Claims, Held};
 use super::{Executor, Origin, Outcome};
 use crate::allocator::{Allocator, EmulatedHeaps, Heaps};
 use crate::edges::{NewSize, IMPOSSIBLE_FROM};
@@ -67,6 +68,14 @@ pub enum Done {
         broken: Option<(usize, Mismatch)>,
         refused: usize,
     },
+    /// The allocator handed the worker a block whose bytes a live block
+    /// still owns (its `len` bytes at `ptr` meet `held`): the worker
+    /// stopped there, before writing it.
+    Overlap {
+        ptr: usize,
+        len: usize,
+        held: Held,
+    },
     Panicked(Panicked),
 }
 
@@ -106,6 +115,15 @@ impl Section {
     /// Bytes the queued steps add to the program's requests.
     pub fn bytes(&self) -> usize {
         self.scripts.iter().flatten().map(race_bytes).sum()
+    }
+
+    /// The blocks the steps free or reallocate, live until then: `(start,
+    /// end)` of each, as [`Claims`] take them.
+    fn held(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.scripts.iter().flatten().filter_map(|s| match s {
+            Step::Free { block } | Step::Realloc { block, .. } => Some((block.ptr, block.end())),
+            Step::Alloc { .. } | Step::Churn { .. } => None,
+        })
     }
 
     /// Whether a step frees a block (a free, or a realloc that may move):
@@ -179,14 +197,19 @@ pub fn serial_races(serial: bool) {
 }
 
 /// Runs the section: every worker with a script, or an exit, starts at
-/// once (one after another under [`serial_races`]); a worker that exits ends its thread after its script, and the
-/// section is over once that thread is gone.
+/// once (one after another under [`serial_races`]); a worker that exits
+/// ends its thread after its script, and the section is over once that
+/// thread is gone. `live`: the bytes the shadow's blocks own, `(start,
+/// end)`; a worker handed bytes a live block owns stops there
+/// ([`Done::Overlap`]).
 pub fn run(
     section: Section,
+    live: impl IntoIterator<Item = (usize, usize)>,
     pool: &mut WorkerPool,
     alloc: &'static dyn Allocator,
     heaps: HeapCalls,
 ) -> Ran {
+    let claims = Arc::new(Claims::new(live.into_iter().chain(section.held())));
     let exits = section.exits;
     let starts = |w: usize, script: &Vec<Step>| !script.is_empty() || exits[w];
     let busy = section
@@ -204,17 +227,23 @@ pub fn run(
         if !starts(worker, &script) {
             continue;
         }
-        let (inside, tx, heaps) = (inside.clone(), tx.clone(), heaps.clone());
+        let (inside, claims, tx, heaps) =
+            (inside.clone(), claims.clone(), tx.clone(), heaps.clone());
         let (gate, together) = match serial {
             true => (Arc::new(AtomicUsize::new(0)), 1),
             false => (gate.clone(), busy),
         };
         let job = move || {
             wait_for_all(&gate, together);
-            let done: Vec<_> = script
-                .iter()
-                .map(|s| (*s, step(alloc, heaps.get(), s, &inside)))
-                .collect();
+            let mut done = Vec::with_capacity(script.len());
+            for s in script {
+                let d = step(alloc, heaps.get(), &s, &inside, &claims);
+                let overlapped = matches!(d, Done::Overlap { .. });
+                done.push((s, d));
+                if overlapped {
+                    break;
+                }
+            }
             let _ = tx.send((worker, done));
         };
         match exits[worker] {
@@ -261,12 +290,21 @@ fn wait_for_all(gate: &AtomicUsize, n: usize) {
     }
 }
 
-fn step(alloc: &'static dyn Allocator, heaps: &dyn Heaps, step: &Step, inside: &Inside) -> Done {
+fn step(
+    alloc: &'static dyn Allocator,
+    heaps: &dyn Heaps,
+    step: &Step,
+    inside: &Inside,
+    claims: &Claims,
+) -> Done {
     let result = guard::call(|| unsafe {
         match *step {
             Step::Alloc { size, align, seed } => {
                 let p = inside.during(|| alloc.alloc(size, align, false));
                 if !p.is_null() {
+                    if let Err(held) = claims.claim(p as usize, size) {
+                        return overlapped(p as usize, size, held);
+                    }
                     pattern::fill(p, size, seed);
                 }
                 Done::Block {
@@ -276,6 +314,7 @@ fn step(alloc: &'static dyn Allocator, heaps: &dyn Heaps, step: &Step, inside: &
             }
             Step::Free { block: b } => {
                 let p = b.ptr as *mut u8;
+                claims.release(b.ptr);
                 crate::sanitizer::given(b.ptr, || {
                     inside.during(|| match b.heap {
                         Some(h) => heaps.remote_free_in(h, p, b.size, b.align),
@@ -290,6 +329,7 @@ fn step(alloc: &'static dyn Allocator, heaps: &dyn Heaps, step: &Step, inside: &
                 seed,
             } => {
                 let p = b.ptr as *mut u8;
+                claims.release(b.ptr);
                 let q = crate::sanitizer::given(b.ptr, || {
                     inside.during(|| match b.heap {
                         Some(h) => heaps
@@ -298,6 +338,14 @@ fn step(alloc: &'static dyn Allocator, heaps: &dyn Heaps, step: &Step, inside: &
                         None => alloc.realloc(p, b.size, b.align, new),
                     })
                 });
+                // A refused realloc leaves the old block live.
+                let (ptr, len) = match q.is_null() {
+                    true => (b.ptr, b.end() - b.ptr),
+                    false => (q as usize, new),
+                };
+                if let Err(held) = claims.claim(ptr, len) {
+                    return overlapped(ptr, len, held);
+                }
                 let mut lost_prefix = None;
                 if !q.is_null() {
                     lost_prefix = pattern::check(q, b.extent, b.size.min(new), b.seed);
@@ -313,10 +361,14 @@ fn step(alloc: &'static dyn Allocator, heaps: &dyn Heaps, step: &Step, inside: &
                 align,
                 count,
                 seed,
-            } => churn(alloc, size, align, count, seed, inside),
+            } => churn(alloc, size, align, count, seed, inside, claims),
         }
     });
     result.unwrap_or_else(Done::Panicked)
+}
+
+fn overlapped(ptr: usize, len: usize, held: Held) -> Done {
+    Done::Overlap { ptr, len, held }
 }
 
 /// A churn step: `count` blocks allocated and written, then each checked
@@ -332,6 +384,7 @@ unsafe fn churn(
     count: usize,
     seed: u64,
     inside: &Inside,
+    claims: &Claims,
 ) -> Done {
     let mut ptrs = Vec::with_capacity(count);
     let mut refused = 0;
@@ -340,6 +393,10 @@ unsafe fn churn(
         if p.is_null() {
             refused += 1;
             continue;
+        }
+        if let Err(held) = claims.claim(p as usize, size) {
+            // The churn's own blocks stay claimed and unfreed.
+            return overlapped(p as usize, size, held);
         }
         pattern::fill(p, size, seed.wrapping_add(i as u64));
         ptrs.push((p as usize, i));
@@ -350,6 +407,7 @@ unsafe fn churn(
             let seed = seed.wrapping_add(i as u64);
             broken = pattern::check(p as *const u8, size, size, seed).map(|m| (p, m));
         }
+        claims.release(p);
         inside.during(|| alloc.free(p as *mut u8, size, align));
     }
     Done::Churned {
@@ -422,7 +480,13 @@ impl Executor {
         let section = std::mem::take(&mut self.race);
         let frees = section.frees();
         let (alloc, heaps) = (self.alloc, self.heap_calls());
-        let ran = crate::coverage::around(|| run(section, self.pool(), alloc, heaps));
+        let live: Vec<_> = self
+            .shadow
+            .blocks()
+            .iter()
+            .map(|b| (b.ptr, b.end()))
+            .collect();
+        let ran = crate::coverage::around(|| run(section, live, self.pool(), alloc, heaps));
         self.stats.race_sections += 1;
         self.stats.race_calls += ran.calls;
         self.stats.most_inside = self.stats.most_inside.max(ran.most_inside);
@@ -437,6 +501,21 @@ impl Executor {
             .rev()
             .filter_map(|(step, done)| raced_block(step, done))
             .collect();
+        // A block handed out twice is the bug whatever the section did
+        // after it: reported before any other step's finding.
+        let first_overlap = results
+            .iter()
+            .find(|(_, done)| matches!(done, Done::Overlap { .. }));
+        if let Some((step, Done::Overlap { ptr, len, held })) = first_overlap {
+            let (api, size, align) = step.site();
+            self.site = Site::new(api, size, align);
+            self.fail(Violation::Overlap {
+                ptr: *ptr,
+                len: *len,
+                other: held.ptr,
+                other_len: held.len,
+            });
+        }
         for (step, done) in results {
             self.check_raced(step, done, frees);
         }
@@ -453,12 +532,10 @@ impl Executor {
 
     /// Checks what `step` did; `frees`: whether its section freed blocks.
     fn check_raced(&mut self, step: Step, done: Done, frees: bool) {
-        let (api, size, align) = match step {
-            Step::Churn { size, align, .. } => return self.check_churn(size, align, done, frees),
-            Step::Alloc { size, align, .. } => ("race-alloc", size, align),
-            Step::Free { block } => ("race-free", block.size, block.align),
-            Step::Realloc { block, .. } => ("race-realloc", block.size, block.align),
-        };
+        if let Step::Churn { size, align, .. } = step {
+            return self.check_churn(size, align, done, frees);
+        }
+        let (api, size, align) = step.site();
         self.site = Site::new(api, size, align);
         let (ptr, lost_prefix) = match done {
             Done::Panicked(p) => self.panicked(p),
@@ -472,6 +549,7 @@ impl Executor {
             }
             Done::Block { ptr, lost_prefix } => (ptr, lost_prefix),
             Done::Churned { .. } => unreachable!("only a churn churns"),
+            Done::Overlap { .. } => unreachable!("an overlap fails the section"),
         };
         if ptr == 0 {
             let asked = match step {
@@ -527,6 +605,18 @@ impl Executor {
             _ => None,
         };
         self.adopt(ptr, new_size, align, heap, Origin::Raced { seed });
+    }
+}
+
+impl Step {
+    /// The api, size and alignment a finding of the step names.
+    fn site(&self) -> (&'static str, usize, usize) {
+        match *self {
+            Step::Churn { size, align, .. } => ("race-churn", size, align),
+            Step::Alloc { size, align, .. } => ("race-alloc", size, align),
+            Step::Free { block } => ("race-free", block.size, block.align),
+            Step::Realloc { block, .. } => ("race-realloc", block.size, block.align),
+        }
     }
 }
 
