@@ -39,7 +39,7 @@
   function drawTimeline(t) {
     document.querySelectorAll(".chart[data-metric]").forEach(function (el) {
       const metric = el.dataset.metric;
-      if (metric === "drift") return;
+      if (metric === "drift" || metric === "source_coverage") return;
       if (metric === "groups") {
         draw(el, metric, { series: series(["crash groups"]) }, [t.group_times, t.groups]);
         return;
@@ -75,6 +75,15 @@
       axes: [{ label: "ops", size: 50 }, { label: "retained MiB", size: 70 }],
       series: series(list.map(function (d) { return d.label; })),
     }, data);
+  }
+
+  function drawCoverage(c) {
+    const el = document.querySelector('.chart[data-metric="source_coverage"]');
+    if (!el || !c.times.length) return;
+    draw(el, "source_coverage", {
+      axes: [{}, { label: "% of regions", size: 70 }],
+      series: series(c.allocators),
+    }, [c.times].concat(c.regions));
   }
 
   function setText(el, text) {
@@ -116,6 +125,7 @@
         updateOverview(await load("overview"));
         drawTimeline(await load("timeline", "?range=" + encodeURIComponent(range)));
         drawDrift(await load("drift"));
+        drawCoverage(await load("coverage"));
       }
     } catch (e) {
       body.dataset.error = String(e);

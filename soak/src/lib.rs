@@ -19,6 +19,8 @@
 //!   what is new.
 //! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
 //!   table, a short fuzz pass.
+//! - [`coverage`]: which of an allocator's own code the corpora ran;
+//!   [`bisect`]: which commit of a declared allocator made a group.
 //!
 //! The `allocsoak` binary is a thin CLI over these.
 
@@ -26,6 +28,7 @@ pub mod bench;
 pub mod bisect;
 pub mod config;
 pub mod corpus;
+pub mod coverage;
 pub mod daemon;
 pub mod dash;
 pub mod declared;

@@ -57,6 +57,9 @@ enum Command {
     /// The commit of a declared allocator's repository that made a crash group
     /// reproduce (or, with --fixed, stopped it), building the allocator at each revision.
     Bisect(cmd::bisect::Args),
+    /// Which of each allocator's own code the state dir's corpora ran: runs them in a
+    /// coverage build, writes llvm-cov's HTML and a summary to <state>/coverage/.
+    Coverage(cmd::coverage::Args),
     /// Print every RSS drift series: readings, ops, RSS and retained memory now,
     /// the growth per 1,000 ops with its interval, and the verdict.
     Drift(cmd::drift::Args),
@@ -96,6 +99,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         Command::Triage(args) => cmd::triage::run(args, project, config),
         Command::Repro(args) => cmd::repro::run(args, project, config),
         Command::Bisect(args) => cmd::bisect::run(args, project, config),
+        Command::Coverage(args) => cmd::coverage::run(args, project, config),
         Command::Drift(args) => cmd::drift::run(args, project, config),
         Command::Print(args) => cmd::print::run(args, project, config),
         Command::Dash(args) => cmd::dash::run(args, project, config),

@@ -69,6 +69,14 @@ pub(crate) const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 pub const C_FLAGS: &str =
     "-fsanitize=fuzzer-no-link,address -fsanitize-recover=address -DMI_TRACK_ASAN=1";
 
+/// The C flags of the coverage build: clang's source-based coverage,
+/// whose profiles the Rust side's `-C instrument-coverage` runtime writes.
+pub const COVERAGE_C_FLAGS: &str = "-fprofile-instr-generate -fcoverage-mapping";
+
+/// The fuzz package's features in the coverage build: the default build's
+/// allocators.
+pub const COVERAGE_FEATURES: &str = "libfuzzer,mimalloc";
+
 /// Knows every path in the project.
 pub struct Project {
     root: PathBuf,
@@ -392,6 +400,48 @@ impl Project {
         Ok(out.status.success())
     }
 
+    /// The coverage build's binary of `target` (`allocsoak coverage`).
+    pub fn coverage_binary(&self, target: Target) -> PathBuf {
+        self.root
+            .join("fuzz_targets/target/coverage")
+            .join(TRIPLE)
+            .join("release")
+            .join(self.binary_name(target))
+    }
+
+    /// Builds every fuzz target with the toolchains' source-based coverage
+    /// and no sanitizer, for the default build's allocators and the
+    /// config's own (a no-op when cargo finds it fresh).
+    pub fn build_coverage(&self) -> Result<()> {
+        let clang = clang()?;
+        self.write_glue(Build::Asan)?;
+        let status = Command::new("cargo")
+            .current_dir(&self.root)
+            .args(["+nightly", "fuzz", "build", "--fuzz-dir"])
+            .arg(self.fuzz_dir())
+            .args(["-O", "--sanitizer", "none", "--target-dir"])
+            .arg(self.root.join("fuzz_targets/target/coverage"))
+            .args(["--no-default-features", "--features", COVERAGE_FEATURES])
+            .env("CC", &clang)
+            .env(
+                format!("CFLAGS_{}", TRIPLE.replace('-', "_")),
+                COVERAGE_C_FLAGS,
+            )
+            // Branches too, as clang counts them for C.
+            .env(
+                "RUSTFLAGS",
+                rustflags("-Cinstrument-coverage -Zcoverage-options=branch"),
+            )
+            .status()
+            .context("failed to run `cargo +nightly fuzz`; run `just setup`")?;
+        if !status.success() {
+            bail!(
+                "building the coverage fuzz targets failed ({status}); see the cargo output above"
+            );
+        }
+        Ok(())
+    }
+
     /// `cargo fuzz build` of `build`'s fuzz targets, the glue written.
     fn cargo_fuzz_build(&self, build: Build) -> Result<Command> {
         let clang = clang()?;
@@ -454,9 +504,8 @@ fn rustflags(ours: &str) -> String {
     }
 }
 
-/// The clang whose LLVM matches the nightly rustc's, so the C side's
-/// coverage and ASan instrumentation agree with the Rust side's runtime.
-pub fn clang() -> Result<String> {
+/// The major version of the LLVM the nightly rustc uses.
+pub fn llvm_major() -> Result<String> {
     let out = Command::new("rustc")
         .args(["+nightly", "-vV"])
         .output()
@@ -469,6 +518,13 @@ pub fn clang() -> Result<String> {
         .find_map(|l| l.strip_prefix("LLVM version: "))
         .and_then(|v| v.split('.').next())
         .context("`rustc +nightly -vV` printed no LLVM version")?;
+    Ok(major.to_string())
+}
+
+/// The clang whose LLVM matches the nightly rustc's, so the C side's
+/// coverage and ASan instrumentation agree with the Rust side's runtime.
+pub fn clang() -> Result<String> {
+    let major = llvm_major()?;
     let clang = format!("clang-{major}");
     match Command::new(&clang).arg("--version").output() {
         Ok(o) if o.status.success() => Ok(clang),

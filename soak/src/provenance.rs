@@ -151,7 +151,7 @@ fn described(graph: &Metadata, p: &Package) -> String {
     }
 }
 
-fn package<'a>(graph: &'a Metadata, name: &str) -> Option<&'a Package> {
+pub(crate) fn package<'a>(graph: &'a Metadata, name: &str) -> Option<&'a Package> {
     let root = graph.resolve.as_ref()?;
     graph
         .packages

@@ -11,6 +11,7 @@
 //! <state>/slices/<id>/          a running slice's scratch: new/, artifacts/, findings/
 //! <state>/pending/<id>/         what a slice left to file when the soak ended
 //!                               (artifacts/, its slice.toml, tolerate and history)
+//! <state>/coverage/             `allocsoak coverage`'s last report (coverage/mod.rs)
 //! ```
 //! Nothing here is deleted except a slice's scratch once everything in it
 //! has been merged, filed or moved to `pending/`, a pending folder once
@@ -134,6 +135,11 @@ impl StateDir {
         self.root
             .join("corpus")
             .join(format!(".{}.g{n}", target.name()))
+    }
+
+    /// `allocsoak coverage`'s report.
+    pub fn coverage(&self) -> PathBuf {
+        self.root.join("coverage")
     }
 
     pub fn crashes(&self) -> PathBuf {

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod bisect;
 pub mod build;
+pub mod coverage;
 pub mod dash;
 pub mod drift;
 pub mod fuzz;

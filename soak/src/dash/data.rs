@@ -218,3 +218,72 @@ pub fn drift(store: &Store, config: &drift::TrendConfig) -> Result<Vec<DriftSeri
 pub fn overview(state: &StateDir, store: &Store, config: &drift::TrendConfig) -> Result<Overview> {
     status::overview(state, store, None, config)
 }
+
+/// The last `allocsoak coverage` report as the overview shows it, and
+/// every report's region coverage per allocator, aligned for uPlot.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SourceCoverage {
+    pub rows: Vec<CoverageRow>,
+    /// The chart: one series per allocator, percent of regions covered.
+    pub allocators: Vec<String>,
+    pub times: Vec<i64>,
+    pub regions: Vec<Vec<Option<f64>>>,
+}
+
+/// One allocator's line of the last report.
+#[derive(Clone, Debug, Serialize)]
+pub struct CoverageRow {
+    pub allocator: String,
+    pub functions: String,
+    pub lines: String,
+    pub regions: String,
+    pub branches: String,
+    pub never_run: usize,
+    /// Its HTML report, under the state dir (served under `files/`).
+    pub html: String,
+}
+
+pub fn source_coverage(state: &StateDir) -> Result<SourceCoverage> {
+    let mut out = SourceCoverage::default();
+    if let Some(report) = crate::coverage::last(state)? {
+        out.rows = report
+            .allocators
+            .iter()
+            .map(|a| {
+                let t = a.coverage.totals;
+                CoverageRow {
+                    allocator: a.allocator.clone(),
+                    functions: t.functions.to_string(),
+                    lines: t.lines.to_string(),
+                    regions: t.regions.to_string(),
+                    branches: t.branches.to_string(),
+                    never_run: a.coverage.never_run_count(),
+                    html: a
+                        .html
+                        .strip_prefix(state.root())
+                        .unwrap_or(&a.html)
+                        .to_string_lossy()
+                        .into_owned(),
+                }
+            })
+            .collect();
+    }
+    let points = crate::coverage::history(state)?;
+    for p in &points {
+        if !out.allocators.contains(&p.allocator) {
+            out.allocators.push(p.allocator.clone());
+        }
+        if out.times.last() != Some(&p.at) {
+            out.times.push(p.at);
+        }
+    }
+    out.regions = vec![vec![None; out.times.len()]; out.allocators.len()];
+    for p in &points {
+        let a = out.allocators.iter().position(|n| *n == p.allocator);
+        let t = out.times.iter().position(|t| *t == p.at);
+        if let (Some(a), Some(t)) = (a, t) {
+            out.regions[a][t] = Some(p.totals.regions.percent());
+        }
+    }
+    Ok(out)
+}

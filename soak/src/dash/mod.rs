@@ -141,6 +141,10 @@ impl Site {
                 let timeline = data::timeline(&self.store()?, param("range").as_deref())?;
                 Response::ok(JSON, serde_json::to_vec(&timeline)?)
             }
+            "/api/coverage.json" => Response::ok(
+                JSON,
+                serde_json::to_vec(&data::source_coverage(&self.state)?)?,
+            ),
             "/api/drift.json" => {
                 let drift = data::drift(&self.store()?, &self.drift)?;
                 Response::ok(JSON, serde_json::to_vec(&drift)?)
@@ -175,7 +179,16 @@ impl Site {
         let mut recent = data::groups(&self.state, &store, &Filter::default())?;
         recent.truncate(10);
         let drift = data::drift(&store, &self.drift)?;
-        pages::overview(&self.env, links, &o, data::range(range).0, &recent, &drift)
+        let coverage = data::source_coverage(&self.state)?;
+        pages::overview(
+            &self.env,
+            links,
+            &o,
+            data::range(range).0,
+            &recent,
+            &drift,
+            &coverage,
+        )
     }
 
     fn groups_page(&self, links: Links, filter: &Filter) -> Result<String> {
@@ -244,6 +257,10 @@ impl Site {
             let from = self.state.crash_group(&g.id);
             copy_files(&from, &out.join("files/crashes").join(&g.id))?;
         }
+        copy_tree(
+            &self.state.coverage().join("html"),
+            &out.join("files/coverage/html"),
+        )?;
         for (name, _, body) in STATIC {
             let path = out.join("static").join(name);
             std::fs::create_dir_all(path.parent().expect("static files are in static/"))?;
@@ -253,6 +270,7 @@ impl Site {
             "overview": data::overview(&self.state, &store, &self.drift)?,
             "timeline": data::timeline(&store, Some("all"))?,
             "drift": data::drift(&store, &self.drift)?,
+            "coverage": data::source_coverage(&self.state)?,
         });
         state::write_atomic(
             &out.join("static/data.js"),
@@ -273,6 +291,23 @@ fn copy_files(from: &Path, to: &Path) -> Result<()> {
             if e.file_type().is_ok_and(|t| t.is_file()) {
                 state::copy_atomic(&e.path(), &to.join(sub).join(e.file_name()))?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Copies every file under `from` (none if it is not there) to `to`.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(to)?;
+    for e in entries.flatten() {
+        let kind = e.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()))?;
+        } else if kind.is_file() {
+            state::copy_atomic(&e.path(), &to.join(e.file_name()))?;
         }
     }
     Ok(())

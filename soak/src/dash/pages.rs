@@ -85,6 +85,7 @@ pub fn overview(
     range: &str,
     recent: &[GroupLine],
     drift: &[DriftSeries],
+    coverage: &data::SourceCoverage,
 ) -> Result<String> {
     let totals = context! {
         execs_per_sec => o.slots.iter().map(|s| s.execs_per_sec).sum::<f64>().round(),
@@ -104,6 +105,7 @@ pub fn overview(
             ranges => ranges,
             recent => Value::from(Serde(recent)),
             drift => Value::from(Serde(drift.iter().map(|d| &d.row).collect::<Vec<_>>())),
+            coverage => Value::from(Serde(&coverage.rows)),
         },
     )
 }

@@ -1,0 +1,534 @@
+//! `allocsoak coverage`: which of an allocator's own code a soak's corpora
+//! ever ran.
+//!
+//! The fuzz targets are built once more with the toolchains' source-based
+//! coverage (`-C instrument-coverage` for Rust, clang's
+//! `-fprofile-instr-generate -fcoverage-mapping` for C: [`Project::build_coverage`]).
+//! Each target's persistent corpus and its seeds run once per allocator,
+//! `llvm-profdata` merges the profiles, and `llvm-cov` reports on the
+//! allocator's files alone ([`sources`]): its HTML, and a summary
+//! ([`summary`]) of the same export, so the numbers are `llvm-cov`'s.
+//!
+//! ```text
+//! <state>/coverage/COVERAGE.md          the summary, per allocator and file
+//! <state>/coverage/summary.json         the same, typed
+//! <state>/coverage/html/<allocator>/    llvm-cov's HTML of its sources
+//! <state>/coverage/<allocator>.profdata the merged profile the two read
+//! <state>/coverage/history.json         every report's totals: the dashboard's chart
+//! ```
+//! The folder is made beside the old one and renamed over it.
+
+pub mod sources;
+pub mod summary;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use shadow::Target;
+
+use crate::project::{Project, COVERAGE_FEATURES};
+use crate::state::StateDir;
+use crate::store::Store;
+pub use summary::Coverage;
+
+/// What to cover: the state dir whose corpora run, which allocators
+/// (default: every allocator its slots ran) and targets (default: those
+/// the allocator's slots ran, else all).
+pub struct Request<'a> {
+    pub state: &'a Path,
+    pub allocators: Vec<String>,
+    pub targets: Vec<Target>,
+}
+
+/// One allocator's coverage and where its report is.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Covered {
+    pub allocator: String,
+    pub coverage: Coverage,
+    /// The folders of its sources the report is limited to.
+    pub roots: Vec<PathBuf>,
+    /// Inputs run, and those whose process failed (their coverage lost).
+    pub inputs: usize,
+    pub failed: usize,
+    /// The HTML report's index, inside the coverage folder.
+    pub html: PathBuf,
+    /// The merged profile and the binaries whose mapping reads it: what
+    /// `llvm-cov` takes to report on the same run.
+    pub profdata: PathBuf,
+    pub objects: Vec<PathBuf>,
+}
+
+/// What a coverage run made (`summary.json`).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    pub dir: PathBuf,
+    pub allocators: Vec<Covered>,
+    /// Allocators with nothing to report on, and why.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// One allocator's totals in one report: a point of the dashboard's
+/// chart of coverage over the soak's days.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Point {
+    /// Unix seconds.
+    pub at: i64,
+    pub allocator: String,
+    pub totals: summary::Measures,
+}
+
+/// The last report of `state`, if one was made.
+pub fn last(state: &StateDir) -> Result<Option<Report>> {
+    read_json(&state.coverage().join("summary.json"))
+}
+
+/// Every report's totals, oldest first.
+pub fn history(state: &StateDir) -> Result<Vec<Point>> {
+    Ok(read_json(&state.coverage().join("history.json"))?.unwrap_or_default())
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .with_context(|| format!("{} is not allocsoak's; move it aside", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("failed to read {}", path.display())),
+    }
+}
+
+/// llvm-cov and llvm-profdata of the LLVM the nightly rustc uses, whose
+/// profile format both sides of the build write.
+struct Tools {
+    cov: String,
+    profdata: String,
+}
+
+impl Tools {
+    fn find() -> Result<Tools> {
+        let major = crate::project::llvm_major()?;
+        let tool = |name: &str| -> Result<String> {
+            let path = format!("{name}-{major}");
+            match Command::new(&path).arg("--version").output() {
+                Ok(o) if o.status.success() => Ok(path),
+                _ => bail!("{path} not found: nightly rustc uses LLVM {major}; install it with `just setup` (apt-get install llvm-{major})"),
+            }
+        };
+        Ok(Tools {
+            cov: tool("llvm-cov")?,
+            profdata: tool("llvm-profdata")?,
+        })
+    }
+}
+
+/// Builds, runs and reports, writing `<state>/coverage/`.
+pub fn run(project: &Project, req: &Request) -> Result<Report> {
+    let state = StateDir::open_to_read(req.state)?;
+    let slots = ran(&state)?;
+    let allocators = match req.allocators.is_empty() {
+        true => slots.iter().map(|(a, _)| a.clone()).collect(),
+        false => req.allocators.clone(),
+    };
+    if allocators.is_empty() {
+        bail!(
+            "{} has no slots yet; run a soak into it first, or name --allocator",
+            req.state.display()
+        );
+    }
+    // What the soak ran: an allocator's own slots' targets, whose corpora
+    // (and seeds) are what it was fuzzed with.
+    let targets_of = |allocator: &str| -> Vec<Target> {
+        if !req.targets.is_empty() {
+            return req.targets.clone();
+        }
+        match slots.iter().find(|(a, _)| a == allocator) {
+            Some((_, targets)) => targets.clone(),
+            None => Target::ALL.to_vec(),
+        }
+    };
+    let tools = Tools::find()?;
+    project.build_coverage()?;
+    let graph = crate::project::resolve(
+        &project.fuzz_dir().join("Cargo.toml"),
+        Some(COVERAGE_FEATURES),
+    )?;
+    let out = state.coverage();
+    let work = crate::state::tmp_path(&out);
+    crate::state::remove_scratch(&work)?;
+    std::fs::create_dir_all(&work)
+        .with_context(|| format!("failed to create {}", work.display()))?;
+    let store = Store::open_read_only(&state.store())?;
+    // Profiles, findings and known keys of the runs: gone once reported.
+    let scratch = work.join("scratch");
+    let mut report = Report {
+        dir: out.clone(),
+        allocators: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for allocator in allocators {
+        let sources = match project.sources(&graph, &allocator) {
+            Ok(s) => s,
+            Err(why) => {
+                report.skipped.push((allocator, why));
+                continue;
+            }
+        };
+        let targets = targets_of(&allocator);
+        let objects: Vec<PathBuf> = targets
+            .iter()
+            .map(|t| project.coverage_binary(*t))
+            .collect();
+        let name = safe_name(&allocator);
+        let profiles = scratch.join("profiles").join(&name);
+        std::fs::create_dir_all(&profiles)?;
+        let tolerate = scratch.join(format!("{name}.tolerate"));
+        let keys: String = store
+            .tolerated_keys(&allocator)?
+            .into_iter()
+            .map(|(_, k)| format!("{k}\n"))
+            .collect();
+        crate::state::write_atomic(&tolerate, keys.as_bytes())?;
+        let (mut inputs, mut failed) = (0, 0);
+        for (target, binary) in targets.iter().zip(&objects) {
+            let dirs: Vec<PathBuf> = [state.corpus(*target), project.seeds(*target)]
+                .into_iter()
+                .filter_map(|d| d.canonicalize().ok())
+                .collect();
+            let run = Replay {
+                binary,
+                allocator: &allocator,
+                profiles: &profiles,
+                tolerate: &tolerate,
+                findings: &scratch
+                    .join("findings")
+                    .join(format!("{name}-{}", target.name())),
+                prefix: target.name(),
+            };
+            let (n, f) = run.all(&dirs)?;
+            inputs += n;
+            failed += f;
+        }
+        let profdata = work.join(format!("{name}.profdata"));
+        tools.merge(&profiles, &profdata)?;
+        let json = tools.export(&profdata, &objects, &sources.paths)?;
+        let coverage = Coverage::from_export(&json)
+            .context("llvm-cov export printed JSON allocsoak cannot read")?;
+        let html = work.join("html").join(&name);
+        tools.html(&profdata, &objects, &sources.paths, &html)?;
+        report.allocators.push(Covered {
+            allocator,
+            coverage,
+            roots: sources.paths,
+            inputs,
+            failed,
+            html: out.join("html").join(&name).join("index.html"),
+            profdata: out.join(format!("{name}.profdata")),
+            objects,
+        });
+    }
+    crate::state::remove_scratch(&scratch)?;
+    crate::state::write_atomic(
+        &work.join("COVERAGE.md"),
+        summary_markdown(&report).as_bytes(),
+    )?;
+    let mut points = history(&state)?;
+    let at = crate::store::now();
+    points.extend(report.allocators.iter().map(|a| Point {
+        at,
+        allocator: a.allocator.clone(),
+        totals: a.coverage.totals,
+    }));
+    crate::state::write_atomic(
+        &work.join("history.json"),
+        serde_json::to_string(&points)?.as_bytes(),
+    )?;
+    crate::state::write_atomic(
+        &work.join("summary.json"),
+        serde_json::to_string_pretty(&report)?.as_bytes(),
+    )?;
+    swap_in(&work, &out)?;
+    Ok(report)
+}
+
+/// The allocators the state dir's slots ran, each with its targets.
+fn ran(state: &StateDir) -> Result<Vec<(String, Vec<Target>)>> {
+    let store = Store::open_read_only(&state.store())?;
+    let mut ran: Vec<(String, Vec<Target>)> = Vec::new();
+    for slot in store.slots()? {
+        let Ok(target) = slot.target.parse::<Target>() else {
+            continue;
+        };
+        match ran.iter_mut().find(|(a, _)| *a == slot.allocator) {
+            Some((_, targets)) if !targets.contains(&target) => targets.push(target),
+            Some(_) => {}
+            None => ran.push((slot.allocator, vec![target])),
+        }
+    }
+    ran.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(ran)
+}
+
+/// An allocator name as a file name.
+fn safe_name(allocator: &str) -> String {
+    allocator
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '_',
+        })
+        .collect()
+}
+
+/// Renames `work` over `out`: the old report moves aside first and goes
+/// once the new one is in.
+fn swap_in(work: &Path, out: &Path) -> Result<()> {
+    let old = crate::state::tmp_path(&out.with_file_name("coverage-old"));
+    if out.exists() {
+        std::fs::rename(out, &old)
+            .with_context(|| format!("failed to move {} aside", out.display()))?;
+    }
+    std::fs::rename(work, out)
+        .with_context(|| format!("failed to rename {} to {}", work.display(), out.display()))?;
+    crate::state::remove_scratch(&old)
+}
+
+/// One target's inputs run once on one allocator in the coverage build.
+struct Replay<'a> {
+    binary: &'a Path,
+    allocator: &'a str,
+    profiles: &'a Path,
+    tolerate: &'a Path,
+    findings: &'a Path,
+    prefix: &'a str,
+}
+
+impl Replay<'_> {
+    /// Runs every input of `dirs` in one process; if it fails, each input
+    /// in a process of its own. Returns the inputs and the failed ones.
+    fn all(&self, dirs: &[PathBuf]) -> Result<(usize, usize)> {
+        let mut inputs = Vec::new();
+        for dir in dirs {
+            for entry in std::fs::read_dir(dir)? {
+                let path = entry?.path();
+                if path.is_file() {
+                    inputs.push(path);
+                }
+            }
+        }
+        if inputs.is_empty() {
+            return Ok((0, 0));
+        }
+        std::fs::create_dir_all(self.findings)?;
+        let mut cmd = self.command();
+        cmd.arg("-runs=0").args(dirs);
+        if self.ok(cmd)? {
+            return Ok((inputs.len(), 0));
+        }
+        let mut failed = 0;
+        for input in &inputs {
+            let mut cmd = self.command();
+            cmd.arg(input);
+            if !self.ok(cmd)? {
+                failed += 1;
+            }
+        }
+        Ok((inputs.len(), failed))
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(self.binary);
+        cmd.env("ALLOCSOAK_ALLOCATOR", self.allocator)
+            .env("ALLOCSOAK_MODE", "checked")
+            .env("ALLOCSOAK_TOLERATE", self.tolerate)
+            .env("ALLOCSOAK_FINDINGS", self.findings)
+            .env(
+                "LLVM_PROFILE_FILE",
+                self.profiles.join(format!("{}-%m-%p.profraw", self.prefix)),
+            )
+            .args(["-timeout=30", "-rss_limit_mb=8192"]);
+        cmd
+    }
+
+    fn ok(&self, mut cmd: Command) -> Result<bool> {
+        let status = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .with_context(|| format!("failed to run {}", self.binary.display()))?;
+        Ok(status.success())
+    }
+}
+
+impl Tools {
+    fn merge(&self, profiles: &Path, out: &Path) -> Result<()> {
+        let mut raw = Vec::new();
+        for entry in std::fs::read_dir(profiles)? {
+            raw.push(entry?.path());
+        }
+        if raw.is_empty() {
+            bail!(
+                "no profile was written in {}: the coverage build's binaries ran no input",
+                profiles.display()
+            );
+        }
+        let out = Command::new(&self.profdata)
+            .args(["merge", "-sparse", "-o"])
+            .arg(out)
+            .args(&raw)
+            .output()
+            .with_context(|| format!("failed to run {}", self.profdata))?;
+        if !out.status.success() {
+            bail!(
+                "{} merge failed: {}",
+                self.profdata,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// `llvm-cov <what> -instr-profile P bin -object bin2 ... <sources>`.
+    fn cov(&self, what: &str, profdata: &Path, objects: &[PathBuf]) -> Command {
+        let mut cmd = Command::new(&self.cov);
+        cmd.arg(what).arg("-instr-profile").arg(profdata);
+        for (i, o) in objects.iter().enumerate() {
+            if i > 0 {
+                cmd.arg("-object");
+            }
+            cmd.arg(o);
+        }
+        cmd
+    }
+
+    fn export(&self, profdata: &Path, objects: &[PathBuf], sources: &[PathBuf]) -> Result<Vec<u8>> {
+        let out = self
+            .cov("export", profdata, objects)
+            .args(["-format=text", "-skip-expansions"])
+            .args(sources)
+            .output()
+            .with_context(|| format!("failed to run {}", self.cov))?;
+        if !out.status.success() {
+            bail!(
+                "{} export failed: {}",
+                self.cov,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(out.stdout)
+    }
+
+    fn html(
+        &self,
+        profdata: &Path,
+        objects: &[PathBuf],
+        sources: &[PathBuf],
+        dir: &Path,
+    ) -> Result<()> {
+        let out = self
+            .cov("show", profdata, objects)
+            .args([
+                "-format=html",
+                "-show-branches=count",
+                "-show-line-counts-or-regions",
+            ])
+            .arg(format!("-output-dir={}", dir.display()))
+            .args(sources)
+            .output()
+            .with_context(|| format!("failed to run {}", self.cov))?;
+        if !out.status.success() {
+            bail!(
+                "{} show failed: {}",
+                self.cov,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The `llvm-cov report` command line of an allocator's coverage.
+fn llvm_cov_report(a: &Covered) -> String {
+    let major = crate::project::llvm_major().unwrap_or_else(|_| "N".into());
+    let mut cmd = format!(
+        "llvm-cov-{major} report -instr-profile {}",
+        a.profdata.display()
+    );
+    for (i, o) in a.objects.iter().enumerate() {
+        let flag = if i > 0 { "-object " } else { "" };
+        cmd.push_str(&format!(" {flag}{}", o.display()));
+    }
+    for r in &a.roots {
+        cmd.push_str(&format!(" {}", r.display()));
+    }
+    cmd
+}
+
+/// `COVERAGE.md`: a table of the allocators, then each one's files and
+/// the functions no input ran.
+pub fn summary_markdown(report: &Report) -> String {
+    let mut md = String::from("# Coverage of the allocators' own code\n\n");
+    md.push_str("| allocator | functions | lines | regions | branches | inputs |\n");
+    md.push_str("| --- | --- | --- | --- | --- | --- |\n");
+    for a in &report.allocators {
+        let t = a.coverage.totals;
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {}{} |\n",
+            a.allocator,
+            t.functions,
+            t.lines,
+            t.regions,
+            t.branches,
+            a.inputs,
+            match a.failed {
+                0 => String::new(),
+                n => format!(" ({n} failed, not counted)"),
+            }
+        ));
+    }
+    for (allocator, why) in &report.skipped {
+        md.push_str(&format!("\n{allocator}: not covered: {why}.\n"));
+    }
+    for a in &report.allocators {
+        let roots: Vec<&Path> = a.roots.iter().map(PathBuf::as_path).collect();
+        md.push_str(&format!(
+            "\n## {}\n\nSources: {}. HTML: `{}`. The same numbers: `{}`.\n\n| file | functions | lines | regions | branches |\n| --- | --- | --- | --- | --- |\n",
+            a.allocator,
+            a.roots
+                .iter()
+                .map(|r| format!("`{}`", r.display()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            a.html.display(),
+            llvm_cov_report(a)
+        ));
+        for f in &a.coverage.files {
+            let m = f.measures;
+            md.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} |\n",
+                summary::shown(&f.path, &roots),
+                m.functions,
+                m.lines,
+                m.regions,
+                m.branches
+            ));
+        }
+        md.push_str(&format!(
+            "\n### Never run ({} functions)\n",
+            a.coverage.never_run_count()
+        ));
+        for (file, names) in &a.coverage.never_run {
+            md.push_str(&format!(
+                "\n- `{}`: {}\n",
+                summary::shown(file, &roots),
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    md
+}

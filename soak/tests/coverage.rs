@@ -1,0 +1,188 @@
+//! `allocsoak coverage` end to end: a declared C allocator whose one
+//! function only a call from a second thread reaches is reported never run
+//! after a soak of `alloc_ops` (every call on one thread), and run after
+//! one of `mt_ops` into the same state dir; the totals are `llvm-cov
+//! report`'s on the same profile.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::with_config;
+
+/// The test's own copy of `testdata/coverage`, outside the checkout.
+fn author_repo() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::temp_dir().join("allocsoak-test-coverage");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["allocsoak.toml", "threads.c"] {
+        std::fs::copy(
+            manifest.join("tests/testdata/coverage").join(file),
+            dir.join(file),
+        )
+        .unwrap();
+    }
+    dir
+}
+
+fn soak(config: &Path, state: &Path, target: &str) {
+    let (out, text) = with_config(
+        config,
+        &[
+            "soak",
+            "--duration",
+            "15",
+            "--jobs",
+            "1",
+            "--target",
+            target,
+            "--state",
+            state.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "soak failed:\n{text}");
+}
+
+/// The report's summary of `threads`.
+fn covered(config: &Path, state: &Path) -> serde_json::Value {
+    let (out, text) = with_config(config, &["coverage", "--state", state.to_str().unwrap()]);
+    assert!(out.status.success(), "coverage failed:\n{text}");
+    assert!(text.contains("coverage: threads: "), "{text}");
+    let summary = std::fs::read(state.join("coverage/summary.json")).unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&summary).unwrap();
+    let threads = summary["allocators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["allocator"] == "threads")
+        .expect("threads is covered")
+        .clone();
+    assert!(threads["inputs"].as_u64().unwrap() > 0, "{threads}");
+    assert_eq!(threads["failed"], 0, "{threads}");
+    threads
+}
+
+fn never_run(threads: &serde_json::Value) -> Vec<String> {
+    let by_file = threads["coverage"]["never_run"].as_object().unwrap();
+    by_file
+        .values()
+        .flat_map(|names| names.as_array().unwrap().iter())
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `llvm-cov report`'s TOTAL row on the report's own profile and objects:
+/// regions, missed, functions, missed, lines, missed.
+fn llvm_cov_totals(threads: &serde_json::Value) -> [u64; 6] {
+    let major = soak::project::llvm_major().unwrap();
+    let mut cmd = Command::new(format!("llvm-cov-{major}"));
+    cmd.arg("report")
+        .arg("-instr-profile")
+        .arg(threads["profdata"].as_str().unwrap());
+    for (i, o) in threads["objects"].as_array().unwrap().iter().enumerate() {
+        if i > 0 {
+            cmd.arg("-object");
+        }
+        cmd.arg(o.as_str().unwrap());
+    }
+    for r in threads["roots"].as_array().unwrap() {
+        cmd.arg(r.as_str().unwrap());
+    }
+    let out = cmd
+        .output()
+        .expect("llvm-cov runs (`just setup` installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = text
+        .lines()
+        .find(|l| l.starts_with("TOTAL"))
+        .unwrap_or_else(|| panic!("no TOTAL row:\n{text}"));
+    let numbers: Vec<u64> = total
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    // TOTAL regions missed cover% functions missed executed% lines missed cover% ...
+    [
+        numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], numbers[5],
+    ]
+}
+
+#[test]
+fn a_function_only_another_thread_reaches_is_never_run_until_mt_ops_runs_it() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let repo = author_repo();
+    let config = repo.join("allocsoak.toml");
+    let state = repo.join("state");
+    let (out, text) = with_config(&config, &["build"]);
+    assert!(out.status.success(), "build failed:\n{text}");
+
+    soak(&config, &state, "alloc_ops");
+    let threads = covered(&config, &state);
+    let never = never_run(&threads);
+    assert!(
+        never.contains(&"from_another_thread".to_string()),
+        "{never:?}"
+    );
+    assert!(
+        !never.iter().any(|n| n == "cv_malloc" || n == "note_caller"),
+        "{never:?}"
+    );
+    let md = std::fs::read_to_string(state.join("coverage/COVERAGE.md")).unwrap();
+    assert!(md.contains("`from_another_thread`"), "{md}");
+    assert!(
+        Path::new(threads["html"].as_str().unwrap()).is_file(),
+        "{threads}"
+    );
+
+    // The dashboard shows the table and serves the HTML it links.
+    let site = repo.join("site");
+    let (out, text) = with_config(
+        &config,
+        &[
+            "dash",
+            "--state",
+            state.to_str().unwrap(),
+            "--export",
+            site.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "dash --export failed:\n{text}");
+    let overview = std::fs::read_to_string(site.join("index.html")).unwrap();
+    assert!(overview.contains("<td>threads</td>"), "{overview}");
+    assert!(site
+        .join("files/coverage/html/threads/index.html")
+        .is_file());
+    let data = std::fs::read_to_string(site.join("static/data.js")).unwrap();
+    assert!(data.contains(r#""allocators":["threads"]"#), "{data}");
+
+    // The numbers are llvm-cov's own.
+    let t = &threads["coverage"]["totals"];
+    let count = |m: &str, f: &str| t[m][f].as_u64().unwrap();
+    assert_eq!(
+        llvm_cov_totals(&threads),
+        [
+            count("regions", "count"),
+            count("regions", "count") - count("regions", "covered"),
+            count("functions", "count"),
+            count("functions", "count") - count("functions", "covered"),
+            count("lines", "count"),
+            count("lines", "count") - count("lines", "covered"),
+        ]
+    );
+
+    soak(&config, &state, "mt_ops");
+    let threads = covered(&config, &state);
+    let never = never_run(&threads);
+    assert!(
+        !never.contains(&"from_another_thread".to_string()),
+        "{never:?}"
+    );
+}
