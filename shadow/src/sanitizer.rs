@@ -29,7 +29,7 @@ use std::sync::{Mutex, OnceLock};
 use std::thread::LocalKey;
 
 use crate::tolerance;
-use crate::violation::Report;
+use crate::violation::{By, Report, Violation};
 
 /// A tolerated report came in since the last [`check`] (on any thread).
 static PENDING: AtomicBool = AtomicBool::new(false);
@@ -245,8 +245,87 @@ pub fn install(
 /// most [`GIVEN_BACK_KEPT`]. Addresses are kept inverted ([`Hidden`]):
 /// LeakSanitizer scans this list too, and a plain address in it would
 /// make the lost block reachable.
-static GIVEN_BACK: Mutex<Vec<(Hidden, Report)>> = Mutex::new(Vec::new());
+static GIVEN_BACK: Mutex<Vec<KeptLeak>> = Mutex::new(Vec::new());
 const GIVEN_BACK_KEPT: usize = 1024;
+
+/// A given-back block and the leak it is, in parts that hold only what
+/// they say: words, text and lists. A [`Report`] kept whole carried stale
+/// words in its unused bytes (an enum's beyond its variant's fields, an
+/// `Option`'s payload), among them the lost block's address, which kept
+/// the block reachable: a realloc's lost old block was never reported.
+struct KeptLeak {
+    block: Hidden,
+    op_index: usize,
+    op: String,
+    api: &'static str,
+    size: usize,
+    align: usize,
+    path: Vec<String>,
+    /// [`By`]: which variant (0, 1, 2) and its names.
+    by: usize,
+    names: [String; 2],
+    /// The [`Violation::Leak`]'s own parts.
+    leaked: usize,
+    call: &'static str,
+}
+
+impl KeptLeak {
+    /// `leak`, a [`Violation::Leak`] of a call with a block, kept.
+    fn new(p: usize, leak: Report) -> Option<KeptLeak> {
+        let Violation::Leak {
+            size: leaked, call, ..
+        } = leak.violation
+        else {
+            return None;
+        };
+        let (size, align) = leak.site.block?;
+        let (by, names) = match leak.by {
+            By::Allocator(a) => (0, [a, String::new()]),
+            By::Reference(r) => (1, [r, String::new()]),
+            By::Versus {
+                allocator,
+                reference,
+            } => (2, [allocator, reference]),
+        };
+        Some(KeptLeak {
+            block: Hidden::new(p),
+            op_index: leak.op_index,
+            op: leak.op,
+            api: leak.site.api,
+            size,
+            align,
+            path: leak.path,
+            by,
+            names,
+            leaked,
+            call,
+        })
+    }
+
+    /// The leak, its address in.
+    fn report(self) -> Report {
+        let [first, second] = self.names;
+        Report {
+            op_index: self.op_index,
+            op: self.op,
+            site: crate::violation::Site::new(self.api, self.size, self.align),
+            path: self.path,
+            violation: Violation::Leak {
+                ptr: self.block.get(),
+                size: self.leaked,
+                call: self.call,
+            },
+            by: match self.by {
+                0 => By::Allocator(first),
+                1 => By::Reference(first),
+                _ => By::Versus {
+                    allocator: first,
+                    reference: second,
+                },
+            },
+        }
+    }
+}
 
 /// An address LeakSanitizer does not take for a pointer.
 #[derive(Clone, Copy)]
@@ -280,12 +359,7 @@ pub fn given_back(p: usize, leak: impl FnOnce() -> Report) {
     if unsafe { owns(p as *const c_void) } != 0 {
         let mut kept = GIVEN_BACK.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() < GIVEN_BACK_KEPT {
-            // Its address goes in when it is raised (see GIVEN_BACK).
-            let mut leak = leak();
-            if let crate::violation::Violation::Leak { ptr, .. } = &mut leak.violation {
-                *ptr = 0;
-            }
-            kept.push((Hidden::new(p), leak));
+            kept.extend(KeptLeak::new(p, leak()));
         }
     }
 }
@@ -302,23 +376,20 @@ pub fn lost_block() -> Option<Report> {
     let (check, owns) = LEAKS.get()?;
     let mut kept = GIVEN_BACK.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: as in `given_back`.
-    kept.retain(|(p, _)| unsafe { owns(p.get() as *const c_void) } != 0);
+    kept.retain(|k| unsafe { owns(k.block.get() as *const c_void) } != 0);
     // SAFETY: LeakSanitizer's leak check reads the heap and the roots; it
     // may run at any point of the program.
     if kept.is_empty() || unsafe { check() } == 0 {
         return None;
     }
     let kept = std::mem::take(&mut *kept);
-    for (p, _) in &kept {
-        never_freed(p.get());
+    for k in &kept {
+        never_freed(k.block.get());
     }
     // SAFETY: as above.
     let only_them = unsafe { check() } == 0;
-    let (p, mut leak) = kept.into_iter().next().filter(|_| only_them)?;
-    if let crate::violation::Violation::Leak { ptr, .. } = &mut leak.violation {
-        *ptr = p.get();
-    }
-    Some(leak)
+    let first = kept.into_iter().next().filter(|_| only_them)?;
+    Some(first.report())
 }
 
 /// A block the harness will never free, as it cannot say what it is: one

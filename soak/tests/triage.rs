@@ -89,3 +89,35 @@ fn verify_marks_a_fix_fixed_and_its_return_regressed() {
         "{text}\n{replay}"
     );
 }
+
+/// A replay names the call that lost a block: a shrinking realloc that
+/// never frees the old block is that realloc's `leak`, however it was
+/// called (the plain realloc's lost block once passed for reachable: its
+/// address was left over in the unused bytes of the leak kept for it).
+#[test]
+fn a_replay_names_the_realloc_that_lost_a_block() {
+    let dir = tempfile::tempdir().unwrap();
+    for call in ["realloc", "realloc-zeroed"] {
+        let input = dir.path().join(format!("{call}.txt"));
+        let program =
+            format!("target alloc_ops\nalloc size=4096 align=8\n{call} slot=newest to=40\n");
+        std::fs::write(&input, program).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_allocsoak"))
+            .args([
+                "repro",
+                "--target",
+                "alloc_ops",
+                "--allocator",
+                "zoo:leak-on-shrink",
+            ])
+            .arg(&input)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{call}: {text}");
+        assert!(
+            text.contains("leak: leak: block N (size N) given back to realloc was never freed"),
+            "{call}: {text}"
+        );
+    }
+}

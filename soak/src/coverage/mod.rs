@@ -346,7 +346,9 @@ impl Replay<'_> {
                 "LLVM_PROFILE_FILE",
                 self.profiles.join(format!("{}-%m-%p.profraw", self.prefix)),
             )
-            .args(["-timeout=30", "-rss_limit_mb=8192"]);
+            .args(["-timeout=30", "-rss_limit_mb=8192"])
+            // A crash's input stays in the scratch, not the working folder.
+            .arg(format!("-artifact_prefix={}/", self.findings.display()));
         cmd
     }
 
