@@ -375,20 +375,9 @@ impl Tools {
                 profiles.display()
             );
         }
-        let out = Command::new(&self.profdata)
-            .args(["merge", "-sparse", "-o"])
-            .arg(out)
-            .args(&raw)
-            .output()
-            .with_context(|| format!("failed to run {}", self.profdata))?;
-        if !out.status.success() {
-            bail!(
-                "{} merge failed: {}",
-                self.profdata,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+        let mut cmd = Command::new(&self.profdata);
+        cmd.args(["merge", "-sparse", "-o"]).arg(out).args(&raw);
+        stdout_of(cmd, "merge").map(drop)
     }
 
     /// `llvm-cov <what> -instr-profile P bin -object bin2 ... <sources>`.
@@ -405,20 +394,9 @@ impl Tools {
     }
 
     fn export(&self, profdata: &Path, objects: &[PathBuf], sources: &[PathBuf]) -> Result<Vec<u8>> {
-        let out = self
-            .cov("export", profdata, objects)
-            .args(["-format=text", "-skip-expansions"])
-            .args(sources)
-            .output()
-            .with_context(|| format!("failed to run {}", self.cov))?;
-        if !out.status.success() {
-            bail!(
-                "{} export failed: {}",
-                self.cov,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(out.stdout)
+        let mut cmd = self.cov("export", profdata, objects);
+        cmd.args(["-format=text", "-skip-expansions"]).args(sources);
+        stdout_of(cmd, "export")
     }
 
     fn html(
@@ -428,26 +406,31 @@ impl Tools {
         sources: &[PathBuf],
         dir: &Path,
     ) -> Result<()> {
-        let out = self
-            .cov("show", profdata, objects)
-            .args([
-                "-format=html",
-                "-show-branches=count",
-                "-show-line-counts-or-regions",
-            ])
-            .arg(format!("-output-dir={}", dir.display()))
-            .args(sources)
-            .output()
-            .with_context(|| format!("failed to run {}", self.cov))?;
-        if !out.status.success() {
-            bail!(
-                "{} show failed: {}",
-                self.cov,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+        let mut cmd = self.cov("show", profdata, objects);
+        cmd.args([
+            "-format=html",
+            "-show-branches=count",
+            "-show-line-counts-or-regions",
+        ])
+        .arg(format!("-output-dir={}", dir.display()))
+        .args(sources);
+        stdout_of(cmd, "show").map(drop)
     }
+}
+
+/// Runs an LLVM tool's `what`: its output, or its error in one line.
+fn stdout_of(mut cmd: Command, what: &str) -> Result<Vec<u8>> {
+    let tool = cmd.get_program().to_string_lossy().into_owned();
+    let out = cmd
+        .output()
+        .with_context(|| format!("failed to run {tool}"))?;
+    if !out.status.success() {
+        bail!(
+            "{tool} {what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out.stdout)
 }
 
 /// The `llvm-cov report` command line of an allocator's coverage.
