@@ -5,9 +5,10 @@
 //! deterministic. [`run`] then releases every worker with a script (or
 //! a thread exit) at the same moment (a spinning barrier: a sleeping one wakes threads tens of
 //! microseconds apart, longer than a whole script) and waits for all. On a
-//! worker a step only calls the allocator and writes or reads the block's
-//! pattern; every check happens afterwards, on the main thread, in script
-//! order. What interleaves inside the section is up to the machine: a
+//! worker a step only calls the allocator, claims or gives up the block's
+//! bytes ([`super::claims`]: a block handed out twice is caught there) and
+//! writes or reads its pattern; every other check happens afterwards, on
+//! the main thread, in script order. What interleaves inside the section is up to the machine: a
 //! finding from a race may need several replays to show again.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
