@@ -163,9 +163,14 @@ fn a_function_only_another_thread_reaches_is_never_run_until_mt_ops_runs_it() {
     let data = std::fs::read_to_string(site.join("static/data.js")).unwrap();
     assert!(data.contains(r#""allocators":["threads"]"#), "{data}");
 
-    // The numbers are llvm-cov's own.
+    // The numbers are llvm-cov's own, and the list of functions never run
+    // is as long as its count of them.
     let t = &threads["coverage"]["totals"];
     let count = |m: &str, f: &str| t[m][f].as_u64().unwrap();
+    assert_eq!(
+        never.len() as u64,
+        count("functions", "count") - count("functions", "covered")
+    );
     assert_eq!(
         llvm_cov_totals(&threads),
         [

@@ -87,6 +87,22 @@ struct Function {
     name: String,
     count: u64,
     filenames: Vec<String>,
+    /// `[line, column, end line, end column, count, file id, expanded
+    /// file id, kind]` each; the first is the function's own body.
+    #[serde(default)]
+    regions: Vec<Vec<u64>>,
+}
+
+impl Function {
+    /// Where the function's body starts: its first region's file, line
+    /// and column. llvm-cov counts one function per place, its instances
+    /// (a generic's, a header's `static inline` one in each file that
+    /// includes it) together.
+    fn place(&self) -> Option<(&String, u64, u64)> {
+        let first = self.regions.first()?;
+        let file = self.filenames.get(*first.get(5)? as usize)?;
+        Some((file, *first.first()?, *first.get(1)?))
+    }
 }
 
 impl Coverage {
@@ -96,7 +112,8 @@ impl Coverage {
         let export: Export = serde_json::from_slice(json)?;
         let mut files = Vec::new();
         let mut totals = Measures::default();
-        let mut ran: BTreeMap<(String, String), bool> = BTreeMap::new();
+        // Per place: the function's name and whether any instance ran.
+        let mut ran: BTreeMap<(String, u64, u64), (String, bool)> = BTreeMap::new();
         for data in export.data {
             totals = data.totals;
             for f in data.files {
@@ -106,21 +123,26 @@ impl Coverage {
                 });
             }
             for f in data.functions {
-                let Some(file) = f.filenames.first() else {
+                let Some((file, line, column)) = f.place() else {
                     continue;
                 };
                 if !files.iter().any(|c| &c.path == file) {
                     continue;
                 }
-                *ran.entry((file.clone(), demangled(&f.name))).or_default() |= f.count > 0;
+                ran.entry((file.clone(), line, column))
+                    .or_insert_with(|| (demangled(&f.name), false))
+                    .1 |= f.count > 0;
             }
         }
         files.sort_by(|a, b| a.path.cmp(&b.path));
         let mut never_run: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for ((file, name), ran) in ran {
+        for ((file, ..), (name, ran)) in ran {
             if !ran {
                 never_run.entry(file).or_default().push(name);
             }
+        }
+        for names in never_run.values_mut() {
+            names.sort();
         }
         Ok(Coverage {
             totals,
@@ -191,16 +213,20 @@ mod tests {
             "functions":{"count":3,"covered":1},"lines":{"count":10,"covered":4},
             "regions":{"count":8,"covered":3},"branches":{"count":2,"covered":1}}}],
           "functions":[
-            {"name":"x.c:rare","count":0,"filenames":["/a/x.c"]},
-            {"name":"common","count":7,"filenames":["/a/x.c"]},
-            {"name":"_ZN1g4pick17h0123456789abcdefE","count":0,"filenames":["/a/x.c"]},
-            {"name":"_ZN1g4pick17h0123456789abcdefE","count":2,"filenames":["/a/x.c"]},
-            {"name":"harness","count":0,"filenames":["/h/y.rs"]}],
+            {"name":"x.c:rare","count":0,"filenames":["/a/x.c"],"regions":[[3,1,4,2,0,0,0,0]]},
+            {"name":"common","count":7,"filenames":["/a/x.c"],"regions":[[5,1,6,2,7,0,0,0]]},
+            {"name":"_ZN1g4pick17h0123456789abcdefE","count":0,"filenames":["/a/x.c"],
+             "regions":[[9,1,9,9,0,0,0,0]]},
+            {"name":"_ZN1g4pick17h0123456789abcdefE","count":2,"filenames":["/a/x.c"],
+             "regions":[[9,1,9,9,2,0,0,0]]},
+            {"name":"harness","count":0,"filenames":["/h/y.rs"],"regions":[[1,1,1,2,0,0,0,0]]},
+            {"name":"y.c:inlined","count":0,"filenames":["/a/y.c","/a/x.c"],
+             "regions":[[1,1,2,2,0,1,0,0]]}],
           "totals":{"functions":{"count":3,"covered":1},"lines":{"count":10,"covered":4},
             "regions":{"count":8,"covered":3},"branches":{"count":2,"covered":1}}}]}"#;
         let c = Coverage::from_export(json).unwrap();
-        assert_eq!(c.never_run["/a/x.c"], vec!["rare".to_string()]);
-        assert_eq!(c.never_run_count(), 1);
+        assert_eq!(c.never_run["/a/x.c"], vec!["inlined", "rare"]);
+        assert_eq!(c.never_run_count(), 2);
         assert_eq!(
             c.totals.regions,
             Count {
