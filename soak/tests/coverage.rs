@@ -190,4 +190,30 @@ fn a_function_only_another_thread_reaches_is_never_run_until_mt_ops_runs_it() {
         !never.contains(&"from_another_thread".to_string()),
         "{never:?}"
     );
+
+    // An allocator with no sources to map: one line, exit 2, and the last
+    // report stays.
+    let summary = std::fs::read(state.join("coverage/summary.json")).unwrap();
+    let (out, text) = with_config(
+        &config,
+        &[
+            "coverage",
+            "--state",
+            state.to_str().unwrap(),
+            "--allocator",
+            "system",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    let error: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("allocsoak:"))
+        .collect();
+    assert_eq!(error.len(), 1, "{text}");
+    assert!(
+        error[0].contains("system: the C library's malloc"),
+        "{text}"
+    );
+    let after = std::fs::read(state.join("coverage/summary.json")).unwrap();
+    assert_eq!(after, summary, "the last report changed");
 }

@@ -228,6 +228,19 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
         });
     }
     crate::state::remove_scratch(&scratch)?;
+    if report.allocators.is_empty() {
+        // The last report stays as it was.
+        crate::state::remove_scratch(&work)?;
+        let why: Vec<String> = report
+            .skipped
+            .iter()
+            .map(|(a, why)| format!("{a}: {why}"))
+            .collect();
+        bail!(
+            "no allocator to cover ({}); name one with its sources (--allocator)",
+            why.join("; ")
+        );
+    }
     crate::state::write_atomic(
         &work.join("COVERAGE.md"),
         summary_markdown(&report).as_bytes(),
