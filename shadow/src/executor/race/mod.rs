@@ -2,27 +2,28 @@
 //!
 //! The executor queues each race op as a [`Step`] on its worker's script,
 //! resolving slots and seeds on the main thread so the section's inputs are
-//! deterministic. [`run`] then releases every worker with a script (or
-//! a thread exit) at the same moment (a spinning barrier: a sleeping one wakes threads tens of
-//! microseconds apart, longer than a whole script) and waits for all. On a
-//! worker a step only calls the allocator, claims or gives up the block's
-//! bytes ([`super::claims`]: a block handed out twice is caught there) and
-//! writes or reads its pattern; every other check happens afterwards, on
-//! the main thread, in script order. What interleaves inside the section is up to the machine: a
-//! finding from a race may need several replays to show again.
+//! deterministic. [`run`] then releases every worker with a script (or a
+//! thread exit) at the same moment (a spinning barrier: a sleeping one
+//! wakes threads tens of microseconds apart, longer than a whole script)
+//! and waits for all. On a worker a step only calls the allocator, claims
+//! or gives up the block's bytes ([`super::claims`]: a block handed out
+//! twice is caught there) and writes or reads its pattern; every other
+//! check happens afterwards, on the main thread, in script order
+//! ([`checks`]: the queueing and checking side, on the executor). What
+//! interleaves inside the section is up to the machine: a finding from a
+//! race may need several replays to show again.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
 
+mod checks;
+
 use super::claims::{Claims, Held};
-use super::{Executor, Origin, Outcome};
 use crate::allocator::{Allocator, EmulatedHeaps, Heaps};
-use crate::edges::{NewSize, IMPOSSIBLE_FROM};
 use crate::guard::{self, Panicked};
 use crate::model::Block;
 use crate::pattern::{self, Mismatch};
-use crate::violation::{Site, Violation};
 use crate::workers::{WorkerPool, WORKERS};
 
 /// Most steps one worker's script holds; further race ops are skipped.
@@ -304,7 +305,11 @@ fn step(
                 let p = inside.during(|| alloc.alloc(size, align, false));
                 if !p.is_null() {
                     if let Err(held) = claims.claim(p as usize, size) {
-                        return overlapped(p as usize, size, held);
+                        return Done::Overlap {
+                            ptr: p as usize,
+                            len: size,
+                            held,
+                        };
                     }
                     pattern::fill(p, size, seed);
                 }
@@ -345,7 +350,7 @@ fn step(
                     false => (q as usize, new),
                 };
                 if let Err(held) = claims.claim(ptr, len) {
-                    return overlapped(ptr, len, held);
+                    return Done::Overlap { ptr, len, held };
                 }
                 let mut lost_prefix = None;
                 if !q.is_null() {
@@ -366,10 +371,6 @@ fn step(
         }
     });
     result.unwrap_or_else(Done::Panicked)
-}
-
-fn overlapped(ptr: usize, len: usize, held: Held) -> Done {
-    Done::Overlap { ptr, len, held }
 }
 
 /// A churn step: `count` blocks allocated and written, then each checked
@@ -397,7 +398,11 @@ unsafe fn churn(
         }
         if let Err(held) = claims.claim(p as usize, size) {
             // The churn's own blocks stay claimed and unfreed.
-            return overlapped(p as usize, size, held);
+            return Done::Overlap {
+                ptr: p as usize,
+                len: size,
+                held,
+            };
         }
         pattern::fill(p, size, seed.wrapping_add(i as u64));
         ptrs.push((p as usize, i));
@@ -418,209 +423,6 @@ unsafe fn churn(
     }
 }
 
-/// Race sections on the executor: queueing on the main thread, the run,
-/// then every check.
-impl Executor {
-    pub(super) fn queue_alloc(&mut self, worker: usize, size: usize, align: usize) -> Outcome {
-        let fits = self.shadow.len() + self.race.len() < crate::model::MAX_LIVE_BLOCKS
-            && self.shadow.fits(size.saturating_add(self.race.bytes()));
-        if !self.checked
-            || size >= IMPOSSIBLE_FROM
-            || align > self.alloc.max_align()
-            || !fits
-            || !self.race.has_room(worker)
-        {
-            return Outcome::Skipped;
-        }
-        let seed = self.seed();
-        self.race.push(worker, Step::Alloc { size, align, seed });
-        Outcome::Done
-    }
-
-    /// Queues a free (`to` is `None`) or a realloc of live block `i`; the
-    /// block leaves the shadow now, so no other step can name it. A heap's
-    /// block is reallocated only where the heap API has a plain realloc
-    /// any thread may make ([`Heaps::remote_realloc_in`]): its own
-    /// allocates in the heap, which heap APIs bind to one thread.
-    pub(super) fn queue_resize(&mut self, worker: usize, i: usize, to: Option<NewSize>) -> Outcome {
-        let b = self.shadow.blocks()[i];
-        let new = to.map(|t| t.resolve(b.size));
-        let resizable = new.is_none_or(|n| {
-            n != 0
-                && n < IMPOSSIBLE_FROM
-                && self.shadow.fits_resize(n.saturating_add(self.race.bytes()))
-        });
-        let in_heap = b.heap.is_some() && new.is_some() && !self.heaps().reallocs_remotely();
-        if !self.checked || in_heap || !resizable || !self.race.has_room(worker) {
-            return Outcome::Skipped;
-        }
-        self.site = Site::new("race", b.size, b.align);
-        self.verify(&b, "before a race section");
-        let block = self.shadow.remove(i);
-        let step = match new {
-            None => Step::Free { block },
-            Some(new) => Step::Realloc {
-                block,
-                new,
-                seed: self.seed(),
-            },
-        };
-        self.race.push(worker, step);
-        Outcome::Done
-    }
-
-    /// Runs the queued section, then checks each result in script order
-    /// and every live block.
-    pub(super) fn run_race(&mut self) {
-        if self.race.is_empty() {
-            return;
-        }
-        // Threads run the section at once: a violation's path is all the
-        // allocator code the section ran (a superset of the one call's).
-        crate::coverage::begin_op();
-        let section = std::mem::take(&mut self.race);
-        let frees = section.frees();
-        let (alloc, heaps) = (self.alloc, self.heap_calls());
-        let live: Vec<_> = self
-            .shadow
-            .blocks()
-            .iter()
-            .map(|b| (b.ptr, b.end()))
-            .collect();
-        let ran = crate::coverage::around(|| run(section, live, self.pool(), alloc, heaps));
-        self.stats.race_sections += 1;
-        self.stats.race_calls += ran.calls;
-        self.stats.most_inside = self.stats.most_inside.max(ran.most_inside);
-        if ran.most_inside >= 2 {
-            self.stats.races += 1;
-        }
-        let results = ran.results;
-        // Everything the section returned is held until checked, so a
-        // program that ends at a tolerated violation still releases it.
-        self.raced = results
-            .iter()
-            .rev()
-            .filter_map(|(step, done)| raced_block(step, done))
-            .collect();
-        // A block handed out twice is the bug whatever the section did
-        // after it: reported before any other step's finding.
-        let first_overlap = results
-            .iter()
-            .find(|(_, done)| matches!(done, Done::Overlap { .. }));
-        if let Some((step, Done::Overlap { ptr, len, held })) = first_overlap {
-            let (api, size, align) = step.site();
-            self.site = Site::new(api, size, align);
-            self.fail(Violation::Overlap {
-                ptr: *ptr,
-                len: *len,
-                other: held.ptr,
-                other_len: held.len,
-            });
-        }
-        for (step, done) in results {
-            self.check_raced(step, done, frees);
-        }
-        for b in self.shadow.blocks() {
-            self.site = Site::new("race", b.size, b.align);
-            self.verify(b, "after a race section");
-        }
-        // What the threads did to the allocator's own structures, seen
-        // right after they did it (not at the next 64th op).
-        if self.checked {
-            self.validate();
-        }
-    }
-
-    /// Checks what `step` did; `frees`: whether its section freed blocks.
-    fn check_raced(&mut self, step: Step, done: Done, frees: bool) {
-        if let Step::Churn { size, align, .. } = step {
-            return self.check_churn(size, align, done, frees);
-        }
-        let (api, size, align) = step.site();
-        self.site = Site::new(api, size, align);
-        let (ptr, lost_prefix) = match done {
-            Done::Panicked(p) => self.panicked(p),
-            Done::Freed => {
-                if let Step::Free { block } = step {
-                    if let Some(h) = block.heap {
-                        self.remote_freed.push((h, block.ptr));
-                    }
-                }
-                return;
-            }
-            Done::Block { ptr, lost_prefix } => (ptr, lost_prefix),
-            Done::Churned { .. } => unreachable!("only a churn churns"),
-            Done::Overlap { .. } => unreachable!("an overlap fails the section"),
-        };
-        if ptr == 0 {
-            let asked = match step {
-                Step::Realloc { block, new, .. } => {
-                    // A failed realloc leaves the block as it was.
-                    if let Err(other) = self.shadow.insert(block, true) {
-                        self.overlap(block, other);
-                    }
-                    new
-                }
-                _ => size,
-            };
-            // A fixed region's refusal cannot be judged after a section
-            // that freed: the room may have come after the refusal.
-            let unjudged = frees && self.alloc.arena().is_some();
-            if asked != 0 && !unjudged && !self.refused_fairly(asked, align) {
-                self.flag(Violation::Null { size: asked, align });
-            }
-            return;
-        }
-        self.raced.pop();
-        let (new_size, seed) = match step {
-            Step::Alloc { size, seed, .. } => (size, seed),
-            Step::Realloc { block, new, seed } => {
-                if let Some(mismatch) = lost_prefix {
-                    self.pending = Some(Block {
-                        ptr,
-                        size: new,
-                        ..block
-                    });
-                    self.fail(Violation::ReallocPrefix {
-                        old: block.ptr,
-                        new: ptr,
-                        old_size: block.size,
-                        new_size: new,
-                        mismatch,
-                    });
-                }
-                (new, seed)
-            }
-            Step::Free { .. } | Step::Churn { .. } => unreachable!("returns no block"),
-        };
-        // A heap's block reallocated in place stays in its heap; one that
-        // moved was freed from another thread, as a race's free is.
-        let heap = match step {
-            Step::Realloc { block, .. } if block.ptr == ptr => block.heap,
-            Step::Realloc { block, .. } => {
-                if let Some(h) = block.heap {
-                    self.remote_freed.push((h, block.ptr));
-                }
-                None
-            }
-            _ => None,
-        };
-        self.adopt(ptr, new_size, align, heap, Origin::Raced { seed });
-    }
-}
-
-impl Step {
-    /// The api, size and alignment a finding of the step names.
-    fn site(&self) -> (&'static str, usize, usize) {
-        match *self {
-            Step::Churn { size, align, .. } => ("race-churn", size, align),
-            Step::Alloc { size, align, .. } => ("race-alloc", size, align),
-            Step::Free { block } => ("race-free", block.size, block.align),
-            Step::Realloc { block, .. } => ("race-realloc", block.size, block.align),
-        }
-    }
-}
-
 /// Bytes a queued step adds to the program's requests (a churn's, while
 /// its blocks are live).
 fn race_bytes(step: &Step) -> usize {
@@ -630,19 +432,4 @@ fn race_bytes(step: &Step) -> usize {
         Step::Churn { size, count, .. } => size.saturating_mul(count),
         Step::Free { .. } => 0,
     }
-}
-
-/// The block a step left live, as the Drop of a tolerated program must
-/// release it (the old block of a failed realloc is back in the shadow).
-fn raced_block(step: &Step, done: &Done) -> Option<Block> {
-    let ptr = match done {
-        Done::Block { ptr, .. } if *ptr != 0 => *ptr,
-        _ => return None,
-    };
-    let (size, align) = match *step {
-        Step::Alloc { size, align, .. } => (size, align),
-        Step::Realloc { block, new, .. } => (new, block.align),
-        Step::Free { .. } | Step::Churn { .. } => return None,
-    };
-    Some(Block::fresh(ptr, size, align))
 }
