@@ -125,7 +125,8 @@ impl Tools {
 /// Builds, runs and reports, writing `<state>/coverage/`.
 pub fn run(project: &Project, req: &Request) -> Result<Report> {
     let state = StateDir::open_to_read(req.state)?;
-    let slots = ran(&state)?;
+    let store = Store::open_read_only(&state.store())?;
+    let slots = ran(&store)?;
     let allocators = match req.allocators.is_empty() {
         true => slots.iter().map(|(a, _)| a.clone()).collect(),
         false => req.allocators.clone(),
@@ -158,7 +159,6 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
     crate::state::remove_scratch(&work)?;
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
-    let store = Store::open_read_only(&state.store())?;
     // Profiles, findings and known keys of the runs: gone once reported.
     let scratch = work.join("scratch");
     let mut report = Report {
@@ -243,7 +243,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
     }
     crate::state::write_atomic(
         &work.join("COVERAGE.md"),
-        summary_markdown(&report).as_bytes(),
+        summary_markdown(&report, &tools.cov).as_bytes(),
     )?;
     let mut points = history(&state)?;
     let at = crate::store::now();
@@ -265,8 +265,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
 }
 
 /// The allocators the state dir's slots ran, each with its targets.
-fn ran(state: &StateDir) -> Result<Vec<(String, Vec<Target>)>> {
-    let store = Store::open_read_only(&state.store())?;
+fn ran(store: &Store) -> Result<Vec<(String, Vec<Target>)>> {
     let mut ran: Vec<(String, Vec<Target>)> = Vec::new();
     for slot in store.slots()? {
         let Ok(target) = slot.target.parse::<Target>() else {
@@ -446,13 +445,10 @@ fn stdout_of(mut cmd: Command, what: &str) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-/// The `llvm-cov report` command line of an allocator's coverage.
-fn llvm_cov_report(a: &Covered) -> String {
-    let major = crate::project::llvm_major().unwrap_or_else(|_| "N".into());
-    let mut cmd = format!(
-        "llvm-cov-{major} report -instr-profile {}",
-        a.profdata.display()
-    );
+/// The `llvm-cov report` command line of an allocator's coverage, `cov`
+/// the llvm-cov it was made with.
+fn llvm_cov_report(cov: &str, a: &Covered) -> String {
+    let mut cmd = format!("{cov} report -instr-profile {}", a.profdata.display());
     for (i, o) in a.objects.iter().enumerate() {
         let flag = if i > 0 { "-object " } else { "" };
         cmd.push_str(&format!(" {flag}{}", o.display()));
@@ -464,8 +460,8 @@ fn llvm_cov_report(a: &Covered) -> String {
 }
 
 /// `COVERAGE.md`: a table of the allocators, then each one's files and
-/// the functions no input ran.
-pub fn summary_markdown(report: &Report) -> String {
+/// the functions no input ran; `cov`: the llvm-cov that made it.
+fn summary_markdown(report: &Report, cov: &str) -> String {
     let mut md = String::from("# Coverage of the allocators' own code\n\n");
     md.push_str("| allocator | functions | lines | regions | branches | inputs |\n");
     md.push_str("| --- | --- | --- | --- | --- | --- |\n");
@@ -499,7 +495,7 @@ pub fn summary_markdown(report: &Report) -> String {
                 .collect::<Vec<_>>()
                 .join(", "),
             a.html.display(),
-            llvm_cov_report(a)
+            llvm_cov_report(cov, a)
         ));
         for f in &a.coverage.files {
             let m = f.measures;
