@@ -216,4 +216,131 @@ fn a_function_only_another_thread_reaches_is_never_run_until_mt_ops_runs_it() {
     );
     let after = std::fs::read(state.join("coverage/summary.json")).unwrap();
     assert_eq!(after, summary, "the last report changed");
+
+    a_dylib_is_covered_through_its_coverage_build(&config, &state, &repo);
+}
+
+/// clang of nightly's LLVM on tiny_alloc.c into `out`, with `flags`.
+fn build_tiny(out: &Path, flags: &[&str]) {
+    let source =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shadow/tests/testdata/tiny_alloc.c");
+    let status = Command::new(soak::project::clang().unwrap())
+        .args(["-O1", "-fPIC", "-shared"])
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(source)
+        .status()
+        .unwrap();
+    assert!(status.success(), "building {} failed", out.display());
+}
+
+/// `coverage --allocator dylib:...`: exit 2 with one line naming `why`
+/// while its coverage build is missing or stale, and the report unchanged.
+fn refused(config: &Path, state: &Path, dylib: &str, why: &str) {
+    let summary = std::fs::read(state.join("coverage/summary.json")).unwrap();
+    let (out, text) = with_config(
+        config,
+        &[
+            "coverage",
+            "--state",
+            state.to_str().unwrap(),
+            "--allocator",
+            dylib,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    let error: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("allocsoak:"))
+        .collect();
+    assert_eq!(error.len(), 1, "{text}");
+    assert!(error[0].contains(why), "{text}");
+    assert!(error[0].contains("-fcoverage-mapping"), "{text}");
+    let after = std::fs::read(state.join("coverage/summary.json")).unwrap();
+    assert_eq!(after, summary, "the last report changed");
+}
+
+/// A `dylib:` allocator is reported on through the coverage build beside
+/// it (`libtiny.coverage.so`), which runs in the soak's library's place.
+fn a_dylib_is_covered_through_its_coverage_build(config: &Path, state: &Path, dir: &Path) {
+    let library = dir.join("libtiny.so");
+    build_tiny(
+        &library,
+        &[
+            "-fsanitize=fuzzer-no-link,address",
+            "-fsanitize-recover=address",
+        ],
+    );
+    let dylib = format!("dylib:{}:t_", library.display());
+    refused(config, state, &dylib, "libtiny.coverage.so does not exist");
+    let coverage_build = dir.join("libtiny.coverage.so");
+    // Built without the mapping, then with it.
+    build_tiny(&coverage_build, &["-fprofile-instr-generate"]);
+    refused(config, state, &dylib, "has no coverage mapping");
+    build_tiny(
+        &coverage_build,
+        &["-fprofile-instr-generate", "-fcoverage-mapping"],
+    );
+
+    let (out, text) = with_config(
+        config,
+        &[
+            "coverage",
+            "--state",
+            state.to_str().unwrap(),
+            "--allocator",
+            &dylib,
+            "--target",
+            "alloc_ops",
+        ],
+    );
+    assert!(out.status.success(), "coverage failed:\n{text}");
+    let summary = std::fs::read(state.join("coverage/summary.json")).unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&summary).unwrap();
+    let tiny = &summary["allocators"][0];
+    assert_eq!(tiny["allocator"], dylib.as_str(), "{summary}");
+    assert!(tiny["inputs"].as_u64().unwrap() > 0, "{tiny}");
+    assert_eq!(tiny["failed"], 0, "{tiny}");
+    let files: Vec<&str> = tiny["coverage"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        files.len() == 1 && files[0].ends_with("tiny_alloc.c"),
+        "{files:?}"
+    );
+    let never = never_run(tiny);
+    assert!(
+        !never.iter().any(|n| n == "t_malloc" || n == "t_free"),
+        "{never:?}"
+    );
+    let t = &tiny["coverage"]["totals"];
+    let count = |m: &str, f: &str| t[m][f].as_u64().unwrap();
+    assert!(count("functions", "covered") > 0, "{t}");
+    assert_eq!(
+        llvm_cov_totals(tiny),
+        [
+            count("regions", "count"),
+            count("regions", "count") - count("regions", "covered"),
+            count("functions", "count"),
+            count("functions", "count") - count("functions", "covered"),
+            count("lines", "count"),
+            count("lines", "count") - count("lines", "covered"),
+        ]
+    );
+
+    // A library rebuilt after its coverage build: the report would be of
+    // other code.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    build_tiny(
+        &library,
+        &[
+            "-fsanitize=fuzzer-no-link,address",
+            "-fsanitize-recover=address",
+        ],
+    );
+    refused(config, state, &dylib, "is older than");
 }

@@ -24,7 +24,7 @@ mod system;
 
 pub use api2::Api2Adapter;
 pub use arena::FixedArena;
-pub use dylib::{CFunctions, CHeapApi, Dylib};
+pub use dylib::{split_spec as split_dylib_spec, CFunctions, CHeapApi, Dylib};
 pub use extras::{Extras, InPlace, PurgeDelay, ZeroedFrom};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;

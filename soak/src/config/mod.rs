@@ -390,10 +390,7 @@ impl Config {
 /// the mimalloc flavors live in builds of their own.
 fn check_allocator(name: &str) -> Result<()> {
     if let Some(spec) = name.strip_prefix("dylib:") {
-        let path = spec
-            .rsplit_once(':')
-            .filter(|(p, _)| p.ends_with(".so"))
-            .map_or(spec, |(p, _)| p);
+        let (path, _) = shadow::allocator::split_dylib_spec(spec);
         if !Path::new(path).is_file() {
             bail!("allocator library {path} does not exist; give an absolute path to a .so");
         }

@@ -159,6 +159,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
     crate::state::remove_scratch(&work)?;
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
+    let _gone_unless_renamed = Unmade(&work);
     // Profiles, findings and known keys of the runs: gone once reported.
     let scratch = work.join("scratch");
     let mut report = Report {
@@ -175,10 +176,22 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             }
         };
         let targets = targets_of(&allocator);
-        let objects: Vec<PathBuf> = targets
+        let binaries: Vec<PathBuf> = targets
             .iter()
             .map(|t| project.coverage_binary(*t))
             .collect();
+        // A library's coverage build runs in the soak's library's place,
+        // and its mapping is the one reported on.
+        let (runs_as, objects) = match &sources.library {
+            Some(library) => (
+                match shadow::allocator::split_dylib_spec(&allocator["dylib:".len()..]) {
+                    (_, "") => format!("dylib:{}", library.display()),
+                    (_, prefix) => format!("dylib:{}:{prefix}", library.display()),
+                },
+                vec![library.clone()],
+            ),
+            None => (allocator.clone(), binaries.clone()),
+        };
         let name = safe_name(&allocator);
         let profiles = scratch.join("profiles").join(&name);
         std::fs::create_dir_all(&profiles)?;
@@ -190,14 +203,14 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             .collect();
         crate::state::write_atomic(&tolerate, keys.as_bytes())?;
         let (mut inputs, mut failed) = (0, 0);
-        for (target, binary) in targets.iter().zip(&objects) {
+        for (target, binary) in targets.iter().zip(&binaries) {
             let dirs: Vec<PathBuf> = [state.corpus(*target), project.seeds(*target)]
                 .into_iter()
                 .filter_map(|d| d.canonicalize().ok())
                 .collect();
             let run = Replay {
                 binary,
-                allocator: &allocator,
+                allocator: &runs_as,
                 profiles: &profiles,
                 tolerate: &tolerate,
                 findings: &scratch
@@ -209,17 +222,28 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             inputs += n;
             failed += f;
         }
+        if inputs > 0 && failed == inputs {
+            bail!(
+                "every input failed on {allocator} in the coverage build; see why with `ALLOCSOAK_ALLOCATOR={runs_as} {} <an input>`",
+                binaries[0].display()
+            );
+        }
         let profdata = work.join(format!("{name}.profdata"));
         tools.merge(&profiles, &profdata)?;
         let json = tools.export(&profdata, &objects, &sources.paths)?;
         let coverage = Coverage::from_export(&json)
             .context("llvm-cov export printed JSON allocsoak cannot read")?;
+        // A library's files, named by the folder they share.
+        let roots = match sources.library {
+            Some(_) => coverage.common_folder().into_iter().collect(),
+            None => sources.paths.clone(),
+        };
         let html = work.join("html").join(&name);
         tools.html(&profdata, &objects, &sources.paths, &html)?;
         report.allocators.push(Covered {
             allocator,
             coverage,
-            roots: sources.paths,
+            roots,
             inputs,
             failed,
             html: out.join("html").join(&name).join("index.html"),
@@ -230,7 +254,6 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
     crate::state::remove_scratch(&scratch)?;
     if report.allocators.is_empty() {
         // The last report stays as it was.
-        crate::state::remove_scratch(&work)?;
         let why: Vec<String> = report
             .skipped
             .iter()
@@ -262,6 +285,17 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
     )?;
     swap_in(&work, &out)?;
     Ok(report)
+}
+
+/// A report being made: removed if the run ends before it is renamed in
+/// (an error, nothing to cover), so the last report stays and no scratch
+/// is left in the state dir.
+struct Unmade<'a>(&'a Path);
+
+impl Drop for Unmade<'_> {
+    fn drop(&mut self) {
+        let _ = crate::state::remove_scratch(self.0);
+    }
 }
 
 /// The allocators the state dir's slots ran, each with its targets.

@@ -1,9 +1,10 @@
 //! Which source files are an allocator's own: what `allocsoak coverage`
 //! reports on, apart from the harness's and allocsoak's files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cargo_metadata::Metadata;
+use object::{Object, ObjectSection};
 
 use crate::project::Project;
 use crate::provenance::package;
@@ -12,7 +13,65 @@ use crate::provenance::package;
 /// as the coverage build's mapping names them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sources {
+    /// The report is limited to these; empty for a library, whose
+    /// mapping holds its own files alone.
     pub paths: Vec<PathBuf>,
+    /// A `dylib:` allocator's coverage build ([`coverage_library`]): it
+    /// runs in place of the library the soak loaded, and it is the one
+    /// object reported on.
+    pub library: Option<PathBuf>,
+}
+
+/// Where a `dylib:` allocator's coverage build is looked for: beside the
+/// library, `liballoc.so` → `liballoc.coverage.so`.
+pub fn coverage_library(library: &Path) -> PathBuf {
+    let name = library.file_name().unwrap_or_default().to_string_lossy();
+    let stem = name.strip_suffix(".so").unwrap_or(&name);
+    library.with_file_name(format!("{stem}.coverage.so"))
+}
+
+/// The section clang's `-fcoverage-mapping` puts each function's mapping in.
+const COVFUN: &str = "__llvm_covfun";
+
+/// A `dylib:` allocator's coverage build, or why it cannot be reported on
+/// (missing, stale, or built without the mapping), with the command that
+/// makes it.
+fn dylib_sources(spec: &str) -> Result<Sources, String> {
+    let (path, _) = shadow::allocator::split_dylib_spec(spec);
+    let library = Path::new(path);
+    let cov = coverage_library(library);
+    let build = format!(
+        "build it from the library's sources with `{} -O1 -fPIC -shared -fprofile-instr-generate -fcoverage-mapping -o {} <sources>` (no -fsanitize)",
+        crate::project::clang().unwrap_or_else(|_| "clang".into()),
+        cov.display()
+    );
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(built) = modified(&cov) else {
+        return Err(format!(
+            "its coverage build {} does not exist; {build}",
+            cov.display()
+        ));
+    };
+    if modified(library).is_some_and(|lib| lib > built) {
+        return Err(format!(
+            "its coverage build {} is older than {path}; re{build}",
+            cov.display()
+        ));
+    }
+    let data = std::fs::read(&cov).map_err(|e| format!("cannot read {}: {e}", cov.display()))?;
+    let mapped = object::File::parse(&*data)
+        .map(|o| o.sections().any(|s| s.name() == Ok(COVFUN) && s.size() > 0))
+        .unwrap_or(false);
+    if !mapped {
+        return Err(format!(
+            "{} has no coverage mapping; {build}",
+            cov.display()
+        ));
+    }
+    Ok(Sources {
+        paths: Vec::new(),
+        library: Some(cov),
+    })
 }
 
 impl Project {
@@ -25,12 +84,14 @@ impl Project {
                 let paths = c.sources.iter().chain(&c.include).map(|s| base.join(s));
                 return Ok(Sources {
                     paths: paths.collect(),
+                    library: None,
                 });
             }
             let krate = d.krate.as_deref().unwrap_or_default();
             return match package(graph, krate) {
                 Some(p) => Ok(Sources {
                     paths: vec![crate_dir(p)],
+                    library: None,
                 }),
                 None => Err(format!(
                     "its crate {krate} is not in the build's dependency graph; run `allocsoak build`"
@@ -46,12 +107,16 @@ impl Project {
             if let Ok(more) = self.sources(graph, base) {
                 paths.extend(more.paths);
             }
-            return Ok(Sources { paths });
+            return Ok(Sources {
+                paths,
+                library: None,
+            });
         }
         let bundled = |krate: &str, sub: &str| {
             package(graph, krate)
                 .map(|p| Sources {
                     paths: vec![crate_dir(p).join(sub)],
+                    library: None,
                 })
                 .ok_or_else(|| format!("{krate} is not in the coverage build"))
         };
@@ -63,9 +128,7 @@ impl Project {
             "mimalloc-secure" | "mimalloc-debug" | "mimalloc-v3" => Err(format!(
                 "{name} is a build of its own; coverage runs the default build's allocators (mimalloc, jemalloc, arena, zoo:, declared)"
             )),
-            other if other.starts_with("dylib:") => Err(
-                "a shared library's coverage needs its own build with clang's -fprofile-instr-generate -fcoverage-mapping; not supported yet".into(),
-            ),
+            other if other.starts_with("dylib:") => dylib_sources(&other["dylib:".len()..]),
             other => Err(format!("unknown allocator `{other}`")),
         }
     }

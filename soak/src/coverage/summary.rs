@@ -2,7 +2,7 @@
 //! totals, each file's, and the functions never run, by file.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -155,6 +155,18 @@ impl Coverage {
     pub fn never_run_count(&self) -> usize {
         self.never_run.values().map(Vec::len).sum()
     }
+
+    /// The deepest folder every file is in, unless that is the root.
+    pub fn common_folder(&self) -> Option<PathBuf> {
+        let mut files = self.files.iter().map(|f| Path::new(&f.path));
+        let mut common = files.next()?.parent()?.to_path_buf();
+        for file in files {
+            while !file.starts_with(&common) {
+                common = common.parent()?.to_path_buf();
+            }
+        }
+        (common.parent().is_some()).then_some(common)
+    }
 }
 
 /// A coverage function name as a reader knows it: a C `static` one
@@ -184,6 +196,29 @@ pub fn shown(path: &str, roots: &[&Path]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_library_is_named_by_the_folder_its_files_share() {
+        let files = |paths: &[&str]| Coverage {
+            totals: Measures::default(),
+            files: paths
+                .iter()
+                .map(|p| FileCoverage {
+                    path: p.to_string(),
+                    measures: Measures::default(),
+                })
+                .collect(),
+            never_run: BTreeMap::new(),
+        };
+        let folder = |paths: &[&str]| files(paths).common_folder();
+        assert_eq!(folder(&["/src/a/x.c"]), Some(PathBuf::from("/src/a")));
+        assert_eq!(
+            folder(&["/src/a/x.c", "/src/a/b/y.c", "/src/a/z.h"]),
+            Some(PathBuf::from("/src/a"))
+        );
+        assert_eq!(folder(&["/src/a/x.c", "/usr/include/y.h"]), None);
+        assert_eq!(folder(&[]), None);
+    }
 
     #[test]
     fn names_read_as_their_authors_write_them() {

@@ -135,14 +135,20 @@ unsafe fn own_symbol<T: Copy>(lib: &Library, own: &Path, prefix: &str, name: &st
     (std::fs::canonicalize(file).ok()? == own).then_some(f)
 }
 
+/// A `dylib:` spec's library path and symbol prefix: `path[:prefix]`,
+/// the prefix after the last colon past the path's last slash.
+pub fn split_spec(spec: &str) -> (&str, &str) {
+    let slash = spec.rfind('/').unwrap_or(0);
+    match spec[slash..].rfind(':') {
+        Some(i) => (&spec[..slash + i], &spec[slash + i + 1..]),
+        None => (spec, ""),
+    }
+}
+
 impl Dylib {
     /// Opens `path[:prefix]` and resolves the malloc family.
     pub fn open(spec: &str) -> Result<Dylib, String> {
-        let slash = spec.rfind('/').unwrap_or(0);
-        let (path, prefix) = match spec[slash..].rfind(':') {
-            Some(i) => (&spec[..slash + i], &spec[slash + i + 1..]),
-            None => (spec, ""),
-        };
+        let (path, prefix) = split_spec(spec);
         let lib = unsafe { Library::new(path) }.map_err(|e| {
             let e = e.to_string();
             let sanitized = ["__asan_", "__sancov_", "__sanitizer_"]
