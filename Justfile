@@ -61,6 +61,8 @@ zoo SECS="60": setup
 # All the tests.
 test: setup
     {{allocsoak}} build
+    cargo fmt --all --check
+    cargo clippy --release --workspace --all-targets -- -D warnings
     cargo test --release --workspace
     cargo test --release -p shadow --features mimalloc-secure --test clean mimalloc
     cargo test --release -p shadow --features mimalloc-debug --test clean --test mimalloc_debug mimalloc

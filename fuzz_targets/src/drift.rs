@@ -276,6 +276,7 @@ fn list(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
 
 /// Resident bytes of this process.
 fn rss() -> u64 {
+    // SAFETY: `sysconf` takes no pointers and `_SC_PAGESIZE` is a valid name.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -296,7 +297,11 @@ fn anon() -> u64 {
 
 /// CPU time (user + system) this process used, all threads.
 fn cpu_time() -> Duration {
+    // SAFETY: `rusage` is a C struct of integers (`timeval`s, `c_long`s): all zeros is a
+    // valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `getrusage` writes one `rusage` through a pointer to a live local of that
+    // type; `RUSAGE_SELF` is a valid `who`.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)

@@ -80,6 +80,8 @@ pub fn on_error() {
         let dev_null = DEV_NULL.get_or_init(|| std::fs::File::create("/dev/null").ok());
         if let Some(f) = dev_null {
             use std::os::fd::AsRawFd;
+            // SAFETY: the fd is `/dev/null`'s, held open for the process's life by a `static`;
+            // the sanitizer takes an fd cast to a pointer, as passed.
             unsafe { __sanitizer_set_report_fd(f.as_raw_fd() as usize as *mut std::ffi::c_void) };
         }
     }
@@ -100,6 +102,8 @@ unsafe extern "C" fn on_asan_report(text: *const std::ffi::c_char) {
 pub fn init() {
     zoo::register();
     #[cfg(sanitize = "address")]
+    // SAFETY: `on_asan_report` has the `void (*)(const char *)` type ASan calls, and only
+    // reads the NUL-terminated report text ASan passes it.
     unsafe {
         __asan_set_error_report_callback(on_asan_report);
         shadow::sanitizer::install(

@@ -273,18 +273,26 @@ mod tests {
         for len in [1usize, 7, 8, 9, 63, 4096, 10_000, 1 << 20] {
             let mut buf = vec![0u8; len + 3];
             // Offset by one so unaligned word paths run too.
+            // SAFETY: `buf` has `len + 3 >= 4` bytes, so offset 1 is in bounds.
             let base = unsafe { buf.as_mut_ptr().add(1) };
+            // SAFETY: `base..base + len` lies in `buf` (`1 + len <= len + 3`).
             unsafe { fill(base, len, 42) };
+            // SAFETY: `len` bytes from `base` lie in `buf`.
             assert_eq!(unsafe { check(base, len, len, 42) }, None);
             for (a, b) in layout(len, 42) {
                 for off in [a, b - 1, (a + b) / 2] {
+                    // SAFETY: `off < b <= len` (layout ranges are non-empty and within the block),
+                    // so `base + off` is in `buf`.
                     unsafe { *base.add(off) ^= 0x5a };
+                    // SAFETY: `len` bytes from `base` lie in `buf`.
                     let m = unsafe { check(base, len, len, 42) }.expect("flip not found");
                     assert_eq!(m.offset, off, "len {len}");
+                    // SAFETY: the byte flipped above, in `buf`.
                     unsafe { *base.add(off) ^= 0x5a };
                 }
             }
             assert!(
+                // SAFETY: `len` bytes from `base` lie in `buf`.
                 unsafe { check(base, len, len, 43) }.is_some(),
                 "another seed must not match"
             );
@@ -294,10 +302,13 @@ mod tests {
     #[test]
     fn check_respects_the_prefix_limit() {
         let mut buf = vec![0u8; 100];
+        // SAFETY: `buf` holds 100 writable bytes.
         unsafe { fill(buf.as_mut_ptr(), 100, 7) };
         buf[60] ^= 1;
+        // SAFETY: `buf` holds 100 readable bytes.
         assert_eq!(unsafe { check(buf.as_ptr(), 100, 60, 7) }, None);
         assert_eq!(
+            // SAFETY: `buf` holds 100 readable bytes.
             unsafe { check(buf.as_ptr(), 100, 61, 7) }.map(|m| m.offset),
             Some(60)
         );

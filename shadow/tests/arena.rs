@@ -155,6 +155,9 @@ fn without_a_count_a_loss_that_splits_the_region_is_found_by_size_search() {
 /// allocator would be plugged in.
 struct ViaGlobalAlloc(FixedArena);
 
+// SAFETY: `FixedArena` hands out each byte of its region to one live
+// block at a time, aligned as asked (what the arena tests check), and
+// takes back only what it handed out, as `GlobalAlloc` requires.
 unsafe impl GlobalAlloc for ViaGlobalAlloc {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         self.0.alloc(l.size(), l.align(), false)

@@ -135,9 +135,12 @@ fn a_c_allocators_own_heap_api_runs() {
     let lib = shadow::allocator::by_name(&own).unwrap();
     let heaps = lib.heaps().expect("its own heap API");
     let h = heaps.new_heap().unwrap();
+    // SAFETY: `h` came from `new_heap` just above and is live; 8 is a power of two
+    // malloc serves. `p` is only compared as an address after this.
     let p = unsafe { heaps.alloc_in(h, 48, 8, false) };
     assert_eq!(heaps.contains(h, p as usize), Some(true));
     assert_eq!(heaps.visit(h), Some(vec![(p as usize, 48)]));
+    // SAFETY: `h` is live; it and its block `p` are not used again.
     unsafe { heaps.destroy(h) };
     assert_eq!(common::violation(&program, &own), None);
     common::assert_clean(Target::HeapApi, &own, 13, 100);
@@ -178,6 +181,10 @@ fn a_heap_blocks_zeroed_realloc_expand_and_sized_free_are_the_librarys_own() {
     let lib = shadow::allocator::by_name(&own).unwrap();
     let heaps = lib.heaps().expect("its own heap API");
     let h = heaps.new_heap().unwrap();
+    // SAFETY: `h` is live, and each call gets the block the previous one returned,
+    // with its size and align (`t_expand` leaves the block as it is, still 96 bytes for
+    // `free_sized_in`); `destroy` ends `h` last. Assumes the 48-byte `alloc_in` succeeds (null
+    // not checked); a null `q` fails the `visit` assert before it is used.
     unsafe {
         let p = heaps.alloc_in(h, 48, 8, false);
         let q = heaps

@@ -37,6 +37,8 @@ fn figure(a: &dyn Allocator, name: &str) -> u64 {
 /// 64 MiB of 1 MiB blocks on `a`, each page written.
 fn hold(a: &dyn Allocator) -> Vec<*mut u8> {
     (0..BLOCKS)
+        // SAFETY: a 1 MiB request at align 16, a power of two every allocator serves; `p`
+        // is checked non-null and written only below `BLOCK`.
         .map(|i| unsafe {
             let p = a.alloc(BLOCK, 16, false);
             assert!(!p.is_null());
@@ -50,6 +52,8 @@ fn hold(a: &dyn Allocator) -> Vec<*mut u8> {
 
 fn free(a: &dyn Allocator, blocks: Vec<*mut u8>) {
     for p in blocks {
+        // SAFETY: `blocks` are `hold(a)`'s on this same allocator (the one caller,
+        // `across_hold`, passes them straight back), each freed once with the `BLOCK`, 16 it got.
         unsafe { a.free(p, BLOCK, 16) };
     }
 }

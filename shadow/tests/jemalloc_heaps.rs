@@ -56,6 +56,9 @@ fn a_heaps_blocks_are_in_its_arena_and_no_other() {
         (3000, 1 << 21),
     ];
     for (size, align) in requests {
+        // SAFETY: `a` is a live heap, each align a power of two within `MAX_ALIGN`; each
+        // block is checked non-null, touched within its `size`, then reallocated or freed once with
+        // the size and align it has (`q` in `a`, `d` through the global free).
         unsafe {
             let p = heaps.alloc_in(a, size, align, size % 2 == 0);
             assert!(
@@ -76,6 +79,8 @@ fn a_heaps_blocks_are_in_its_arena_and_no_other() {
             je.free(d, size, align);
         }
     }
+    // SAFETY: `a` and `b` are live heaps whose blocks were all freed above; neither
+    // is used again.
     unsafe {
         heaps.destroy(a);
         heaps.destroy(b);
@@ -96,6 +101,9 @@ fn heaps_reuse_arenas_instead_of_leaking_them() {
         let h = heaps
             .new_heap()
             .unwrap_or_else(|| panic!("destroy: no arena for heap {i}"));
+        // SAFETY: `h` is a new live heap, the aligns powers of two within `MAX_ALIGN`;
+        // assumes each `alloc_in` succeeds (the pointer `touch` writes `size` bytes to is not
+        // checked for null). `destroy` ends `h` and its blocks, none used after.
         unsafe {
             for (n, (size, align)) in blocks.into_iter().enumerate() {
                 touch(heaps.alloc_in(h, size, align, false), size, n as u8);
@@ -107,6 +115,9 @@ fn heaps_reuse_arenas_instead_of_leaking_them() {
         let h = heaps
             .new_heap()
             .unwrap_or_else(|| panic!("delete + reset: no arena for heap {i}"));
+        // SAFETY: `h` is a new live heap, the aligns powers of two within `MAX_ALIGN`;
+        // `delete` keeps its blocks valid (they move to the default heap), so each is touched and
+        // freed once with its size and align. Assumes each `alloc_in` succeeds (null not checked).
         unsafe {
             let live: Vec<_> = blocks
                 .into_iter()

@@ -125,6 +125,14 @@ fn bad_program_text_names_the_line() {
     assert!(err.contains("line 2") && err.contains("align"), "{err}");
     let err = "alloc size=24 align=8\n".parse::<Program>().unwrap_err();
     assert!(err.contains("target"), "{err}");
+    // No allocator is asked for an alignment that is not a power of two.
+    let err = "target alloc_ops\nalloc size=24 align=24\n"
+        .parse::<Program>()
+        .unwrap_err();
+    assert!(
+        err.contains("line 2: `align=24` is not a power of two"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -325,6 +325,8 @@ impl OneThread {
     }
 }
 
+// SAFETY: every call is forwarded unchanged to `System`, whose contract
+// is the one `GlobalAlloc` states; `here` only checks the calling thread.
 unsafe impl std::alloc::GlobalAlloc for OneThread {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         self.here();

@@ -258,6 +258,8 @@ fn wait_for_report(state: &Path, soak: &mut Child) -> PathBuf {
 
 /// Stops the soak as Ctrl-C would; it must end cleanly.
 fn stop(soak: &mut Child) {
+    // SAFETY: `kill` has no memory preconditions; our own child's pid, not yet waited
+    // for (`wait_for_report` only saw it running), so not reused.
     unsafe { libc::kill(soak.id() as i32, libc::SIGINT) };
     let status = soak.wait().unwrap();
     assert!(status.success(), "the soak failed: {status}");

@@ -157,6 +157,8 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let before = points(&state);
+    // SAFETY: `kill` has no memory preconditions; our own child's pid, not yet waited
+    // for, so not reused.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
     assert!(points(&state) >= before, "a kill lost readings");
@@ -176,6 +178,8 @@ fn a_series_survives_kill_and_restart_and_a_correct_allocator_is_not_flagged() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    // SAFETY: `kill` has no memory preconditions; the second soak's pid, our child, not
+    // yet waited for, so not reused.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert!(

@@ -296,6 +296,8 @@ fn a_stop_during_filing_ends_within_seconds_and_the_next_soak_files_what_it_left
         "never filed"
     );
     let waiting = scratch_artifacts(&state);
+    // SAFETY: `kill` has no memory preconditions; our own child's pid, not yet waited
+    // for, so not reused.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let asked = Instant::now();
     let status = child.wait().unwrap();
@@ -393,6 +395,8 @@ fn killing_its_workers_never_ends_a_soak() {
         let below = descendants(child.id());
         if let Some(victim) = below.iter().rev().find(|p| !killed.contains(*p)) {
             let name = std::fs::read_to_string(format!("/proc/{victim}/comm")).unwrap_or_default();
+            // SAFETY: `kill` has no memory preconditions. `victim` is a descendant just read from
+            // /proc, not our child: if it exited and was reaped since, the pid could be another's.
             unsafe { libc::kill(*victim as i32, libc::SIGKILL) };
             killed.insert(*victim);
             eprintln!("killed {victim} ({})", name.trim());
@@ -451,6 +455,8 @@ fn the_daemon_speaks_sd_notify() {
         messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
     }
     // SIGTERM, as systemd stops a service: the daemon stops cleanly.
+    // SAFETY: `kill` has no memory preconditions; our own child's pid, not yet waited
+    // for, so not reused.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     while let Ok(n) = socket.recv(&mut buf) {

@@ -128,6 +128,12 @@ impl Extras for Zoo {
                 let first = p.next_multiple_of(PAGE);
                 let end = (p + size) / PAGE * PAGE;
                 if end > first {
+                    // SAFETY: `[first, end)` lies inside `last_large`, a live block of
+                    // `size` bytes (zeroing it is the planted bug); the state lock, held to
+                    // the end of this `if let`, keeps its free from racing this. Assumes
+                    // every free or move of the block clears `last_large`: the
+                    // `LargeReallocHole` realloc and `wrong_free`'s victim free skip
+                    // `untrack_class`.
                     unsafe { std::ptr::write_bytes(first as *mut u8, 0, end - first) };
                 }
             }

@@ -208,6 +208,10 @@ impl Zoo {
             // The range's class was never set up: its free-list head is
             // null, and counting the request writes through it.
             let counts: *mut u64 = std::hint::black_box(std::ptr::null_mut());
+            // SAFETY: not sound, on purpose: the planted `WildWrite` bug writes through a
+            // null pointer (hidden by `black_box`) so the process faults where the fuzzer
+            // must find it; it relies on the write faulting (SIGSEGV), which UB does not
+            // promise.
             unsafe { counts.add(size / 64).write_volatile(1) };
         }
         if size <= 64
@@ -426,6 +430,11 @@ impl Allocator for Zoo {
         *st = State::default();
         drop(st);
         self.exits.drain();
+        // SAFETY: the program has freed everything, so each block kept here is one the zoo took
+        // from `base`, that nobody holds, listed once (the racy list is deduplicated, `cached_48`
+        // checked on push); the stale list links through the blocks' first words. Assumes
+        // `base.free` ignores `size` and align: sized-cache blocks go back as `SIZED_FREE.end()`
+        // bytes and the large block with align 16, not as they were allocated.
         unsafe {
             for p in self.racy.drain() {
                 self.base.free(p as *mut u8, *RACY.end(), 16);

@@ -37,6 +37,8 @@ impl SlowLeak {
             return;
         }
         let slab = *self.slab.get_or_init(|| {
+            // SAFETY: a new anonymous private mapping where the kernel picks (null hint, no
+            // `MAP_FIXED`), so it replaces nothing; `MAP_FAILED` is checked below.
             let p = unsafe {
                 libc::mmap(
                     std::ptr::null_mut(),

@@ -299,14 +299,20 @@ mod tests {
             // Sizes that scatter the blocks over size classes, so address
             // order is not allocation order either.
             let size = [24, 5000, 40, 300, 100_000][i % 5] + i;
+            // SAFETY: `h` is the live heap just made; align 8 is within `system`'s max_align.
             order.push(unsafe { heaps.alloc_in(h, size, 8, false) } as usize);
         }
         // A realloc keeps its block's place; a freed block leaves the order.
+        // SAFETY: `order[3]` is live in `h`, allocated above with size 300 + 3 and align 8.
         let grown = unsafe { heaps.realloc_in(h, order[3] as *mut u8, 303, 8, 9000) } as usize;
         order[3] = grown;
+        // SAFETY: `order[10]` is live in `h` (only `order[3]` was reallocated), allocated with
+        // size 24 + 10 and align 8, and freed once.
         unsafe { heaps.free_in(h, order[10] as *mut u8, 24 + 10, 8) };
         order.remove(10);
         rec.frees.lock().unwrap().clear();
+        // SAFETY: `h` is live and neither it nor its blocks are used after (only their
+        // addresses are compared).
         unsafe { heaps.destroy(h) };
         assert_eq!(*rec.frees.lock().unwrap(), order);
     }

@@ -63,8 +63,12 @@ pub struct Mimalloc {
 
 impl Mimalloc {
     pub fn new() -> Mimalloc {
+        // SAFETY: `on_error` has `mi_error_fun`'s C signature, ignores `arg` (null here) and
+        // only takes a `Mutex`, so any thread may call it.
         unsafe { mi::mi_register_error(Some(on_error), std::ptr::null_mut()) };
         Mimalloc {
+            // SAFETY: no pointer involved; `mi_option_get` range-checks the option (15 is
+            // `mi_option_purge_delay` in both v2 and v3).
             default_purge_delay: unsafe { mi::mi_option_get(PURGE_DELAY) },
         }
     }
@@ -84,6 +88,8 @@ impl Allocator for Mimalloc {
     /// takes a new arena, not with each page it touches or returns.
     fn memory_figures(&self) -> Vec<(&'static str, u64)> {
         let (mut rss, mut commit, mut other) = (0usize, 0usize, 0usize);
+        // SAFETY: each argument is a valid `size_t` out-parameter on this stack frame, which
+        // `mi_process_info` only writes; sharing `other` among the unread ones is harmless.
         unsafe {
             libmimalloc_sys::mi_process_info(
                 &mut other,
@@ -186,7 +192,11 @@ impl Allocator for Mimalloc {
         for b in live {
             let p = b.ptr as *const c_void;
             let owned = match b.heap {
+                // SAFETY: assumes `h` is a live heap of this thread: the executor clears a
+                // block's heap on delete and drops its blocks on destroy (not enforced here).
                 Some(h) => unsafe { heap_owns(h, p) },
+                // SAFETY: `mi_is_in_heap_region` only compares `p` to mimalloc's regions, for
+                // any address.
                 None => unsafe { mi::mi_is_in_heap_region(p) },
             };
             if !owned {
@@ -205,6 +215,8 @@ impl Allocator for Mimalloc {
 
     /// The next program starts with the process's purge delay.
     fn reset(&self) {
+        // SAFETY: no pointer involved; `mi_option_set` range-checks the option and takes any
+        // delay value.
         unsafe { mi::mi_option_set(PURGE_DELAY, self.default_purge_delay) };
     }
 }
@@ -232,6 +244,8 @@ unsafe fn heap_owns(h: HeapId, p: *const c_void) -> bool {
 
 impl Heaps for Mimalloc {
     fn new_heap(&self) -> Option<HeapId> {
+        // SAFETY: `mi_heap_new` has no precondition; it returns a new heap of this thread, or
+        // null.
         let h = unsafe { mi::mi_heap_new() };
         (!h.is_null()).then_some(h as HeapId)
     }
@@ -313,6 +327,8 @@ impl Heaps for Mimalloc {
     }
 
     fn collect(&self, h: HeapId, force: bool) {
+        // SAFETY: assumes `h` came from `new_heap` on this thread and is not deleted yet: the
+        // executor picks it from its live heaps; this safe fn cannot check it.
         unsafe { mi::mi_heap_collect(heap(h), force) }
     }
 
@@ -336,11 +352,15 @@ impl Heaps for Mimalloc {
     fn visit(&self, h: HeapId) -> Option<Vec<(usize, usize)>> {
         let mut blocks = Vec::new();
         let arg = &mut blocks as *mut Vec<(usize, usize)> as *mut c_void;
+        // SAFETY: `arg` is `&mut blocks`, alive for the call and touched only by
+        // `collect_block`; assumes `h` is a live heap of this thread (the executor's, unchecked).
         let complete = unsafe { mi::mi_heap_visit_blocks(heap(h), true, Some(collect_block), arg) };
         complete.then_some(blocks)
     }
 
     fn contains(&self, h: HeapId, p: usize) -> Option<bool> {
+        // SAFETY: any `p` may be asked about; assumes `h` is a live heap of this thread (the
+        // executor passes only its live heaps; this safe fn cannot check it).
         Some(unsafe { heap_owns(h, p as *const c_void) })
     }
 }
@@ -429,10 +449,13 @@ impl Extras for Mimalloc {
     fn good_size(&self, size: usize, align: usize) -> Option<usize> {
         let padded = NAME != "mimalloc" || crate::sanitizer::active();
         let exact = !padded && size <= GOOD_SIZE_MAX && malloc_serves(size, align);
+        // SAFETY: `mi_good_size` is a pure function of its argument, for any size.
         exact.then(|| unsafe { mi::mi_good_size(size) })
     }
 
     fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
+        // SAFETY: no pointer involved: `mi_option_set` range-checks the option, and
+        // `mi_collect` only releases memory mimalloc holds free.
         unsafe {
             mi::mi_option_set(PURGE_DELAY, delay.millis().into());
             mi::mi_collect(force);

@@ -39,6 +39,7 @@ impl Allocator for System {
     /// blocks not included). Under ASan, whose malloc this is in the fuzz
     /// builds, the figures are not glibc's.
     fn memory_figures(&self) -> Vec<(&'static str, u64)> {
+        // SAFETY: `mallinfo2` takes no arguments and returns a struct by value.
         let m = unsafe { libc::mallinfo2() };
         vec![
             ("malloc_in_use", (m.uordblks + m.hblkhd) as u64),
@@ -126,6 +127,7 @@ impl Extras for System {
     /// glibc has no purge delay to set; `malloc_trim(0)` returns what it can.
     fn purge(&self, _delay: PurgeDelay, force: bool) -> bool {
         if force {
+            // SAFETY: `malloc_trim` only returns free memory to the system; live blocks stay.
             unsafe { libc::malloc_trim(0) };
         }
         true

@@ -46,6 +46,8 @@ struct Probe {
 // SAFETY: the probe only holds addresses of sections that live as long as
 // the process, and reads them (see `snapshot`).
 unsafe impl Send for Probe {}
+// SAFETY: a `Probe` is never changed after `find` builds it; shared, it only reads
+// the sections (see `snapshot` and `pc`).
 unsafe impl Sync for Probe {}
 
 /// The counters before the current call, and the ones the op moved: by

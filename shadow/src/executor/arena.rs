@@ -53,10 +53,13 @@ impl Executor {
         let (mut lo, mut hi) = (0usize, limit.saturating_add(1));
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
+            // SAFETY: no block is passed; `align` is `PROBE_ALIGN.min(max_align())` (from
+            // `capacity`, the only caller), a power of two no larger than `max_align()`.
             let p = self.guarded(|| unsafe { self.alloc.alloc(mid, align, false) });
             if p.is_null() {
                 hi = mid;
             } else {
+                // SAFETY: `p` was just returned, non-null, for `mid` bytes and `align`; freed once.
                 self.guarded(|| unsafe { self.alloc.free(p, mid, align) });
                 lo = mid;
             }
@@ -79,8 +82,11 @@ impl Executor {
     /// Whether a block of `size` bytes with `align` is served now (and then
     /// freed at once).
     fn serves(&self, size: usize, align: usize) -> bool {
+        // SAFETY: no block is passed; assumes `align` is a power of two <= `max_align()`, as
+        // the refused request's was (realloc-null's malloc alignment is not checked).
         let p = self.guarded(|| unsafe { self.alloc.alloc(size, align, false) });
         if !p.is_null() {
+            // SAFETY: `p` was just returned, non-null, for `size` bytes and `align`; freed once.
             self.guarded(|| unsafe { self.alloc.free(p, size, align) });
         }
         !p.is_null()

@@ -56,11 +56,14 @@ impl Executor {
         let must_fail = self.impossible(size, align);
         sanitizer::making(|| match heap {
             None => self.call(on, move |a| {
+                // SAFETY: no block is passed; `align <= max_align()` (`alloc_block` skips larger)
+                // and is a power of two, as ops draw it (`edges::size_align`).
                 sanitizer::must_fail(must_fail, || unsafe {
                     a.alloc(size, align, zeroed) as usize
                 })
             }),
             Some(h) => sanitizer::must_fail(must_fail, || {
+                // SAFETY: as above for `align`; `h` comes from `heap_ids`, so the heap is live.
                 self.guarded(|| unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize })
             }),
         })
@@ -143,6 +146,8 @@ impl Executor {
             });
         }
         block.usable = sanitizer::given(p, || {
+            // SAFETY: `p` is the non-null block the allocator just returned for `size` and
+            // `align`, not yet freed nor handed to another call.
             self.queried(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) })
         });
         if let (Origin::Fresh { .. }, None) = (&origin, heap) {
@@ -178,6 +183,8 @@ impl Executor {
         let base = p as *mut u8;
         match origin {
             Origin::Fresh { zeroed: true } => {
+                // SAFETY: `base` is the block just returned for `size` bytes, and `reach <= size`
+                // (also capped by ASan's reach in `checked_usable`): it reads `reach` bytes.
                 if let Some(mismatch) = unsafe { pattern::check_zero(base, reach, 0, block.seed) } {
                     self.flag(Violation::Zeroed {
                         ptr: p,
@@ -190,6 +197,7 @@ impl Executor {
             Origin::Raced { seed } => {
                 // Written by its worker during the section: another thread
                 // that got the same memory wrote over it.
+                // SAFETY: as above: the `reach` bytes at `base` are the new block's.
                 if let Some(mismatch) = unsafe { pattern::check(base, reach, reach, seed) } {
                     self.fail(Violation::Contents {
                         ptr: p,
@@ -203,7 +211,11 @@ impl Executor {
             }
             Origin::Realloc { old, zero_from } => {
                 if let Some(mismatch) =
-                    unsafe { pattern::check(base, old.extent, old.size.min(reach), old.seed) }
+                    // SAFETY: reads at most `old.size.min(reach)` bytes, within the new
+                    // block's `reach`.
+                    unsafe {
+                        pattern::check(base, old.extent, old.size.min(reach), old.seed)
+                    }
                 {
                     self.fail(Violation::ReallocPrefix {
                         old: old.ptr,
@@ -214,6 +226,7 @@ impl Executor {
                     });
                 }
                 let dirty = zero_from
+                    // SAFETY: reads within the first `reach` bytes at `base`, the new block's.
                     .and_then(|from| unsafe { pattern::check_zero(base, reach, from, block.seed) });
                 if let Some(mismatch) = dirty {
                     self.flag(Violation::Zeroed {
@@ -224,6 +237,8 @@ impl Executor {
                 }
             }
         }
+        // SAFETY: the `reach` bytes at `base` are the new block's, and the shadow just took it
+        // without overlap (`overlap` does not return), so no live block is written.
         unsafe { pattern::fill(base, reach, block.seed) };
         Outcome::Live(index)
     }
@@ -260,6 +275,9 @@ impl Executor {
             Some(h) => {
                 self.site = Site::new(self.heap_api("heap-free", "free"), b.size, b.align);
                 sanitizer::given(b.ptr, || {
+                    // SAFETY: callers pass a block no longer tracked (so freed once), with
+                    // its tracked size and alignment; `h` is live, as a deleted heap's
+                    // blocks have `heap: None`.
                     self.guarded(|| unsafe {
                         self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align)
                     })
@@ -268,6 +286,8 @@ impl Executor {
             None => {
                 self.site = Site::new("free", b.size, b.align);
                 self.call(on, move |a| {
+                    // SAFETY: as above: `b` is a block of `a`, untracked now, with its
+                    // tracked size and alignment.
                     sanitizer::given(b.ptr, || unsafe {
                         a.free(b.ptr as *mut u8, b.size, b.align)
                     });
@@ -320,25 +340,36 @@ impl Executor {
         let q = sanitizer::must_fail(must_fail, || {
             sanitizer::given(b.ptr, || {
                 sanitizer::making(|| match (call, b.heap, extras) {
+                    // SAFETY: `b` is live in the shadow (verified above), in heap `h`,
+                    // which is live, and passed with its tracked size and alignment; it
+                    // leaves the shadow after the call.
                     (ReallocCall::Plain, Some(h), _) => Some(self.guarded(|| unsafe {
                         self.heaps().realloc_in(h, p, b.size, b.align, new) as usize
                     })),
                     (ReallocCall::Plain, None, _) => Some(self.call(on, move |a| {
                         sanitizer::must_fail(on_worker, || {
+                            // SAFETY: `b` is live in the shadow, passed with its tracked
+                            // size and alignment.
                             sanitizer::given(b.ptr, || unsafe {
                                 a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
                             })
                         })
                     })),
                     (ReallocCall::Zeroed, Some(h), _) => self
+                        // SAFETY: `b` is live in the shadow and in heap `h` (live), with
+                        // its tracked size and alignment.
                         .guarded(|| unsafe {
                             self.heaps().realloc_zeroed_in(h, p, b.size, b.align, new)
                         })
                         .map(|q| q as usize),
                     (ReallocCall::Zeroed, None, Some(x)) => self
+                        // SAFETY: `b` is a live default-heap block, with its tracked size
+                        // and alignment.
                         .guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) })
                         .map(|q| q as usize),
                     (ReallocCall::Unaligned, _, Some(x)) => self
+                        // SAFETY: `b` is a live default-heap block (heap blocks are skipped
+                        // above), with its tracked size and alignment.
                         .guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) })
                         .map(|q| q as usize),
                     (_, _, None) => unreachable!("skipped above"),
@@ -409,6 +440,8 @@ impl Executor {
         let b = self.shadow.blocks()[i];
         self.site = Site::new("usable-size", b.size, b.align);
         let usable = sanitizer::given(b.ptr, || {
+            // SAFETY: `b` is a live block of the shadow, passed with its tracked size
+            // and alignment.
             self.guarded(|| unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) })
         });
         if !self.checked {
@@ -433,6 +466,8 @@ impl Executor {
         let base = b.ptr as *mut u8;
         // The pattern's layout over the usable size, and every byte past the
         // requested size: the slack is where an oversized usable size shows.
+        // SAFETY: `b` is live and `usable` is no more than either usable-size answer (the first
+        // also capped by ASan's reach in `adopt`), so its first `usable` bytes are ours.
         unsafe {
             pattern::fill(base, usable, b.seed);
             pattern::fill_range(base, b.size, usable, b.seed);
@@ -457,6 +492,8 @@ impl Executor {
             Some(n) => self.impossible(n, 1),
         };
         let p = sanitizer::must_fail(must_fail, || {
+            // SAFETY: no block is passed, and calloc's alignment is 1; any `count` and `size` may
+            // be asked (an overflow is the allocator's to refuse).
             sanitizer::making(|| self.guarded(|| unsafe { self.alloc.calloc(count, size) }))
         }) as usize;
         match (total, p) {
@@ -499,9 +536,9 @@ impl Executor {
         }
         let b = self.shadow.blocks()[i];
         self.site = Site::new("check", b.size, b.align);
-        // SAFETY: `b` is a live block of the shadow, and the main thread
-        // waits for the worker's answer before it touches the block again.
         let bad = self.pool().run(worker, move || {
+            // SAFETY: `b` is a live block of the shadow, and the main thread
+            // waits for the worker's answer before it touches the block again.
             unsafe { super::checks::contents(&b) }.is_some()
         });
         if bad {
@@ -521,7 +558,11 @@ impl Executor {
     /// the allocator is ignored: the program is already over).
     pub(super) fn release(&self, b: Block) {
         let free = || match b.heap {
+            // SAFETY: `b` was taken out of the shadow by `Drop` (which never releases a block
+            // overlapping a live one), so it is freed once; `h` is deleted only after.
             Some(h) => unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) },
+            // SAFETY: as above, `b` is a block of the allocator, freed once, with its tracked size
+            // and alignment.
             None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },
         };
         let _ = sanitizer::given(b.ptr, || guard::call(free));

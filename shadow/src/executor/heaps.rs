@@ -47,6 +47,8 @@ impl Executor {
         self.heap_ids.retain(|&x| x != h);
         self.remote_freed.retain(|&(of, _)| of != h);
         self.site = Site::bare(self.heap_api("heap-delete", "free"));
+        // SAFETY: `h` was live in `heap_ids` and is removed from it first, so it is not used
+        // again; its blocks stay valid and are tracked as default-heap blocks below.
         self.guarded(|| unsafe { self.heaps().delete(h) });
         for b in self
             .shadow
@@ -72,6 +74,8 @@ impl Executor {
         self.heap_ids.retain(|&x| x != h);
         self.remote_freed.retain(|&(of, _)| of != h);
         self.site = Site::bare(self.heap_api("heap-destroy", "free"));
+        // SAFETY: `h` was live in `heap_ids` and is removed from it first; its blocks leave
+        // the shadow just below without being touched.
         self.guarded(|| unsafe { self.heaps().destroy(h) });
         // The blocks are gone: drop them from the shadow without touching them.
         while let Some(i) = self.shadow.blocks().iter().position(|b| b.heap == Some(h)) {

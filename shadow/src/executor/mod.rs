@@ -444,6 +444,8 @@ impl Executor {
         }
         self.site = Site::bare("end");
         for h in std::mem::take(&mut self.heap_ids) {
+            // SAFETY: `h` was live in `heap_ids`, which is taken here so it is not used again;
+            // every block was freed above.
             self.guarded(|| unsafe { self.heaps().delete(h) });
         }
         if self.checked {
@@ -489,6 +491,8 @@ impl Drop for Executor {
             self.release(b);
         }
         for h in std::mem::take(&mut self.heap_ids) {
+            // SAFETY: `h` was live in `heap_ids`, which is taken here so it is not used again;
+            // every tracked block was released above.
             let _ = guard::call(|| unsafe { self.heaps().delete(h) });
         }
         let _ = guard::call(|| {

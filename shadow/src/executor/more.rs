@@ -164,6 +164,8 @@ impl Executor {
         }
         self.site = Site::new("resize-in-place", b.size, b.align);
         let p = b.ptr as *mut u8;
+        // SAFETY: `b` is live in the shadow (verified above), passed with its tracked size
+        // and alignment; a heap block's heap `h` is live.
         let result = self.guarded(|| unsafe {
             match (b.heap, extras) {
                 (Some(h), _) => self
@@ -178,6 +180,8 @@ impl Executor {
             Some(InPlace::Unchanged) => {
                 if self.checked {
                     let usable =
+                        // SAFETY: the failed resize left `b` as it was: live, with its
+                        // tracked size and alignment.
                         self.queried(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
                     if usable != b.usable {
                         self.flag(Violation::UsableSize {
@@ -226,6 +230,8 @@ impl Executor {
         self.site = Site::new("free-sized", b.size, b.align);
         let p = b.ptr as *mut u8;
         let freed = crate::sanitizer::given(b.ptr, || {
+            // SAFETY: `b` is live in the shadow (verified above), passed with its tracked size
+            // and alignment; it leaves the shadow once freed.
             self.guarded(|| unsafe {
                 match (b.heap, extras) {
                     (Some(h), _) => self.heaps().free_sized_in(h, p, b.size, b.align),
@@ -254,6 +260,7 @@ impl Executor {
         self.site = Site::new("realloc-null", size, align);
         let must_fail = self.impossible(size, align);
         match sanitizer::must_fail(must_fail, || {
+            // SAFETY: no block is passed: `realloc(NULL, size)` is a fresh request.
             sanitizer::making(|| self.guarded(|| unsafe { extras.realloc_null(size) }))
         }) {
             Some(p) => self.adopt_fresh(p as usize, size, align, false, None),
@@ -267,6 +274,7 @@ impl Executor {
             return Outcome::Skipped;
         };
         self.site = Site::bare("free-null");
+        // SAFETY: no block is passed: `free(NULL)` must do nothing.
         match self.guarded(|| unsafe { extras.free_null() }) {
             true => Outcome::Done,
             false => Outcome::Skipped,
@@ -351,6 +359,8 @@ impl Executor {
         }
         let p = b.ptr as *mut u8;
         let claimed = crate::sanitizer::given(b.ptr, || {
+            // SAFETY: `p` is the huge block just returned for `b.size` and
+            // `b.align`, not freed yet.
             self.guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) })
         });
         // Only the bytes both the request and the answer cover.
@@ -369,6 +379,8 @@ impl Executor {
         if zeroed {
             let dirty = pages
                 .iter()
+                // SAFETY: every page lies in the block's first `len` bytes (`len` is
+                // at most `b.size` and the usable size checked above).
                 .find_map(|&(from, to)| unsafe { pattern::check_zero_range(p, from, to) });
             if let Some(mismatch) = dirty {
                 self.flag(Violation::Zeroed {
@@ -379,10 +391,13 @@ impl Executor {
             }
         }
         for (from, to) in pages {
+            // SAFETY: as above, the pages lie in the block's first `len` bytes, and no live
+            // block overlaps it (`overlap` does not return).
             unsafe { pattern::fill_range(p, from, to, b.seed) };
         }
         let changed = pages
             .iter()
+            // SAFETY: as above, the pages lie in the block's first `len` bytes.
             .find_map(|&(from, to)| unsafe { pattern::check_range(p, from, to, b.seed) });
         if let Some(mismatch) = changed {
             // Two of its pages are one: the allocator mapped the block

@@ -273,6 +273,14 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
             .parse()
             .map_err(|_| format!("`{k}` is not a number"))
     };
+    // An allocator is only ever asked for a power-of-two alignment.
+    let align = || -> Result<usize, String> {
+        let a = num("align")?;
+        match a.is_power_of_two() {
+            true => Ok(a),
+            false => Err(format!("`align={a}` is not a power of two")),
+        }
+    };
     let slot = || -> Result<usize, String> {
         match fields.get("slot") {
             Some(&"newest") => Ok(NEWEST),
@@ -294,7 +302,7 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
     Ok(match name {
         "alloc" => Op::Alloc {
             size: num("size")?,
-            align: num("align")?,
+            align: align()?,
             zeroed: flag("zeroed"),
         },
         "free" => Op::Free { slot: slot()? },
@@ -309,7 +317,7 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
         },
         "bulk-alloc" => Op::BulkAlloc {
             size: num("size")?,
-            align: num("align")?,
+            align: align()?,
             count: num("count")?,
         },
         "bulk-free" => Op::BulkFree {
@@ -352,7 +360,7 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
         "heap-alloc" => Op::HeapAlloc {
             heap: num("heap")?,
             size: num("size")?,
-            align: num("align")?,
+            align: align()?,
             zeroed: flag("zeroed"),
         },
         "heap-collect" => Op::HeapCollect {
@@ -363,7 +371,7 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
         "worker-alloc" => Op::WorkerAlloc {
             worker: num("worker")?,
             size: num("size")?,
-            align: num("align")?,
+            align: align()?,
         },
         "worker-free" => Op::WorkerFree {
             worker: num("worker")?,
@@ -385,7 +393,7 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
         "race-alloc" => Op::RaceAlloc {
             worker: num("worker")?,
             size: num("size")?,
-            align: num("align")?,
+            align: align()?,
         },
         "race-free" => Op::RaceFree {
             worker: num("worker")?,
@@ -400,18 +408,18 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
             freer: num("freer")?,
             owner: num("owner")?,
             size: num("size")?,
-            align: num("align")?,
+            align: align()?,
             count: num("count")?,
         },
         "race-exit" => Op::RaceExit {
             worker: num("worker")?,
             size: num("size")?,
-            align: num("align")?,
+            align: align()?,
             count: num("count")?,
         },
         "race-churn" => Op::RaceChurn {
             size: num("size")?,
-            align: num("align")?,
+            align: align()?,
             count: num("count")?,
         },
         other => return Err(format!("unknown op `{other}`")),

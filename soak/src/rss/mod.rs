@@ -268,6 +268,8 @@ fn forward_lines(child: &mut Child) -> mpsc::Receiver<String> {
 
 /// Stops a replay process: SIGTERM, then SIGKILL if it lingers.
 fn end(child: &mut Child) {
+    // SAFETY: `kill` has no memory preconditions; the pid is our own child's, not yet
+    // waited for, so it cannot have been reused.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     for _ in 0..50 {
         if let Ok(Some(_)) = child.try_wait() {

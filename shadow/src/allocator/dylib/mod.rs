@@ -149,6 +149,8 @@ impl Dylib {
     /// Opens `path[:prefix]` and resolves the malloc family.
     pub fn open(spec: &str) -> Result<Dylib, String> {
         let (path, prefix) = split_spec(spec);
+        // SAFETY: assumes the library the user named is a well-behaved C allocator: loading runs
+        // its initializers (and unloading its finalizers), which nothing here can check.
         let lib = unsafe { Library::new(path) }.map_err(|e| {
             let e = e.to_string();
             let sanitized = ["__asan_", "__sancov_", "__sanitizer_"]
@@ -172,6 +174,8 @@ impl Dylib {
         // A macro, not a closure: each symbol has its own type.
         macro_rules! symbol {
             ($name:literal) => {
+                // SAFETY: `T` is the field's `unsafe extern "C" fn` type, pointer-sized as
+                // `own_symbol` needs; assumes the symbol has that C signature (not checkable).
                 unsafe { own_symbol(&lib, &own, prefix, $name) }
             };
         }

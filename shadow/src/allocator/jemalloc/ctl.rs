@@ -17,6 +17,8 @@ fn name(n: &str) -> CString {
 pub fn read<T: Default>(n: &str) -> Option<T> {
     let mut value = T::default();
     let mut len = size_of::<T>();
+    // SAFETY: the name is NUL-terminated and `value` is `len` writable bytes, of which jemalloc
+    // writes at most `len`; assumes `T` is an integer (any bytes valid), as `T: Default` is not.
     let rc = unsafe {
         je::mallctl(
             name(n).as_ptr(),
@@ -38,6 +40,8 @@ pub fn read_unsigned(n: &str) -> Option<u32> {
 /// `arena.<i>.dirty_decay_ms` (`ssize_t`), `epoch` (`uint64_t`: refreshes
 /// the `stats.*` snapshot).
 pub fn write<T>(n: &str, mut value: T) -> bool {
+    // SAFETY: the name is NUL-terminated; `value` is `size_of::<T>()` readable bytes, read only
+    // if that is the ctl's size. Assumes `n` takes a plain integer, not a pointer (unchecked).
     let rc = unsafe {
         je::mallctl(
             name(n).as_ptr(),
@@ -58,6 +62,8 @@ pub fn write_unsigned(n: &str, value: u32) -> bool {
 /// Neither read nor write: `thread.tcache.flush`, `arena.<i>.purge`.
 pub fn run(n: &str) -> bool {
     let null = std::ptr::null_mut();
+    // SAFETY: the name is NUL-terminated and no value is passed; assumes `n` frees no block still
+    // in use (`arena.<i>.reset`/`destroy` do: the heap code's duty, unchecked here).
     unsafe { je::mallctl(name(n).as_ptr(), null, std::ptr::null_mut(), null, 0) == 0 }
 }
 
@@ -76,6 +82,8 @@ pub fn arena_of(ptr: usize) -> Option<u32> {
     let mib = MIB.get_or_init(|| {
         let mut mib = [0usize; 2];
         let mut len = mib.len();
+        // SAFETY: the name is a NUL-terminated literal; `mib` has room for `len` (2) entries,
+        // as many as jemalloc may write.
         let rc = unsafe {
             je::mallctlnametomib(name("arenas.lookup").as_ptr(), mib.as_mut_ptr(), &mut len)
         };
@@ -85,6 +93,8 @@ pub fn arena_of(ptr: usize) -> Option<u32> {
     let mut arena: u32 = 0;
     let mut len = size_of::<u32>();
     let mut p = ptr as *mut c_void;
+    // SAFETY: `arenas.lookup` reads a `void *` (`p`, of that size) and writes an `unsigned`
+    // (`arena`, `len` = 4); jemalloc 5.3 only looks `p` up, so any address is fine.
     let rc = unsafe {
         je::mallctlbymib(
             mib.as_ptr(),

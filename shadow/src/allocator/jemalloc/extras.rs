@@ -108,6 +108,8 @@ impl Extras for Jemalloc {
     }
 
     fn good_size(&self, size: usize, align: usize) -> Option<usize> {
+        // SAFETY: jemalloc(3): `nallocx` is undefined only for size 0, which `classic` excludes;
+        // it returns 0 for a size or alignment past the maximum.
         (!classic(size)).then(|| unsafe { je::nallocx(size, flags(align, false)) })
     }
 

@@ -107,6 +107,8 @@ impl Allocator for Jemalloc {
     /// alone.) A heap's block must be in the heap's arena.
     fn validate(&self, live: &[LiveBlock]) -> Result<(), String> {
         for b in live.iter().filter(|b| !classic(b.size)) {
+            // SAFETY: assumes `live` holds only this allocator's live blocks (the executor's
+            // shadow; this safe fn cannot check), as `sallocx` needs; the size is not 0 or huge.
             let (real, promised) = unsafe {
                 (
                     je::sallocx(b.ptr as *const c_void, flags(b.align, false)),

@@ -299,6 +299,10 @@ fn step(
     inside: &Inside,
     claims: &Claims,
 ) -> Done {
+    // SAFETY: a Free or Realloc step's block was live and left the shadow when queued, so
+    // only this step uses it (its heap is live: a section runs before any heap op);
+    // a new block is claimed without overlap before its `size`/`new` bytes are
+    // written; `align <= max_align()` (checked when queued), a power of two as drawn.
     let result = guard::call(|| unsafe {
         match *step {
             Step::Alloc { size, align, seed } => {
