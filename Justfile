@@ -8,6 +8,10 @@ allocsoak := "cargo run -q --release -p soak --"
 setup:
     ./scripts/setup
 
+# What `setup` installs, and the tools only the tests use (chromium, shellcheck, actionlint, zip).
+setup-test:
+    ./scripts/setup --test
+
 # Build the fuzz targets (ASan + coverage; C allocators instrumented), and honggfuzz's when a slot runs it.
 build *ARGS: setup
     {{allocsoak}} build {{ARGS}}
@@ -59,7 +63,7 @@ zoo SECS="60": setup
 # The tests build in release, as `allocsoak build` did (overflow checks and
 # debug assertions on: Cargo.toml), so its whole dependency tree is reused.
 # All the tests.
-test: setup
+test: setup-test
     {{allocsoak}} build
     cargo fmt --all --check
     cargo clippy --release --workspace --all-targets -- -D warnings

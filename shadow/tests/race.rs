@@ -241,17 +241,18 @@ fn race_sections_run_clean_on_correct_allocators() {
     let _alone = alone();
     let raced = common::program(&program(true));
     for allocator in ["system", "mimalloc", "jemalloc"] {
+        // Clean only counts where the threads met inside the allocator: run
+        // until 100 sections did. How often they meet depends on how fast
+        // the allocator's calls are (mimalloc's: 29 to 47 % of sections on
+        // one 2-core machine, 87 to 95 % on another).
         let (mut sections, mut races) = (0, 0);
-        for _ in 0..200 {
+        while races < 100 && sections < 2000 {
             let stats = common::run(&raced, allocator).unwrap_or_else(|line| panic!("{line}"));
             (sections, races) = (sections + stats.race_sections, races + stats.races);
         }
-        // Clean only counts where the threads met inside the allocator:
-        // at least half the sections (87 to 95 % did on 2 cores).
         eprintln!("{allocator}: {races} of {sections} sections raced");
-        assert!(sections >= 200, "{allocator}: {sections} sections");
         assert!(
-            races * 2 >= sections,
+            races >= 100,
             "{allocator}: {races} of {sections} sections raced"
         );
     }

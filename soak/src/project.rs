@@ -73,10 +73,6 @@ pub const C_FLAGS: &str =
 /// whose profiles the Rust side's `-C instrument-coverage` runtime writes.
 pub const COVERAGE_C_FLAGS: &str = "-fprofile-instr-generate -fcoverage-mapping";
 
-/// The fuzz package's features in the coverage build: the default build's
-/// allocators.
-pub const COVERAGE_FEATURES: &str = "libfuzzer,mimalloc";
-
 /// Knows every path in the project.
 pub struct Project {
     root: PathBuf,
@@ -400,28 +396,37 @@ impl Project {
         Ok(out.status.success())
     }
 
-    /// The coverage build's binary of `target` (`allocsoak coverage`).
-    pub fn coverage_binary(&self, target: Target) -> PathBuf {
+    /// Where `build`'s coverage twin is made (`allocsoak coverage`):
+    /// `fuzz_targets/target/coverage`, or `coverage-<flavor>` for a
+    /// mimalloc flavor's.
+    fn coverage_dir(&self, build: Build) -> PathBuf {
+        let flavor = build.name().strip_prefix("asan").unwrap_or_default();
         self.root
-            .join("fuzz_targets/target/coverage")
+            .join("fuzz_targets/target")
+            .join(format!("coverage{flavor}"))
+    }
+
+    /// The binary of `target` in `build`'s coverage twin.
+    pub fn coverage_binary(&self, build: Build, target: Target) -> PathBuf {
+        self.coverage_dir(build)
             .join(TRIPLE)
             .join("release")
             .join(self.binary_name(target))
     }
 
-    /// Builds every fuzz target with the toolchains' source-based coverage
-    /// and no sanitizer, for the default build's allocators and the
-    /// config's own (a no-op when cargo finds it fresh).
-    pub fn build_coverage(&self) -> Result<()> {
+    /// Builds every fuzz target of `build` (its mimalloc, the config's
+    /// own allocators) once more with the toolchains' source-based
+    /// coverage and no sanitizer (a no-op when cargo finds it fresh).
+    pub fn build_coverage(&self, build: Build) -> Result<()> {
         let clang = clang()?;
-        self.write_glue(Build::Asan)?;
+        self.write_glue(build)?;
         let status = Command::new("cargo")
             .current_dir(&self.root)
             .args(["+nightly", "fuzz", "build", "--fuzz-dir"])
             .arg(self.fuzz_dir())
             .args(["-O", "--sanitizer", "none", "--target-dir"])
-            .arg(self.root.join("fuzz_targets/target/coverage"))
-            .args(["--no-default-features", "--features", COVERAGE_FEATURES])
+            .arg(self.coverage_dir(build))
+            .args(["--no-default-features", "--features", build.features()])
             .env("CC", &clang)
             .env(
                 format!("CFLAGS_{}", TRIPLE.replace('-', "_")),

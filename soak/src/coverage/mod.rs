@@ -27,7 +27,7 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
-use crate::project::{Project, COVERAGE_FEATURES};
+use crate::project::{Build, Project};
 use crate::state::StateDir;
 use crate::store::Store;
 pub use summary::Coverage;
@@ -149,11 +149,9 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
         }
     };
     let tools = Tools::find()?;
-    project.build_coverage()?;
-    let graph = crate::project::resolve(
-        &project.fuzz_dir().join("Cargo.toml"),
-        Some(COVERAGE_FEATURES),
-    )?;
+    // Each build an allocator runs in (a mimalloc flavor's is its own),
+    // made once, with its dependency graph.
+    let mut builds: Vec<(Build, cargo_metadata::Metadata)> = Vec::new();
     let out = state.coverage();
     let work = crate::state::tmp_path(&out);
     crate::state::remove_scratch(&work)?;
@@ -168,7 +166,21 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
         skipped: Vec::new(),
     };
     for allocator in allocators {
-        let sources = match project.sources(&graph, &allocator) {
+        let build = Build::for_allocator(&allocator);
+        if !builds.iter().any(|(b, _)| *b == build) {
+            project.build_coverage(build)?;
+            let graph = crate::project::resolve(
+                &project.fuzz_dir().join("Cargo.toml"),
+                Some(build.features()),
+            )?;
+            builds.push((build, graph));
+        }
+        let graph = &builds
+            .iter()
+            .find(|(b, _)| *b == build)
+            .expect("built above")
+            .1;
+        let sources = match project.sources(graph, &allocator) {
             Ok(s) => s,
             Err(why) => {
                 report.skipped.push((allocator, why));
@@ -178,7 +190,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
         let targets = targets_of(&allocator);
         let binaries: Vec<PathBuf> = targets
             .iter()
-            .map(|t| project.coverage_binary(*t))
+            .map(|t| project.coverage_binary(build, *t))
             .collect();
         // A library's coverage build runs in the soak's library's place,
         // and its mapping is the one reported on.

@@ -121,13 +121,13 @@ impl Project {
                 .ok_or_else(|| format!("{krate} is not in the coverage build"))
         };
         match name {
-            "mimalloc" => bundled("libmimalloc-sys", "c_src/mimalloc/v2"),
+            "mimalloc" | "mimalloc-secure" | "mimalloc-debug" => {
+                bundled("libmimalloc-sys", "c_src/mimalloc/v2")
+            }
+            "mimalloc-v3" => bundled("libmimalloc-sys", "c_src/mimalloc/v3"),
             "jemalloc" => bundled("tikv-jemalloc-sys", "jemalloc"),
             "arena" => bundled("rlsf", "src"),
             "system" => Err("the C library's malloc: allocsoak has no source of it to map".into()),
-            "mimalloc-secure" | "mimalloc-debug" | "mimalloc-v3" => Err(format!(
-                "{name} is a build of its own; coverage runs the default build's allocators (mimalloc, jemalloc, arena, zoo:, declared)"
-            )),
             other if other.starts_with("dylib:") => dylib_sources(&other["dylib:".len()..]),
             other => Err(format!("unknown allocator `{other}`")),
         }
