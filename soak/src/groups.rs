@@ -80,12 +80,10 @@ impl Group {
     }
 
     /// The tolerate file the repro needs (a known bug would fire first
-    /// without it), when it does.
+    /// without it), when it does: intake keeps one in the group's folder
+    /// only then.
     pub fn tolerate(&self) -> Option<PathBuf> {
-        self.row
-            .repro
-            .contains("ALLOCSOAK_TOLERATE=")
-            .then(|| self.dir.join("tolerate"))
+        Some(self.dir.join("tolerate")).filter(|t| t.is_file())
     }
 }
 

@@ -329,8 +329,10 @@ pub fn file(
     };
     let program = program_text(src.target, &before, &shown_input, shown_log)?;
     let repro = repro_command(src, &dir, minimized.is_some(), &before, &shown_input, &sig)?;
-    if src.tolerate.is_some_and(|t| t.is_file()) {
-        state::copy_atomic(src.tolerate.unwrap(), &work.join("tolerate"))?;
+    // The group's folder holds a tolerate file exactly when its repro
+    // needs one (`Group::tolerate`).
+    if let Some(t) = src.tolerate.filter(|t| repro.needs_tolerate && t.is_file()) {
+        state::copy_atomic(t, &work.join("tolerate"))?;
     }
     let group_file = GroupFile {
         signature: sig.key(),
@@ -348,7 +350,7 @@ pub fn file(
         minimized: minimized
             .as_ref()
             .map(|_| dir.join("minimized").to_string_lossy().into_owned()),
-        repro,
+        repro: repro.command,
         race_rate: reproduction.race_rate(),
         history: before.len(),
         history_shrunk: shrunk.as_ref().map(|s| s.summary()),

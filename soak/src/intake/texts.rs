@@ -11,12 +11,18 @@ use triage::render;
 use super::Source;
 use crate::sequence;
 
+/// How a group reproduces: its command, and whether that command needs
+/// the group's `tolerate` file (a known bug would otherwise fire first).
+pub(super) struct Repro {
+    pub command: String,
+    pub needs_tolerate: bool,
+}
+
 /// The command that reproduces the group: the fuzz binary on the inputs
 /// it needs before the crash (`history/`, in the group's folder `dir`; now
 /// at `before`) and the crash input (now at `input`), plus the tolerate
-/// file only when they need it (a known bug would otherwise fire first).
-/// A minimized input is op program text, which the binary runs as written
-/// under `ALLOCSOAK_TEXT_INPUTS=1`.
+/// file only when they need it. A minimized input is op program text,
+/// which the binary runs as written under `ALLOCSOAK_TEXT_INPUTS=1`.
 pub(super) fn repro_command(
     src: &Source,
     dir: &Path,
@@ -24,7 +30,7 @@ pub(super) fn repro_command(
     before: &[PathBuf],
     input: &Path,
     sig: &Signature,
-) -> Result<String> {
+) -> Result<Repro> {
     let file = dir.join(if minimized { "minimized" } else { "original" });
     let mut files: Vec<String> = (0..before.len())
         .map(|i| {
@@ -40,22 +46,25 @@ pub(super) fn repro_command(
     let plain_same = plain
         .signature(&src.slot_label())
         .is_some_and(|s| s.same_bug(sig));
-    let tolerate = if plain_same || src.tolerate.is_none() {
-        String::new()
-    } else {
-        format!("ALLOCSOAK_TOLERATE={} ", dir.join("tolerate").display())
+    let needs_tolerate = !plain_same && src.tolerate.is_some();
+    let tolerate = match needs_tolerate {
+        true => format!("ALLOCSOAK_TOLERATE={} ", dir.join("tolerate").display()),
+        false => String::new(),
     };
     let text = if minimized {
         "ALLOCSOAK_TEXT_INPUTS=1 "
     } else {
         ""
     };
-    Ok(format!(
-        "{tolerate}{text}ALLOCSOAK_ALLOCATOR='{}' {} {}",
-        src.allocator,
-        src.binary.display(),
-        files.join(" ")
-    ))
+    Ok(Repro {
+        command: format!(
+            "{tolerate}{text}ALLOCSOAK_ALLOCATOR='{}' {} {}",
+            src.allocator,
+            src.binary.display(),
+            files.join(" ")
+        ),
+        needs_tolerate,
+    })
 }
 
 /// The program the input decodes to, the failing op marked; after the
