@@ -66,6 +66,16 @@ impl Mimalloc {
         // SAFETY: `on_error` has `mi_error_fun`'s C signature, ignores `arg` (null here) and
         // only takes a `Mutex`, so any thread may call it.
         unsafe { mi::mi_register_error(Some(on_error), std::ptr::null_mut()) };
+        // A block as old as the process, as every real program has. Without
+        // it, each program's last free hands the thread's segment back and
+        // the next program's first call takes a fresh one: under the fuzz
+        // builds' ASan tracking (`MI_TRACK_ASAN`) that poisons and unpoisons
+        // the segment's shadow on every program (issue 27: 6 % of a fuzzing
+        // run in `memset`, and page faults). Segments are still freed by
+        // programs that outgrow one, by large and huge blocks and by threads.
+        // SAFETY: `mi_malloc` has no precondition; the block is never freed
+        // nor handed to the executor.
+        let _anchor = unsafe { mi::mi_malloc(8) };
         Mimalloc {
             // SAFETY: no pointer involved; `mi_option_get` range-checks the option (15 is
             // `mi_option_purge_delay` in both v2 and v3).
