@@ -11,14 +11,31 @@ fn name(n: &str) -> CString {
     CString::new(n).expect("mallctl names have no NUL")
 }
 
+/// The C integers a ctl reads or writes (`unsigned`, `ssize_t`,
+/// `size_t`, `uint64_t`): every bit pattern is one of their values, so
+/// jemalloc may write any bytes into one.
+pub trait Integer: Default + Copy + sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! integers {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Integer for $t {}
+    )*};
+}
+integers!(u32, u64, usize, isize);
+
 /// A read-only value: `arenas.create`, `tcache.create` (`unsigned`),
 /// `thread.arena`, `opt.dirty_decay_ms` (`ssize_t`), `stats.resident` and
 /// the other `stats.*` (`size_t`, in builds with stats).
-pub fn read<T: Default>(n: &str) -> Option<T> {
+pub fn read<T: Integer>(n: &str) -> Option<T> {
     let mut value = T::default();
     let mut len = size_of::<T>();
     // SAFETY: the name is NUL-terminated and `value` is `len` writable bytes, of which jemalloc
-    // writes at most `len`; assumes `T` is an integer (any bytes valid), as `T: Default` is not.
+    // writes at most `len`; `T` is a C integer, valid for any bytes written.
     let rc = unsafe {
         je::mallctl(
             name(n).as_ptr(),
@@ -39,9 +56,10 @@ pub fn read_unsigned(n: &str) -> Option<u32> {
 /// A write-only value: `tcache.flush`, `tcache.destroy` (`unsigned`),
 /// `arena.<i>.dirty_decay_ms` (`ssize_t`), `epoch` (`uint64_t`: refreshes
 /// the `stats.*` snapshot).
-pub fn write<T>(n: &str, mut value: T) -> bool {
+pub fn write<T: Integer>(n: &str, mut value: T) -> bool {
     // SAFETY: the name is NUL-terminated; `value` is `size_of::<T>()` readable bytes, read only
-    // if that is the ctl's size. Assumes `n` takes a plain integer, not a pointer (unchecked).
+    // if that is the ctl's size. The callers name ctls that take an integer, as `T` is (one that
+    // takes a pointer, such as `arena.<i>.extent_hooks`, is never written here).
     let rc = unsafe {
         je::mallctl(
             name(n).as_ptr(),
