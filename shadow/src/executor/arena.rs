@@ -75,15 +75,18 @@ impl Executor {
             return false;
         };
         // Not only `size` itself: an allocator that refuses one size while
-        // it serves larger blocks is caught too.
+        // it serves larger blocks is caught too. Probed at an alignment it
+        // takes (a realloc of null asks for malloc's, which an allocator
+        // without an aligned API may not).
+        let align = align.min(self.alloc.max_align());
         size > arena.size || !at_least(size, arena.size).any(|n| self.serves(n, align))
     }
 
     /// Whether a block of `size` bytes with `align` is served now (and then
     /// freed at once).
     fn serves(&self, size: usize, align: usize) -> bool {
-        // SAFETY: no block is passed; assumes `align` is a power of two <= `max_align()`, as
-        // the refused request's was (realloc-null's malloc alignment is not checked).
+        // SAFETY: no block is passed; `align` is a power of two (every op's is) no larger than
+        // `max_align()` (`refused_fairly` caps it).
         let p = self.guarded(|| unsafe { self.alloc.alloc(size, align, false) });
         if !p.is_null() {
             // SAFETY: `p` was just returned, non-null, for `size` bytes and `align`; freed once.
