@@ -21,6 +21,7 @@
 pub mod sources;
 pub mod summary;
 
+use std::collections::hash_map::{Entry, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -151,7 +152,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
     let tools = Tools::find()?;
     // Each build an allocator runs in (a mimalloc flavor's is its own),
     // made once, with its dependency graph.
-    let mut builds: Vec<(Build, cargo_metadata::Metadata)> = Vec::new();
+    let mut graphs: HashMap<Build, cargo_metadata::Metadata> = HashMap::new();
     let out = state.coverage();
     let work = crate::state::tmp_path(&out);
     crate::state::remove_scratch(&work)?;
@@ -167,19 +168,16 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
     };
     for allocator in allocators {
         let build = Build::for_allocator(&allocator);
-        if !builds.iter().any(|(b, _)| *b == build) {
-            project.build_coverage(build)?;
-            let graph = crate::project::resolve(
-                &project.fuzz_dir().join("Cargo.toml"),
-                Some(build.features()),
-            )?;
-            builds.push((build, graph));
-        }
-        let graph = &builds
-            .iter()
-            .find(|(b, _)| *b == build)
-            .expect("built above")
-            .1;
+        let graph = match graphs.entry(build) {
+            Entry::Occupied(graph) => graph.into_mut(),
+            Entry::Vacant(slot) => {
+                project.build_coverage(build)?;
+                slot.insert(crate::project::resolve(
+                    &project.fuzz_dir().join("Cargo.toml"),
+                    Some(build.features()),
+                )?)
+            }
+        };
         let sources = match project.sources(graph, &allocator) {
             Ok(s) => s,
             Err(why) => {
