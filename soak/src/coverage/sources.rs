@@ -16,7 +16,7 @@ pub struct Sources {
     /// The report is limited to these; empty for a library, whose
     /// mapping holds its own files alone.
     pub paths: Vec<PathBuf>,
-    /// A `dylib:` allocator's coverage build ([`coverage_library`]): it
+    /// A `dylib:` allocator's coverage build (beside it, `<name>.coverage.so`): it
     /// runs in place of the library the soak loaded, and it is the one
     /// object reported on.
     pub library: Option<PathBuf>,
@@ -24,7 +24,7 @@ pub struct Sources {
 
 /// Where a `dylib:` allocator's coverage build is looked for: beside the
 /// library, `liballoc.so` → `liballoc.coverage.so`.
-pub fn coverage_library(library: &Path) -> PathBuf {
+fn coverage_library(library: &Path) -> PathBuf {
     let name = library.file_name().unwrap_or_default().to_string_lossy();
     let stem = name.strip_suffix(".so").unwrap_or(&name);
     library.with_file_name(format!("{stem}.coverage.so"))
