@@ -45,9 +45,16 @@ fn soak(config: &Path, state: &Path, target: &str) {
     assert!(out.status.success(), "soak failed:\n{text}");
 }
 
+/// `allocsoak --config <config> coverage --state <state> <args>`.
+fn coverage(config: &Path, state: &Path, args: &[&str]) -> (std::process::Output, String) {
+    let mut all = vec!["coverage", "--state", state.to_str().unwrap()];
+    all.extend(args);
+    with_config(config, &all)
+}
+
 /// The report's summary of `threads`.
 fn covered(config: &Path, state: &Path) -> serde_json::Value {
-    let (out, text) = with_config(config, &["coverage", "--state", state.to_str().unwrap()]);
+    let (out, text) = coverage(config, state, &[]);
     assert!(out.status.success(), "coverage failed:\n{text}");
     assert!(text.contains("coverage: threads: "), "{text}");
     let summary = std::fs::read(state.join("coverage/summary.json")).unwrap();
@@ -221,16 +228,7 @@ fn build_tiny(out: &Path, flags: &[&str]) {
 /// and the last report unchanged.
 fn refused(config: &Path, state: &Path, allocator: &str, why: &str) {
     let summary = std::fs::read(state.join("coverage/summary.json")).unwrap();
-    let (out, text) = with_config(
-        config,
-        &[
-            "coverage",
-            "--state",
-            state.to_str().unwrap(),
-            "--allocator",
-            allocator,
-        ],
-    );
+    let (out, text) = coverage(config, state, &["--allocator", allocator]);
     assert_eq!(out.status.code(), Some(2), "{text}");
     let error: Vec<&str> = text
         .lines()
@@ -269,17 +267,10 @@ fn a_dylib_is_covered_through_its_coverage_build(config: &Path, state: &Path, di
         &["-fprofile-instr-generate", "-fcoverage-mapping"],
     );
 
-    let (out, text) = with_config(
+    let (out, text) = coverage(
         config,
-        &[
-            "coverage",
-            "--state",
-            state.to_str().unwrap(),
-            "--allocator",
-            &dylib,
-            "--target",
-            "alloc_ops",
-        ],
+        state,
+        &["--allocator", &dylib, "--target", "alloc_ops"],
     );
     assert!(out.status.success(), "coverage failed:\n{text}");
     let summary = std::fs::read(state.join("coverage/summary.json")).unwrap();

@@ -193,13 +193,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
         // A library's coverage build runs in the soak's library's place,
         // and its mapping is the one reported on.
         let (runs_as, objects) = match &sources.library {
-            Some(library) => (
-                match shadow::allocator::split_dylib_spec(&allocator["dylib:".len()..]) {
-                    (_, "") => format!("dylib:{}", library.display()),
-                    (_, prefix) => format!("dylib:{}:{prefix}", library.display()),
-                },
-                vec![library.clone()],
-            ),
+            Some(library) => (library.runs_as.clone(), vec![library.object.clone()]),
             None => (allocator.clone(), binaries.clone()),
         };
         let name = safe_name(&allocator);

@@ -16,10 +16,18 @@ pub struct Sources {
     /// The report is limited to these; empty for a library, whose
     /// mapping holds its own files alone.
     pub paths: Vec<PathBuf>,
-    /// A `dylib:` allocator's coverage build (beside it, `<name>.coverage.so`): it
-    /// runs in place of the library the soak loaded, and it is the one
-    /// object reported on.
-    pub library: Option<PathBuf>,
+    /// A `dylib:` allocator's coverage build, run in place of the library
+    /// the soak loaded.
+    pub library: Option<Library>,
+}
+
+/// A `dylib:` allocator's coverage build (beside it, `<name>.coverage.so`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Library {
+    /// The one object reported on.
+    pub object: PathBuf,
+    /// The allocator name that loads it: the soak's spec with this path.
+    pub runs_as: String,
 }
 
 /// Where a `dylib:` allocator's coverage build is looked for: beside the
@@ -70,7 +78,11 @@ fn dylib_sources(spec: &str) -> Result<Sources, String> {
     }
     Ok(Sources {
         paths: Vec::new(),
-        library: Some(cov),
+        library: Some(Library {
+            // The spec after the path: its `:prefix`, if any.
+            runs_as: format!("dylib:{}{}", cov.display(), &spec[path.len()..]),
+            object: cov,
+        }),
     })
 }
 
