@@ -12,10 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use super::series::{self, Point};
 use super::{narrow, Watch};
-use crate::config::Series;
-use crate::intake::GroupFile;
-use crate::state::{self, StateDir};
-use crate::store::{self, GroupRow};
+use crate::foundation::config::Series;
+use crate::foundation::state::{self, StateDir};
+use crate::foundation::store::{self, GroupRow};
+use crate::pipeline::intake::GroupFile;
 
 /// What the finding's fit said, kept in `drift.toml`.
 #[derive(Serialize, Deserialize)]
@@ -116,7 +116,7 @@ pub fn file(
 /// the store (a `fixed` group back is `regressed`), and writes its page.
 fn record_drift(w: &Watch, slot_id: i64, id: &str) -> Result<()> {
     let store = w.lock_store();
-    crate::intake::refill(w.state, &store, id)?;
+    crate::pipeline::intake::refill(w.state, &store, id)?;
     let culprits = w.state.crash_group(id).join("culprits");
     store.add_crash(id, slot_id, None, &culprits.to_string_lossy(), true)?;
     if let Some(g) = store.group(id)? {
@@ -125,7 +125,7 @@ fn record_drift(w: &Watch, slot_id: i64, id: &str) -> Result<()> {
         }
     }
     match store.group(id)? {
-        Some(g) => crate::group_page::write_report(w.state, &store, &g),
+        Some(g) => crate::pipeline::page::write_report(w.state, &store, &g),
         None => Ok(()),
     }
 }
@@ -136,7 +136,7 @@ pub fn page(state: &StateDir, g: &GroupRow, series: &str) -> Result<String> {
     let fit: Option<DriftFile> = std::fs::read_to_string(dir.join("drift.toml"))
         .ok()
         .and_then(|t| toml::from_str(&t).ok());
-    let culprits = crate::corpus::count_files(&dir.join("culprits"))?;
+    let culprits = crate::running::corpus::count_files(&dir.join("culprits"))?;
     let mut out = String::new();
     writeln!(out, "# {}\n", g.title)?;
     writeln!(out, "| | |\n|---|---|")?;
@@ -152,12 +152,12 @@ pub fn page(state: &StateDir, g: &GroupRow, series: &str) -> Result<String> {
     writeln!(
         out,
         "| first seen | {} |",
-        crate::group_page::utc(g.first_seen)
+        crate::pipeline::page::utc(g.first_seen)
     )?;
     writeln!(
         out,
         "| last seen | {} ({} times) |",
-        crate::group_page::utc(g.last_seen),
+        crate::pipeline::page::utc(g.last_seen),
         g.count
     )?;
     if let Some(f) = &fit {

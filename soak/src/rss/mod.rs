@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use drift::{Reading, Verdict};
 
-use crate::config::{Config, Series};
-use crate::corpus::Corpus;
-use crate::intake::{self, Source};
-use crate::project::{Build, Project};
-use crate::state::StateDir;
-use crate::store::Store;
+use crate::engines::project::{Build, Project};
+use crate::foundation::config::{Config, Series};
+use crate::foundation::state::StateDir;
+use crate::foundation::store::Store;
+use crate::pipeline::intake::{self, Source};
+use crate::running::corpus::Corpus;
 
 /// The exit status of a replay process over its RSS limit (the `drift`
 /// binary's `OVER_RSS_LIMIT`).
@@ -174,7 +174,7 @@ fn run_segment(
     let tolerate = tolerate_file(w, slot_id);
     let keys = w.lock_store().tolerated_keys(&series.allocator)?;
     let text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
-    crate::state::write_atomic(&tolerate, text.as_bytes())?;
+    crate::foundation::state::write_atomic(&tolerate, text.as_bytes())?;
     let mut cmd = w.command(series, &w.inputs(series), w.share);
     cmd.arg(format!("--interval={}", w.config.drift.interval_secs));
     if !keys.is_empty() {
@@ -204,7 +204,7 @@ fn run_segment(
                 let mut store = w.lock_store();
                 series::add_reading(&store, segment, &reading)?;
                 if last_thin.elapsed() >= THIN_EVERY {
-                    series::thin(&mut store, slot_id, crate::store::now() as u64)?;
+                    series::thin(&mut store, slot_id, crate::foundation::store::now() as u64)?;
                     *last_thin = Instant::now();
                 }
                 let points = series::fitted(&store, slot_id, &series.label())?;
@@ -322,7 +322,7 @@ fn file_violation(
             .file_name()
             .map_or_else(|| "program".into(), |n| n.to_string_lossy().into_owned())
     ));
-    crate::state::copy_atomic(program, &artifact)?;
+    crate::foundation::state::copy_atomic(program, &artifact)?;
     let slot = w
         .lock_store()
         .slot(series.target.name(), &series.allocator, "libfuzzer", 1.0)?;
