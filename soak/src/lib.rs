@@ -14,10 +14,10 @@
 //! - [`rss`]: the soak's memory half, RSS drift workers and their
 //!   findings, filed through the pipeline.
 //! - [`running`]: the soak itself: daemon, scheduler, slices, pending
-//!   finds, corpora, status.
+//!   finds, corpora, status, the known groups verified.
 //! - [`coverage`]: which of an allocator's own code the corpora ran;
 //!   [`tools`]: the planted-bug proof, the speed table, a short fuzz
-//!   pass, `triage verify`, bisect.
+//!   pass, bisect.
 //! - [`quick`]: the CI gate, a soak that runs each slot once and fails on
 //!   what is new; [`dash`]: the read-only dashboard.
 //!

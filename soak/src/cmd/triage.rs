@@ -8,6 +8,7 @@ use clap::Subcommand;
 use soak::engines::project::Project;
 use soak::foundation::config::Config;
 use soak::pipeline::groups;
+use soak::running::verify;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -113,7 +114,7 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
             print!("{}", groups::list(&state, &store, &filter)?);
         }
         Some(Action::Verify) => {
-            for v in groups::verify(&project, &state, &store, &config)? {
+            for v in verify::verify(&project, &state, &store, &config)? {
                 println!(
                     "verify {} {} -> {} ({} of 3 replays reproduced)",
                     v.id, v.before, v.after, v.reproduced

@@ -172,7 +172,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             Entry::Occupied(graph) => graph.into_mut(),
             Entry::Vacant(slot) => {
                 project.build_coverage(build)?;
-                slot.insert(crate::engines::project::resolve(
+                slot.insert(crate::foundation::cargo::resolve(
                     &project.fuzz_dir().join("Cargo.toml"),
                     Some(build.features()),
                 )?)

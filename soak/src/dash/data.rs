@@ -173,8 +173,8 @@ pub fn groups(
                 allocator: g.slot.allocator,
                 count: g.row.count,
                 status: g.row.status,
-                first_seen: crate::pipeline::page::utc(g.row.first_seen),
-                last_seen: crate::pipeline::page::utc(g.row.last_seen),
+                first_seen: crate::foundation::store::utc(g.row.first_seen),
+                last_seen: crate::foundation::store::utc(g.row.last_seen),
                 repro: g.row.repro,
             })
         })

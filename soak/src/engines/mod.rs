@@ -1,8 +1,15 @@
-//! The fuzz engines a slot can run, and what the soak reads back from
-//! each in the same terms: a slice's progress, its findings, what ended
-//! it. Both engines run the same target code; a finding of either is
-//! replayed, signed and minimized on the libFuzzer ASan build
-//! ([`crate::pipeline::intake`]), so one bug is one group whichever engine found it.
+//! The engines room: what builds and runs the fuzz targets. The project
+//! layout and its builds ([`project`]), the fuzz engines a slot can run
+//! ([`libfuzzer`], [`honggfuzz`]), and proof of what a build holds
+//! ([`instrumentation`], [`provenance`]). It stands on the foundation
+//! only; what an engine run found flows up from here into the crash
+//! pipeline.
+//!
+//! The engines a slot can run are read back here in the same terms: a
+//! slice's progress, its findings, what ended it. Both engines run the
+//! same target code; a finding of either is replayed, signed and
+//! minimized on the libFuzzer ASan build (by the pipeline's intake), so
+//! one bug is one group whichever engine found it.
 
 pub mod honggfuzz;
 pub mod instrumentation;
@@ -12,41 +19,12 @@ pub mod provenance;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
-use crate::engines::libfuzzer::Progress;
-
-/// A fuzz engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Engine {
-    /// libFuzzer through cargo-fuzz, with ASan: the default.
-    LibFuzzer,
-    /// honggfuzz through honggfuzz-rs, persistent mode, no sanitizer.
-    Honggfuzz,
-}
+pub use crate::foundation::config::Engine;
+use libfuzzer::Progress;
 
 impl Engine {
-    pub const ALL: [Engine; 2] = [Engine::LibFuzzer, Engine::Honggfuzz];
-
-    /// The name a config and the store use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::LibFuzzer => "libfuzzer",
-            Engine::Honggfuzz => "honggfuzz",
-        }
-    }
-
-    /// The engine of a name; `Err` is a one-line message naming the known ones.
-    pub fn parse(name: &str) -> Result<Engine> {
-        match Engine::ALL.into_iter().find(|e| e.name() == name) {
-            Some(e) => Ok(e),
-            None => {
-                let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
-                bail!("unknown engine `{name}`; use one of: {}", names.join(", "))
-            }
-        }
-    }
-
     /// The last progress of a slice's engine, read from its scratch
     /// folder (`fuzz.log`, and honggfuzz's stats file); None before it
     /// printed any.
@@ -79,19 +57,5 @@ impl Engine {
             (None, Engine::Honggfuzz) if findings > 0 => "crash".into(),
             (None, _) => "time".into(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_round_trip_and_a_bad_one_says_what_is_known() {
-        for e in Engine::ALL {
-            assert_eq!(Engine::parse(e.name()).unwrap(), e);
-        }
-        let e = Engine::parse("afl").unwrap_err().to_string();
-        assert_eq!(e, "unknown engine `afl`; use one of: libfuzzer, honggfuzz");
     }
 }

@@ -7,6 +7,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
+use crate::foundation::cargo::TRIPLE;
 use crate::foundation::config::Config;
 use crate::foundation::declared::{Declared, Glue};
 
@@ -59,9 +60,6 @@ impl Build {
         }
     }
 }
-
-/// The target triple the fuzz builds are made for (cargo-fuzz passes it).
-pub(crate) const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
 /// The flags every C allocator of the fuzz builds is compiled with:
 /// coverage, ASan in recover mode (a known report can be got past), and
@@ -470,27 +468,6 @@ impl Project {
         );
         Ok(cmd)
     }
-}
-
-/// The resolved dependency graph of a manifest for the fuzz builds'
-/// platform, with `features` (its defaults off) or its defaults.
-pub(crate) fn resolve(manifest: &Path, features: Option<&str>) -> Result<cargo_metadata::Metadata> {
-    use cargo_metadata::{CargoOpt, MetadataCommand};
-    let mut cmd = MetadataCommand::new();
-    cmd.manifest_path(manifest)
-        .other_options(vec!["--filter-platform".into(), TRIPLE.into()]);
-    if let Some(f) = features {
-        cmd.features(CargoOpt::NoDefaultFeatures)
-            .features(CargoOpt::SomeFeatures(
-                f.split(',').map(String::from).collect(),
-            ));
-    }
-    cmd.exec().with_context(|| {
-        format!(
-            "failed to resolve the dependencies of {}",
-            manifest.display()
-        )
-    })
 }
 
 /// The harness's crates, space-separated: `ALLOCSOAK_UNCOVERED`.

@@ -22,7 +22,7 @@ pub struct Provenance {
 impl Project {
     /// What `names` run in `build`, then the reference's line.
     pub fn provenance(&self, build: Build, names: &[String]) -> Result<Vec<Provenance>> {
-        let graph = crate::engines::project::resolve(
+        let graph = crate::foundation::cargo::resolve(
             &self.fuzz_dir().join("Cargo.toml"),
             Some(build.features()),
         )?;

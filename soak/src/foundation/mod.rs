@@ -5,6 +5,7 @@
 //! view of the fuzz builds' platform ([`cargo`]), and systemd's
 //! readiness and watchdog ([`notify`]).
 
+pub mod cargo;
 pub mod config;
 pub mod declared;
 pub mod notify;

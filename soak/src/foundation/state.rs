@@ -237,6 +237,18 @@ pub fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".tmp-{}-{name}", std::process::id()))
 }
 
+/// The number of files in `dir`; 0 when it does not exist.
+pub fn count_files(dir: &Path) -> Result<usize> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Ok(entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_file())
+            .count()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e).with_context(|| format!("failed to read {}", dir.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! `allocsoak triage`: the crash groups a soak filed — listed, verified
-//! against the current build, exported for an upstream report.
+//! against the current build (`running::verify`, above the RSS drift room
+//! whose groups it measures too), exported for an upstream report.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -11,8 +12,7 @@ use triage::replay::Replayer;
 use crate::engines::project::{Build, Project};
 use crate::foundation::config::Config;
 use crate::foundation::state::{self, StateDir};
-use crate::foundation::store::{GroupRow, SlotRow, Store};
-use crate::pipeline::page::utc;
+use crate::foundation::store::{utc, GroupRow, SlotRow, Store};
 
 /// Replays per group in `verify`.
 pub const TRIES: usize = 3;
@@ -170,80 +170,6 @@ pub fn binary(project: &Project, target: Target, allocator: &str) -> Result<Path
     Ok(binary)
 }
 
-/// One group's verdict.
-pub struct Verdict {
-    pub id: String,
-    pub before: String,
-    pub after: String,
-    pub reproduced: usize,
-}
-
-/// Replays every group's input [`TRIES`] times on the current build and
-/// marks it: `known` when each replay reproduces the group's signature,
-/// `fixed` when none does, `flaky` in between; a `fixed` group that
-/// reproduces again is `regressed`.
-pub fn verify(
-    project: &Project,
-    state: &StateDir,
-    store: &Store,
-    config: &Config,
-) -> Result<Vec<Verdict>> {
-    let mut verdicts = Vec::new();
-    for row in store.groups()? {
-        let g = Group::load(state, store, row)?;
-        let target = g.target()?;
-        if g.row.kind == "rss-drift" {
-            // One measured replay of its culprits (they run for a while).
-            let drifts = crate::rss::repro::drifts(project, config, &g)?;
-            let reproduced = if drifts { TRIES } else { 0 };
-            verdicts.push(mark(state, store, &g, reproduced)?);
-            continue;
-        }
-        let binary = match binary(project, target, &g.slot.allocator) {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("verify: skipped {}: {e}", g.row.id);
-                continue;
-            }
-        };
-        let tolerate = g.tolerate();
-        let replayer = replayer(&binary, &g, tolerate.as_deref(), config);
-        let slot = format!("{}/{}", g.slot.target, g.slot.allocator);
-        let inputs = g.inputs()?;
-        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-        let mut reproduced = 0;
-        for _ in 0..TRIES {
-            let replay = replayer.replay(&inputs, true)?;
-            if replay.signature(&slot).is_some_and(|s| g.row.shown_by(&s)) {
-                reproduced += 1;
-            }
-        }
-        verdicts.push(mark(state, store, &g, reproduced)?);
-    }
-    Ok(verdicts)
-}
-
-/// Marks a group by how many of [`TRIES`] replays reproduced it.
-fn mark(state: &StateDir, store: &Store, g: &Group, reproduced: usize) -> Result<Verdict> {
-    let before = g.row.status.clone();
-    let after = match (reproduced, before.as_str()) {
-        (0, _) => "fixed",
-        (n, "fixed" | "regressed") if n > 0 => "regressed",
-        (n, _) if n == TRIES => "known",
-        _ => "flaky",
-    };
-    store.set_status(&g.row.id, after)?;
-    if let Some(row) = store.group(&g.row.id)? {
-        crate::pipeline::page::write_report(state, store, &row)?;
-    }
-    Ok(Verdict {
-        id: g.row.id.clone(),
-        before,
-        after: after.to_string(),
-        reproduced,
-    })
-}
-
 /// The test name an emitted test gets: `allocsoak_<kind>_<id>`.
 pub fn test_name(g: &GroupRow) -> String {
     let kind: String = g
@@ -298,7 +224,7 @@ pub fn export(
             state::copy_atomic(file, &work.join("history").join(file.file_name().unwrap()))?;
         }
     }
-    let programs = crate::pipeline::repro::read_programs(g.target()?, &inputs)?;
+    let programs = crate::pipeline::program::read_programs(g.target()?, &inputs)?;
     let setup = config.test_setup(&g.slot.allocator);
     let test = shadow::Program::rust_test(&programs, &test_name(&g.row), &g.slot.allocator, &setup);
     state::write_atomic(&work.join("test.rs"), test.as_bytes())?;

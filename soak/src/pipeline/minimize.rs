@@ -12,7 +12,7 @@ use shadow::{Program, Target};
 use triage::render;
 use triage::replay::{Replay, Replayer};
 
-use crate::pipeline::intake::Budget;
+use crate::pipeline::budget::Budget;
 
 /// Seconds minimizing one new group's program may take; past it the
 /// program is kept as far as it got.
@@ -60,7 +60,7 @@ pub fn minimize(
     if matches!(sig.kind.as_str(), "timeout" | "oom") {
         return Ok(None);
     }
-    let program = crate::pipeline::repro::read_program(target, input)?;
+    let program = crate::pipeline::program::read_program(target, input)?;
     if program.ops.iter().any(shadow::Op::is_race) {
         return Ok(None);
     }

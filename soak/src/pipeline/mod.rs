@@ -7,10 +7,13 @@
 //! files a crash found elsewhere; [`program`] reads an input as its op
 //! program for all of them. It stands on the engines and the foundation.
 
+pub mod budget;
 pub mod groups;
 pub mod import;
 pub mod intake;
 pub mod minimize;
 pub mod page;
+pub mod program;
+pub mod record;
 pub mod repro;
 pub mod sequence;

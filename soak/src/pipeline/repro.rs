@@ -15,6 +15,7 @@ use crate::foundation::config::Config;
 use crate::foundation::state::StateDir;
 use crate::foundation::store::Store;
 use crate::pipeline::groups::{self, Group};
+use crate::pipeline::program::read_programs;
 
 /// What to replay.
 pub struct Case {
@@ -162,19 +163,6 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
         reproduced: replay.reproduced,
         signature,
     })
-}
-
-/// The op program an input file decodes to.
-pub fn read_program(target: Target, input: &Path) -> Result<shadow::Program> {
-    let data =
-        std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
-    shadow::Program::from_input(target, &data)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))
-}
-
-/// The programs input files decode to, in replay order.
-pub fn read_programs(target: Target, inputs: &[PathBuf]) -> Result<Vec<shadow::Program>> {
-    inputs.iter().map(|i| read_program(target, i)).collect()
 }
 
 /// Writes the case's programs as a standalone `#[test]` to `path`.

@@ -92,7 +92,7 @@ impl History {
         artifact: &Path,
         slot: &str,
         sig: &Signature,
-        budget: &crate::pipeline::intake::Budget,
+        budget: &crate::pipeline::budget::Budget,
     ) -> Result<Shrunk> {
         let start = Instant::now();
         let deadline = start + Duration::from_secs(SHRINK_SECS);

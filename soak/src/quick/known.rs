@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::foundation::state::{self, StateDir};
 use crate::foundation::store::{MergedGroup, Store};
 use crate::pipeline::groups::Group;
-use crate::pipeline::intake::GroupFile;
+use crate::pipeline::record::GroupFile;
 
 const HEADER: &str = "\
 # allocsoak known crash groups. `allocsoak quick --known <this file>` gets

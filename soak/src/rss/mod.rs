@@ -33,7 +33,6 @@ use crate::foundation::config::{Config, Series};
 use crate::foundation::state::StateDir;
 use crate::foundation::store::Store;
 use crate::pipeline::intake::{self, Source};
-use crate::running::corpus::Corpus;
 
 /// The exit status of a replay process over its RSS limit (the `drift`
 /// binary's `OVER_RSS_LIMIT`).
@@ -66,7 +65,7 @@ impl Watch<'_> {
     /// corpus and its seeds.
     pub fn inputs(&self, series: &Series) -> Vec<PathBuf> {
         vec![
-            Corpus::new(self.state, series.target).path(),
+            self.state.corpus(series.target),
             self.project.seeds(series.target),
         ]
     }

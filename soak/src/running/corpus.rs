@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
-use crate::foundation::state::StateDir;
+use crate::foundation::state::{count_files, StateDir};
 
 /// The longest a merge or prune may run before it is killed (and the
 /// corpus stays as it was): a merge that hangs must not hold up the soak.
@@ -220,17 +220,6 @@ impl<'a> Corpus<'a> {
             after,
             secs: start.elapsed().as_secs_f64(),
         })
-    }
-}
-
-pub fn count_files(dir: &Path) -> Result<usize> {
-    match std::fs::read_dir(dir) {
-        Ok(entries) => Ok(entries
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().is_file())
-            .count()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(e).with_context(|| format!("failed to read {}", dir.display())),
     }
 }
 

@@ -23,13 +23,13 @@ use crate::foundation::config::{Config, Slot};
 use crate::foundation::notify::Notifier;
 use crate::foundation::state::StateDir;
 use crate::foundation::store::Store;
-use crate::pipeline::groups;
+
 use crate::pipeline::intake;
 use crate::rss;
 use crate::running::corpus::Corpus;
 use crate::running::scheduler::{self, Rng};
 use crate::running::soak::{filing_grace, Soak};
-use crate::running::{pending, slice, status};
+use crate::running::{pending, slice, status, verify};
 
 /// What a soak is asked to do.
 pub struct Options {
@@ -240,7 +240,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     intake::refill_all(&state, &store)?;
     // Known groups first: a fix since the last soak is marked fixed (and
     // no longer tolerated), a fixed group that is back is regressed.
-    for v in groups::verify(&project, &state, &store, &options.config)? {
+    for v in verify::verify(&project, &state, &store, &options.config)? {
         if v.before != v.after {
             println!("verify {}: {} -> {}", v.id, v.before, v.after);
         }

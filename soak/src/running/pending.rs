@@ -20,11 +20,47 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use shadow::Target;
 
+use crate::engines::project::Build;
 use crate::foundation::state::{self, StateDir};
 use crate::pipeline::intake::{self, Source};
-use crate::running::slice::SliceFile;
 use crate::running::soak::Soak;
+
+/// A slice's scratch folder names its slot, so a restart can finish it
+/// (and its pending folder, so a later soak can file what it left).
+#[derive(Serialize, Deserialize)]
+pub(crate) struct SliceFile {
+    pub slot_id: i64,
+    pub target: String,
+    pub allocator: String,
+    pub engine: String,
+    /// libFuzzer ran `-fork` children, each with its own input history.
+    #[serde(default)]
+    pub forked: bool,
+}
+
+impl SliceFile {
+    /// The record in `dir` (a scratch or a pending folder).
+    pub fn read(dir: &Path) -> Result<SliceFile> {
+        let path = dir.join("slice.toml");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("failed to read {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("{} is not a slice record", path.display()))
+    }
+
+    pub fn target(&self) -> Result<Target> {
+        self.target.parse().map_err(anyhow::Error::msg)
+    }
+
+    /// The libFuzzer build this slice's findings replay on.
+    pub fn binary(&self, soak: &Soak) -> Result<PathBuf> {
+        Ok(soak
+            .project
+            .binary(Build::for_allocator(&self.allocator), self.target()?))
+    }
+}
 
 /// What a pending folder keeps from its slice besides what it found.
 const CONTEXT: [&str; 3] = ["slice.toml", "tolerate", "history"];

@@ -15,7 +15,8 @@ use crate::engines::project::Project;
 use crate::foundation::config::{Config, Slot};
 use crate::foundation::state::StateDir;
 use crate::foundation::store::{SlotRow, Store};
-use crate::pipeline::intake::{Budget, Filed};
+use crate::pipeline::budget::Budget;
+use crate::pipeline::intake::Filed;
 use crate::running::scheduler::{self, Rng};
 
 /// The running soak, shared by its workers.

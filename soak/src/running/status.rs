@@ -87,7 +87,7 @@ pub fn render(
         "stopped" => {
             let ended = o.ended.map_or_else(
                 || "was killed".to_string(),
-                |t| format!("ended {}", crate::pipeline::page::utc(t)),
+                |t| format!("ended {}", crate::foundation::store::utc(t)),
             );
             write!(out, "soak: not running (last soak {ended})")?;
         }

@@ -1,8 +1,7 @@
 //! The tools built on the rest, each one of `allocsoak`'s commands: the
 //! planted-bug proof ([`zoo`]), the speed table ([`bench`]), a short fuzz
-//! pass ([`pass`]), `triage verify` ([`verify`]), and which commit of a
-//! declared allocator made a group ([`bisect`]). Nothing below imports
-//! them.
+//! pass ([`pass`]), and which commit of a declared allocator made a group
+//! ([`bisect`]). Nothing below imports them.
 
 pub mod bench;
 pub mod bisect;

@@ -336,7 +336,7 @@ fn minimized_ops(
     else {
         return Ok("none (no artifact)".into());
     };
-    let ops = crate::pipeline::repro::read_program(case.target, &artifact)?
+    let ops = crate::pipeline::program::read_program(case.target, &artifact)?
         .ops
         .len();
     let log = std::fs::read_to_string(&o.log)?;
@@ -359,7 +359,7 @@ fn minimized_ops(
         &sig,
         &log,
         dir,
-        &crate::pipeline::intake::Budget {
+        &crate::pipeline::budget::Budget {
             until: Some(std::time::Instant::now() + std::time::Duration::from_secs(secs)),
             stop: None,
         },

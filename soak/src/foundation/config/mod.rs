@@ -8,10 +8,11 @@ use serde::Deserialize;
 use shadow::allocator::MIMALLOC_FLAVORS;
 use shadow::Target;
 
-use crate::engines::Engine;
 use crate::foundation::declared::Declared;
 
+mod engine;
 mod rss;
+pub use engine::Engine;
 pub use rss::{DriftConfig, Series};
 
 #[derive(Clone, Debug, Deserialize)]

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use shadow::Target;
 
 /// The soak's RSS drift workers: one replay process per allocator ×
-/// workload, sampled into the store (see [`crate::rss`]).
+/// workload, sampled into the store (by the `rss` room's workers).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriftConfig {

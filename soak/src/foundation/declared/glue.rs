@@ -13,7 +13,7 @@ use super::Declared;
 pub struct Glue {
     pub dir: PathBuf,
     /// Where the config's lock file is, whose versions win when it is
-    /// there ([`super::lock`]).
+    /// there (`lock.rs`).
     pub lock_file: PathBuf,
 }
 
@@ -50,6 +50,15 @@ impl Glue {
     }
 }
 
+/// Where the config's lock file is, when it has one: `<config dir>/<config
+/// stem>.lock`.
+pub fn lock_file_of(config_path: &Path) -> PathBuf {
+    let stem = config_path
+        .file_stem()
+        .map_or("config".into(), |s| s.to_string_lossy());
+    config_path.with_file_name(format!("{stem}.lock"))
+}
+
 /// The library name of every glue crate (its package name is the glue's
 /// own: [`Glue::package`]).
 const LIB: &str = "allocsoak_declared";
@@ -66,7 +75,7 @@ impl Glue {
             dir: root
                 .join("target/allocsoak/declared")
                 .join(format!("{stem}-{hash:016x}")),
-            lock_file: super::lock::lock_file_of(&path),
+            lock_file: lock_file_of(&path),
         }
     }
 

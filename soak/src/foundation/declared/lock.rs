@@ -8,20 +8,11 @@
 //! so an author can soak the exact release a bug was reported against.
 //! Its packages the glue does not use are left out by cargo.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 
 use super::glue::Glue;
-
-/// Where the config's lock file is, when it has one: `<config dir>/<config
-/// stem>.lock`.
-pub fn lock_file_of(config_path: &Path) -> PathBuf {
-    let stem = config_path
-        .file_stem()
-        .map_or("config".into(), |s| s.to_string_lossy());
-    config_path.with_file_name(format!("{stem}.lock"))
-}
 
 /// What to do about a resolution `error` of the declared crates: for a
 /// declared version the registry has yanked, a one-line error that says
@@ -134,6 +125,7 @@ fn merge(base: &str, pinned: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::foundation::declared::lock_file_of;
 
     const BASE: &str = r#"version = 4
 

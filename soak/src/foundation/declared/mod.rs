@@ -11,8 +11,7 @@ use serde::Deserialize;
 mod glue;
 mod lock;
 mod natives;
-pub use glue::Glue;
-pub use lock::lock_file_of;
+pub use glue::{lock_file_of, Glue};
 
 /// One `[[allocator]]` entry.
 #[derive(Clone, Debug, Deserialize)]

@@ -16,7 +16,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use cargo_metadata::{Metadata, PackageId};
 
-use crate::engines::project::resolve;
+use crate::foundation::cargo::resolve;
 
 use super::{glue, Declared, Glue};
 

@@ -1,4 +1,4 @@
-//! What `allocsoak bisect` found for a group ([`crate::tools::bisect`]).
+//! What `allocsoak bisect` found for a group (the `bisect` tool finds it).
 
 use anyhow::Result;
 use rusqlite::params;

@@ -188,3 +188,10 @@ fn a_group_is_found_by_an_alternative_title_of_its_own_allocator_only() {
     assert_eq!(found("zoo:c", &live), None);
     assert_eq!(found("zoo:a", &["bad-access in f".to_string()]), None);
 }
+
+#[test]
+fn utc_dates() {
+    assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+    assert_eq!(utc(1_795_392_000), "2026-11-23 00:00:00 UTC");
+    assert_eq!(utc(951_782_400 + 3661), "2000-02-29 01:01:01 UTC");
+}

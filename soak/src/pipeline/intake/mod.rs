@@ -9,17 +9,16 @@
 //! place whole before the store hears of it.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use report::Signature;
-use serde::{Deserialize, Serialize};
 use shadow::Target;
 use triage::replay::{Replay, Replayer};
 
 use crate::foundation::state::{self, StateDir};
 use crate::foundation::store::{self, GroupRow, Store};
+use crate::pipeline::budget::Budget;
+use crate::pipeline::record::GroupFile;
 use crate::pipeline::sequence::{self, History};
 
 mod groups;
@@ -33,24 +32,6 @@ const TRIES: usize = 3;
 /// Replays of an artifact whose program has a race section: every one
 /// runs, and the group reports how many reproduced.
 const RACE_TRIES: usize = 20;
-/// How long a filing may take: minimizing and shrinking stop with what
-/// they have once the soak's filing time is over or it was asked to stop.
-#[derive(Clone, Copy, Default)]
-pub struct Budget<'a> {
-    /// When filing closes; `None`: no end.
-    pub until: Option<Instant>,
-    /// Set when the soak is asked to stop.
-    pub stop: Option<&'a AtomicBool>,
-}
-
-impl Budget<'_> {
-    /// Whether the time is over.
-    pub fn over(&self) -> bool {
-        self.until.is_some_and(|t| Instant::now() >= t)
-            || self.stop.is_some_and(|s| s.load(Ordering::Relaxed))
-    }
-}
-
 /// What intake needs to know about the slot an artifact came from.
 pub struct Source<'a> {
     pub target: Target,
@@ -76,43 +57,6 @@ pub struct Source<'a> {
 pub struct Filed {
     pub group_id: String,
     pub new: bool,
-}
-
-/// The group's own record, kept next to its inputs so a store that lost
-/// its last write (a kill) can be refilled from the folder.
-#[derive(Serialize, Deserialize)]
-pub struct GroupFile {
-    pub signature: String,
-    pub kind: String,
-    pub title: String,
-    /// What `ALLOCSOAK_TOLERATE` lists to get past the group's bug.
-    #[serde(alias = "violation_key")]
-    pub tolerance_key: Option<String>,
-    pub target: String,
-    pub allocator: String,
-    pub engine: String,
-    pub first_seen: i64,
-    pub minimized: Option<String>,
-    pub repro: String,
-    /// For a finding from a race section: `<hits> of <tries> replays`.
-    #[serde(default)]
-    pub race_rate: Option<String>,
-    /// How many inputs (in `history/`) replay before the crash input: a
-    /// crash that needs the state they leave in the allocator.
-    #[serde(default)]
-    pub history: usize,
-    /// What shrinking the history did (`41 inputs to 1 in 2.3 s (9 replays)`).
-    #[serde(default)]
-    pub history_shrunk: Option<String>,
-    /// What minimizing the program did (`384 ops to 3 in 4.1 s (57 replays)`).
-    #[serde(default)]
-    pub minimized_ops: Option<String>,
-    /// The signature's frames are the violation's code path.
-    #[serde(default)]
-    pub path: bool,
-    /// The signature's alternative titles ([`Signature::alt`]).
-    #[serde(default)]
-    pub alt_titles: Vec<String>,
 }
 
 impl Source<'_> {
@@ -171,7 +115,7 @@ impl Reproduction {
 /// Reproduces an artifact: up to [`TRIES`] times, or, when its program
 /// has a race section, [`RACE_TRIES`] times, counting every hit.
 fn reproduce(src: &Source, input: &Path) -> Result<Reproduction> {
-    let race = crate::pipeline::repro::read_program(src.target, input)?
+    let race = crate::pipeline::program::read_program(src.target, input)?
         .ops
         .iter()
         .any(shadow::Op::is_race);

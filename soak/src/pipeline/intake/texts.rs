@@ -77,7 +77,7 @@ pub(super) fn program_text(
 ) -> Result<String> {
     let mut inputs = before.to_vec();
     inputs.push(input.to_path_buf());
-    let programs = crate::pipeline::repro::read_programs(target, &inputs)?;
+    let programs = crate::pipeline::program::read_programs(target, &inputs)?;
     Ok(render::sequence_text(&programs, log))
 }
 

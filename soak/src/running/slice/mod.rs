@@ -8,55 +8,20 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 use shadow::Target;
 
-use crate::engines::project::Build;
 use crate::engines::Engine;
 use crate::engines::{honggfuzz, libfuzzer};
+use crate::foundation::state::count_files;
 use crate::foundation::store::SliceStats;
 use crate::foundation::store::SlotRow;
-use crate::running::corpus::{count_files, Corpus};
-use crate::running::pending::{self, Found};
+use crate::running::corpus::Corpus;
+use crate::running::pending::{self, Found, SliceFile};
 use crate::running::scheduler::{self, Yield};
 use crate::running::soak::Soak;
 
 mod lost;
 use lost::{lost_in_children, lost_input};
-
-/// A slice's scratch folder names its slot, so a restart can finish it
-/// (and its pending folder, so a later soak can file what it left).
-#[derive(Serialize, Deserialize)]
-pub(crate) struct SliceFile {
-    pub slot_id: i64,
-    pub target: String,
-    pub allocator: String,
-    pub engine: String,
-    /// libFuzzer ran `-fork` children, each with its own input history.
-    #[serde(default)]
-    pub forked: bool,
-}
-
-impl SliceFile {
-    /// The record in `dir` (a scratch or a pending folder).
-    pub fn read(dir: &Path) -> Result<SliceFile> {
-        let path = dir.join("slice.toml");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("failed to read {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("{} is not a slice record", path.display()))
-    }
-
-    pub fn target(&self) -> Result<Target> {
-        self.target.parse().map_err(anyhow::Error::msg)
-    }
-
-    /// The libFuzzer build this slice's findings replay on.
-    pub fn binary(&self, soak: &Soak) -> Result<PathBuf> {
-        Ok(soak
-            .project
-            .binary(Build::for_allocator(&self.allocator), self.target()?))
-    }
-}
 
 /// Runs slot `slot_id` for `secs` on `cores` as slice `slice_id`, then
 /// finishes it.
