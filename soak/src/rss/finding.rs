@@ -9,8 +9,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use plotters::prelude::*;
 
+use super::narrow;
 use super::series::{self, Point};
-use super::{narrow, Watch};
+use super::watch::Watch;
 use crate::foundation::config::Series;
 use crate::foundation::state;
 use crate::foundation::store;

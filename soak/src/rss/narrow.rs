@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use drift::{Reading, Trend, TrendConfig, Verdict};
 
-use super::{Watch, OVER_RSS_LIMIT};
+use super::watch::{Watch, OVER_RSS_LIMIT};
 use crate::foundation::config::Series;
 
 /// Growth past the warm-up, in bytes, that a measured replay must show

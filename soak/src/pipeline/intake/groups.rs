@@ -4,7 +4,7 @@
 use anyhow::Result;
 use report::Signature;
 
-use super::Source;
+use super::source::Source;
 use crate::foundation::state::StateDir;
 use crate::foundation::store::{self, Store};
 

@@ -12,17 +12,18 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use report::Signature;
-use shadow::Target;
-use triage::replay::{Replay, Replayer};
+use triage::replay::Replay;
 
 use crate::foundation::state::{self, StateDir};
 use crate::foundation::store::{self, GroupRow, Store};
-use crate::pipeline::budget::Budget;
 use crate::pipeline::record::GroupFile;
 use crate::pipeline::sequence::{self, History};
 
 mod groups;
+mod source;
 mod texts;
+
+pub use source::Source;
 
 use groups::{add_other_signature, add_variant, group_of, group_of_record, merge_bridged};
 use texts::{program_text, repro_command, stack_text};
@@ -32,53 +33,11 @@ const TRIES: usize = 3;
 /// Replays of an artifact whose program has a race section: every one
 /// runs, and the group reports how many reproduced.
 const RACE_TRIES: usize = 20;
-/// What intake needs to know about the slot an artifact came from.
-pub struct Source<'a> {
-    pub target: Target,
-    pub allocator: &'a str,
-    pub engine: &'a str,
-    pub slot_id: i64,
-    pub slice_id: Option<i64>,
-    pub binary: &'a Path,
-    /// The tolerate file the slice ran with (replays use it too, so a
-    /// known bug earlier in the input does not hide this one).
-    pub tolerate: Option<&'a Path>,
-    /// The engine's input history (`ALLOCSOAK_HISTORY`), for a crash that
-    /// does not reproduce alone.
-    pub history: Option<&'a Path>,
-    pub timeout_secs: u64,
-    pub rss_limit_mb: u64,
-    /// When to stop minimizing and shrinking.
-    pub budget: Budget<'a>,
-}
-
 /// What filing an artifact did.
 #[derive(Debug)]
 pub struct Filed {
     pub group_id: String,
     pub new: bool,
-}
-
-impl Source<'_> {
-    fn slot_label(&self) -> String {
-        format!("{}/{}", self.target, self.allocator)
-    }
-
-    fn replayer(&self) -> Replayer<'_> {
-        Replayer {
-            binary: self.binary,
-            allocator: self.allocator,
-            tolerate: self.tolerate,
-            timeout_secs: self.timeout_secs,
-            rss_limit_mb: self.rss_limit_mb,
-        }
-    }
-
-    fn replay(&self, inputs: &[&Path], tolerate: bool) -> Result<Replay> {
-        self.replayer()
-            .replay(inputs, tolerate)
-            .with_context(|| format!("failed to run {}; run `just build`", self.binary.display()))
-    }
 }
 
 /// How an artifact reproduced.

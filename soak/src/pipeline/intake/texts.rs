@@ -8,7 +8,7 @@ use report::Signature;
 use shadow::Target;
 use triage::render;
 
-use super::Source;
+use super::source::Source;
 use crate::pipeline::sequence;
 
 /// How a group reproduces: its command, and whether that command needs
