@@ -1,7 +1,9 @@
 //! A crash group's page, `crashes/<id>/REPORT.md`: what it is, how to
 //! reproduce it, where it fails and the programs, written from the store
 //! and the group's folder (by intake when it files a crash, and by
-//! `triage verify` when a status changes).
+//! `triage verify` when a status changes). An `rss-drift` group's page is
+//! its own ([`drift_page`]): the fit its finding kept in `drift.toml`
+//! ([`DriftFile`]), its chart and its culprits.
 
 use std::fmt::Write;
 
