@@ -1,5 +1,5 @@
 //! The running soak: the [`daemon`] boots it, the [`scheduler`] draws
-//! the next slot, a [`slice`] runs one engine on it, whose finds wait in
+//! the next slot, a [`slice`](mod@slice) runs one engine on it, whose finds wait in
 //! [`pending`] for the crash pipeline and whose new inputs merge into a
 //! [`corpus`]; [`soak`] is what its workers share, [`status`] reads its
 //! progress back, and [`verify`] replays the known groups at boot (and

@@ -1,5 +1,5 @@
 //! The tools built on the rest, each one of `allocsoak`'s commands: the
-//! planted-bug proof ([`zoo`]), the speed table ([`bench`]), a short fuzz
+//! planted-bug proof ([`zoo`]), the speed table ([`bench`](mod@bench)), a short fuzz
 //! pass ([`pass`]), and which commit of a declared allocator made a group
 //! ([`bisect`]). Nothing below imports them.
 
