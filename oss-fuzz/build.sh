@@ -35,7 +35,7 @@ package=$(awk '$1 == "package" { print $2 }' <<<"$layout")
 read -r timeout rss_limit_mb < <(awk '$1 == "limits" { print $2, $3 }' <<<"$layout")
 
 # The C allocators get $CFLAGS (coverage and ASan from OSS-Fuzz) plus what
-# allocsoak's own builds add (soak/src/project.rs): mimalloc tells ASan its
+# allocsoak's own builds add (soak/src/engines/project.rs): mimalloc tells ASan its
 # block boundaries, and both sides use ASan's recover mode, so a crash found
 # here replays the same way in `allocsoak repro`.
 if [ "$SANITIZER" = address ]; then

@@ -1,59 +1,34 @@
 //! allocsoak's runner and soak daemon.
 //!
-//! - [`project::Project`]: where the fuzz package, seeds and builds live;
-//!   with a config's own allocators ([`declared`]), its generated glue;
-//!   [`provenance`]: what each allocator name runs in a build.
-//! - [`libfuzzer::Run`]: one libFuzzer run on an allocator;
-//!   [`honggfuzz::Run`] one honggfuzz run in a slice; [`engine::Engine`]
-//!   reads either's progress and findings back in the same terms.
-//! - [`daemon`]: the soak: [`state::StateDir`] and its [`store::Store`],
-//!   [`scheduler`] draws, [`slice`]s merged by [`corpus`] and filed by
-//!   [`intake`] (a crash that needs the inputs before it through
-//!   [`sequence`], its program made small by [`minimize`]) into pages
-//!   ([`group_page`]), progress by [`status`], systemd by [`notify`].
-//! - [`groups`], [`repro`]: triage of what a soak filed: list, verify,
-//!   export, replay; [`import`] files a crash found elsewhere.
+//! `soak/src` is arranged in rooms, one folder per subsystem, each
+//! importing only the rooms below it (`soak/tests/rooms.rs` holds the
+//! order), bottom → top:
+//!
+//! - [`foundation`]: the state dir and its store, the config with its
+//!   declared allocators, systemd's notify.
+//! - [`engines`]: the project layout and builds, libFuzzer and honggfuzz
+//!   runs read back in the same terms, instrumentation and provenance.
+//! - [`pipeline`]: the crash pipeline, engine outcome → intake → group →
+//!   page, with history sequences, minimization, repro, import and the
+//!   groups triage lists and exports.
 //! - [`rss`]: the soak's memory half, RSS drift workers and their
-//!   findings.
-//! - [`quick`]: the CI gate, a soak that runs each slot once and fails on
-//!   what is new.
-//! - [`zoo`], [`bench`], [`pass`]: the planted-bug proof, the speed
-//!   table, a short fuzz pass.
+//!   findings, filed through the pipeline.
+//! - [`running`]: the soak itself: daemon, scheduler, slices, pending
+//!   finds, corpora, status, the known groups verified.
 //! - [`coverage`]: which of an allocator's own code the corpora ran;
-//!   [`bisect`]: which commit of a declared allocator made a group.
+//!   [`tools`]: the planted-bug proof, the speed table, a short fuzz
+//!   pass, bisect.
+//! - [`quick`]: the CI gate, a soak that runs each slot once and fails on
+//!   what is new; [`dash`]: the read-only dashboard.
 //!
 //! The `allocsoak` binary is a thin CLI over these.
 
-pub mod bench;
-pub mod bisect;
-pub mod config;
-pub mod corpus;
 pub mod coverage;
-pub mod daemon;
 pub mod dash;
-pub mod declared;
-pub mod engine;
-pub mod group_page;
-pub mod groups;
-pub mod honggfuzz;
-pub mod import;
-pub mod instrumentation;
-pub mod intake;
-pub mod libfuzzer;
-pub mod minimize;
-pub mod notify;
-pub mod pass;
-pub mod pending;
-pub mod project;
-pub mod provenance;
+pub mod engines;
+pub mod foundation;
+pub mod pipeline;
 pub mod quick;
-pub mod repro;
 pub mod rss;
 pub mod running;
-pub mod scheduler;
-pub mod sequence;
-pub mod slice;
-pub mod state;
-pub mod status;
-pub mod store;
-pub mod zoo;
+pub mod tools;

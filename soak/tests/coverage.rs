@@ -83,7 +83,7 @@ fn never_run(threads: &serde_json::Value) -> Vec<String> {
 /// `llvm-cov report`'s TOTAL row on the report's own profile and objects:
 /// regions, missed, functions, missed, lines, missed.
 fn llvm_cov_totals(threads: &serde_json::Value) -> [u64; 6] {
-    let major = soak::project::llvm_major().unwrap();
+    let major = soak::engines::project::llvm_major().unwrap();
     let mut cmd = Command::new(format!("llvm-cov-{major}"));
     cmd.arg("report")
         .arg("-instr-profile")
@@ -213,7 +213,7 @@ fn a_function_only_another_thread_reaches_is_never_run_until_mt_ops_runs_it() {
 fn build_tiny(out: &Path, flags: &[&str]) {
     let source =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../shadow/tests/testdata/tiny_alloc.c");
-    let status = Command::new(soak::project::clang().unwrap())
+    let status = Command::new(soak::engines::project::clang().unwrap())
         .args(["-O1", "-fPIC", "-shared"])
         .args(flags)
         .arg("-o")

@@ -348,8 +348,8 @@ fn a_bad_declaration_is_a_one_line_error() {
 /// not a build.
 #[test]
 fn a_yanked_version_resolves_only_from_the_configs_lock_file() {
-    use soak::config::Config;
-    use soak::project::{Build, Project};
+    use soak::engines::project::{Build, Project};
+    use soak::foundation::config::Config;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pinned.toml");
     std::fs::write(

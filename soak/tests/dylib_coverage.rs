@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use shadow::Target;
-use soak::config::Config;
-use soak::project::{Build, Project};
+use soak::engines::project::{Build, Project};
+use soak::foundation::config::Config;
 
 /// Compiles tiny_alloc.c into `dir` as `lib<name>.so`: instrumented as the
 /// docs/allocators.md says (the project's clang, coverage and ASan), or plain.
@@ -22,7 +22,8 @@ fn build_tiny(dir: &Path, name: &str, instrumented: bool, planted: bool) -> Path
     let out = dir.join(format!("lib{name}.so"));
     let mut cmd = match instrumented {
         true => {
-            let clang = soak::project::clang().expect("clang matching nightly's LLVM (just setup)");
+            let clang = soak::engines::project::clang()
+                .expect("clang matching nightly's LLVM (just setup)");
             let mut cmd = Command::new(clang);
             cmd.args([
                 "-fsanitize=fuzzer-no-link,address",
@@ -92,7 +93,7 @@ fn seeds_run(project: &Project, lib: &Path, scratch: &Path) -> (String, u64) {
         .find(|l| l.starts_with("INFO: Loaded "))
         .unwrap_or_else(|| panic!("no modules line: {log}"))
         .to_string();
-    let cov = soak::libfuzzer::progress(&log)
+    let cov = soak::engines::libfuzzer::progress(&log)
         .unwrap_or_else(|| panic!("no coverage line: {log}"))
         .cov;
     (modules, cov)

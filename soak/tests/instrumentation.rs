@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn archive(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let clang = soak::project::clang().expect("clang matching nightly's LLVM (just setup)");
+    let clang =
+        soak::engines::project::clang().expect("clang matching nightly's LLVM (just setup)");
     let src = dir.join("alloc.c");
     std::fs::write(
         &src,
@@ -37,9 +38,13 @@ fn archive(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
 fn counters_are_counted_only_when_instrumented() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("instrumentation");
     std::fs::create_dir_all(&dir).unwrap();
-    let with = soak::instrumentation::count(&archive(&dir, "with", &["-fsanitize=fuzzer-no-link"]))
-        .unwrap();
-    let without = soak::instrumentation::count(&archive(&dir, "without", &[])).unwrap();
+    let with = soak::engines::instrumentation::count(&archive(
+        &dir,
+        "with",
+        &["-fsanitize=fuzzer-no-link"],
+    ))
+    .unwrap();
+    let without = soak::engines::instrumentation::count(&archive(&dir, "without", &[])).unwrap();
     assert!(
         with.counters >= 2 && with.instrumented == 1 && with.objects == 1,
         "{} counters",
@@ -55,7 +60,8 @@ fn counters_are_counted_only_when_instrumented() {
 /// compiled with `flags`) and `main.c` (the sanitizer-coverage hooks,
 /// uninstrumented).
 fn executable(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let clang = soak::project::clang().expect("clang matching nightly's LLVM (just setup)");
+    let clang =
+        soak::engines::project::clang().expect("clang matching nightly's LLVM (just setup)");
     std::fs::write(
         dir.join("alloc.c"),
         "__attribute__((noinline)) static int pick(int n) { if (n > 8) return n * 2; return n + 1; }\n\
@@ -110,7 +116,7 @@ fn executable(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
 fn counters_in_a_linked_binary_are_counted_by_source_file() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("instrumentation-binary");
     std::fs::create_dir_all(&dir).unwrap();
-    let with = soak::instrumentation::count_in_binary(&executable(
+    let with = soak::engines::instrumentation::count_in_binary(&executable(
         &dir,
         "with",
         &["-fsanitize-coverage=inline-8bit-counters,pc-table"],
@@ -120,7 +126,8 @@ fn counters_in_a_linked_binary_are_counted_by_source_file() {
         with.files.get("alloc.c").is_some_and(|&n| n >= 1),
         "{with:?}"
     );
-    let without = soak::instrumentation::count_in_binary(&executable(&dir, "without", &[]));
+    let without =
+        soak::engines::instrumentation::count_in_binary(&executable(&dir, "without", &[]));
     assert!(
         without.is_err() || without.unwrap().files.is_empty(),
         "an uninstrumented binary has counters"

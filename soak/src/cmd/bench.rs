@@ -2,9 +2,9 @@
 
 use anyhow::Result;
 use shadow::Target;
-use soak::bench;
-use soak::config::Config;
-use soak::project::Project;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::tools::bench;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use soak::bisect::{self, Outcome, Request, Seen};
-use soak::config::Config;
-use soak::project::Project;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::tools::bisect::{self, Outcome, Request, Seen};
 
 #[derive(clap::Args)]
 pub struct Args {

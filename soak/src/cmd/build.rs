@@ -3,9 +3,9 @@
 //! declares allocators, and plain as well.
 
 use anyhow::Result;
-use soak::config::Config;
-use soak::engine::Engine;
-use soak::project::{Build, Project};
+use soak::engines::project::{Build, Project};
+use soak::engines::Engine;
+use soak::foundation::config::Config;
 
 #[derive(clap::Args)]
 pub struct Args {

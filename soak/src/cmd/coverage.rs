@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use ::soak::config::Config;
 use ::soak::coverage::{self, Request};
-use ::soak::project::Project;
+use ::soak::engines::project::Project;
+use ::soak::foundation::config::Config;
 use anyhow::Result;
 
 use super::Pairs;

@@ -4,9 +4,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use anyhow::Result;
-use soak::config::Config;
 use soak::dash::Site;
-use soak::project::Project;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use soak::config::Config;
-use soak::project::Project;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -2,9 +2,9 @@
 
 use anyhow::Result;
 use shadow::Target;
-use soak::config::Config;
-use soak::pass;
-use soak::project::Project;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::tools::pass;
 
 #[derive(clap::Args)]
 pub struct Args {

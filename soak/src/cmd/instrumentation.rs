@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use soak::config::Config;
-use soak::instrumentation;
-use soak::project::Project;
+use soak::engines::instrumentation;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -23,9 +23,9 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use ::soak::config::Config;
-use ::soak::state::StateDir;
-use ::soak::store::Store;
+use ::soak::foundation::config::Config;
+use ::soak::foundation::state::StateDir;
+use ::soak::foundation::store::Store;
 use anyhow::Result;
 use shadow::Target;
 

@@ -20,8 +20,8 @@
 
 use anyhow::Result;
 use shadow::Target;
-use soak::config::Config;
-use soak::project::{Build, Project};
+use soak::engines::project::{Build, Project};
+use soak::foundation::config::Config;
 
 #[derive(clap::Args)]
 pub struct Args {}
@@ -32,7 +32,7 @@ pub fn run(_args: Args, project: Project, config: Config) -> Result<bool> {
     project.write_glue(build)?;
     println!("package {}", project.fuzz_dir().display());
     println!("limits {} {}", config.timeout_secs, config.rss_limit_mb);
-    println!("uncovered {}", soak::project::uncovered());
+    println!("uncovered {}", soak::engines::project::uncovered());
     for target in Target::ALL {
         let binary = project.binary_name(target);
         println!("fuzzer {} {binary} {}", target.name(), target.name());

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use shadow::Target;
-use soak::config::Config;
-use soak::project::Project;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
 
 #[derive(clap::Args)]
 pub struct Args {

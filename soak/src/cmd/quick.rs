@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use soak::config::Config;
-use soak::project::Project;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::foundation::state::write_atomic;
 use soak::quick::{self, report};
-use soak::state::write_atomic;
 
 #[derive(clap::Args)]
 pub struct Args {

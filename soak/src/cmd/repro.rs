@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use shadow::Target;
-use soak::config::Config;
-use soak::project::Project;
-use soak::{groups, repro};
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::pipeline::{groups, repro};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use soak::config::Config;
-use soak::daemon;
-use soak::project::Project;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::running::daemon;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use soak::config::Config;
-use soak::project::Project;
-use soak::status;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::running::status;
 
 #[derive(clap::Args)]
 pub struct Args {

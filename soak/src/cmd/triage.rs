@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Subcommand;
-use soak::config::Config;
-use soak::groups;
-use soak::project::Project;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::pipeline::groups;
+use soak::running::verify;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -78,12 +79,12 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     }) = &args.action
     {
         // The state dir may be new: an import can be the first thing in it.
-        let origin = soak::import::Origin {
+        let origin = soak::pipeline::import::Origin {
             target: *target,
             allocator,
             engine,
         };
-        let filed = soak::import::import(&project, &config, &args.state, &origin, files)?;
+        let filed = soak::pipeline::import::import(&project, &config, &args.state, &origin, files)?;
         let (_, store) = super::open_state(&args.state)?;
         for (file, f) in files.iter().zip(&filed) {
             let g = store
@@ -113,7 +114,7 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
             print!("{}", groups::list(&state, &store, &filter)?);
         }
         Some(Action::Verify) => {
-            for v in groups::verify(&project, &state, &store, &config)? {
+            for v in verify::verify(&project, &state, &store, &config)? {
                 println!(
                     "verify {} {} -> {} ({} of 3 replays reproduced)",
                     v.id, v.before, v.after, v.reproduced

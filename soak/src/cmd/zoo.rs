@@ -2,9 +2,9 @@
 //! correct allocators as controls.
 
 use anyhow::Result;
-use soak::config::Config;
-use soak::project::Project;
-use soak::zoo;
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::tools::zoo;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -28,9 +28,9 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
-use crate::project::{Build, Project};
-use crate::state::StateDir;
-use crate::store::Store;
+use crate::engines::project::{Build, Project};
+use crate::foundation::state::StateDir;
+use crate::foundation::store::Store;
 pub use summary::Coverage;
 
 /// What to cover: the state dir whose corpora run, which allocators
@@ -108,7 +108,7 @@ struct Tools {
 
 impl Tools {
     fn find() -> Result<Tools> {
-        let major = crate::project::llvm_major()?;
+        let major = crate::engines::project::llvm_major()?;
         let tool = |name: &str| -> Result<String> {
             let path = format!("{name}-{major}");
             match Command::new(&path).arg("--version").output() {
@@ -154,8 +154,8 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
     // made once, with its dependency graph.
     let mut graphs: HashMap<Build, cargo_metadata::Metadata> = HashMap::new();
     let out = state.coverage();
-    let work = crate::state::tmp_path(&out);
-    crate::state::remove_scratch(&work)?;
+    let work = crate::foundation::state::tmp_path(&out);
+    crate::foundation::state::remove_scratch(&work)?;
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
     let _gone_unless_renamed = Unmade(&work);
@@ -172,7 +172,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             Entry::Occupied(graph) => graph.into_mut(),
             Entry::Vacant(slot) => {
                 project.build_coverage(build)?;
-                slot.insert(crate::project::resolve(
+                slot.insert(crate::foundation::cargo::resolve(
                     &project.fuzz_dir().join("Cargo.toml"),
                     Some(build.features()),
                 )?)
@@ -205,7 +205,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             .into_iter()
             .map(|(_, k)| format!("{k}\n"))
             .collect();
-        crate::state::write_atomic(&tolerate, keys.as_bytes())?;
+        crate::foundation::state::write_atomic(&tolerate, keys.as_bytes())?;
         let (mut inputs, mut failed) = (0, 0);
         for (target, binary) in targets.iter().zip(&binaries) {
             let dirs: Vec<PathBuf> = [state.corpus(*target), project.seeds(*target)]
@@ -255,7 +255,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             objects,
         });
     }
-    crate::state::remove_scratch(&scratch)?;
+    crate::foundation::state::remove_scratch(&scratch)?;
     if report.allocators.is_empty() {
         // The last report stays as it was.
         let why: Vec<String> = report
@@ -268,22 +268,22 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             why.join("; ")
         );
     }
-    crate::state::write_atomic(
+    crate::foundation::state::write_atomic(
         &work.join("COVERAGE.md"),
         summary_markdown(&report, &tools.cov).as_bytes(),
     )?;
     let mut points = history(&state)?;
-    let at = crate::store::now();
+    let at = crate::foundation::store::now();
     points.extend(report.allocators.iter().map(|a| Point {
         at,
         allocator: a.allocator.clone(),
         totals: a.coverage.totals,
     }));
-    crate::state::write_atomic(
+    crate::foundation::state::write_atomic(
         &work.join("history.json"),
         serde_json::to_string(&points)?.as_bytes(),
     )?;
-    crate::state::write_atomic(
+    crate::foundation::state::write_atomic(
         &work.join("summary.json"),
         serde_json::to_string_pretty(&report)?.as_bytes(),
     )?;
@@ -298,7 +298,7 @@ struct Unmade<'a>(&'a Path);
 
 impl Drop for Unmade<'_> {
     fn drop(&mut self) {
-        let _ = crate::state::remove_scratch(self.0);
+        let _ = crate::foundation::state::remove_scratch(self.0);
     }
 }
 
@@ -333,14 +333,14 @@ fn safe_name(allocator: &str) -> String {
 /// Renames `work` over `out`: the old report moves aside first and goes
 /// once the new one is in.
 fn swap_in(work: &Path, out: &Path) -> Result<()> {
-    let old = crate::state::tmp_path(&out.with_file_name("coverage-old"));
+    let old = crate::foundation::state::tmp_path(&out.with_file_name("coverage-old"));
     if out.exists() {
         std::fs::rename(out, &old)
             .with_context(|| format!("failed to move {} aside", out.display()))?;
     }
     std::fs::rename(work, out)
         .with_context(|| format!("failed to rename {} to {}", work.display(), out.display()))?;
-    crate::state::remove_scratch(&old)
+    crate::foundation::state::remove_scratch(&old)
 }
 
 /// One target's inputs run once on one allocator in the coverage build.

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use cargo_metadata::Metadata;
 use object::{Object, ObjectSection};
 
-use crate::project::Project;
-use crate::provenance::package;
+use crate::engines::project::Project;
+use crate::engines::provenance::package;
 
 /// Where an allocator's code is: the folders (or files) of its sources,
 /// as the coverage build's mapping names them.
@@ -50,7 +50,7 @@ fn dylib_sources(spec: &str) -> Result<Sources, String> {
     let cov = coverage_library(library);
     let build = format!(
         "build it from the library's sources with `{} -O1 -fPIC -shared -fprofile-instr-generate -fcoverage-mapping -o {} <sources>` (no -fsanitize)",
-        crate::project::clang().unwrap_or_else(|_| "clang".into()),
+        crate::engines::project::clang().unwrap_or_else(|_| "clang".into()),
         cov.display()
     );
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();

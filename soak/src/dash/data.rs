@@ -7,10 +7,10 @@ use anyhow::Result;
 use rusqlite::params;
 use serde::Serialize;
 
+use crate::foundation::state::StateDir;
+use crate::foundation::store::Store;
 use crate::rss::{series, table};
-use crate::state::StateDir;
-use crate::status::{self, Overview};
-use crate::store::Store;
+use crate::running::status::{self, Overview};
 
 /// Chart ranges: a name, and how far back in seconds (`None`: all).
 pub const RANGES: [(&str, Option<i64>); 4] = [
@@ -56,7 +56,7 @@ pub struct Timeline {
 
 pub fn timeline(store: &Store, range_name: Option<&str>) -> Result<Timeline> {
     let (name, back) = range(range_name);
-    let since = back.map_or(0, |b| crate::store::now() - b);
+    let since = back.map_or(0, |b| crate::foundation::store::now() - b);
     let slots: Vec<(i64, String)> = store
         .slots()?
         .into_iter()
@@ -117,7 +117,7 @@ pub fn timeline(store: &Store, range_name: Option<&str>) -> Result<Timeline> {
     // The count holds until now: the line runs to the right edge.
     let mut found = found;
     let total = found.last().map_or(0.0, |f| f.1);
-    found.push((crate::store::now(), total));
+    found.push((crate::foundation::store::now(), total));
     let [execs, cov, ft, corpus, rss_mb] = metrics;
     Ok(Timeline {
         range: name,
@@ -155,9 +155,9 @@ pub struct GroupLine {
 pub fn groups(
     state: &StateDir,
     store: &Store,
-    filter: &crate::groups::Filter,
+    filter: &crate::pipeline::groups::Filter,
 ) -> Result<Vec<GroupLine>> {
-    crate::groups::matching(state, store, filter)?
+    crate::pipeline::groups::matching(state, store, filter)?
         .into_iter()
         .map(|g| {
             Ok(GroupLine {
@@ -173,8 +173,8 @@ pub fn groups(
                 allocator: g.slot.allocator,
                 count: g.row.count,
                 status: g.row.status,
-                first_seen: crate::group_page::utc(g.row.first_seen),
-                last_seen: crate::group_page::utc(g.row.last_seen),
+                first_seen: crate::foundation::store::utc(g.row.first_seen),
+                last_seen: crate::foundation::store::utc(g.row.last_seen),
                 repro: g.row.repro,
             })
         })

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use anyhow::Result;
 
 use super::data::DriftSeries;
-use crate::status::Overview;
-use crate::store::Store;
+use crate::foundation::store::Store;
+use crate::running::status::Overview;
 
 /// The exposition: slots' numbers, totals, groups by status and kind,
 /// drift series.
@@ -42,7 +42,7 @@ pub fn render(store: &Store, o: &Overview, drift: &[DriftSeries]) -> Result<Stri
             ("engine", engine),
         ])
     };
-    let per_slot = |f: &dyn Fn(&crate::status::SlotStatus) -> f64| {
+    let per_slot = |f: &dyn Fn(&crate::running::status::SlotStatus) -> f64| {
         o.slots
             .iter()
             .map(|s| (slot_labels(&s.label, &s.engine), f(s)))

@@ -18,9 +18,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use minijinja::Environment;
 
-use crate::groups::Filter;
-use crate::state::{self, StateDir};
-use crate::store::Store;
+use crate::foundation::state::{self, StateDir};
+use crate::foundation::store::Store;
+use crate::pipeline::groups::Filter;
 use pages::Links;
 
 /// One answer.

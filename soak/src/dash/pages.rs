@@ -7,7 +7,7 @@ use minijinja::{context, Environment, Value};
 use pulldown_cmark::{Event, Options, Parser};
 
 use super::data::{self, DriftSeries, GroupLine};
-use crate::status::Overview;
+use crate::running::status::Overview;
 
 /// Where links point: the live server's paths, or an export's files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +114,7 @@ pub fn groups(
     env: &Environment,
     links: Links,
     groups: &[GroupLine],
-    filter: &crate::groups::Filter,
+    filter: &crate::pipeline::groups::Filter,
     choices: &Choices,
 ) -> Result<String> {
     render(

@@ -9,9 +9,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use shadow::Target;
 
-use crate::config::Slot;
-use crate::corpus::Corpus;
-use crate::state::{self, StateDir};
+use crate::foundation::config::Slot;
+use crate::foundation::state::{self, StateDir};
+use crate::running::corpus::Corpus;
 
 /// The targets the slots run, each once.
 fn targets(slots: &[Slot]) -> Vec<Target> {

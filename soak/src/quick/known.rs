@@ -16,10 +16,10 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use crate::groups::Group;
-use crate::intake::GroupFile;
-use crate::state::{self, StateDir};
-use crate::store::{MergedGroup, Store};
+use crate::foundation::state::{self, StateDir};
+use crate::foundation::store::{MergedGroup, Store};
+use crate::pipeline::groups::Group;
+use crate::pipeline::record::GroupFile;
 
 const HEADER: &str = "\
 # allocsoak known crash groups. `allocsoak quick --known <this file>` gets
@@ -154,7 +154,7 @@ fn land(
     status: &str,
     merged: &[MergedGroup],
 ) -> Result<()> {
-    crate::intake::refill(state, store, id)?;
+    crate::pipeline::intake::refill(state, store, id)?;
     for m in merged {
         store.add_merged_group(m, id)?;
     }
@@ -179,7 +179,9 @@ fn materialize(e: &Entry, state: &StateDir) -> Result<()> {
     if !e.history.is_empty() {
         std::fs::create_dir_all(work.join("history"))?;
         for (i, h) in e.history.iter().enumerate() {
-            let path = work.join("history").join(crate::sequence::file_name(i));
+            let path = work
+                .join("history")
+                .join(crate::pipeline::sequence::file_name(i));
             state::write_atomic(&path, &decode("history", h)?)?;
         }
     }
@@ -248,7 +250,7 @@ fn entry(g: &Group, store: &Store) -> Result<Entry> {
             None
         })
     };
-    let history = crate::sequence::files(&g.dir)?
+    let history = crate::pipeline::sequence::files(&g.dir)?
         .iter()
         .map(|h| Ok(BASE64.encode(read(h)?)))
         .collect::<Result<Vec<_>>>()?;
@@ -341,7 +343,7 @@ mod tests {
             alt_titles: Vec::new(),
         };
         std::fs::write(dir.join("group.toml"), toml::to_string(&record).unwrap()).unwrap();
-        crate::intake::refill(state, store, &id).unwrap();
+        crate::pipeline::intake::refill(state, store, &id).unwrap();
         id
     }
 

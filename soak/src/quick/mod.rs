@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::config::{Config, Slot};
-use crate::daemon;
-use crate::groups::Group;
-use crate::project::Project;
-use crate::state::StateDir;
-use crate::store::{SliceStats, SlotRow, Store};
+use crate::engines::project::Project;
+use crate::foundation::config::{Config, Slot};
+use crate::foundation::state::StateDir;
+use crate::foundation::store::{SliceStats, SlotRow, Store};
+use crate::pipeline::groups::Group;
+use crate::running::daemon;
 
 /// What the gate is asked to do.
 pub struct Options {
@@ -201,12 +201,12 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
 fn run_dir(out: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(out)
         .with_context(|| format!("failed to create {}; pass a writable --out", out.display()))?;
-    let stamp = crate::store::now();
+    let stamp = crate::foundation::store::now();
     let mut dir = out.join(format!("run-{stamp}"));
     if dir.exists() {
         dir = out.join(format!("run-{stamp}-{}", std::process::id()));
     }
     let name = dir.file_name().expect("run dir has a name");
-    crate::state::symlink_atomic(name, &out.join("latest"))?;
+    crate::foundation::state::symlink_atomic(name, &out.join("latest"))?;
     Ok(dir)
 }

@@ -8,35 +8,15 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use plotters::prelude::*;
-use serde::{Deserialize, Serialize};
 
+use super::narrow;
 use super::series::{self, Point};
-use super::{narrow, Watch};
-use crate::config::Series;
-use crate::intake::GroupFile;
-use crate::state::{self, StateDir};
-use crate::store::{self, GroupRow};
-
-/// What the finding's fit said, kept in `drift.toml`.
-#[derive(Serialize, Deserialize)]
-pub struct DriftFile {
-    /// `fit`, or `rss-limit` for a process that went over its limit.
-    pub why: String,
-    pub slope_bytes_per_kop: f64,
-    pub lower: f64,
-    pub upper: f64,
-    pub mk_p: f64,
-    pub points: usize,
-    pub ops: u64,
-    /// KiB of growth within one process the interval vouches for
-    /// (`drift::Trend::growth`); absent in findings filed before it was.
-    #[serde(default)]
-    pub growth_kib: f64,
-    pub threshold: f64,
-    pub rss_limit_mb: u64,
-    /// What narrowing did (`967 programs to 2 in 81 s (23 replays)`).
-    pub narrowed: String,
-}
+use super::watch::Watch;
+use crate::foundation::config::Series;
+use crate::foundation::state;
+use crate::foundation::store;
+use crate::pipeline::page::DriftFile;
+use crate::pipeline::record::GroupFile;
 
 /// Files the series' drift (`trend` from the fit, `None` for a process
 /// over its RSS limit); returns the group id.
@@ -116,7 +96,7 @@ pub fn file(
 /// the store (a `fixed` group back is `regressed`), and writes its page.
 fn record_drift(w: &Watch, slot_id: i64, id: &str) -> Result<()> {
     let store = w.lock_store();
-    crate::intake::refill(w.state, &store, id)?;
+    crate::pipeline::intake::refill(w.state, &store, id)?;
     let culprits = w.state.crash_group(id).join("culprits");
     store.add_crash(id, slot_id, None, &culprits.to_string_lossy(), true)?;
     if let Some(g) = store.group(id)? {
@@ -125,75 +105,9 @@ fn record_drift(w: &Watch, slot_id: i64, id: &str) -> Result<()> {
         }
     }
     match store.group(id)? {
-        Some(g) => crate::group_page::write_report(w.state, &store, &g),
+        Some(g) => crate::pipeline::page::write_report(w.state, &store, &g),
         None => Ok(()),
     }
-}
-
-/// `crashes/<id>/REPORT.md` of an `rss-drift` group.
-pub fn page(state: &StateDir, g: &GroupRow, series: &str) -> Result<String> {
-    let dir = state.crash_group(&g.id);
-    let fit: Option<DriftFile> = std::fs::read_to_string(dir.join("drift.toml"))
-        .ok()
-        .and_then(|t| toml::from_str(&t).ok());
-    let culprits = crate::corpus::count_files(&dir.join("culprits"))?;
-    let mut out = String::new();
-    writeln!(out, "# {}\n", g.title)?;
-    writeln!(out, "| | |\n|---|---|")?;
-    writeln!(
-        out,
-        "| kind | rss-drift: retained memory (anonymous resident bytes minus live bytes) grows with ops |"
-    )?;
-    writeln!(
-        out,
-        "| series | `{series}` (workload / allocator), a plain replay build |"
-    )?;
-    writeln!(out, "| status | {} |", g.status)?;
-    writeln!(
-        out,
-        "| first seen | {} |",
-        crate::group_page::utc(g.first_seen)
-    )?;
-    writeln!(
-        out,
-        "| last seen | {} ({} times) |",
-        crate::group_page::utc(g.last_seen),
-        g.count
-    )?;
-    if let Some(f) = &fit {
-        if f.why == "fit" {
-            writeln!(
-                out,
-                "| growth | {:.0} bytes per 1,000 ops (95% interval {:.0} to {:.0}; line {:.0}), Mann–Kendall p = {:.2e}, over {} points and {} ops after warm-up; at least {:.0} KiB within one process |",
-                f.slope_bytes_per_kop, f.lower, f.upper, f.threshold, f.mk_p, f.points, f.ops, f.growth_kib
-            )?;
-        } else {
-            writeln!(
-                out,
-                "| growth | the replay went over {} MiB resident (`rss_limit_mb`) |",
-                f.rss_limit_mb
-            )?;
-        }
-        writeln!(
-            out,
-            "| culprits | {culprits} programs in `culprits/` ({}) |",
-            f.narrowed
-        )?;
-    }
-    writeln!(out, "\n## Reproduce\n\n```sh\n{}\n```\n", g.repro)?;
-    writeln!(
-        out,
-        "It replays `culprits/` in a loop in a fresh process, prints the growth it measures and exits 1 while memory drifts.\n"
-    )?;
-    writeln!(
-        out,
-        "## Retained memory\n\n![retained memory against time](chart.svg)\n"
-    )?;
-    writeln!(
-        out,
-        "Every reading is in `series.csv` (older ones thinned to minute and hour buckets)."
-    )?;
-    Ok(out)
 }
 
 /// The series as CSV: one row per point.

@@ -16,78 +16,28 @@ pub mod narrow;
 pub mod repro;
 pub mod series;
 pub mod table;
+mod watch;
+
+pub use watch::Watch;
+use watch::OVER_RSS_LIMIT;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use drift::{Reading, Verdict};
 
-use crate::config::{Config, Series};
-use crate::corpus::Corpus;
-use crate::intake::{self, Source};
-use crate::project::{Build, Project};
-use crate::state::StateDir;
-use crate::store::Store;
+use crate::engines::project::Build;
+use crate::foundation::config::Series;
+use crate::pipeline::intake::{self, Source};
 
-/// The exit status of a replay process over its RSS limit (the `drift`
-/// binary's `OVER_RSS_LIMIT`).
-const OVER_RSS_LIMIT: i32 = 3;
 /// How often a series' old points are thinned.
 const THIN_EVERY: Duration = Duration::from_secs(600);
 /// The wait before a replay process that failed is started again.
 const BACKOFF: Duration = Duration::from_secs(30);
-
-/// What the drift workers share with the soak.
-pub struct Watch<'a> {
-    pub project: &'a Project,
-    pub state: &'a StateDir,
-    pub store: &'a Mutex<Store>,
-    pub config: &'a Config,
-    pub stop: &'a AtomicBool,
-    pub run_id: Option<i64>,
-    /// The share of one core each series' process may use.
-    pub share: f64,
-    /// The ids of the groups filed, for the soak's summary.
-    pub filed: &'a Mutex<Vec<String>>,
-}
-
-impl Watch<'_> {
-    pub fn lock_store(&self) -> std::sync::MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The program folders a series replays: the workload's persistent
-    /// corpus and its seeds.
-    pub fn inputs(&self, series: &Series) -> Vec<PathBuf> {
-        vec![
-            Corpus::new(self.state, series.target).path(),
-            self.project.seeds(series.target),
-        ]
-    }
-
-    /// The replay command for `inputs`, its CPU share and RSS limit set.
-    pub fn command(&self, series: &Series, inputs: &[PathBuf], share: f64) -> Command {
-        let mut cmd = Command::new(self.project.drift_binary());
-        cmd.arg("--allocator")
-            .arg(&series.allocator)
-            .arg("--target")
-            .arg(series.target.name())
-            .arg(format!("--cpu-share={share}"))
-            .arg(format!("--rss-limit-mb={}", self.config.drift.rss_limit_mb))
-            .args(inputs);
-        cmd
-    }
-
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-}
 
 /// How a replay process ended.
 enum End {
@@ -174,7 +124,7 @@ fn run_segment(
     let tolerate = tolerate_file(w, slot_id);
     let keys = w.lock_store().tolerated_keys(&series.allocator)?;
     let text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
-    crate::state::write_atomic(&tolerate, text.as_bytes())?;
+    crate::foundation::state::write_atomic(&tolerate, text.as_bytes())?;
     let mut cmd = w.command(series, &w.inputs(series), w.share);
     cmd.arg(format!("--interval={}", w.config.drift.interval_secs));
     if !keys.is_empty() {
@@ -204,7 +154,7 @@ fn run_segment(
                 let mut store = w.lock_store();
                 series::add_reading(&store, segment, &reading)?;
                 if last_thin.elapsed() >= THIN_EVERY {
-                    series::thin(&mut store, slot_id, crate::store::now() as u64)?;
+                    series::thin(&mut store, slot_id, crate::foundation::store::now() as u64)?;
                     *last_thin = Instant::now();
                 }
                 let points = series::fitted(&store, slot_id, &series.label())?;
@@ -322,7 +272,7 @@ fn file_violation(
             .file_name()
             .map_or_else(|| "program".into(), |n| n.to_string_lossy().into_owned())
     ));
-    crate::state::copy_atomic(program, &artifact)?;
+    crate::foundation::state::copy_atomic(program, &artifact)?;
     let slot = w
         .lock_store()
         .slot(series.target.name(), &series.allocator, "libfuzzer", 1.0)?;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use drift::{Reading, Trend, TrendConfig, Verdict};
 
-use super::{Watch, OVER_RSS_LIMIT};
-use crate::config::Series;
+use super::watch::{Watch, OVER_RSS_LIMIT};
+use crate::foundation::config::Series;
 
 /// Growth past the warm-up, in bytes, that a measured replay must show
 /// at the least (its fit's `min_growth_bytes`) to drift: 16 pages. A

@@ -5,9 +5,9 @@ use anyhow::Result;
 use drift::Verdict;
 
 use super::narrow::measure;
-use crate::config::Config;
-use crate::groups::Group;
-use crate::project::Project;
+use crate::engines::project::Project;
+use crate::foundation::config::Config;
+use crate::pipeline::groups::Group;
 
 /// The replay of the group's `culprits/`.
 fn command(project: &Project, config: &Config, group: &Group) -> std::process::Command {

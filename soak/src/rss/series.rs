@@ -5,7 +5,7 @@ use anyhow::Result;
 use drift::{Bucket, Reading};
 use rusqlite::{params, Connection};
 
-use crate::store::{self, Store};
+use crate::foundation::store::{self, Store};
 
 /// One stored point: a bucket of readings and its last reading's figures.
 #[derive(Clone, Debug, PartialEq)]
@@ -190,7 +190,7 @@ pub fn thin(store: &mut Store, slot_id: i64, now_secs: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::GroupRow;
+    use crate::foundation::store::GroupRow;
 
     /// A segment of `n` readings 100,000 ops apart, retained memory
     /// growing by `rate` bytes per 1,000 ops.

@@ -7,7 +7,7 @@ use drift::{TrendConfig, Verdict};
 use serde::Serialize;
 
 use super::series;
-use crate::store::{SlotRow, Store};
+use crate::foundation::store::{SlotRow, Store};
 
 /// One drift series as `allocsoak drift` and the dashboard show it.
 #[derive(Clone, Debug, Serialize)]

@@ -1,0 +1,480 @@
+//! The crash pipeline, one artifact at a time:
+//! reproduce (alone, else after the inputs its process ran before it:
+//! [`crate::pipeline::sequence`]) → sign → deduplicate → minimize ([`crate::pipeline::minimize`])
+//! → file.
+//!
+//! Every artifact ends in `crashes/<signature>/`, moved there by rename
+//! (the original of a new group, or `inputs/` of a known one), so none is
+//! lost; a group's folder is built under a temporary name and renamed into
+//! place whole before the store hears of it.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use report::Signature;
+use triage::replay::Replay;
+
+use crate::foundation::state::{self, StateDir};
+use crate::foundation::store::{self, GroupRow, Store};
+use crate::pipeline::record::GroupFile;
+use crate::pipeline::sequence::{self, History};
+
+mod groups;
+mod source;
+mod texts;
+
+pub use source::Source;
+
+use groups::{add_other_signature, add_variant, group_of, group_of_record, merge_bridged};
+use texts::{program_text, repro_command, stack_text};
+
+/// Replays per artifact before it is called flaky.
+const TRIES: usize = 3;
+/// Replays of an artifact whose program has a race section: every one
+/// runs, and the group reports how many reproduced.
+const RACE_TRIES: usize = 20;
+/// What filing an artifact did.
+#[derive(Debug)]
+pub struct Filed {
+    pub group_id: String,
+    pub new: bool,
+}
+
+/// How an artifact reproduced.
+struct Reproduction {
+    /// The first replay that reproduced, else the last one.
+    replay: Replay,
+    hits: usize,
+    tries: usize,
+    /// The program has a race section: what interleaves is up to the machine.
+    race: bool,
+    /// For a race: whether a replay with its sections run one worker at a
+    /// time reproduced (then contention is not what it needs).
+    serially: Option<bool>,
+}
+
+impl Reproduction {
+    fn reproduced(&self) -> bool {
+        self.hits > 0
+    }
+
+    fn race_rate(&self) -> Option<String> {
+        let serially = match self.serially {
+            Some(true) => "; also with its race sections run one worker at a time",
+            Some(false) => {
+                "; never with its race sections run one worker at a time: contention is the bug"
+            }
+            None => "",
+        };
+        self.race
+            .then(|| format!("{} of {} replays{serially}", self.hits, self.tries))
+    }
+}
+
+/// Reproduces an artifact: up to [`TRIES`] times, or, when its program
+/// has a race section, [`RACE_TRIES`] times, counting every hit.
+fn reproduce(src: &Source, input: &Path) -> Result<Reproduction> {
+    let race = crate::pipeline::program::read_program(src.target, input)?
+        .ops
+        .iter()
+        .any(shadow::Op::is_race);
+    let tries = if race { RACE_TRIES } else { TRIES };
+    let (mut first, mut last, mut hits) = (None, None, 0);
+    for _ in 0..tries {
+        let r = src.replay(&[input], true)?;
+        if r.reproduced {
+            hits += 1;
+            if !race {
+                first = Some(r);
+                break;
+            }
+            first.get_or_insert(r);
+        } else {
+            last = Some(r);
+        }
+    }
+    // Once more without contention: a finding only a race makes is gone.
+    let serially = match race && hits > 0 {
+        true => Some(
+            src.replayer()
+                .replay_serially(&[input], true)
+                .with_context(|| format!("failed to run {}", src.binary.display()))?
+                .reproduced,
+        ),
+        false => None,
+    };
+    Ok(Reproduction {
+        replay: first.or(last).expect("tries > 0"),
+        hits,
+        tries: if race { tries } else { hits.max(1) },
+        race,
+        serially,
+    })
+}
+
+/// Signs a replay, falling back on the engine's own log when the replay
+/// did not reproduce (a flaky crash still has the engine's report).
+fn sign(src: &Source, replay: &Replay, engine_log: &str) -> Signature {
+    let slot = src.slot_label();
+    replay
+        .signature(&slot)
+        .or_else(|| Signature::from_log(engine_log, &slot))
+        .unwrap_or_else(|| Signature {
+            // The engine wrote an artifact but no log says why.
+            kind: "crash".into(),
+            allocator: src.allocator.to_string(),
+            frames: Vec::new(),
+            message: format!("unreported crash in {slot}"),
+            path: false,
+            alt: Vec::new(),
+        })
+}
+
+/// Files one artifact (a libFuzzer `crash-`, `leak-`, `timeout-` or `oom-`
+/// file, a honggfuzz `SIG*.fuzz`), replayed on `src.binary` (the libFuzzer
+/// build, whichever engine found it); `engine_log` is the log of the run
+/// that wrote it.
+pub fn file(
+    state: &StateDir,
+    store: &std::sync::Mutex<Store>,
+    src: &Source,
+    artifact: &Path,
+    engine_log: &str,
+) -> Result<Filed> {
+    // One artifact at a time: two workers that hit one new bug at once
+    // must file one group, not race to build its folder.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // A saved finding of a known group is a repeat: the record the harness
+    // wrote beside it says what it showed (a key the group was reached by
+    // before), and counting it needs no replay.
+    if let Some(record) = saved_record(artifact) {
+        let known = group_of_record(&lock(store), &record)?;
+        if let Some(id) = known {
+            return file_repeat(state, store, src, artifact, &id, true, Some(&record), None);
+        }
+    }
+    let mut reproduction = reproduce(src, artifact)?;
+    let history = match src.history {
+        Some(ring) if !reproduction.reproduced() => {
+            with_history(src, ring, artifact, &mut reproduction)?
+        }
+        _ => None,
+    };
+    let reproduced = reproduction.reproduced();
+    let replay = &reproduction.replay;
+    let sig = sign(src, replay, engine_log);
+    let record = replay.record.as_ref().filter(|_| reproduced);
+    let known = group_of(&lock(store), &sig)?;
+    let id = known.clone().unwrap_or_else(|| sig.id());
+    if known.is_some() || state.crash_group(&id).is_dir() {
+        return file_repeat(
+            state,
+            store,
+            src,
+            artifact,
+            &id,
+            reproduced,
+            record,
+            Some(&sig),
+        );
+    }
+
+    // A new group: build its folder aside, then rename it into place.
+    let dir = state.crash_group(&id);
+    let work = state::tmp_path(&dir);
+    if work.exists() {
+        crate::foundation::state::remove_scratch(&work)?;
+    }
+    std::fs::create_dir_all(&work)
+        .with_context(|| format!("failed to create {}", work.display()))?;
+    // A crash that needs its history keeps the few inputs it needs, in
+    // `history/`, and its program is minimized replayed after them.
+    let shrunk = match &history {
+        Some(h) => Some(h.shrink(
+            &src.replayer(),
+            artifact,
+            &src.slot_label(),
+            &sig,
+            &src.budget,
+        )?),
+        None => None,
+    };
+    let before = match &shrunk {
+        Some(s) => keep_history(&s.inputs, &work)?,
+        None => Vec::new(),
+    };
+    let minimized = match reproduced {
+        true => crate::pipeline::minimize::minimize(
+            &src.replayer(),
+            src.target,
+            &src.slot_label(),
+            &before,
+            artifact,
+            &sig,
+            shrunk.as_ref().map_or(&replay.log, |s| &s.replay.log),
+            &work,
+            &src.budget,
+        )?,
+        false => None,
+    };
+    let (shown_input, shown_log) = match (&minimized, &shrunk) {
+        (Some(m), _) => (m.path.clone(), m.replay.log.as_str()),
+        (None, Some(shrunk)) => (artifact.to_path_buf(), shrunk.replay.log.as_str()),
+        (None, None) => (
+            artifact.to_path_buf(),
+            if reproduced {
+                replay.log.as_str()
+            } else {
+                engine_log
+            },
+        ),
+    };
+    let program = program_text(src.target, &before, &shown_input, shown_log)?;
+    let repro = repro_command(src, &dir, minimized.is_some(), &before, &shown_input, &sig)?;
+    // The group's folder holds a tolerate file exactly when its repro
+    // needs one (`Group::tolerate`).
+    if let Some(t) = src.tolerate.filter(|t| repro.needs_tolerate && t.is_file()) {
+        state::copy_atomic(t, &work.join("tolerate"))?;
+    }
+    let group_file = GroupFile {
+        signature: sig.key(),
+        kind: sig.kind.clone(),
+        title: sig.title(),
+        // A path's group is tolerated by the keys of its variants.
+        tolerance_key: match record {
+            Some(r) if sig.path => Some(r.key.clone()),
+            _ => sig.tolerance_key(),
+        },
+        target: src.target.name().to_string(),
+        allocator: src.allocator.to_string(),
+        engine: src.engine.to_string(),
+        first_seen: store::now(),
+        minimized: minimized
+            .as_ref()
+            .map(|_| dir.join("minimized").to_string_lossy().into_owned()),
+        repro: repro.command,
+        race_rate: reproduction.race_rate(),
+        history: before.len(),
+        history_shrunk: shrunk.as_ref().map(|s| s.summary()),
+        minimized_ops: minimized.as_ref().map(|m| m.summary()),
+        path: sig.path,
+        alt_titles: sig.alt.clone(),
+    };
+    state::write_atomic(
+        &work.join("group.toml"),
+        toml::to_string(&group_file)?.as_bytes(),
+    )?;
+    state::write_atomic(&work.join("replay.log"), shown_log.as_bytes())?;
+    state::write_atomic(&work.join("engine.log"), engine_log.as_bytes())?;
+    state::write_atomic(&work.join("stack.txt"), stack_text(shown_log).as_bytes())?;
+    state::write_atomic(&work.join("program.txt"), program.as_bytes())?;
+    move_file(artifact, &work.join("original"))?;
+    std::fs::rename(&work, &dir)
+        .with_context(|| format!("failed to rename {} to {}", work.display(), dir.display()))?;
+
+    let store = lock(store);
+    refill(state, &store, &id)?;
+    let original = dir.join("original").to_string_lossy().into_owned();
+    store.add_crash(&id, src.slot_id, src.slice_id, &original, reproduced)?;
+    add_variant(&store, src, &id, record, &original)?;
+    store.add_group_path(&id, &sig)?;
+    if !reproduced {
+        store.set_status(&id, "flaky")?;
+    }
+    if let Some(g) = store.group(&id)? {
+        crate::pipeline::page::write_report(state, &store, &g)?;
+    }
+    Ok(Filed {
+        group_id: id,
+        new: true,
+    })
+}
+
+/// The record the harness saved beside a finding's input
+/// (`<input>.json`, see `shadow::findings`), if there is one that reads.
+pub fn saved_record(input: &Path) -> Option<report::Record> {
+    let text = std::fs::read_to_string(record_path(input)).ok()?;
+    report::Record::from_json(&text).ok()
+}
+
+/// Where the harness keeps the record of a saved finding `input`.
+pub fn record_path(input: &Path) -> PathBuf {
+    let mut name = input.file_name().unwrap_or_default().to_os_string();
+    name.push(".json");
+    input.with_file_name(name)
+}
+
+/// Files `artifact` into the known group `id`: kept in its `inputs/`,
+/// counted (as a variant, when its `record` says how it was reached, or
+/// its signature `sig` differs from the group's), a fixed group marked
+/// regressed and a new one flaky when this one did not reproduce.
+#[allow(clippy::too_many_arguments)]
+fn file_repeat(
+    state: &StateDir,
+    store: &std::sync::Mutex<Store>,
+    src: &Source,
+    artifact: &Path,
+    id: &str,
+    reproduced: bool,
+    record: Option<&report::Record>,
+    sig: Option<&Signature>,
+) -> Result<Filed> {
+    let dest = state.crash_group(id).join("inputs");
+    std::fs::create_dir_all(&dest)?;
+    let name = format!(
+        "{}-{}",
+        src.slice_id
+            .map_or_else(|| "x".to_string(), |s| s.to_string()),
+        artifact
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    );
+    let kept = dest.join(name);
+    move_file(artifact, &kept)?;
+    let mut store = lock(store);
+    // Merged into another since `group_of` named it (another intake
+    // worker's filing): that one.
+    let merged = store.merged_into(id)?;
+    let id = merged.as_deref().unwrap_or(id);
+    refill(state, &store, id)?;
+    store.add_crash(
+        id,
+        src.slot_id,
+        src.slice_id,
+        &kept.to_string_lossy(),
+        reproduced,
+    )?;
+    add_variant(&store, src, id, record, &kept.to_string_lossy())?;
+    if let Some(sig) = sig {
+        store.add_group_path(id, sig)?;
+        add_other_signature(&store, src, id, sig, &kept.to_string_lossy())?;
+        for from in merge_bridged(state, &mut store, id, sig)? {
+            eprintln!("allocsoak: group {from} merged into {id}: one bug, its code reached from two entry points");
+        }
+    }
+    if let Some(g) = store.group(id)? {
+        if g.status == "fixed" {
+            // Marked fixed by `triage verify`, and here it is again.
+            store.set_status(id, "regressed")?;
+        } else if !reproduced && g.status == "new" {
+            store.set_status(id, "flaky")?;
+        }
+    }
+    if let Some(g) = store.group(id)? {
+        crate::pipeline::page::write_report(state, &store, &g)?;
+    }
+    Ok(Filed {
+        group_id: id.to_string(),
+        new: false,
+    })
+}
+
+/// Replays a crash that did not reproduce alone after the inputs its
+/// process ran before it; when that reproduces, it becomes the
+/// reproduction and the history is returned.
+fn with_history(
+    src: &Source,
+    ring: &Path,
+    artifact: &Path,
+    reproduction: &mut Reproduction,
+) -> Result<Option<History>> {
+    let history = match History::unpack(ring, artifact, &ring.with_extension("inputs")) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            // The crash is still filed, as flaky: a bad history loses nothing.
+            eprintln!(
+                "allocsoak: {e:#}; {} is filed without its history",
+                artifact.display()
+            );
+            return Ok(None);
+        }
+    };
+    let replay = history.replay(&src.replayer(), artifact)?;
+    if !replay.reproduced {
+        return Ok(None);
+    }
+    *reproduction = Reproduction {
+        replay,
+        hits: 1,
+        tries: 1,
+        race: false,
+        serially: None,
+    };
+    Ok(Some(history))
+}
+
+/// Moves the history inputs a new group keeps into `work/history/`,
+/// renumbered in replay order; returns where they are now.
+fn keep_history(inputs: &[PathBuf], work: &Path) -> Result<Vec<PathBuf>> {
+    let dir = work.join("history");
+    std::fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    let mut kept = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.iter().enumerate() {
+        let to = dir.join(sequence::file_name(i));
+        move_file(input, &to)?;
+        kept.push(to);
+    }
+    Ok(kept)
+}
+
+fn lock(store: &std::sync::Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
+    store.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Puts a group the store does not know (its folder was renamed into place
+/// just before a kill) back into the store from its `group.toml`.
+pub fn refill(state: &StateDir, store: &Store, id: &str) -> Result<()> {
+    if store.group(id)?.is_some() || store.merged_into(id)?.is_some() {
+        return Ok(());
+    }
+    let path = state.crash_group(id).join("group.toml");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    let g: GroupFile = toml::from_str(&text)
+        .with_context(|| format!("{} is not a group record", path.display()))?;
+    let slot = store.slot(&g.target, &g.allocator, &g.engine, 1.0)?;
+    store.insert_group(&GroupRow {
+        id: id.to_string(),
+        signature: g.signature,
+        kind: g.kind,
+        title: g.title,
+        tolerance_key: g.tolerance_key,
+        slot_id: slot.id,
+        first_seen: g.first_seen,
+        last_seen: g.first_seen,
+        count: 0,
+        status: "new".into(),
+        minimized: g.minimized,
+        repro: g.repro,
+        path: g.path,
+        alt_titles: g.alt_titles,
+    })
+}
+
+/// Refills every group folder the store lacks (after a kill).
+pub fn refill_all(state: &StateDir, store: &Store) -> Result<()> {
+    for entry in std::fs::read_dir(state.crashes())? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-") {
+            // A group folder a kill interrupted: its artifact is still in
+            // the slice's scratch, which is filed again.
+            crate::foundation::state::remove_scratch(&entry.path())?;
+        } else if entry.path().join("group.toml").is_file() {
+            refill(state, store, &name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renames `from` to `to`; copies and then removes across file systems.
+pub fn move_file(from: &Path, to: &Path) -> Result<()> {
+    if std::fs::rename(from, to).is_err() {
+        state::copy_atomic(from, to)?;
+        std::fs::remove_file(from)
+            .with_context(|| format!("failed to remove {}", from.display()))?;
+    }
+    Ok(())
+}

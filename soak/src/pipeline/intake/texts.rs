@@ -1,0 +1,90 @@
+//! The texts a new group's folder gets: its repro command, its program
+//! and its crash stack.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use report::Signature;
+use shadow::Target;
+use triage::render;
+
+use super::source::Source;
+use crate::pipeline::sequence;
+
+/// How a group reproduces: its command, and whether that command needs
+/// the group's `tolerate` file (a known bug would otherwise fire first).
+pub(super) struct Repro {
+    pub command: String,
+    pub needs_tolerate: bool,
+}
+
+/// The command that reproduces the group: the fuzz binary on the inputs
+/// it needs before the crash (`history/`, in the group's folder `dir`; now
+/// at `before`) and the crash input (now at `input`), plus the tolerate
+/// file only when they need it. A minimized input is op program text,
+/// which the binary runs as written under `ALLOCSOAK_TEXT_INPUTS=1`.
+pub(super) fn repro_command(
+    src: &Source,
+    dir: &Path,
+    minimized: bool,
+    before: &[PathBuf],
+    input: &Path,
+    sig: &Signature,
+) -> Result<Repro> {
+    let file = dir.join(if minimized { "minimized" } else { "original" });
+    let mut files: Vec<String> = (0..before.len())
+        .map(|i| {
+            dir.join("history")
+                .join(sequence::file_name(i))
+                .display()
+                .to_string()
+        })
+        .collect();
+    files.push(file.display().to_string());
+    let inputs: Vec<&Path> = before.iter().map(PathBuf::as_path).chain([input]).collect();
+    let plain = src.replay(&inputs, false)?;
+    let plain_same = plain
+        .signature(&src.slot_label())
+        .is_some_and(|s| s.same_bug(sig));
+    let needs_tolerate = !plain_same && src.tolerate.is_some();
+    let tolerate = match needs_tolerate {
+        true => format!("ALLOCSOAK_TOLERATE={} ", dir.join("tolerate").display()),
+        false => String::new(),
+    };
+    let text = if minimized {
+        "ALLOCSOAK_TEXT_INPUTS=1 "
+    } else {
+        ""
+    };
+    Ok(Repro {
+        command: format!(
+            "{tolerate}{text}ALLOCSOAK_ALLOCATOR='{}' {} {}",
+            src.allocator,
+            src.binary.display(),
+            files.join(" ")
+        ),
+        needs_tolerate,
+    })
+}
+
+/// The program the input decodes to, the failing op marked; after the
+/// programs of the inputs it needs before it, when it does.
+pub(super) fn program_text(
+    target: Target,
+    before: &[PathBuf],
+    input: &Path,
+    log: &str,
+) -> Result<String> {
+    let mut inputs = before.to_vec();
+    inputs.push(input.to_path_buf());
+    let programs = crate::pipeline::program::read_programs(target, &inputs)?;
+    Ok(render::sequence_text(&programs, log))
+}
+
+/// The crash stack of a log, one frame per line, every frame.
+pub(super) fn stack_text(log: &str) -> String {
+    report::stack(log)
+        .iter()
+        .map(|f| format!("{f}\n"))
+        .collect()
+}

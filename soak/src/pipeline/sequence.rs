@@ -1,0 +1,181 @@
+//! Crashes that need their history. An allocator keeps state across the
+//! inputs of one process, so a crash that does not reproduce from its
+//! input alone may need what earlier inputs left behind: a corruption in
+//! one that surfaces in a later one, elsewhere. The fuzz process kept the
+//! inputs it ran ([`shadow::history`]); intake replays them, in order, in
+//! one process, before the crash input, and shrinks them to the few that
+//! still reproduce (ddmin, as syzkaller reproduces a crash from its
+//! execution log). The group's repro is then that sequence.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use report::Signature;
+use triage::ddmin::ddmin;
+use triage::replay::{Replay, Replayer};
+
+/// Seconds shrinking one new group's history may take; past it the
+/// sequence is kept as far as it got.
+const SHRINK_SECS: u64 = 60;
+
+/// The inputs a crashed process ran before its crash input, oldest first,
+/// as files.
+pub struct History {
+    pub inputs: Vec<PathBuf>,
+}
+
+/// What shrinking a history kept, and what it took.
+pub struct Shrunk {
+    /// The inputs the crash needs, in replay order.
+    pub inputs: Vec<PathBuf>,
+    /// Their replay before the crash input.
+    pub replay: Replay,
+    /// How many inputs the history had, replays and seconds it took.
+    pub from: usize,
+    pub replays: usize,
+    pub secs: f64,
+}
+
+impl Shrunk {
+    /// `41 inputs to 1 in 2.3 s (9 replays)`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} inputs to {} in {:.1} s ({} replays)",
+            self.from,
+            self.inputs.len(),
+            self.secs,
+            self.replays
+        )
+    }
+}
+
+impl History {
+    /// Unpacks the ring file `ring` into numbered files in `dir` (made
+    /// afresh). `None` when the ring holds nothing before the crash input.
+    pub fn unpack(ring: &Path, artifact: &Path, dir: &Path) -> Result<Option<History>> {
+        let mut inputs = shadow::history::read(ring).map_err(anyhow::Error::msg)?;
+        let crash = std::fs::read(artifact)
+            .with_context(|| format!("failed to read {}", artifact.display()))?;
+        // The ring's newest input is the one that was running: the artifact.
+        if inputs.last() == Some(&crash) {
+            inputs.pop();
+        }
+        if inputs.is_empty() {
+            return Ok(None);
+        }
+        if dir.exists() {
+            crate::foundation::state::remove_scratch(dir)?;
+        }
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("failed to create {}", dir.display()))?;
+        let mut files = Vec::with_capacity(inputs.len());
+        for (i, input) in inputs.iter().enumerate() {
+            let file = dir.join(file_name(i));
+            crate::foundation::state::write_atomic(&file, input)?;
+            files.push(file);
+        }
+        Ok(Some(History { inputs: files }))
+    }
+
+    /// Replays the whole history, then the crash input.
+    pub fn replay(&self, replayer: &Replayer, artifact: &Path) -> Result<Replay> {
+        replay(replayer, &self.inputs, artifact)
+    }
+
+    /// The fewest inputs of the history that, replayed before the crash
+    /// input, still reproduce the group of `sig`: the shortest suffix that
+    /// does (doubling its length), then ddmin within it.
+    pub fn shrink(
+        &self,
+        replayer: &Replayer,
+        artifact: &Path,
+        slot: &str,
+        sig: &Signature,
+        budget: &crate::pipeline::budget::Budget,
+    ) -> Result<Shrunk> {
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(SHRINK_SECS);
+        let mut failure = None;
+        let mut replays = 0;
+        let mut reproduces = |before: &[PathBuf]| -> bool {
+            if failure.is_some() || Instant::now() > deadline || budget.over() {
+                return false;
+            }
+            replays += 1;
+            let inputs: Vec<&Path> = before
+                .iter()
+                .map(PathBuf::as_path)
+                .chain([artifact])
+                .collect();
+            match replayer.fails_as(&inputs, sig, slot) {
+                Ok(same) => same,
+                Err(e) => {
+                    failure = Some(anyhow::Error::new(e).context(format!(
+                        "failed to run {}; run `just build`",
+                        replayer.binary.display()
+                    )));
+                    false
+                }
+            }
+        };
+        let n = self.inputs.len();
+        let mut k = 1;
+        while k < n && !reproduces(&self.inputs[n - k..]) {
+            k *= 2;
+        }
+        let suffix = &self.inputs[n - k.min(n)..];
+        let before = ddmin(suffix, &mut reproduces);
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let last = replay(replayer, &before, artifact)?;
+        Ok(Shrunk {
+            inputs: before,
+            replay: last,
+            from: n,
+            replays: replays + 1,
+            secs: start.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// `history/000000`, `history/000001`, …: names that sort in replay order.
+pub fn file_name(i: usize) -> String {
+    format!("{i:06}")
+}
+
+/// The history files of a group folder, in replay order (none for a
+/// crash that reproduces alone).
+pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let dir = dir.join("history");
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if !path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(".tmp"))
+        {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn replay(replayer: &Replayer, before: &[PathBuf], artifact: &Path) -> Result<Replay> {
+    let inputs: Vec<&Path> = before
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([artifact])
+        .collect();
+    replayer.replay(&inputs, true).with_context(|| {
+        format!(
+            "failed to run {}; run `just build`",
+            replayer.binary.display()
+        )
+    })
+}

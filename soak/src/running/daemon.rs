@@ -1,0 +1,472 @@
+//! The soak daemon: boot, workers, stop.
+//!
+//! [`run`] reads top to bottom: open the state dir and its store, register
+//! the slots, check the fuzz binaries, finish what a previous run left
+//! (corpus generations, slice scratch, group folders), verify the known
+//! crash groups on this build, then `jobs` workers
+//! each loop draw a slot → run a slice → merge and file → reweigh, until
+//! the deadline or SIGINT/SIGTERM. The main thread prints progress and
+//! talks to systemd.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use shadow::Target;
+
+use crate::engines::project::{Build, Project};
+use crate::engines::Engine;
+use crate::foundation::config::{Config, Slot};
+use crate::foundation::notify::Notifier;
+use crate::foundation::state::StateDir;
+use crate::foundation::store::Store;
+
+use crate::pipeline::intake;
+use crate::rss;
+use crate::running::corpus::Corpus;
+use crate::running::scheduler::{self, Rng};
+use crate::running::soak::{filing_grace, Soak};
+use crate::running::{pending, slice, status, verify};
+
+/// What a soak is asked to do.
+pub struct Options {
+    pub state: PathBuf,
+    pub duration: Duration,
+    pub jobs: usize,
+    pub slots: Vec<Slot>,
+    pub config: Config,
+    /// Seconds per slice (default: the config's `slice_minutes`).
+    pub slice_secs: Option<u64>,
+    /// Seconds between progress prints.
+    pub progress_secs: u64,
+    /// Each slot runs one slice, in order, and the soak ends when all
+    /// have (the quick gate); `duration` is then only a cap.
+    pub once: bool,
+    /// libFuzzer `-runs`, honggfuzz `--iterations`: each slice ends after this many inputs, or its
+    /// seconds, whichever comes first.
+    pub runs: Option<u64>,
+}
+
+impl Soak {
+    /// The next slot to run: in a soak that runs each slot once, the
+    /// first that has not run (None when all have), else [`Soak::draw`].
+    fn next(&self) -> Result<Option<i64>> {
+        let Some(ran) = &self.ran else {
+            return self.draw().map(Some);
+        };
+        let mut ran = ran.lock().unwrap();
+        let next = self
+            .slots
+            .iter()
+            .map(|(_, id)| *id)
+            .find(|id| !ran.contains(id));
+        if let Some(id) = next {
+            ran.insert(id);
+            self.busy.lock().unwrap().insert(id);
+        }
+        Ok(next)
+    }
+
+    /// Draws an idle slot by weight (a busy one only when all are busy).
+    fn draw(&self) -> Result<i64> {
+        let store = self.lock_store();
+        let mut busy = self.busy.lock().unwrap();
+        let mut candidates: Vec<(i64, f64)> = Vec::new();
+        for (slot, id) in &self.slots {
+            let row = store.slot_by_id(*id)?;
+            let slices = store.recent_slices(*id, scheduler::NEW_SLICES)?.len();
+            candidates.push((*id, scheduler::weight(slot.weight, row.weight, slices)));
+        }
+        let idle: Vec<(i64, f64)> = candidates
+            .iter()
+            .copied()
+            .filter(|(id, _)| !busy.contains(id))
+            .collect();
+        let pool = if idle.is_empty() { candidates } else { idle };
+        let weights: Vec<f64> = pool.iter().map(|(_, w)| *w).collect();
+        let roll = self.rng.lock().unwrap().roll();
+        let (id, _) = pool[scheduler::pick(&weights, roll).expect("at least one slot")];
+        busy.insert(id);
+        Ok(id)
+    }
+
+    fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the soak's deadline passed more than `grace` ago.
+    pub(crate) fn past_deadline(&self, grace: Duration) -> bool {
+        Instant::now() > self.deadline + grace
+    }
+
+    /// Starts a slice of `slot_id` in the store and runs it (the store's
+    /// lock is not held while it runs).
+    fn run_slice(&self, slot_id: i64, secs: u64, cores: usize) -> Result<()> {
+        let slice_id = self.lock_store().start_slice(slot_id, self.run_id)?;
+        slice::run(self, slot_id, slice_id, secs, cores)
+    }
+
+    /// Runs slices until the deadline or a stop. A slice that fails (its
+    /// engine does not start, its scratch cannot be written, the store
+    /// refuses a row) is reported and the worker goes on after a pause
+    /// that doubles while failures repeat: nothing one slice does ends the
+    /// soak, and what it left is finished at the next start.
+    fn worker(&self) {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match self.next_slice() {
+                Ok(true) => backoff = FIRST_BACKOFF,
+                Ok(false) => return,
+                Err(e) => {
+                    eprintln!(
+                        "allocsoak: a slice failed: {e:#}; the soak goes on in {} s",
+                        backoff.as_secs()
+                    );
+                    self.pause(backoff);
+                    backoff = (backoff * 2).min(LAST_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Draws a slot and runs one slice of it; false when the soak is over.
+    fn next_slice(&self) -> Result<bool> {
+        let secs = self.remaining().as_secs().min(self.slice_secs);
+        if self.stop.load(Ordering::Relaxed) || secs < 2 {
+            return Ok(false);
+        }
+        let Some(slot_id) = self.next()? else {
+            return Ok(false);
+        };
+        let Some(cores) = self.cores.take(self.slot_cores(slot_id), &self.stop) else {
+            self.busy.lock().unwrap().remove(&slot_id);
+            return Ok(false);
+        };
+        // Waiting for cores took some of the time left.
+        let secs = self.remaining().as_secs().min(self.slice_secs);
+        let result = match secs {
+            0..=1 => Ok(()),
+            _ => self.run_slice(slot_id, secs, cores),
+        };
+        self.cores.give(cores);
+        self.busy.lock().unwrap().remove(&slot_id);
+        result.map(|()| true)
+    }
+
+    /// Sleeps `how_long`, or until the soak stops or its deadline passes.
+    fn pause(&self, how_long: Duration) {
+        let until = Instant::now() + how_long;
+        while Instant::now() < until
+            && !self.stop.load(Ordering::Relaxed)
+            && !self.remaining().is_zero()
+        {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Files what slices found ([`pending`]), oldest first, until filing
+    /// closes, or, once the fuzz workers are `done`, nothing waits. The
+    /// fuzz workers never wait for a filing.
+    fn intake_worker(&self, done: &AtomicBool) {
+        loop {
+            let finished = done.load(Ordering::Relaxed);
+            match pending::claim(self) {
+                Ok(Some(id)) => pending::file(self, id),
+                Ok(None) if finished || self.filing_closed() => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(500)),
+                Err(e) => {
+                    eprintln!("allocsoak: the intake queue: {e:#}; it is read again in 10 s");
+                    std::thread::sleep(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    /// Watches one drift series until the soak ends. A watch that fails
+    /// (its replay binary will not start, a narrowing replay dies, the
+    /// store refuses a reading) is reported and started again after a
+    /// pause that doubles while failures repeat: a drift worker never ends
+    /// the soak.
+    fn drift_worker(&self, watch: &rss::Watch, series: &crate::foundation::config::Series) {
+        let mut backoff = FIRST_BACKOFF;
+        while !watch.stop.load(Ordering::Relaxed) {
+            match rss::watch(watch, series) {
+                Ok(()) => return,
+                Err(e) => {
+                    eprintln!(
+                        "allocsoak: drift {}: {e:#}; its watch starts again in {} s",
+                        series.label(),
+                        backoff.as_secs()
+                    );
+                    let until = Instant::now() + backoff;
+                    while Instant::now() < until && !watch.stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(250));
+                    }
+                    backoff = (backoff * 2).min(LAST_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+/// The first pause after a worker failed; it doubles with each failure
+/// in a row, up to [`LAST_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(10);
+const LAST_BACKOFF: Duration = Duration::from_secs(600);
+
+/// What a soak filed, for the summary.
+pub struct Summary {
+    pub new_groups: Vec<String>,
+    pub run_id: i64,
+}
+
+/// Runs a soak to its end. `stop` is set by SIGINT/SIGTERM.
+pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<Summary> {
+    let notifier = Notifier::from_env();
+    let state = StateDir::open_for_soak(&options.state)?;
+    let store = Store::open(&state.store())?;
+    let mut slots = Vec::new();
+    for slot in &options.slots {
+        let row = store.slot(slot.target.name(), &slot.allocator, &slot.engine, 1.0)?;
+        slots.push((slot.clone(), row.id));
+    }
+    check_binaries(&project, &options.slots)?;
+    for target in Target::ALL {
+        Corpus::new(&state, target).recover()?;
+    }
+    intake::refill_all(&state, &store)?;
+    // Known groups first: a fix since the last soak is marked fixed (and
+    // no longer tolerated), a fixed group that is back is regressed.
+    for v in verify::verify(&project, &state, &store, &options.config)? {
+        if v.before != v.after {
+            println!("verify {}: {} -> {}", v.id, v.before, v.after);
+        }
+    }
+    let drift_series = options.config.drift_series(&options.slots)?;
+    if !drift_series.is_empty() && !project.drift_binary().is_file() {
+        bail!(
+            "the drift replay binary {} is missing; build it with `allocsoak build` (or set [drift] cpu_share = 0)",
+            project.drift_binary().display()
+        );
+    }
+    let drift_share = if drift_series.is_empty() {
+        0.0
+    } else {
+        options.config.drift.cpu_share
+    };
+    let slice_secs = options
+        .slice_secs
+        .unwrap_or_else(|| default_slice_secs(&options))
+        .max(1);
+    let run_id = store.start_run(
+        options.jobs,
+        drift_share,
+        crate::foundation::store::now() + options.duration.as_secs() as i64,
+    )?;
+    let seed = crate::foundation::store::now() as u64 ^ (u64::from(std::process::id()) << 32);
+    let soak = Soak {
+        project,
+        state,
+        store: Mutex::new(store),
+        config: options.config,
+        stop,
+        slots,
+        busy: Mutex::new(HashSet::new()),
+        cores: scheduler::Cores::new(options.jobs),
+        ran: options.once.then(|| Mutex::new(HashSet::new())),
+        runs: options.runs,
+        merging: Target::ALL
+            .into_iter()
+            .map(|t| (t, Mutex::new(())))
+            .collect(),
+        rng: Mutex::new(Rng::new(seed)),
+        new_groups: Mutex::new(Vec::new()),
+        run_id,
+        deadline: Instant::now() + options.duration,
+        filing_until: (!options.once)
+            .then(|| Instant::now() + options.duration + filing_grace(options.duration)),
+        pending_claimed: Mutex::new(HashSet::new()),
+        parking: Mutex::new(()),
+        unfiled: Mutex::default(),
+        slice_secs,
+    };
+    pending::recover(&soak.state)?;
+    finish_leftover_slices(&soak)?;
+    notifier.ready();
+
+    let started = Instant::now();
+    let fuzzing_done = AtomicBool::new(false);
+    let workers_done = AtomicBool::new(false);
+    // The drift workers stop with the fuzz workers (at the deadline too).
+    let drift_stop = AtomicBool::new(false);
+    let watch = rss::Watch {
+        project: &soak.project,
+        state: &soak.state,
+        store: &soak.store,
+        config: &soak.config,
+        stop: &drift_stop,
+        run_id: Some(run_id),
+        // The replay binary takes a share of one core at most.
+        share: (drift_share / drift_series.len().max(1) as f64).min(1.0),
+        filed: &soak.new_groups,
+    };
+    std::thread::scope(|s| {
+        for series in &drift_series {
+            let (watch, soak) = (&watch, &soak);
+            s.spawn(move || soak.drift_worker(watch, series));
+        }
+        let handles: Vec<_> = (0..options.jobs.max(1))
+            .map(|_| s.spawn(|| soak.worker()))
+            .collect();
+        let intake = s.spawn(|| soak.intake_worker(&fuzzing_done));
+        s.spawn(|| {
+            for h in handles {
+                let _ = h.join();
+            }
+            fuzzing_done.store(true, Ordering::Relaxed);
+            let _ = intake.join();
+            workers_done.store(true, Ordering::Relaxed);
+        });
+        let mut last_print = Instant::now();
+        let mut last_ping = Instant::now();
+        let ping = notifier
+            .watchdog_interval()
+            .unwrap_or(Duration::from_secs(10));
+        while !workers_done.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(250));
+            if last_ping.elapsed() >= ping {
+                notifier.watchdog();
+                last_ping = Instant::now();
+            }
+            if last_print.elapsed() >= Duration::from_secs(options.progress_secs) {
+                last_print = Instant::now();
+                let store = soak.lock_store();
+                if let Ok(text) = status::render(
+                    &soak.state,
+                    &store,
+                    Some((started.elapsed(), soak.remaining())),
+                    &soak.config.drift.trend(),
+                ) {
+                    println!("{text}");
+                    notifier.status(text.lines().next().unwrap_or(""));
+                }
+            }
+        }
+        drift_stop.store(true, Ordering::Relaxed);
+    });
+    notifier.stopping();
+    let store = soak.lock_store();
+    store.end_run(soak.run_id)?;
+    if let Ok(text) = status::render(
+        &soak.state,
+        &store,
+        Some((started.elapsed(), Duration::ZERO)),
+        &soak.config.drift.trend(),
+    ) {
+        println!("{text}");
+    }
+    let new_groups = soak.new_groups.lock().unwrap().clone();
+    Ok(Summary {
+        new_groups,
+        run_id: soak.run_id,
+    })
+}
+
+/// The config's slice length, shortened for a soak too short to give
+/// every slot one full slice (but not below 30 s: an engine needs a few
+/// seconds to load its corpus).
+fn default_slice_secs(options: &Options) -> u64 {
+    let configured = (options.config.slice_minutes * 60.0).round() as u64;
+    let share =
+        options.duration.as_secs() * options.jobs.max(1) as u64 / options.slots.len().max(1) as u64;
+    configured.min(share.max(30))
+}
+
+/// Every slot's fuzz binary must exist before the soak starts (the
+/// libFuzzer build for every slot: findings are replayed on it; a
+/// honggfuzz slot's own binary and driver too), and a library allocator
+/// must load in it (else every slice would "crash" at its first input
+/// and file that as a finding).
+fn check_binaries(project: &Project, slots: &[Slot]) -> Result<()> {
+    let empty = std::env::temp_dir().join(format!("allocsoak-empty-{}", std::process::id()));
+    for slot in slots {
+        if slot.engine == Engine::Honggfuzz.name() {
+            for file in [
+                project.honggfuzz_driver(),
+                project.honggfuzz_binary(slot.target),
+            ] {
+                if !file.is_file() {
+                    bail!(
+                        "honggfuzz binary {} is missing (slot {} runs honggfuzz); build it with `allocsoak build` (or `just build`)",
+                        file.display(),
+                        slot.label()
+                    );
+                }
+            }
+        }
+        let build = Build::for_allocator(&slot.allocator);
+        let binary = project.binary(build, slot.target);
+        if !binary.is_file() {
+            let flag = match build {
+                Build::Asan => String::new(),
+                _ => format!(" --allocator {}", slot.allocator),
+            };
+            bail!(
+                "fuzz binary {} is missing; build it with `allocsoak build{flag}` (or `just build`)",
+                binary.display()
+            );
+        }
+        if slot.allocator.starts_with("dylib:") {
+            std::fs::write(&empty, b"")?;
+            let out = triage::replay::engine_command(&binary)
+                .env("ALLOCSOAK_ALLOCATOR", &slot.allocator)
+                .arg(&empty)
+                .output()
+                .with_context(|| format!("failed to run {}", binary.display()))?;
+            let _ = std::fs::remove_file(&empty);
+            let log = String::from_utf8_lossy(&out.stderr);
+            let error = log.lines().find(|l| {
+                l.starts_with("allocsoak: ALLOCSOAK_ALLOCATOR") || l.contains("symbol lookup error")
+            });
+            if let Some(line) = error {
+                bail!(
+                    "allocator {} does not load in {}: {}",
+                    slot.allocator,
+                    binary.display(),
+                    line.trim()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Finishes slices a kill interrupted: their new inputs are merged and
+/// their artifacts filed before anything new runs.
+fn finish_leftover_slices(soak: &Soak) -> Result<()> {
+    let mut ids: Vec<i64> = std::fs::read_dir(soak.state.slices())
+        .with_context(|| format!("failed to read {}", soak.state.slices().display()))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    ids.sort();
+    for id in ids {
+        let scratch = soak.state.slice(id);
+        if !scratch.join("slice.toml").is_file() {
+            // Killed before it started: nothing in it yet.
+            crate::foundation::state::remove_scratch(&scratch)?;
+            continue;
+        }
+        // A slice that cannot be finished (its fuzz binary is gone, say)
+        // keeps its scratch and does not stop the soak.
+        if let Err(e) = slice::finish(soak, id, &scratch, 0.0, false, 0) {
+            eprintln!(
+                "allocsoak: interrupted slice {} left as it is: {e:#}",
+                scratch.display()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,373 @@
+//! The soak's progress table, read from the store and the running slices'
+//! logs: what the daemon prints and what `allocsoak status` shows.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use anyhow::Result;
+use rusqlite::params;
+use serde::Serialize;
+
+use crate::foundation::state::StateDir;
+use crate::foundation::store::Store;
+
+/// A soak's progress: the header line's facts and a row per slot. What
+/// `allocsoak status` prints and the dashboard shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Overview {
+    /// `running`, `stopped` or `never`.
+    pub state: &'static str,
+    pub pid: Option<i64>,
+    /// Seconds since the last soak started, and left until its deadline
+    /// (while it runs).
+    pub elapsed_secs: Option<u64>,
+    pub remaining_secs: Option<u64>,
+    /// When the last soak ended (Unix seconds), if it ended cleanly.
+    pub ended: Option<i64>,
+    pub groups: i64,
+    pub crashes: i64,
+    /// Of the last run, 0 to 1.
+    pub duty_cycle: Option<f64>,
+    /// Fuzz slots, in the order they were first run.
+    pub slots: Vec<SlotStatus>,
+    /// Drift series whose allocator × workload no fuzz slot has:
+    /// (`target/allocator`, verdict).
+    pub drift_only: Vec<(String, String)>,
+}
+
+/// One fuzz slot's row: its last slice's numbers, or the running one's.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlotStatus {
+    pub id: i64,
+    /// `target/allocator`.
+    pub label: String,
+    pub engine: String,
+    pub weight: f64,
+    /// Slices ended.
+    pub slices: i64,
+    pub execs_per_sec: f64,
+    pub cov: i64,
+    pub ft: i64,
+    pub corpus: i64,
+    pub groups: i64,
+    pub crashes: i64,
+    /// The drift column: `flat`, `drifts`, `filed`, `-` or empty.
+    pub drift: String,
+    /// A slice of it is running now.
+    pub fuzzing: bool,
+}
+
+/// The table. `clock` is (elapsed, remaining) when the caller is the soak
+/// itself; otherwise the last run's row says whether one is running.
+/// `drift` is the soak's `[drift]` rules, for the drift column.
+pub fn render(
+    state: &StateDir,
+    store: &Store,
+    clock: Option<(Duration, Duration)>,
+    drift: &drift::TrendConfig,
+) -> Result<String> {
+    let o = overview(state, store, clock, drift)?;
+    let mut out = String::new();
+    let hms_or = |secs: Option<u64>| hms(secs.unwrap_or(0));
+    match o.state {
+        "running" => match (clock, o.pid) {
+            (None, Some(pid)) => write!(
+                out,
+                "soak: running (pid {pid}), elapsed {} remaining {}",
+                hms_or(o.elapsed_secs),
+                hms_or(o.remaining_secs)
+            )?,
+            _ => write!(
+                out,
+                "soak: elapsed {} remaining {}",
+                hms_or(o.elapsed_secs),
+                hms_or(o.remaining_secs)
+            )?,
+        },
+        "stopped" => {
+            let ended = o.ended.map_or_else(
+                || "was killed".to_string(),
+                |t| format!("ended {}", crate::foundation::store::utc(t)),
+            );
+            write!(out, "soak: not running (last soak {ended})")?;
+        }
+        _ => write!(out, "soak: never ran in {}", state.root().display())?,
+    }
+    write!(
+        out,
+        ", {} crash groups from {} crashes",
+        o.groups, o.crashes
+    )?;
+    if let Some(duty) = o.duty_cycle {
+        write!(out, ", duty cycle {:.1}%", duty * 100.0)?;
+    }
+    let pending = crate::running::pending::count(state);
+    if pending > 0 {
+        write!(out, ", {pending} filings pending")?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8}  {:<6} now",
+        "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift"
+    )?;
+    for r in &o.slots {
+        let slot = shown_label(&r.label, &r.engine);
+        writeln!(
+            out,
+            "{:<34} {:>6.2} {:>7} {:>8.0} {:>6} {:>7} {:>7} {:>8}  {:<6} {}",
+            slot,
+            r.weight,
+            r.slices,
+            r.execs_per_sec,
+            r.cov,
+            r.ft,
+            r.corpus,
+            format!("{}/{}", r.groups, r.crashes),
+            r.drift,
+            if r.fuzzing { "fuzzing" } else { "" }
+        )?;
+    }
+    for (label, verdict) in &o.drift_only {
+        writeln!(out, "{label:<34} {:>59}  {verdict:<6} drift only", "")?;
+    }
+    Ok(out)
+}
+
+/// A slot as the table and the dashboard show it: `target/allocator`
+/// for libFuzzer's, with its engine after it for another's
+/// (`alloc_ops/system (honggfuzz)`).
+pub fn shown_label(label: &str, engine: &str) -> String {
+    match engine {
+        "libfuzzer" => label.to_string(),
+        engine => format!("{label} ({engine})"),
+    }
+}
+
+/// The soak's progress now, from the store and the running slices' logs.
+/// Arguments as for [`render`].
+pub fn overview(
+    state: &StateDir,
+    store: &Store,
+    clock: Option<(Duration, Duration)>,
+    drift: &drift::TrendConfig,
+) -> Result<Overview> {
+    let conn = store.conn();
+    let run: Option<(i64, i64, i64, Option<i64>, i64)> = conn
+        .query_row(
+            "SELECT id, started, deadline, ended, pid FROM run ORDER BY id DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .ok();
+    let now = crate::foundation::store::now();
+    let mut o = Overview {
+        state: "never",
+        pid: None,
+        elapsed_secs: None,
+        remaining_secs: None,
+        ended: None,
+        groups: conn.query_row("SELECT COUNT(*) FROM crash_group", [], |r| r.get(0))?,
+        crashes: conn.query_row("SELECT COUNT(*) FROM crash", [], |r| r.get(0))?,
+        duty_cycle: None,
+        slots: Vec::new(),
+        drift_only: Vec::new(),
+    };
+    match (clock, run) {
+        (Some((elapsed, remaining)), _) => {
+            o.state = "running";
+            o.elapsed_secs = Some(elapsed.as_secs());
+            o.remaining_secs = Some(remaining.as_secs());
+        }
+        (None, Some((_, started, deadline, None, pid))) if alive(pid) => {
+            o.state = "running";
+            o.pid = Some(pid);
+            o.elapsed_secs = Some((now - started).max(0) as u64);
+            o.remaining_secs = Some((deadline - now).max(0) as u64);
+        }
+        (None, Some((_, _, _, ended, _))) => {
+            o.state = "stopped";
+            o.ended = ended;
+        }
+        (None, None) => {}
+    }
+    let running = o.state == "running";
+    if let Some((run_id, ..)) = run {
+        o.duty_cycle = duty_cycle(store, run_id)?;
+    }
+    let mut stmt = conn.prepare(
+        "SELECT s.id, s.target || '/' || s.allocator, s.engine, s.weight,
+            (SELECT COUNT(*) FROM slice WHERE slot_id = s.id AND ended IS NOT NULL),
+            (SELECT COUNT(*) FROM crash_group WHERE slot_id = s.id),
+            (SELECT COUNT(*) FROM crash WHERE slot_id = s.id)
+         FROM slot s WHERE s.engine != 'drift' ORDER BY s.id",
+    )?;
+    let mut drift = drift_verdicts(store, drift)?;
+    let slots = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, f64>(3)?,
+            r.get::<_, i64>(4)?,
+            r.get::<_, i64>(5)?,
+            r.get::<_, i64>(6)?,
+        ))
+    })?;
+    for slot in slots {
+        let (id, label, engine, weight, slices, groups, crashes) = slot?;
+        let last: Option<(f64, i64, i64, i64)> = conn
+            .query_row(
+                "SELECT execs_per_sec, cov, ft, corpus_size FROM slice
+                 WHERE slot_id = ?1 AND ended IS NOT NULL ORDER BY id DESC LIMIT 1",
+                params![id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .ok();
+        let live_slice: Option<i64> = if running {
+            conn.query_row(
+                "SELECT id FROM slice WHERE slot_id = ?1 AND ended IS NULL ORDER BY id DESC LIMIT 1",
+                params![id],
+                |r| r.get(0),
+            )
+            .ok()
+        } else {
+            None
+        };
+        let live = live_slice.and_then(|s| {
+            crate::engines::Engine::parse(&engine)
+                .ok()?
+                .progress(&state.slice(s))
+        });
+        let (execs_per_sec, cov, ft, corpus) = match (live, last) {
+            (Some(p), _) => (
+                p.execs_per_sec as f64,
+                p.cov as i64,
+                p.ft as i64,
+                p.corpus as i64,
+            ),
+            (None, Some(l)) => l,
+            (None, None) => (0.0, 0, 0, 0),
+        };
+        o.slots.push(SlotStatus {
+            id,
+            drift: drift.remove(&label).unwrap_or_default(),
+            label,
+            engine,
+            weight,
+            slices,
+            execs_per_sec,
+            cov,
+            ft,
+            corpus,
+            groups,
+            crashes,
+            fuzzing: live_slice.is_some(),
+        });
+    }
+    o.drift_only = drift.into_iter().collect();
+    Ok(o)
+}
+
+/// Each drift series' verdict so far by `target/allocator`: `flat`,
+/// `drifts`, `filed` (an rss-drift group holds it) or `-` (too few
+/// readings yet), by `config` (the soak's `[drift]` rules). `allocsoak
+/// drift` has the numbers.
+fn drift_verdicts(
+    store: &Store,
+    config: &drift::TrendConfig,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut verdicts = std::collections::BTreeMap::new();
+    for slot in crate::rss::table::drift_slots(store)? {
+        let label = format!("{}/{}", slot.target, slot.allocator);
+        let filed = store
+            .group(&report::Signature::rss_drift(&label).id())?
+            .is_some_and(|g| g.status != "fixed");
+        let points = crate::rss::series::fitted(store, slot.id, &label)?;
+        let trend = drift::trend_downsampled(&crate::rss::series::buckets(&points), config);
+        let verdict = match (filed, trend.verdict) {
+            (true, _) => "filed",
+            (false, drift::Verdict::Drifts) => "drifts",
+            (false, drift::Verdict::Flat) => "flat",
+            (false, drift::Verdict::TooFewSamples) => "-",
+        };
+        verdicts.insert(label, verdict.to_string());
+    }
+    Ok(verdicts)
+}
+
+/// Core-seconds inside fuzz engines and drift replays over the wall
+/// core-seconds the run gave them (`jobs` cores, plus the drift share),
+/// for one run of the soak (so far, while it runs). The run gave them its
+/// time up to its deadline, or its end when it stopped sooner: filing
+/// after the deadline is not fuzzing time (the elapsed time says how long
+/// it took).
+pub fn duty_cycle(store: &Store, run_id: i64) -> Result<Option<f64>> {
+    let (started, ended, deadline, jobs, drift_share): (i64, Option<i64>, i64, i64, f64) =
+        store.conn().query_row(
+            "SELECT started, ended, deadline, jobs, drift_share FROM run WHERE id = ?1",
+            params![run_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )?;
+    let until = ended
+        .unwrap_or_else(crate::foundation::store::now)
+        .min(deadline);
+    // Each replay process's CPU time is its last reading's.
+    let drift_ms: i64 = store.conn().query_row(
+        "SELECT COALESCE(SUM(cpu), 0) FROM (
+            SELECT MAX(p.cpu_ms) AS cpu FROM drift_point p
+            JOIN drift_segment s ON s.id = p.segment_id
+            WHERE s.run_id = ?1 GROUP BY s.id)",
+        params![run_id],
+        |r| r.get(0),
+    )?;
+    let engine: f64 = store.conn().query_row(
+        // A running slice counts from its start (it is fuzzing, or filing
+        // what it found); an ended one by its engine's own time.
+        "SELECT COALESCE(SUM(CASE WHEN ended IS NULL THEN MAX(?2 - started, 0) ELSE fuzz_secs END), 0)
+         FROM slice WHERE run_id = ?1",
+        params![run_id, until],
+        |r| r.get(0),
+    )?;
+    let wall = (until - started) as f64 * (jobs as f64 + drift_share);
+    // The run's times are whole seconds and an engine's are not: a slice
+    // that fuzzed the whole window can come out a little over it.
+    Ok((wall >= 1.0).then(|| ((engine + drift_ms as f64 / 1000.0) / wall).min(1.0)))
+}
+
+fn alive(pid: i64) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn hms(secs: u64) -> String {
+    format!("{}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of 100 s that filed for 50 s past its deadline: 95 s of
+    /// fuzzing on its one core is 95 %, not 63 %.
+    #[test]
+    fn the_duty_cycle_ends_at_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("store.sqlite")).unwrap();
+        let run = store.start_run(1, 0.0, 0).unwrap();
+        let sql = "UPDATE run SET started = 1000, deadline = 1100, ended = 1150 WHERE id = ?1";
+        store.conn().execute(sql, params![run]).unwrap();
+        let slot = store
+            .slot("alloc_ops", "system", "libfuzzer", 1.0)
+            .unwrap()
+            .id;
+        store
+            .conn()
+            .execute(
+                "INSERT INTO slice (slot_id, run_id, started, ended, fuzz_secs) VALUES (?1, ?2, 1000, 1100, 95)",
+                params![slot, run],
+            )
+            .unwrap();
+        let duty = duty_cycle(&store, run).unwrap().unwrap();
+        assert!((duty - 0.95).abs() < 1e-9, "{duty}");
+    }
+}
