@@ -2,8 +2,8 @@
 //! contents checked as it is adopted), verified, freed, reallocated, its
 //! usable size probed; and the whole heap validated now and then.
 
-use super::more::{self, ReallocCall};
-use super::{Executor, On, Origin, Outcome};
+use super::more;
+use super::{Executor, On, Origin, Outcome, ReallocCall};
 use crate::allocator::{HeapId, ReallocToZero, ZeroedFrom};
 use crate::edges::IMPOSSIBLE_FROM;
 use crate::guard;

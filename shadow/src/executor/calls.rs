@@ -5,13 +5,19 @@
 use std::cell::Cell;
 use std::sync::MutexGuard;
 
-use super::On;
 use crate::allocator::Allocator;
 use crate::guard::{self, Panicked};
 use crate::op::Op;
 use crate::tolerance;
 use crate::violation::{By, Report, Site, Violation};
 use crate::workers::WorkerPool;
+
+/// Which thread makes the allocator call.
+#[derive(Clone, Copy)]
+pub(super) enum On {
+    Main,
+    Worker(usize),
+}
 
 /// The call guard and its attribution: every allocator call the program
 /// makes runs through it (a panic in the call is a finding, and the call

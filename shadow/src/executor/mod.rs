@@ -13,25 +13,24 @@ mod calls;
 mod checks;
 mod claims;
 mod contention;
+mod heap_table;
 mod heaps;
 mod huge;
 mod more;
 mod race;
+mod race_ops;
 mod untracked;
 
 use arena::ArenaProbe;
-use calls::{CallGuard, Workers};
-use heaps::HeapTable;
+use calls::{CallGuard, On, Workers};
+use heap_table::HeapTable;
 use huge::HugeBudget;
-use more::ReallocCall;
 pub use race::serial_races;
 use race::Section;
 use untracked::Untracked;
 
 /// Validators run after every this many ops, and at the end.
 const VALIDATE_EVERY: usize = 64;
-/// Most heaps a program holds at once.
-const MAX_HEAPS: usize = 8;
 
 /// Whether the shadow model runs (`Checked`) or only the allocator calls
 /// (`Bare`, the cost floor `just bench` compares against).
@@ -54,11 +53,16 @@ pub enum Outcome {
     Done,
 }
 
-/// Which thread makes the allocator call.
-#[derive(Clone, Copy)]
-enum On {
-    Main,
-    Worker(usize),
+/// Which realloc a resize calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReallocCall {
+    /// [`crate::allocator::Allocator::realloc`] (or the heap's), which
+    /// keeps the block's alignment.
+    Plain,
+    /// The zeroed realloc: bytes past the old usable size read zero.
+    Zeroed,
+    /// C's plain realloc of a block of any alignment.
+    Unaligned,
 }
 
 /// What a new block is: a fresh allocation, the result of a realloc (of a

@@ -1,22 +1,17 @@
 //! Race sections on the executor: each race op queued as a step on the
-//! main thread, the section run ([`super::run`]), then every check of what
-//! its steps did, in script order.
+//! main thread, the section run ([`super::race::run`]), then every check of
+//! what its steps did, in script order.
 
-use super::{run, Done, Step};
+use super::race::{run, Done, Step};
+use super::{Executor, Origin, Outcome};
 use crate::edges::{NewSize, IMPOSSIBLE_FROM};
-use crate::executor::{Executor, Origin, Outcome};
 use crate::model::Block;
 use crate::violation::{Site, Violation};
 
 /// Race sections on the executor: queueing on the main thread, the run,
 /// then every check.
 impl Executor {
-    pub(in crate::executor) fn queue_alloc(
-        &mut self,
-        worker: usize,
-        size: usize,
-        align: usize,
-    ) -> Outcome {
+    pub(super) fn queue_alloc(&mut self, worker: usize, size: usize, align: usize) -> Outcome {
         let fits = self.shadow.len() + self.race.len() < crate::model::MAX_LIVE_BLOCKS
             && self.shadow.fits(size.saturating_add(self.race.bytes()));
         if !self.checked
@@ -37,12 +32,7 @@ impl Executor {
     /// block is reallocated only where the heap API has a plain realloc
     /// any thread may make ([`Heaps::remote_realloc_in`]): its own
     /// allocates in the heap, which heap APIs bind to one thread.
-    pub(in crate::executor) fn queue_resize(
-        &mut self,
-        worker: usize,
-        i: usize,
-        to: Option<NewSize>,
-    ) -> Outcome {
+    pub(super) fn queue_resize(&mut self, worker: usize, i: usize, to: Option<NewSize>) -> Outcome {
         let b = self.shadow.blocks()[i];
         let new = to.map(|t| t.resolve(b.size));
         let resizable = new.is_none_or(|n| {
@@ -71,7 +61,7 @@ impl Executor {
 
     /// Runs the queued section, then checks each result in script order
     /// and every live block.
-    pub(in crate::executor) fn run_race(&mut self) {
+    pub(super) fn run_race(&mut self) {
         if self.race.is_empty() {
             return;
         }
