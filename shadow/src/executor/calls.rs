@@ -8,6 +8,7 @@ use std::sync::MutexGuard;
 use crate::allocator::Allocator;
 use crate::guard::{self, Panicked};
 use crate::op::Op;
+use crate::sanitizer;
 use crate::tolerance;
 use crate::violation::{By, Report, Site, Violation};
 use crate::workers::WorkerPool;
@@ -112,17 +113,24 @@ impl CallGuard {
         }
     }
 
-    /// Ends the program at a violation (quietly when it is tolerated).
+    /// Ends the program at a violation (quietly when it is tolerated, or
+    /// when a tolerated sanitizer report came in first: the violation is
+    /// its consequence).
     pub(super) fn fail(&self, violation: Violation) -> ! {
-        tolerance::raise(self.report(violation));
+        let report = self.report(violation);
+        sanitizer::check();
+        tolerance::raise(report);
     }
 
     /// A violation that leaves the heap sound: returns when it is
     /// tolerated or saved as a finding, and the caller goes on with the
-    /// block.
+    /// block (ends the program quietly when a tolerated sanitizer report
+    /// came in first).
     pub(super) fn flag(&self, violation: Violation) {
         debug_assert!(violation.leaves_heap_sound());
-        tolerance::record(self.report(violation));
+        let report = self.report(violation);
+        sanitizer::check();
+        tolerance::record(report);
     }
 
     pub(super) fn panicked(&self, p: Panicked) -> ! {

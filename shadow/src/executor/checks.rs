@@ -5,6 +5,7 @@
 use super::calls::CallGuard;
 use crate::model::Block;
 use crate::pattern;
+use crate::poison;
 use crate::sanitizer;
 use crate::tolerance;
 use crate::violation::Violation;
@@ -64,7 +65,7 @@ impl CallGuard {
         };
         let reach = ranges
             .iter()
-            .find_map(|&(from, to)| sanitizer::poisoned_from(p as *const u8, from, to))
+            .find_map(|&(from, to)| poison::poisoned_from(p as *const u8, from, to))
             .unwrap_or(end);
         let usable = claimed.min(reach);
         if usable < size {

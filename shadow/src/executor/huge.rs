@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::sanitizer;
+use crate::poison;
 
 /// Most huge requests (over [`crate::model::MAX_BLOCK`]) one program
 /// makes; each is freed as soon as it is checked.
@@ -61,7 +61,7 @@ impl HugeBudget {
     /// Whether a huge request of `size` bytes (`zeroed`) may run now;
     /// counts it when it may.
     pub(super) fn admit(&mut self, size: usize, zeroed: bool) -> bool {
-        let asan = sanitizer::active();
+        let asan = poison::active();
         let unaffordable = asan && (size > HUGE_UNDER_ASAN || !huge_budget_left());
         if (zeroed && size > ZEROED_HUGE_MAX) || unaffordable || self.requests >= MAX_HUGE {
             return false;
