@@ -9,9 +9,9 @@
 //! or gives up the block's bytes ([`super::claims`]: a block handed out
 //! twice is caught there) and writes or reads its pattern; every other
 //! check happens afterwards, on the main thread, in script order
-//! ([`super::race_ops`]: the queueing and checking side, on the executor). What
-//! interleaves inside the section is up to the machine: a finding from a
-//! race may need several replays to show again.
+//! ([`super::race_ops`]: the queueing and checking side, on the
+//! executor). What interleaves inside the section is up to the machine: a
+//! finding from a race may need several replays to show again.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
