@@ -63,9 +63,12 @@ const NOISE_PREFIXES: &[&str] = &[
     "__pthread_kill",
     "__assert_fail",
     "_mi_assert_fail",
-    // The shadow's byte-pattern reader and its ASan probe: see `is_noise`.
+    // The shadow's byte-pattern reader and its ASan probe (in
+    // shadow/src/sanitizer.rs before it was shadow/src/poison.rs): see
+    // `is_noise`.
     "shadow::pattern::",
     "shadow::sanitizer::",
+    "shadow::poison::",
 ];
 
 /// Whole function names of libc frames that are never the bug.
@@ -141,8 +144,10 @@ pub(crate) fn is_noise(frame: &Frame) -> bool {
         // (`verify` in `free_block`, in `heap_delete`) says which check
         // found it, and two bugs found by two checks must not merge.
         || file.ends_with("shadow/src/pattern.rs")
-        // ...and asks ASan first, through shadow/src/sanitizer.rs, whose
-        // one-byte read reports a poisoned block in the check's place.
+        // ...and asks ASan first, through shadow/src/poison.rs (in logs
+        // from before, shadow/src/sanitizer.rs), whose one-byte read
+        // reports a poisoned block in the check's place.
+        || file.ends_with("shadow/src/poison.rs")
         || file.ends_with("shadow/src/sanitizer.rs")
 }
 
@@ -304,6 +309,18 @@ mod tests {
             parse_frame("    #28 0x56 in __rust_try libfuzzer_sys.30dc70d2723b9ab6-cgu.0").unwrap();
         assert_eq!((f.function.as_str(), f.line), ("__rust_try", None));
         assert_eq!(parse_frame("#544\tINITED cov: 687 ft: 6088"), None);
+    }
+
+    #[test]
+    fn the_shadows_asan_probe_is_noise_where_it_is_and_was() {
+        for line in [
+            "    #0 0x55 in shadow::poison::accessible /work/main/shadow/src/poison.rs:40:13",
+            "    #0 0x55 in shadow::sanitizer::accessible /work/main/shadow/src/sanitizer.rs:423:13",
+            "    #0 0x55 in accessible /work/main/shadow/src/poison.rs:40:13",
+        ] {
+            let (_, f) = parse_frame(line).unwrap();
+            assert!(is_noise(&f), "{line}");
+        }
     }
 
     #[test]

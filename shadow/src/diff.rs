@@ -86,7 +86,7 @@ pub fn run(
                         ba.size,
                         bb.usable
                     );
-                    crate::tolerance::raise(Report {
+                    let report = Report {
                         op_index: i,
                         op: op.to_string(),
                         site: a.site(),
@@ -96,7 +96,9 @@ pub fn run(
                             allocator: under_test.name().to_string(),
                             reference: reference.name().to_string(),
                         },
-                    });
+                    };
+                    crate::sanitizer::check();
+                    crate::tolerance::raise(report);
                 }
             }
             // A size-0 block on one side, null on the other: both legal.

@@ -33,6 +33,7 @@ pub mod history;
 pub mod model;
 pub mod op;
 pub mod pattern;
+pub mod poison;
 pub mod sanitizer;
 pub mod tolerance;
 pub mod violation;

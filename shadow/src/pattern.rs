@@ -5,7 +5,7 @@
 //! pattern at the same offsets, and two blocks never share a pattern (a block
 //! handed out twice, or a free-list link written into it, shows as a
 //! mismatch). Every range is asked of ASan first, where the fuzz binary has
-//! it ([`crate::sanitizer::accessible`]).
+//! it ([`crate::poison::accessible`]).
 //!
 //! Which bytes carry the pattern is the block's [`layout`], a function of
 //! its length and seed, so filling a block and checking it later (or the
@@ -99,7 +99,7 @@ pub fn layout(len: usize, seed: u64) -> impl Iterator<Item = (usize, usize)> {
 /// # Safety
 /// `base + from .. base + to` must be writable.
 pub unsafe fn fill_range(base: *mut u8, from: usize, to: usize, seed: u64) {
-    let to = crate::sanitizer::accessible(base, from, to);
+    let to = crate::poison::accessible(base, from, to);
     let mut i = from;
     while i < to && !i.is_multiple_of(8) {
         *base.add(i) = byte(seed, i);
@@ -120,7 +120,7 @@ pub unsafe fn fill_range(base: *mut u8, from: usize, to: usize, seed: u64) {
 /// # Safety
 /// `base + from .. base + to` must be readable.
 pub unsafe fn check_range(base: *const u8, from: usize, to: usize, seed: u64) -> Option<Mismatch> {
-    let to = crate::sanitizer::accessible(base, from, to);
+    let to = crate::poison::accessible(base, from, to);
     let mut i = from;
     while i + 8 <= to && i.is_multiple_of(8) {
         let found = (base.add(i) as *const u64).read_unaligned();
@@ -184,7 +184,7 @@ pub unsafe fn check_zero(base: *const u8, len: usize, from: usize, seed: u64) ->
 /// # Safety
 /// `base + from .. base + to` must be readable.
 pub unsafe fn check_zero_range(base: *const u8, from: usize, to: usize) -> Option<Mismatch> {
-    for i in from..crate::sanitizer::accessible(base, from, to) {
+    for i in from..crate::poison::accessible(base, from, to) {
         let found = *base.add(i);
         if found != 0 {
             return Some(Mismatch {
@@ -205,8 +205,8 @@ pub unsafe fn check_zero_range(base: *const u8, from: usize, to: usize) -> Optio
 /// Both blocks must be readable for `len` bytes.
 pub unsafe fn compare(a: *const u8, b: *const u8, len: usize, seed: u64) -> Option<Mismatch> {
     for (from, to) in layout(len, seed) {
-        let to = crate::sanitizer::accessible(a, from, to);
-        let to = crate::sanitizer::accessible(b, from, to);
+        let to = crate::poison::accessible(a, from, to);
+        let to = crate::poison::accessible(b, from, to);
         let (sa, sb) = (
             std::slice::from_raw_parts(a.add(from), to - from),
             std::slice::from_raw_parts(b.add(from), to - from),

@@ -17,8 +17,8 @@
 //! In recover mode a bad access still happens after its report, and a
 //! write past a block corrupts the very metadata ASan guards (the next
 //! program then dies in ASan's own checks). So the harness asks ASan
-//! before it touches a block ([`accessible`]) and reads one byte where the
-//! poison starts, which reports it, instead of writing there. An
+//! before it touches a block ([`crate::poison::accessible`]) and reads one
+//! byte where the poison starts, which reports it, instead of writing there. An
 //! allocator's own bad writes (an instrumented C allocator) still happen:
 //! after a tolerated one the process may fail later, elsewhere.
 
@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::LocalKey;
 
+use crate::poison::RegionIsPoisoned;
 use crate::tolerance;
 use crate::violation::{By, Report, Violation};
 
@@ -203,12 +204,6 @@ pub fn clear() {
     PENDING.store(false, Ordering::Release);
 }
 
-/// ASan's `__asan_region_is_poisoned`: the first poisoned byte of a
-/// region, or null.
-pub type RegionIsPoisoned = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
-
-static IS_POISONED: OnceLock<RegionIsPoisoned> = OnceLock::new();
-
 /// LeakSanitizer's `__lsan_ignore_object`: a heap block it must not
 /// report as leaked.
 pub type IgnoreObject = unsafe extern "C" fn(*const c_void);
@@ -235,7 +230,7 @@ pub fn install(
     leak_check: LeakCheck,
     owns: Owns,
 ) {
-    let _ = IS_POISONED.set(is_poisoned);
+    crate::poison::install(is_poisoned);
     let _ = IGNORE_OBJECT.set(ignore_object);
     let _ = LEAKS.set((leak_check, owns));
 }
@@ -402,41 +397,4 @@ pub fn never_freed(p: usize) {
         // knows and only marks one it finds (others are ignored).
         unsafe { ignore(p as *const c_void) };
     }
-}
-
-/// Whether the process runs under ASan (the fuzz builds), where the C
-/// allocators are built with it too.
-pub fn active() -> bool {
-    IS_POISONED.get().is_some()
-}
-
-/// How much of `[base + from, base + to)` the harness may touch: `to`
-/// when ASan poisons none of it; else the first poisoned offset, after a
-/// one-byte read there has made ASan report it (see the module docs).
-///
-/// # Safety
-/// `base + from .. base + to` is what the caller was about to access.
-pub unsafe fn accessible(base: *const u8, from: usize, to: usize) -> usize {
-    match poisoned_from(base, from, to) {
-        Some(at) => {
-            std::ptr::read_volatile(base.add(at));
-            at
-        }
-        None => to,
-    }
-}
-
-/// The first offset in `[from, to)` of the block at `base` that ASan
-/// poisons, without touching it: `None` when it poisons none (or the
-/// process runs without ASan). What a check asks before it believes an
-/// allocator's answer about a block's size.
-pub fn poisoned_from(base: *const u8, from: usize, to: usize) -> Option<usize> {
-    let is_poisoned = IS_POISONED.get()?;
-    if from >= to {
-        return None;
-    }
-    // SAFETY: ASan reads only its shadow of the range, and answers for
-    // any address (one outside application memory counts as poisoned).
-    let p = unsafe { is_poisoned(base.wrapping_add(from) as *mut c_void, to - from) };
-    (!p.is_null()).then(|| p as usize - base as usize)
 }

@@ -116,11 +116,10 @@ pub(crate) fn count_tolerated(key: &str) -> bool {
 /// its record where `ALLOCSOAK_RECORD` says), or, when its key is
 /// tolerated, counts it and ends the program quietly ([`end_quietly`]);
 /// while fuzzing, one a `save` line ([`SAVE`]) matches is saved as a
-/// finding, counted, and ends the program quietly too. A tolerated
-/// sanitizer report that came in first ([`crate::sanitizer`]) ends it
-/// quietly too: the violation is its consequence.
+/// finding, counted, and ends the program quietly too. Its callers first
+/// end the program quietly at a tolerated sanitizer report that came in
+/// before it: the violation is that report's consequence.
 pub fn raise(report: Report) -> ! {
-    crate::sanitizer::check();
     if went_past(&report, true) {
         end_quietly();
     }
@@ -132,7 +131,6 @@ pub fn raise(report: Report) -> ! {
 /// tolerate file lists: a leak, which libFuzzer's own leak check ends the
 /// fuzz process at anyway (so a replay of it must not go on past it).
 pub fn raise_always(report: Report) -> ! {
-    crate::sanitizer::check();
     ends(&report);
     panic!("{report}")
 }
@@ -200,7 +198,6 @@ pub fn end_quietly() -> ! {
 /// counted): a sound violation never ends a fuzz process. Without a
 /// findings folder (a replay) an untolerated one panics as [`raise`] does.
 pub fn record(report: Report) {
-    crate::sanitizer::check();
     let key = report.key();
     if count_tolerated(&key) {
         return;

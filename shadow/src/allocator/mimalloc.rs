@@ -457,7 +457,7 @@ impl Extras for Mimalloc {
     /// fuzz builds) makes the usable size smaller, and large blocks round
     /// to what the segment gives.
     fn good_size(&self, size: usize, align: usize) -> Option<usize> {
-        let padded = NAME != "mimalloc" || crate::sanitizer::active();
+        let padded = NAME != "mimalloc" || crate::poison::active();
         let exact = !padded && size <= GOOD_SIZE_MAX && malloc_serves(size, align);
         // SAFETY: `mi_good_size` is a pure function of its argument, for any size.
         exact.then(|| unsafe { mi::mi_good_size(size) })

@@ -24,7 +24,8 @@
 //!   fuzz process saw, and a loss a tolerated finding left behind is not
 //!   charged to the programs after it.
 
-use super::Executor;
+use super::calls::CallGuard;
+use crate::allocator::Allocator;
 use crate::violation::Violation;
 
 /// Alignment of the blocks the capacity check probes with: malloc's, or
@@ -36,31 +37,54 @@ const PROBE_ALIGN: usize = 16;
 /// What an arena allocator can serve, measured when a program starts and
 /// once it has freed everything.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Capacity {
+struct Capacity {
     /// The largest block it serves, of [`PROBE_ALIGN`] or its `max_align`.
     largest: usize,
     /// Its own count of free bytes, if it keeps one.
     free: Option<usize>,
 }
 
-impl Executor {
+/// Arena probing: asks an allocator over a fixed region what it can
+/// serve (each probe a call through the guard, at the op's site), and
+/// holds what it could when the program started.
+pub(super) struct ArenaProbe {
+    alloc: &'static dyn Allocator,
+    /// What the allocator could serve when the program started (checked
+    /// runs only), held against its end.
+    at_start: Option<Capacity>,
+}
+
+impl ArenaProbe {
+    /// A probe of `alloc`, which measures it now when the program is
+    /// `checked`.
+    pub(super) fn new(alloc: &'static dyn Allocator, guard: &CallGuard, checked: bool) -> Self {
+        let mut probe = ArenaProbe {
+            alloc,
+            at_start: None,
+        };
+        if checked {
+            probe.at_start = probe.capacity(guard);
+        }
+        probe
+    }
+
     /// The largest block of `align` the allocator serves right now, no
     /// more than `limit`: a binary search that allocates each probe and
     /// frees it at once (a panic in either is a finding at the current
     /// site).
-    fn largest_servable(&self, limit: usize, align: usize) -> usize {
+    fn largest_servable(&self, guard: &CallGuard, limit: usize, align: usize) -> usize {
         // `lo` is served (an empty block trivially), `hi` is not.
         let (mut lo, mut hi) = (0usize, limit.saturating_add(1));
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
             // SAFETY: no block is passed; `align` is `PROBE_ALIGN.min(max_align())` (from
             // `capacity`, the only caller), a power of two no larger than `max_align()`.
-            let p = self.guarded(|| unsafe { self.alloc.alloc(mid, align, false) });
+            let p = guard.guarded(|| unsafe { self.alloc.alloc(mid, align, false) });
             if p.is_null() {
                 hi = mid;
             } else {
                 // SAFETY: `p` was just returned, non-null, for `mid` bytes and `align`; freed once.
-                self.guarded(|| unsafe { self.alloc.free(p, mid, align) });
+                guard.guarded(|| unsafe { self.alloc.free(p, mid, align) });
                 lo = mid;
             }
         }
@@ -70,8 +94,8 @@ impl Executor {
     /// Whether a refused request of `size` bytes with `align` is one the
     /// allocator may refuse: it declares a region, and cannot serve a
     /// block that large right now (see the module doc).
-    pub(super) fn refused_fairly(&self, size: usize, align: usize) -> bool {
-        let Some(arena) = self.asked(|| self.alloc.arena()) else {
+    pub(super) fn refused_fairly(&self, guard: &CallGuard, size: usize, align: usize) -> bool {
+        let Some(arena) = guard.asked(|| self.alloc.arena()) else {
             return false;
         };
         // Not only `size` itself: an allocator that refuses one size while
@@ -79,38 +103,45 @@ impl Executor {
         // takes (a realloc of null asks for malloc's, which an allocator
         // without an aligned API may not).
         let align = align.min(self.alloc.max_align());
-        size > arena.size || !at_least(size, arena.size).any(|n| self.serves(n, align))
+        size > arena.size || !at_least(size, arena.size).any(|n| self.serves(guard, n, align))
     }
 
     /// Whether a block of `size` bytes with `align` is served now (and then
     /// freed at once).
-    fn serves(&self, size: usize, align: usize) -> bool {
+    fn serves(&self, guard: &CallGuard, size: usize, align: usize) -> bool {
         // SAFETY: no block is passed; `align` is a power of two (every op's is) no larger than
         // `max_align()` (`refused_fairly` caps it).
-        let p = self.guarded(|| unsafe { self.alloc.alloc(size, align, false) });
+        let p = guard.guarded(|| unsafe { self.alloc.alloc(size, align, false) });
         if !p.is_null() {
             // SAFETY: `p` was just returned, non-null, for `size` bytes and `align`; freed once.
-            self.guarded(|| unsafe { self.alloc.free(p, size, align) });
+            guard.guarded(|| unsafe { self.alloc.free(p, size, align) });
         }
         !p.is_null()
     }
 
     /// What the allocator can serve now, if it declares a region.
-    pub(super) fn capacity(&self) -> Option<Capacity> {
+    fn capacity(&self, guard: &CallGuard) -> Option<Capacity> {
         // The count is read before the probes, none of them live.
-        let arena = self.asked(|| self.alloc.arena())?;
+        let arena = guard.asked(|| self.alloc.arena())?;
         Some(Capacity {
-            largest: self.largest_servable(arena.size, PROBE_ALIGN.min(self.alloc.max_align())),
+            largest: self.largest_servable(
+                guard,
+                arena.size,
+                PROBE_ALIGN.min(self.alloc.max_align()),
+            ),
             free: arena.free,
         })
     }
 
     /// At the end of a program that freed everything: capacity lost since
-    /// `start` is a `capacity-leak`. The allocator's own count is compared
-    /// first, as it sees any loss; the largest block served catches a loss
-    /// the count misses (free blocks no longer merged).
-    pub(super) fn check_capacity(&self, start: Capacity) {
-        let Some(end) = self.capacity() else {
+    /// the start is a `capacity-leak`. The allocator's own count is
+    /// compared first, as it sees any loss; the largest block served
+    /// catches a loss the count misses (free blocks no longer merged).
+    pub(super) fn check_capacity(&self, guard: &CallGuard) {
+        let Some(start) = self.at_start else {
+            return;
+        };
+        let Some(end) = self.capacity(guard) else {
             return;
         };
         let lost = match (start.free, end.free) {
@@ -121,7 +152,7 @@ impl Executor {
             _ => None,
         };
         if let Some((figure, before, after)) = lost {
-            self.flag(Violation::CapacityLeak {
+            guard.flag(Violation::CapacityLeak {
                 figure,
                 before,
                 after,

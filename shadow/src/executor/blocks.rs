@@ -2,16 +2,16 @@
 //! contents checked as it is adopted), verified, freed, reallocated, its
 //! usable size probed; and the whole heap validated now and then.
 
-use super::more::{self, ReallocCall};
-use super::{Executor, On, Origin, Outcome};
+use super::more;
+use super::{Executor, On, Origin, Outcome, ReallocCall};
 use crate::allocator::{HeapId, ReallocToZero, ZeroedFrom};
 use crate::edges::IMPOSSIBLE_FROM;
 use crate::guard;
-use crate::model::{Block, MAX_BLOCK};
+use crate::model::{Block, ShadowHeap, MAX_BLOCK};
 use crate::op::NewSize;
 use crate::pattern;
 use crate::sanitizer;
-use crate::violation::{Site, Violation};
+use crate::violation::{Report, Site, Violation};
 
 impl Executor {
     pub(super) fn alloc_block(
@@ -22,14 +22,25 @@ impl Executor {
         heap: Option<HeapId>,
         on: On,
     ) -> Outcome {
+        self.alloc_within(size, align, zeroed, heap, on, ShadowHeap::fits)
+    }
+
+    /// [`Executor::alloc_block`], skipped unless the shadow `fits` one
+    /// more block of `size` (a bulk allocation's caps are higher).
+    pub(super) fn alloc_within(
+        &mut self,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+        heap: Option<HeapId>,
+        on: On,
+        fits: fn(&ShadowHeap, usize) -> bool,
+    ) -> Outcome {
         let impossible = size >= IMPOSSIBLE_FROM;
         if size > MAX_BLOCK && !impossible && align <= self.alloc.max_align() {
             return self.huge(size, align, zeroed, heap, on);
         }
-        let room = match self.bulk {
-            true => self.shadow.fits_bulk(size),
-            false => self.shadow.fits(size),
-        };
+        let room = fits(&self.shadow, size);
         if align > self.alloc.max_align() || (!impossible && !room) {
             return Outcome::Skipped;
         }
@@ -46,16 +57,16 @@ impl Executor {
         heap: Option<HeapId>,
         on: On,
     ) -> usize {
-        let api = match (heap.is_some() && self.emulated.is_none(), zeroed) {
+        let api = match (heap.is_some() && self.heaps.are_own(), zeroed) {
             (true, false) => "heap-alloc",
             (true, true) => "heap-alloc-zeroed",
             (false, false) => "alloc",
             (false, true) => "alloc-zeroed",
         };
-        self.site = Site::new(api, size, align);
+        self.guard.set_site(Site::new(api, size, align));
         let must_fail = self.impossible(size, align);
         sanitizer::making(|| match heap {
-            None => self.call(on, move |a| {
+            None => self.workers.call(&self.guard, self.alloc, on, move |a| {
                 // SAFETY: no block is passed; `align <= max_align()` (`alloc_block` skips larger)
                 // and is a power of two, as ops draw it (`edges::size_align`).
                 sanitizer::must_fail(must_fail, || unsafe {
@@ -64,14 +75,26 @@ impl Executor {
             }),
             Some(h) => sanitizer::must_fail(must_fail, || {
                 // SAFETY: as above for `align`; `h` comes from `heap_ids`, so the heap is live.
-                self.guarded(|| unsafe { self.heaps().alloc_in(h, size, align, zeroed) as usize })
+                self.guard.guarded(|| unsafe {
+                    self.heaps.api().alloc_in(h, size, align, zeroed) as usize
+                })
             }),
         })
     }
 
+    /// What a call about to be made is if it succeeds, when its request
+    /// has to fail (`violation`: an `impossible-success` or
+    /// `calloc-overflow` with no block yet) and the checks are on: a
+    /// sanitizer report inside the call is that finding
+    /// ([`crate::sanitizer::must_fail`]), its path taken then.
+    pub(super) fn must_fail(&self, violation: Violation) -> Option<Report> {
+        self.checked
+            .then(|| self.guard.report_with(violation, Vec::new()))
+    }
+
     /// The `impossible-success` a request for `size` bytes would be, when
     /// it has to fail ([`Executor::must_fail`]).
-    pub(super) fn impossible(&self, size: usize, align: usize) -> Option<crate::violation::Report> {
+    pub(super) fn impossible(&self, size: usize, align: usize) -> Option<Report> {
         (size >= IMPOSSIBLE_FROM)
             .then(|| {
                 self.must_fail(Violation::ImpossibleSuccess {
@@ -97,7 +120,7 @@ impl Executor {
         if impossible {
             if p != 0 && self.checked {
                 sanitizer::never_freed(p);
-                self.flag(Violation::ImpossibleSuccess {
+                self.guard.flag(Violation::ImpossibleSuccess {
                     size,
                     align,
                     ptr: p,
@@ -106,8 +129,8 @@ impl Executor {
             return Outcome::Failed;
         }
         if p == 0 {
-            if size != 0 && self.checked && !self.refused_fairly(size, align) {
-                self.flag(Violation::Null { size, align });
+            if size != 0 && self.checked && !self.arena.refused_fairly(&self.guard, size, align) {
+                self.guard.flag(Violation::Null { size, align });
             }
             return Outcome::Failed;
         }
@@ -127,7 +150,7 @@ impl Executor {
             heap,
             ..Block::fresh(p, size, align)
         };
-        self.pending = Some(block);
+        self.untracked.hold(block);
         if !self.checked {
             return Outcome::Live(self.shadow.insert(block, false).expect("unchecked insert"));
         }
@@ -139,7 +162,7 @@ impl Executor {
         let stayed =
             matches!(&origin, Origin::Realloc { old, .. } if old.ptr == p && old.align == align);
         if !stayed && !p.is_multiple_of(align) {
-            self.flag(Violation::Alignment {
+            self.guard.flag(Violation::Alignment {
                 ptr: p,
                 size,
                 align,
@@ -148,12 +171,13 @@ impl Executor {
         block.usable = sanitizer::given(p, || {
             // SAFETY: `p` is the non-null block the allocator just returned for `size` and
             // `align`, not yet freed nor handed to another call.
-            self.queried(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) })
+            self.guard
+                .queried(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) })
         });
         if let (Origin::Fresh { .. }, None) = (&origin, heap) {
             self.check_good_size(&block);
         }
-        let usable = self.checked_usable(p, size, block.usable, None);
+        let usable = self.guard.checked_usable(p, size, block.usable, None);
         // The program goes on with the block as it is: its first `usable`
         // bytes, never past what was asked for. A block cut short (flagged
         // `usable-size`) is held as if its size had been asked for, so no
@@ -166,19 +190,19 @@ impl Executor {
             block.size = usable;
         }
         if let Some(report) = made {
-            self.made_short(p, size, usable, &report);
+            self.guard.made_short(p, size, usable, &report);
         }
         let reach = block.extent;
         block.seed = match origin {
             Origin::Raced { seed } => seed,
-            _ => self.seed(),
+            _ => self.seeds.next(),
         };
         let index = match self.shadow.insert(block, true) {
             Ok(i) => {
-                self.pending = None;
+                self.untracked.let_go();
                 i
             }
-            Err(other) => self.overlap(block, other),
+            Err(other) => self.guard.overlap(block, other),
         };
         let base = p as *mut u8;
         match origin {
@@ -186,7 +210,7 @@ impl Executor {
                 // SAFETY: `base` is the block just returned for `size` bytes, and `reach <= size`
                 // (also capped by ASan's reach in `checked_usable`): it reads `reach` bytes.
                 if let Some(mismatch) = unsafe { pattern::check_zero(base, reach, 0, block.seed) } {
-                    self.flag(Violation::Zeroed {
+                    self.guard.flag(Violation::Zeroed {
                         ptr: p,
                         size,
                         mismatch,
@@ -199,7 +223,7 @@ impl Executor {
                 // that got the same memory wrote over it.
                 // SAFETY: as above: the `reach` bytes at `base` are the new block's.
                 if let Some(mismatch) = unsafe { pattern::check(base, reach, reach, seed) } {
-                    self.fail(Violation::Contents {
+                    self.guard.fail(Violation::Contents {
                         ptr: p,
                         size,
                         mismatch,
@@ -217,7 +241,7 @@ impl Executor {
                         pattern::check(base, old.extent, old.size.min(reach), old.seed)
                     }
                 {
-                    self.fail(Violation::ReallocPrefix {
+                    self.guard.fail(Violation::ReallocPrefix {
                         old: old.ptr,
                         new: p,
                         old_size: old.size,
@@ -229,7 +253,7 @@ impl Executor {
                     // SAFETY: reads within the first `reach` bytes at `base`, the new block's.
                     .and_then(|from| unsafe { pattern::check_zero(base, reach, from, block.seed) });
                 if let Some(mismatch) = dirty {
-                    self.flag(Violation::Zeroed {
+                    self.guard.flag(Violation::Zeroed {
                         ptr: p,
                         size,
                         mismatch,
@@ -246,24 +270,11 @@ impl Executor {
     pub(super) fn free_block(&mut self, i: usize, on: On) -> Outcome {
         let b = self.shadow.blocks()[i];
         if self.checked {
-            self.verify(&b, "before free");
+            self.guard.verify(&b, "before free");
         }
         self.shadow.remove(i);
         self.free_call(b, on);
         Outcome::Done
-    }
-
-    /// In a replay, keeps block `b`, just given back to the allocator by
-    /// `call`, with the leak it is should LeakSanitizer find it lost at
-    /// the program's end ([`sanitizer::given_back`]).
-    fn given_back(&self, b: &Block, call: &'static str) {
-        sanitizer::given_back(b.ptr, || {
-            self.report(Violation::Leak {
-                ptr: b.ptr,
-                size: b.size,
-                call,
-            })
-        });
     }
 
     /// Frees a block no longer tracked, through its heap if it has one.
@@ -273,19 +284,25 @@ impl Executor {
     pub(super) fn free_call(&mut self, b: Block, on: On) {
         match b.heap {
             Some(h) => {
-                self.site = Site::new(self.heap_api("heap-free", "free"), b.size, b.align);
+                self.guard.set_site(Site::new(
+                    self.heaps.api_name("heap-free", "free"),
+                    b.size,
+                    b.align,
+                ));
                 sanitizer::given(b.ptr, || {
                     // SAFETY: callers pass a block no longer tracked (so freed once), with
                     // its tracked size and alignment; `h` is live, as a deleted heap's
                     // blocks have `heap: None`.
-                    self.guarded(|| unsafe {
-                        self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align)
+                    self.guard.guarded(|| unsafe {
+                        self.heaps
+                            .api()
+                            .free_in(h, b.ptr as *mut u8, b.size, b.align)
                     })
                 })
             }
             None => {
-                self.site = Site::new("free", b.size, b.align);
-                self.call(on, move |a| {
+                self.guard.set_site(Site::new("free", b.size, b.align));
+                self.workers.call(&self.guard, self.alloc, on, move |a| {
                     // SAFETY: as above: `b` is a block of `a`, untracked now, with its
                     // tracked size and alignment.
                     sanitizer::given(b.ptr, || unsafe {
@@ -295,7 +312,7 @@ impl Executor {
                 });
             }
         }
-        self.given_back(&b, "free");
+        self.guard.given_back(&b, "free");
     }
 
     /// Resizes block `i` with the realloc `call` names; a call the
@@ -324,16 +341,16 @@ impl Executor {
             return Outcome::Skipped;
         }
         if self.checked {
-            self.verify(&b, "before realloc");
+            self.guard.verify(&b, "before realloc");
         }
-        let api = match (call, b.heap.is_some() && self.emulated.is_none(), new) {
+        let api = match (call, b.heap.is_some() && self.heaps.are_own(), new) {
             (ReallocCall::Zeroed, _, _) => "realloc-zeroed",
             (ReallocCall::Unaligned, _, _) => "realloc-plain",
             (_, _, 0) => "realloc-zero",
             (_, false, _) => "realloc",
             (_, true, _) => "heap-realloc",
         };
-        self.site = Site::new(api, b.size, b.align);
+        self.guard.set_site(Site::new(api, b.size, b.align));
         let p = b.ptr as *mut u8;
         let must_fail = self.impossible(new, b.align);
         let on_worker = must_fail.clone();
@@ -343,31 +360,38 @@ impl Executor {
                     // SAFETY: `b` is live in the shadow (verified above), in heap `h`,
                     // which is live, and passed with its tracked size and alignment; it
                     // leaves the shadow after the call.
-                    (ReallocCall::Plain, Some(h), _) => Some(self.guarded(|| unsafe {
-                        self.heaps().realloc_in(h, p, b.size, b.align, new) as usize
+                    (ReallocCall::Plain, Some(h), _) => Some(self.guard.guarded(|| unsafe {
+                        self.heaps.api().realloc_in(h, p, b.size, b.align, new) as usize
                     })),
-                    (ReallocCall::Plain, None, _) => Some(self.call(on, move |a| {
-                        sanitizer::must_fail(on_worker, || {
-                            // SAFETY: `b` is live in the shadow, passed with its tracked
-                            // size and alignment.
-                            sanitizer::given(b.ptr, || unsafe {
-                                a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
+                    (ReallocCall::Plain, None, _) => {
+                        Some(self.workers.call(&self.guard, self.alloc, on, move |a| {
+                            sanitizer::must_fail(on_worker, || {
+                                // SAFETY: `b` is live in the shadow, passed with its tracked
+                                // size and alignment.
+                                sanitizer::given(b.ptr, || unsafe {
+                                    a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
+                                })
                             })
-                        })
-                    })),
+                        }))
+                    }
                     (ReallocCall::Zeroed, Some(h), _) => self
+                        .guard
                         // SAFETY: `b` is live in the shadow and in heap `h` (live), with
                         // its tracked size and alignment.
                         .guarded(|| unsafe {
-                            self.heaps().realloc_zeroed_in(h, p, b.size, b.align, new)
+                            self.heaps
+                                .api()
+                                .realloc_zeroed_in(h, p, b.size, b.align, new)
                         })
                         .map(|q| q as usize),
                     (ReallocCall::Zeroed, None, Some(x)) => self
+                        .guard
                         // SAFETY: `b` is a live default-heap block, with its tracked size
                         // and alignment.
                         .guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) })
                         .map(|q| q as usize),
                     (ReallocCall::Unaligned, _, Some(x)) => self
+                        .guard
                         // SAFETY: `b` is a live default-heap block (heap blocks are skipped
                         // above), with its tracked size and alignment.
                         .guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) })
@@ -387,7 +411,7 @@ impl Executor {
                 sanitizer::never_freed(q);
                 sanitizer::never_freed(b.ptr);
                 self.shadow.remove(i);
-                self.flag(Violation::ImpossibleSuccess {
+                self.guard.flag(Violation::ImpossibleSuccess {
                     size: new,
                     align: b.align,
                     ptr: q,
@@ -396,19 +420,22 @@ impl Executor {
             }
             if new != 0 {
                 // A failed realloc leaves the block as it was.
-                if !impossible && self.checked && !self.refused_fairly(new, b.align) {
-                    self.flag(Violation::Null {
+                if !impossible
+                    && self.checked
+                    && !self.arena.refused_fairly(&self.guard, new, b.align)
+                {
+                    self.guard.flag(Violation::Null {
                         size: new,
                         align: b.align,
                     });
                 }
                 if self.checked {
-                    self.verify_after_call(&b, "after a failed realloc");
+                    self.guard.verify_after_call(&b, "after a failed realloc");
                 }
                 return Outcome::Failed;
             }
             if semantics == ReallocToZero::Allocates && self.checked {
-                self.fail(Violation::Realloc {
+                self.guard.fail(Violation::Realloc {
                     ptr: b.ptr,
                     new_size: 0,
                     why: "returned null, but this API returns a block",
@@ -419,7 +446,7 @@ impl Executor {
         }
         let old = self.shadow.remove(i);
         if q != b.ptr {
-            self.given_back(&b, "realloc");
+            self.guard.given_back(&b, "realloc");
         }
         let (align, zero_from) = match call {
             ReallocCall::Plain => (b.align, None),
@@ -438,18 +465,20 @@ impl Executor {
     /// Asks for the usable size and writes all of it.
     pub(super) fn probe_usable(&mut self, i: usize) -> Outcome {
         let b = self.shadow.blocks()[i];
-        self.site = Site::new("usable-size", b.size, b.align);
+        self.guard
+            .set_site(Site::new("usable-size", b.size, b.align));
         let usable = sanitizer::given(b.ptr, || {
             // SAFETY: `b` is a live block of the shadow, passed with its tracked size
             // and alignment.
-            self.guarded(|| unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) })
+            self.guard
+                .guarded(|| unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) })
         });
         if !self.checked {
             return Outcome::Live(i);
         }
-        self.verify(&b, "before a usable-size probe");
+        self.guard.verify(&b, "before a usable-size probe");
         if usable != b.usable {
-            self.flag(Violation::UsableSize {
+            self.guard.flag(Violation::UsableSize {
                 ptr: b.ptr,
                 size: b.size,
                 usable,
@@ -476,81 +505,31 @@ impl Executor {
         Outcome::Live(i)
     }
 
-    pub(super) fn calloc(&mut self, count: usize, size: usize) -> Outcome {
-        let total = count.checked_mul(size);
-        let impossible = total.is_none_or(|n| n >= IMPOSSIBLE_FROM);
-        if !impossible && !self.shadow.fits(total.unwrap_or(0)) {
-            return Outcome::Skipped;
-        }
-        self.site = Site::new("calloc", total.unwrap_or(usize::MAX), 1);
-        let must_fail = match total {
-            None => self.must_fail(Violation::CallocOverflow {
-                count,
-                size,
-                ptr: 0,
-            }),
-            Some(n) => self.impossible(n, 1),
-        };
-        let p = sanitizer::must_fail(must_fail, || {
-            // SAFETY: no block is passed, and calloc's alignment is 1; any `count` and `size` may
-            // be asked (an overflow is the allocator's to refuse).
-            sanitizer::making(|| self.guarded(|| unsafe { self.alloc.calloc(count, size) }))
-        }) as usize;
-        match (total, p) {
-            (None, 0) | (Some(0), 0) => Outcome::Failed,
-            (None, p) if self.checked => {
-                sanitizer::never_freed(p);
-                self.flag(Violation::CallocOverflow {
-                    count,
-                    size,
-                    ptr: p,
-                });
-                Outcome::Failed
-            }
-            (Some(n), p) if impossible && p != 0 && self.checked => {
-                sanitizer::never_freed(p);
-                self.flag(Violation::ImpossibleSuccess {
-                    size: n,
-                    align: 1,
-                    ptr: p,
-                });
-                Outcome::Failed
-            }
-            (Some(n), 0) if !impossible && self.checked => {
-                if !self.refused_fairly(n, 1) {
-                    self.flag(Violation::Null { size: n, align: 1 });
-                }
-                Outcome::Failed
-            }
-            (Some(n), p) if !impossible && p != 0 => {
-                self.adopt(p, n, 1, None, Origin::Fresh { zeroed: true })
-            }
-            _ => Outcome::Failed,
-        }
-    }
-
     /// Hands a block to a worker thread, which checks its contents there.
     pub(super) fn worker_check(&mut self, i: usize, worker: usize) -> Outcome {
         if !self.checked {
             return Outcome::Skipped;
         }
         let b = self.shadow.blocks()[i];
-        self.site = Site::new("check", b.size, b.align);
-        let bad = self.pool().run(worker, move || {
+        self.guard.set_site(Site::new("check", b.size, b.align));
+        let bad = self.workers.pool().run(worker, move || {
             // SAFETY: `b` is a live block of the shadow, and the main thread
             // waits for the worker's answer before it touches the block again.
             unsafe { super::checks::contents(&b) }.is_some()
         });
         if bad {
-            self.verify(&b, "when checked on another thread");
+            self.guard.verify(&b, "when checked on another thread");
         }
         Outcome::Live(i)
     }
 
     pub(super) fn validate(&mut self) {
-        self.site = Site::bare("validate");
-        if let Err(detail) = self.asked(|| self.alloc.validate(&self.shadow.live())) {
-            self.fail(Violation::Validator { detail });
+        self.guard.set_site(Site::bare("validate"));
+        if let Err(detail) = self
+            .guard
+            .asked(|| self.alloc.validate(&self.shadow.live()))
+        {
+            self.guard.fail(Violation::Validator { detail });
         }
     }
 
@@ -560,7 +539,11 @@ impl Executor {
         let free = || match b.heap {
             // SAFETY: `b` was taken out of the shadow by `Drop` (which never releases a block
             // overlapping a live one), so it is freed once; `h` is deleted only after.
-            Some(h) => unsafe { self.heaps().free_in(h, b.ptr as *mut u8, b.size, b.align) },
+            Some(h) => unsafe {
+                self.heaps
+                    .api()
+                    .free_in(h, b.ptr as *mut u8, b.size, b.align)
+            },
             // SAFETY: as above, `b` is a block of the allocator, freed once, with its tracked size
             // and alignment.
             None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },

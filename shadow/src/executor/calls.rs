@@ -1,14 +1,88 @@
 //! How an allocator call is made and how a finding leaves the executor:
-//! the guarded call (a panic in the allocator is a finding), and the
-//! violation's report, fatal or flagged.
+//! the guarded call (a panic in the allocator is a finding), the thread it
+//! runs on, and the violation's report, fatal or flagged.
 
-use super::{Executor, On};
+use std::cell::Cell;
+use std::sync::MutexGuard;
+
 use crate::allocator::Allocator;
 use crate::guard::{self, Panicked};
+use crate::op::Op;
+use crate::sanitizer;
 use crate::tolerance;
-use crate::violation::{By, Report, Violation};
+use crate::violation::{By, Report, Site, Violation};
+use crate::workers::WorkerPool;
 
-impl Executor {
+/// Which thread makes the allocator call.
+#[derive(Clone, Copy)]
+pub(super) enum On {
+    Main,
+    Worker(usize),
+}
+
+/// The call guard and its attribution: every allocator call the program
+/// makes runs through it (a panic in the call is a finding, and the call
+/// is counted), and it knows what a violation is of: the allocator (under
+/// test, or the reference of a differential run), the op running and the
+/// allocator call that op is making.
+pub(super) struct CallGuard {
+    alloc: &'static dyn Allocator,
+    /// The reference side of a differential run: its violations name the
+    /// reference allocator, not the allocator under test.
+    reference: bool,
+    op_index: usize,
+    /// The op running; `None` at the end of the program.
+    op: Option<Op>,
+    /// The allocator call the op is making, for violation keys.
+    site: Site,
+    /// Allocator calls made outside race sections so far.
+    calls: Cell<usize>,
+}
+
+impl CallGuard {
+    pub(super) fn new(alloc: &'static dyn Allocator) -> CallGuard {
+        CallGuard {
+            alloc,
+            reference: false,
+            op_index: 0,
+            op: None,
+            site: Site::bare("none"),
+            calls: Cell::new(0),
+        }
+    }
+
+    /// Names the reference allocator in every violation from now on.
+    pub(super) fn as_reference(&mut self) {
+        self.reference = true;
+    }
+
+    /// Op `index` (`None`: the end of the program) is running now.
+    pub(super) fn begin(&mut self, index: usize, op: Option<Op>) {
+        self.op_index = index;
+        self.op = op;
+    }
+
+    /// The allocator call the op makes next, which its violations name.
+    pub(super) fn set_site(&mut self, site: Site) {
+        self.site = site;
+    }
+
+    /// The allocator call the last op made.
+    pub(super) fn site(&self) -> Site {
+        self.site
+    }
+
+    /// Allocator calls made outside race sections so far, counted again
+    /// from zero.
+    pub(super) fn take_calls(&mut self) -> usize {
+        self.calls.take()
+    }
+
+    /// Counts `n` allocator calls made inside one the guard ran (a probe's).
+    pub(super) fn count(&self, n: usize) {
+        self.calls.set(self.calls.get() + n);
+    }
+
     /// `violation` at the op running now, with the allocator code its
     /// calls ran when it is of a call ([`Violation::is_of_a_call`]).
     pub(super) fn report(&self, violation: Violation) -> Report {
@@ -19,7 +93,8 @@ impl Executor {
         self.report_with(violation, path)
     }
 
-    fn report_with(&self, violation: Violation, path: Vec<String>) -> Report {
+    /// `violation` at the op running now, with `path` as its code path.
+    pub(super) fn report_with(&self, violation: Violation, path: Vec<String>) -> Report {
         let op = self
             .op
             .map_or_else(|| "end of program".to_string(), |op| op.to_string());
@@ -38,27 +113,24 @@ impl Executor {
         }
     }
 
-    /// What a call about to be made is if it succeeds, when its request
-    /// has to fail (`violation`: an `impossible-success` or
-    /// `calloc-overflow` with no block yet) and the checks are on: a
-    /// sanitizer report inside the call is that finding
-    /// ([`crate::sanitizer::must_fail`]), its path taken then.
-    pub(super) fn must_fail(&self, violation: Violation) -> Option<Report> {
-        self.checked
-            .then(|| self.report_with(violation, Vec::new()))
-    }
-
-    /// Ends the program at a violation (quietly when it is tolerated).
+    /// Ends the program at a violation (quietly when it is tolerated, or
+    /// when a tolerated sanitizer report came in first: the violation is
+    /// its consequence).
     pub(super) fn fail(&self, violation: Violation) -> ! {
-        tolerance::raise(self.report(violation));
+        let report = self.report(violation);
+        sanitizer::check();
+        tolerance::raise(report);
     }
 
     /// A violation that leaves the heap sound: returns when it is
     /// tolerated or saved as a finding, and the caller goes on with the
-    /// block.
+    /// block (ends the program quietly when a tolerated sanitizer report
+    /// came in first).
     pub(super) fn flag(&self, violation: Violation) {
         debug_assert!(violation.leaves_heap_sound());
-        tolerance::record(self.report(violation));
+        let report = self.report(violation);
+        sanitizer::check();
+        tolerance::record(report);
     }
 
     pub(super) fn panicked(&self, p: Panicked) -> ! {
@@ -70,38 +142,68 @@ impl Executor {
 
     /// Runs `f`, an allocator call on this thread; a panic in it is a finding.
     pub(super) fn guarded<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.calls.set(self.calls.get() + 1);
-        self.asked(f)
+        self.counted(|| guard::call(f))
     }
 
     /// Runs `f`, a question the harness asks the allocator about itself
     /// (an error it reported, its region, its validator), as
-    /// [`Executor::guarded`] but not counted as one of the program's calls.
+    /// [`CallGuard::guarded`] but not counted as one of the program's calls.
     pub(super) fn asked<R>(&self, f: impl FnOnce() -> R) -> R {
         crate::coverage::around(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
     }
 
     /// Runs `f`, a query a check makes of what the op's calls returned (a
-    /// usable size, a good size), as [`Executor::guarded`]; its code is in
+    /// usable size, a good size), as [`CallGuard::guarded`]; its code is in
     /// the path only of a violation of its answer.
     pub(super) fn queried<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.calls.set(self.calls.get() + 1);
+        self.count(1);
         crate::coverage::around_query(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
     }
 
-    /// Makes an allocator call on the chosen thread; pointers travel as
-    /// usize. A panic in the call is a finding.
+    /// Runs `f`, which makes one allocator call under [`guard::call`] on
+    /// whichever thread: counted, on the op's path, a panic a finding.
+    fn counted<R>(&self, f: impl FnOnce() -> Result<R, Panicked>) -> R {
+        self.count(1);
+        crate::coverage::around(f).unwrap_or_else(|p| self.panicked(p))
+    }
+}
+
+/// The worker threads the program's calls and race sections run on: the
+/// pool, locked when a worker is first needed and held for the rest of
+/// the program.
+#[derive(Default)]
+pub(super) struct Workers {
+    pool: Option<MutexGuard<'static, WorkerPool>>,
+}
+
+impl Workers {
+    pub(super) fn pool(&mut self) -> &mut WorkerPool {
+        self.pool.get_or_insert_with(WorkerPool::lock)
+    }
+
+    /// Makes an allocator call on the chosen thread, through `guard`;
+    /// pointers travel as usize. A panic in the call is a finding.
     pub(super) fn call(
         &mut self,
+        guard: &CallGuard,
+        alloc: &'static dyn Allocator,
         on: On,
         f: impl FnOnce(&'static dyn Allocator) -> usize + Send + 'static,
     ) -> usize {
-        let alloc = self.alloc;
-        self.calls.set(self.calls.get() + 1);
-        let result = crate::coverage::around(|| match on {
-            On::Main => guard::call(|| f(alloc)),
-            On::Worker(w) => self.pool().run(w, move || guard::call(|| f(alloc))),
-        });
-        result.unwrap_or_else(|p| self.panicked(p))
+        guard.counted(|| match on {
+            On::Main => crate::guard::call(|| f(alloc)),
+            On::Worker(w) => self.pool().run(w, move || crate::guard::call(|| f(alloc))),
+        })
+    }
+
+    /// Runs `f`, an allocator call, on `worker`, through `guard` (counted,
+    /// on the op's path, a panic a finding).
+    pub(super) fn call_on<R: Send + 'static>(
+        &mut self,
+        guard: &CallGuard,
+        worker: usize,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        guard.counted(|| self.pool().run(worker, move || crate::guard::call(f)))
     }
 }

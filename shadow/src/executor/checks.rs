@@ -2,14 +2,17 @@
 //! and contents, an overlap, and a sanitizer's report met inside the call
 //! that made a block.
 
-use super::Executor;
+use super::calls::CallGuard;
 use crate::model::Block;
 use crate::pattern;
+use crate::poison;
 use crate::sanitizer;
 use crate::tolerance;
 use crate::violation::Violation;
 
-impl Executor {
+/// The checks of what a call handed out or left, each reported through the
+/// guard, at the op and call it names.
+impl CallGuard {
     /// The call that returned block `p` (`size` asked for) read or wrote
     /// past it before returning it (ASan's `report`, held by
     /// [`sanitizer::making`]). When the block is cut short (`usable`),
@@ -62,7 +65,7 @@ impl Executor {
         };
         let reach = ranges
             .iter()
-            .find_map(|&(from, to)| sanitizer::poisoned_from(p as *const u8, from, to))
+            .find_map(|&(from, to)| poison::poisoned_from(p as *const u8, from, to))
             .unwrap_or(end);
         let usable = claimed.min(reach);
         if usable < size {
@@ -106,6 +109,19 @@ impl Executor {
                 by_call,
             });
         }
+    }
+
+    /// In a replay, keeps block `b`, just given back to the allocator by
+    /// `call`, with the leak it is should LeakSanitizer find it lost at
+    /// the program's end ([`sanitizer::given_back`]).
+    pub(super) fn given_back(&self, b: &Block, call: &'static str) {
+        sanitizer::given_back(b.ptr, || {
+            self.report(Violation::Leak {
+                ptr: b.ptr,
+                size: b.size,
+                call,
+            })
+        });
     }
 
     /// Ends the program: block `b` overlaps the live block `other`.

@@ -8,7 +8,6 @@ use super::race::{Step, MAX_STEPS};
 use super::{Executor, On, Outcome};
 use crate::allocator::Allocator;
 use crate::edges::IMPOSSIBLE_FROM;
-use crate::guard;
 use crate::model::Block;
 use crate::violation::{Site, Violation};
 use crate::workers::WORKERS;
@@ -108,7 +107,7 @@ impl Executor {
         let count = count.min(MAX_STEPS);
         for worker in 0..WORKERS {
             if self.race.has_room(worker) {
-                let seed = self.seed();
+                let seed = self.seeds.next();
                 self.race.push(
                     worker,
                     Step::Churn {
@@ -132,20 +131,20 @@ impl Executor {
         frees: bool,
     ) {
         use super::race::Done;
-        self.site = Site::new("race-churn", size, align);
+        self.guard.set_site(Site::new("race-churn", size, align));
         let (ptrs, broken, refused) = match done {
             Done::Churned {
                 ptrs,
                 broken,
                 refused,
             } => (ptrs, broken, refused),
-            Done::Panicked(p) => self.panicked(p),
+            Done::Panicked(p) => self.guard.panicked(p),
             _ => unreachable!("a churn step churns"),
         };
         if let Some((ptr, mismatch)) = broken {
             // Another thread's call wrote into the block while it was live:
             // the section's code is where the bug is.
-            self.fail(Violation::Contents {
+            self.guard.fail(Violation::Contents {
                 ptr,
                 size,
                 mismatch,
@@ -154,11 +153,11 @@ impl Executor {
             });
         }
         if let Some(&ptr) = ptrs.iter().find(|p| !p.is_multiple_of(align)) {
-            self.flag(Violation::Alignment { ptr, size, align });
+            self.guard.flag(Violation::Alignment { ptr, size, align });
         }
         let unjudged = frees && self.alloc.arena().is_some();
-        if refused > 0 && !unjudged && !self.refused_fairly(size, align) {
-            self.flag(Violation::Null { size, align });
+        if refused > 0 && !unjudged && !self.arena.refused_fairly(&self.guard, size, align) {
+            self.guard.flag(Violation::Null { size, align });
         }
     }
 
@@ -197,7 +196,7 @@ impl Executor {
         if !self.checked || freed.is_empty() {
             return;
         }
-        self.site = Site::new("remote-free", size, align);
+        self.guard.set_site(Site::new("remote-free", size, align));
         // A block the section's own allocations got back is live again.
         let missing: Vec<Block> = freed
             .iter()
@@ -209,7 +208,9 @@ impl Executor {
         }
         let ptrs: Vec<usize> = missing.iter().map(|b| b.ptr).collect();
         let alloc = self.alloc;
-        let in_use = self.call_on(owner, move || alloc.in_use_after_collect(&ptrs));
+        let in_use = self.workers.call_on(&self.guard, owner, move || {
+            alloc.in_use_after_collect(&ptrs)
+        });
         let (lost, how) = match in_use {
             Some(in_use) => (
                 in_use,
@@ -226,7 +227,7 @@ impl Executor {
             },
         };
         if let Some(&ptr) = lost.first() {
-            self.flag(Violation::RemoteFreeLost {
+            self.guard.flag(Violation::RemoteFreeLost {
                 ptr,
                 size,
                 freed: freed.len(),
@@ -234,18 +235,6 @@ impl Executor {
                 how,
             });
         }
-    }
-
-    /// Runs `f`, an allocator call, on `worker` (guarded, counted, on the
-    /// op's path).
-    fn call_on<R: Send + 'static>(
-        &mut self,
-        worker: usize,
-        f: impl FnOnce() -> R + Send + 'static,
-    ) -> R {
-        self.calls.set(self.calls.get() + 1);
-        let result = crate::coverage::around(|| self.pool().run(worker, move || guard::call(f)));
-        result.unwrap_or_else(|p| self.panicked(p))
     }
 
     /// Allocates on the owner, then on each freer, until every block of
@@ -272,13 +261,13 @@ impl Executor {
                 break;
             }
             let wanted = missing.clone();
-            let probe = self.call_on(worker, move || {
+            let probe = self.workers.call_on(&self.guard, worker, move || {
                 reuse_probe(alloc, size, align, bound, wanted)
             });
-            self.calls.set(self.calls.get() + probe.calls);
+            self.guard.count(probe.calls);
             for &p in &probe.ptrs {
                 if let Some(other) = self.shadow.overlapping(p, p + size) {
-                    self.overlap(Block::fresh(p, size, align), other);
+                    self.guard.overlap(Block::fresh(p, size, align), other);
                 }
             }
             missing.retain(|m| !probe.ptrs.iter().any(|&p| p < m.end() && m.ptr < p + size));

@@ -1,55 +1,46 @@
-//! The heap API (`heap-new`, `heap-delete`, `heap-destroy`, visits), on the
-//! allocator's own heaps or emulated ones.
+//! The heap API's ops (`heap-new`, `heap-delete`, `heap-destroy`, collects
+//! and visits), on the allocator's own heaps or emulated ones.
 
-use super::race::HeapCalls;
-use super::{Executor, Outcome, MAX_HEAPS};
-use crate::allocator::{HeapId, Heaps};
+use super::heap_table::holds;
+use super::{Executor, Outcome};
+use crate::allocator::HeapId;
 use crate::violation::{Site, Violation};
 
+/// The heap ops on the executor: each changes the table and the shadow,
+/// through the call guard.
 impl Executor {
-    pub(super) fn heaps(&self) -> &dyn Heaps {
-        match &self.emulated {
-            Some(e) => &**e,
-            None => self.alloc.heaps().expect("allocator lost its heap API"),
-        }
-    }
-
-    /// [`Executor::heaps`], for a race section's workers.
-    pub(super) fn heap_calls(&self) -> HeapCalls {
-        match &self.emulated {
-            Some(e) => HeapCalls::Emulated(e.clone()),
-            None => HeapCalls::Own(self.alloc.heaps().expect("allocator lost its heap API")),
-        }
-    }
-
-    pub(super) fn pick_heap(&self, raw: usize) -> Option<HeapId> {
-        (!self.heap_ids.is_empty()).then(|| self.heap_ids[raw % self.heap_ids.len()])
-    }
-
     pub(super) fn heap_new(&mut self) -> Outcome {
-        if self.heap_ids.len() >= MAX_HEAPS {
+        if self.heaps.is_full() {
             return Outcome::Skipped;
         }
-        self.site = Site::bare(self.heap_api("heap-new", "none"));
-        match self.guarded(|| self.heaps().new_heap()) {
+        self.guard
+            .set_site(Site::bare(self.heaps.api_name("heap-new", "none")));
+        match self.guard.guarded(|| self.heaps.api().new_heap()) {
             Some(h) => {
-                self.heap_ids.push(h);
+                self.heaps.add(h);
                 Outcome::Done
             }
             None => Outcome::Failed,
         }
     }
 
+    pub(super) fn heap_collect(&mut self, h: HeapId, force: bool) -> Outcome {
+        self.guard.set_site(Site::bare("heap-collect"));
+        self.guard.guarded(|| self.heaps.api().collect(h, force));
+        self.heaps.collected(h);
+        Outcome::Done
+    }
+
     pub(super) fn heap_delete(&mut self, raw: usize) -> Outcome {
-        let Some(h) = self.pick_heap(raw) else {
+        let Some(h) = self.heaps.pick(raw) else {
             return Outcome::Skipped;
         };
-        self.heap_ids.retain(|&x| x != h);
-        self.remote_freed.retain(|&(of, _)| of != h);
-        self.site = Site::bare(self.heap_api("heap-delete", "free"));
-        // SAFETY: `h` was live in `heap_ids` and is removed from it first, so it is not used
+        self.heaps.forget(h);
+        self.guard
+            .set_site(Site::bare(self.heaps.api_name("heap-delete", "free")));
+        // SAFETY: `h` was a live heap of the table and is forgotten first, so it is not used
         // again; its blocks stay valid and are tracked as default-heap blocks below.
-        self.guarded(|| unsafe { self.heaps().delete(h) });
+        self.guard.guarded(|| unsafe { self.heaps.api().delete(h) });
         for b in self
             .shadow
             .blocks_mut()
@@ -61,22 +52,24 @@ impl Executor {
         if self.checked {
             // Blocks of a deleted heap must stay valid; check them now.
             for b in self.shadow.blocks().iter().filter(|b| b.heap.is_none()) {
-                self.verify_after_call(b, "after its heap was deleted");
+                self.guard
+                    .verify_after_call(b, "after its heap was deleted");
             }
         }
         Outcome::Done
     }
 
     pub(super) fn heap_destroy(&mut self, raw: usize) -> Outcome {
-        let Some(h) = self.pick_heap(raw) else {
+        let Some(h) = self.heaps.pick(raw) else {
             return Outcome::Skipped;
         };
-        self.heap_ids.retain(|&x| x != h);
-        self.remote_freed.retain(|&(of, _)| of != h);
-        self.site = Site::bare(self.heap_api("heap-destroy", "free"));
-        // SAFETY: `h` was live in `heap_ids` and is removed from it first; its blocks leave
+        self.heaps.forget(h);
+        self.guard
+            .set_site(Site::bare(self.heaps.api_name("heap-destroy", "free")));
+        // SAFETY: `h` was a live heap of the table and is forgotten first; its blocks leave
         // the shadow just below without being touched.
-        self.guarded(|| unsafe { self.heaps().destroy(h) });
+        self.guard
+            .guarded(|| unsafe { self.heaps.api().destroy(h) });
         // The blocks are gone: drop them from the shadow without touching them.
         while let Some(i) = self.shadow.blocks().iter().position(|b| b.heap == Some(h)) {
             self.shadow.remove(i);
@@ -85,37 +78,33 @@ impl Executor {
     }
 
     pub(super) fn heap_visit(&mut self, h: HeapId) -> Outcome {
-        self.site = Site::bare(self.heap_api("heap-visit", "none"));
+        self.guard
+            .set_site(Site::bare(self.heaps.api_name("heap-visit", "none")));
         if !self.checked {
-            self.guarded(|| self.heaps().visit(h));
+            self.guard.guarded(|| self.heaps.api().visit(h));
             return Outcome::Done;
         }
         let in_heap = || self.shadow.blocks().iter().filter(|b| b.heap == Some(h));
-        let disowned = self.guarded(|| {
+        let disowned = self.guard.guarded(|| {
             in_heap()
-                .find(|b| self.heaps().contains(h, b.ptr) == Some(false))
+                .find(|b| self.heaps.api().contains(h, b.ptr) == Some(false))
                 .copied()
         });
         if let Some(b) = disowned {
-            self.fail(Violation::HeapOwned {
+            self.guard.fail(Violation::HeapOwned {
                 heap: h,
                 ptr: b.ptr,
             });
         }
-        let Some(mut visited) = self.guarded(|| self.heaps().visit(h)) else {
+        let Some(mut visited) = self.guard.guarded(|| self.heaps.api().visit(h)) else {
             return Outcome::Done;
         };
         // Each live block must lie in exactly one visited block, and each
         // visited block must hold a live one, or one another thread freed
         // that the heap has not taken back yet.
-        let holds = |(start, size): (usize, usize), p: usize| start <= p && p < start + size.max(1);
         let expected: Vec<usize> = in_heap().map(|b| b.ptr).collect();
         visited.retain(|&v| {
-            expected.iter().any(|&p| holds(v, p))
-                || !self
-                    .remote_freed
-                    .iter()
-                    .any(|&(of, p)| of == h && holds(v, p))
+            expected.iter().any(|&p| holds(v, p)) || !self.heaps.holds_remotely_freed(h, v)
         });
         let missing: Vec<usize> = expected
             .iter()
@@ -134,7 +123,7 @@ impl Executor {
                 None => format!("{what} none"),
                 Some(p) => format!("{what} {} (first {p:#x})", blocks.len()),
             };
-            self.fail(Violation::HeapVisit {
+            self.guard.fail(Violation::HeapVisit {
                 heap: h,
                 detail: format!(
                     "visit saw {} blocks, {} are live; {}, {}",
@@ -146,14 +135,5 @@ impl Executor {
             });
         }
         Outcome::Done
-    }
-
-    /// `real` when the allocator has its own heap API, else `emulated`
-    /// (emulated heaps call the allocator's plain functions).
-    pub(super) fn heap_api(&self, real: &'static str, emulated: &'static str) -> &'static str {
-        match self.emulated {
-            None => real,
-            Some(_) => emulated,
-        }
     }
 }

@@ -1,12 +1,11 @@
 //! Runs a program against an allocator while the shadow heap checks every op.
 
-use crate::allocator::{Allocator, EmulatedHeaps, HeapId};
+use crate::allocator::Allocator;
 use crate::guard;
 use crate::model::{Block, ShadowHeap};
 use crate::op::{Op, Program};
 use crate::tolerance;
 use crate::violation::{Site, Violation};
-use crate::workers::WorkerPool;
 
 mod arena;
 mod blocks;
@@ -14,18 +13,24 @@ mod calls;
 mod checks;
 mod claims;
 mod contention;
+mod heap_table;
 mod heaps;
+mod huge;
 mod more;
 mod race;
+mod race_ops;
+mod untracked;
 
-use more::ReallocCall;
+use arena::ArenaProbe;
+use calls::{CallGuard, On, Workers};
+use heap_table::HeapTable;
+use huge::HugeBudget;
 pub use race::serial_races;
 use race::Section;
+use untracked::Untracked;
 
 /// Validators run after every this many ops, and at the end.
 const VALIDATE_EVERY: usize = 64;
-/// Most heaps a program holds at once.
-const MAX_HEAPS: usize = 8;
 
 /// Whether the shadow model runs (`Checked`) or only the allocator calls
 /// (`Bare`, the cost floor `just bench` compares against).
@@ -48,11 +53,16 @@ pub enum Outcome {
     Done,
 }
 
-/// Which thread makes the allocator call.
-#[derive(Clone, Copy)]
-enum On {
-    Main,
-    Worker(usize),
+/// Which realloc a resize calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReallocCall {
+    /// [`crate::allocator::Allocator::realloc`] (or the heap's), which
+    /// keeps the block's alignment.
+    Plain,
+    /// The zeroed realloc: bytes past the old usable size read zero.
+    Zeroed,
+    /// C's plain realloc of a block of any alignment.
+    Unaligned,
 }
 
 /// What a new block is: a fresh allocation, the result of a realloc (of a
@@ -89,46 +99,52 @@ pub struct Stats {
     pub most_inside: usize,
 }
 
-/// Runs programs against one allocator.
+/// Runs programs against one allocator: the dispatcher of one op, which
+/// owns the parts an op works with (each its own type) and the program's
+/// mode and counts.
 pub struct Executor {
     alloc: &'static dyn Allocator,
-    /// Used when the allocator has no heap API of its own.
-    emulated: Option<std::sync::Arc<EmulatedHeaps>>,
-    shadow: ShadowHeap,
-    heap_ids: Vec<HeapId>,
-    pool: Option<std::sync::MutexGuard<'static, WorkerPool>>,
     checked: bool,
-    op_index: usize,
-    op: Option<Op>,
-    /// The allocator call the op is making, for violation keys.
-    site: Site,
-    next_seed: u64,
-    /// A block the allocator returned that is being checked, not yet tracked.
-    pending: Option<Block>,
+    /// The model of the live blocks.
+    shadow: ShadowHeap,
+    /// Blocks the allocator handed out that the shadow does not track yet.
+    untracked: Untracked,
+    seeds: Seeds,
+    /// The call guard, and what a violation is of.
+    guard: CallGuard,
+    /// The heaps the program holds.
+    heaps: HeapTable,
+    workers: Workers,
     /// The race section being queued.
     race: Section,
-    /// Blocks a race section returned that are not yet checked and tracked
-    /// (the next to adopt is last).
-    raced: Vec<Block>,
-    /// Heap blocks freed by a race section's other threads since their
-    /// heap last collected: a visit may still list them, as a heap defers
-    /// a free from another thread to its own (mimalloc's page keeps a
-    /// "list of deferred free blocks freed by other threads").
-    remote_freed: Vec<(HeapId, usize)>,
-    /// Inside a bulk allocation: the bulk cap on live blocks applies.
-    bulk: bool,
-    /// Huge requests made so far (each is freed at once).
-    huge_requests: usize,
-    finished: bool,
-    /// The reference side of a differential run: its violations name the
-    /// reference allocator, not the allocator under test.
-    reference: bool,
     /// What an allocator over a fixed region could serve when the program
     /// started (checked runs only), held against its end.
-    capacity_at_start: Option<arena::Capacity>,
-    /// Allocator calls made outside race sections so far.
-    calls: std::cell::Cell<usize>,
+    arena: ArenaProbe,
+    /// Huge requests made so far.
+    huge: HugeBudget,
+    finished: bool,
     pub stats: Stats,
+}
+
+/// The seeds of the blocks' patterns: distinct and deterministic, from a
+/// base the executor starts with.
+struct Seeds {
+    next: u64,
+}
+
+impl Seeds {
+    fn new(base: u64) -> Seeds {
+        Seeds { next: base }
+    }
+
+    fn next(&mut self) -> u64 {
+        // splitmix64: distinct, deterministic seeds per block.
+        self.next = self.next.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.next;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
 }
 
 /// A fresh seed base for each program, so memory a previous program left
@@ -169,43 +185,32 @@ impl Executor {
         // A report from the end of the last program (its blocks released
         // without checks) is not this program's.
         crate::sanitizer::clear();
-        let mut executor = Executor {
+        let checked = mode == Mode::Checked;
+        let heaps = HeapTable::new(alloc);
+        let guard = CallGuard::new(alloc);
+        let arena = ArenaProbe::new(alloc, &guard, checked);
+        Executor {
             alloc,
-            emulated: alloc
-                .heaps()
-                .is_none()
-                .then(|| std::sync::Arc::new(EmulatedHeaps::new(alloc))),
+            checked,
             shadow: ShadowHeap::default(),
-            heap_ids: Vec::new(),
-            pool: None,
-            checked: mode == Mode::Checked,
-            op_index: 0,
-            op: None,
-            site: Site::bare("none"),
-            next_seed: seed_base,
-            pending: None,
+            untracked: Untracked::default(),
+            seeds: Seeds::new(seed_base),
+            guard,
+            heaps,
+            workers: Workers::default(),
             race: Section::default(),
-            raced: Vec::new(),
-            remote_freed: Vec::new(),
-            bulk: false,
-            huge_requests: 0,
+            arena,
+            huge: HugeBudget::default(),
             finished: false,
-            reference: false,
-            capacity_at_start: None,
-            calls: std::cell::Cell::new(0),
             stats: Stats::default(),
-        };
-        if executor.checked {
-            executor.capacity_at_start = executor.capacity();
         }
-        executor
     }
 
     /// Makes this the reference side of a differential run: its violation
     /// lines end `[reference allocator <name>]`, so they are never taken for
     /// the allocator under test's ([`report::key::key_of`] keeps the suffix).
     pub fn as_reference(mut self) -> Executor {
-        self.reference = true;
+        self.guard.as_reference();
         self
     }
 
@@ -225,20 +230,7 @@ impl Executor {
 
     /// The allocator call the last op made.
     pub fn site(&self) -> Site {
-        self.site
-    }
-
-    fn seed(&mut self) -> u64 {
-        // splitmix64: distinct, deterministic seeds per block.
-        self.next_seed = self.next_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.next_seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn pool(&mut self) -> &mut WorkerPool {
-        self.pool.get_or_insert_with(WorkerPool::lock)
+        self.guard.site()
     }
 
     /// Runs op `index` of a program. A race op only queues its step: the
@@ -253,8 +245,7 @@ impl Executor {
             self.run_race();
         }
         crate::coverage::begin_op();
-        self.op_index = index;
-        self.op = Some(*op);
+        self.guard.begin(index, Some(*op));
         self.stats.ops += 1;
         let outcome = self.dispatch(op);
         crate::sanitizer::check();
@@ -265,8 +256,8 @@ impl Executor {
         }
         self.locate_changes();
         if self.checked {
-            if let Some(detail) = self.asked(|| self.alloc.take_error()) {
-                self.fail(Violation::AllocatorError { detail });
+            if let Some(detail) = self.guard.asked(|| self.alloc.take_error()) {
+                self.guard.fail(Violation::AllocatorError { detail });
             }
             if index % VALIDATE_EVERY == VALIDATE_EVERY - 1 {
                 self.validate();
@@ -284,7 +275,7 @@ impl Executor {
     fn locate_changes(&self) {
         if self.locating() {
             for b in self.shadow.blocks() {
-                self.verify_after_call(b, "by this op's calls");
+                self.guard.verify_after_call(b, "by this op's calls");
             }
         }
     }
@@ -343,25 +334,21 @@ impl Executor {
                 align,
                 zeroed,
             } => {
-                if self.heap_ids.is_empty() {
+                if self.heaps.is_empty() {
                     self.heap_new();
                 }
-                match self.heap_ids.is_empty() {
-                    true => Outcome::Skipped,
-                    false => {
-                        let h = self.heap_ids[heap % self.heap_ids.len()];
-                        self.alloc_block(size, align, zeroed, Some(h), On::Main)
-                    }
+                match self.heaps.pick(heap) {
+                    None => Outcome::Skipped,
+                    Some(h) => self.alloc_block(size, align, zeroed, Some(h), On::Main),
                 }
             }
-            Op::HeapCollect { heap, force } => self.pick_heap(heap).map_or(Outcome::Skipped, |h| {
-                self.site = Site::bare("heap-collect");
-                self.guarded(|| self.heaps().collect(h, force));
-                self.remote_freed.retain(|&(of, _)| of != h);
-                Outcome::Done
-            }),
+            Op::HeapCollect { heap, force } => self
+                .heaps
+                .pick(heap)
+                .map_or(Outcome::Skipped, |h| self.heap_collect(h, force)),
             Op::HeapVisit { heap } => self
-                .pick_heap(heap)
+                .heaps
+                .pick(heap)
                 .map_or(Outcome::Skipped, |h| self.heap_visit(h)),
             Op::WorkerAlloc {
                 worker,
@@ -382,7 +369,7 @@ impl Executor {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.worker_check(i, worker))
             }
             Op::ThreadExit { worker, restart } => {
-                let pool = self.pool();
+                let pool = self.workers.pool();
                 pool.exit(worker);
                 if restart {
                     pool.run(worker, || ());
@@ -426,8 +413,7 @@ impl Executor {
         self.run_race();
         crate::coverage::begin_op();
         crate::sanitizer::check();
-        self.op_index = op_count;
-        self.op = None;
+        self.guard.begin(op_count, None);
         if self.checked {
             self.validate();
         }
@@ -438,27 +424,28 @@ impl Executor {
             if self.locating() {
                 // Every op's changes were located after it: a change now
                 // is the closing frees'.
-                self.verify_after_call(&self.shadow.blocks()[last], "by the closing frees");
+                let b = &self.shadow.blocks()[last];
+                self.guard.verify_after_call(b, "by the closing frees");
             }
             self.free_block(last, On::Main);
         }
-        self.site = Site::bare("end");
-        for h in std::mem::take(&mut self.heap_ids) {
-            // SAFETY: `h` was live in `heap_ids`, which is taken here so it is not used again;
-            // every block was freed above.
-            self.guarded(|| unsafe { self.heaps().delete(h) });
+        self.guard.set_site(Site::bare("end"));
+        for h in self.heaps.take_ids() {
+            // SAFETY: `h` was a live heap of the table, whose ids are taken here so it is not
+            // used again; every block was freed above.
+            self.guard.guarded(|| unsafe { self.heaps.api().delete(h) });
         }
         if self.checked {
-            if let Some(detail) = self.asked(|| self.alloc.take_error()) {
-                self.fail(Violation::AllocatorError { detail });
+            if let Some(detail) = self.guard.asked(|| self.alloc.take_error()) {
+                self.guard.fail(Violation::AllocatorError { detail });
             }
         }
-        self.asked(|| self.alloc.reset());
-        if let Some(start) = self.capacity_at_start.filter(|_| self.checked) {
-            self.check_capacity(start);
+        self.guard.asked(|| self.alloc.reset());
+        if self.checked {
+            self.arena.check_capacity(&self.guard);
         }
         crate::sanitizer::check();
-        self.stats.calls += self.calls.take() + self.stats.race_calls;
+        self.stats.calls += self.guard.take_calls() + self.stats.race_calls;
         self.finished = true;
     }
 }
@@ -474,12 +461,7 @@ impl Drop for Executor {
             return;
         }
         self.checked = false;
-        let unchecked = self
-            .pending
-            .take()
-            .into_iter()
-            .chain(std::mem::take(&mut self.raced));
-        for b in unchecked {
+        for b in self.untracked.take() {
             if self.shadow.overlapping(b.ptr, b.end()).is_none() {
                 // Tracked, so a second raced block at the same place is
                 // forgotten rather than freed twice.
@@ -490,10 +472,10 @@ impl Drop for Executor {
             let b = self.shadow.remove(self.shadow.len() - 1);
             self.release(b);
         }
-        for h in std::mem::take(&mut self.heap_ids) {
-            // SAFETY: `h` was live in `heap_ids`, which is taken here so it is not used again;
-            // every tracked block was released above.
-            let _ = guard::call(|| unsafe { self.heaps().delete(h) });
+        for h in self.heaps.take_ids() {
+            // SAFETY: `h` was a live heap of the table, whose ids are taken here so it is not
+            // used again; every tracked block was released above.
+            let _ = guard::call(|| unsafe { self.heaps.api().delete(h) });
         }
         let _ = guard::call(|| {
             self.alloc.take_error();

@@ -1,15 +1,15 @@
-//! The ops beyond alloc / realloc / free: the allocator's optional calls
-//! ([`crate::allocator::Extras`]), bulk ops that fill pages and slabs, and
-//! huge requests. Each op is skipped where the allocator lacks its call.
+//! The ops beyond alloc / realloc / free: calloc, the allocator's optional
+//! calls ([`crate::allocator::Extras`]), bulk ops that fill pages and
+//! slabs, and huge requests (within [`super::huge`]'s budget). Each op is
+//! skipped where the allocator lacks its call.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::huge::{spend, PAGE};
 use super::{Executor, On, Origin, Outcome};
-use crate::allocator::{InPlace, PurgeDelay};
+use crate::allocator::{HeapId, InPlace, PurgeDelay};
 use crate::edges::IMPOSSIBLE_FROM;
-use crate::model::Block;
+use crate::model::{Block, ShadowHeap};
 use crate::op::{BulkOrder, NewSize};
 use crate::pattern;
 use crate::sanitizer;
@@ -20,58 +20,6 @@ use crate::violation::{Site, Violation};
 /// pages are 64 KiB, its medium ones 512 KiB), while a bulk of large
 /// blocks stays a few mappings.
 const BULK_BYTES: usize = 1 << 20;
-/// Most huge requests (over [`crate::model::MAX_BLOCK`]) one program
-/// makes; each is freed as soon as it is checked.
-const MAX_HUGE: usize = 2;
-/// The head, the tail and one window of a huge block are touched: one
-/// page each.
-const PAGE: usize = 4096;
-/// Largest zeroed huge request: an allocator that zeroes by hand (Rust's
-/// default `alloc_zeroed` does) writes this much at most, a few dozen
-/// milliseconds, and maps no more than a program's own blocks may.
-const ZEROED_HUGE_MAX: usize = 256 << 20;
-/// Largest huge request under ASan: just past 2^32, where 32-bit
-/// truncations show. An allocator built with ASan poisons a block's
-/// shadow, an eighth of its size, so a 64 GiB block costs 8 GiB of
-/// writes; the builds without ASan (the tests, honggfuzz) go up to 2^62.
-const HUGE_UNDER_ASAN: usize = (1 << 32) + (1 << 16);
-
-/// The time huge requests may take under ASan, where a served 4 GiB block
-/// costs an instrumented allocator about a second of shadow writes: a
-/// second, plus this share of the process's run time. A request that
-/// would go over is skipped. Fresh processes (a replay) always have the
-/// second; without ASan huge requests cost microseconds and always run.
-const HUGE_SHARE: f64 = 0.02;
-
-/// Whether a huge request may run now, under ASan's time budget.
-fn huge_budget_left() -> bool {
-    let (start, spent) = huge_clock();
-    let spent = Duration::from_nanos(spent.load(Ordering::Relaxed));
-    spent < Duration::from_secs(1) + start.elapsed().mul_f64(HUGE_SHARE)
-}
-
-/// Counts the time since `clock` against the budget.
-fn spend(clock: Instant) {
-    let took = clock.elapsed().as_nanos() as u64;
-    huge_clock().1.fetch_add(took, Ordering::Relaxed);
-}
-
-fn huge_clock() -> &'static (Instant, AtomicU64) {
-    static CLOCK: OnceLock<(Instant, AtomicU64)> = OnceLock::new();
-    CLOCK.get_or_init(|| (Instant::now(), AtomicU64::new(0)))
-}
-
-/// Which realloc a resize calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ReallocCall {
-    /// [`crate::allocator::Allocator::realloc`] (or the heap's), which
-    /// keeps the block's alignment.
-    Plain,
-    /// The zeroed realloc: bytes past the old usable size read zero.
-    Zeroed,
-    /// C's plain realloc of a block of any alignment.
-    Unaligned,
-}
 
 /// The alignment C's `malloc(size)` promises: 16 on x86-64, 8 for blocks
 /// of 8 bytes or less (see [`crate::allocator::malloc_serves`]).
@@ -90,9 +38,9 @@ impl Executor {
         let Some(extras) = self.alloc.extras() else {
             return;
         };
-        let good = self.queried(|| extras.good_size(b.size, b.align));
+        let good = self.guard.queried(|| extras.good_size(b.size, b.align));
         if let Some(good) = good.filter(|&g| g != b.usable) {
-            self.flag(Violation::GoodSize {
+            self.guard.flag(Violation::GoodSize {
                 ptr: b.ptr,
                 size: b.size,
                 good,
@@ -106,10 +54,9 @@ impl Executor {
     /// counts), until one fails or the program's caps are reached.
     pub(super) fn bulk_alloc(&mut self, size: usize, align: usize, count: usize) -> Outcome {
         let count = count.min(BULK_BYTES / size.max(align).max(1)).max(1);
-        self.bulk = true;
         let mut outcome = Outcome::Skipped;
         for _ in 0..count {
-            match self.alloc_block(size, align, false, None, On::Main) {
+            match self.alloc_within(size, align, false, None, On::Main, ShadowHeap::fits_bulk) {
                 Outcome::Live(_) => outcome = Outcome::Done,
                 other => {
                     if outcome == Outcome::Skipped {
@@ -119,7 +66,6 @@ impl Executor {
                 }
             }
         }
-        self.bulk = false;
         outcome
     }
 
@@ -134,7 +80,7 @@ impl Executor {
         };
         if self.checked {
             for &i in &picked {
-                self.verify(&self.shadow.blocks()[i], "before free");
+                self.guard.verify(&self.shadow.blocks()[i], "before free");
             }
         }
         for b in self.shadow.remove_many(&picked) {
@@ -160,16 +106,18 @@ impl Executor {
             return Outcome::Skipped;
         }
         if self.checked {
-            self.verify(&b, "before an in-place resize");
+            self.guard.verify(&b, "before an in-place resize");
         }
-        self.site = Site::new("resize-in-place", b.size, b.align);
+        self.guard
+            .set_site(Site::new("resize-in-place", b.size, b.align));
         let p = b.ptr as *mut u8;
         // SAFETY: `b` is live in the shadow (verified above), passed with its tracked size
         // and alignment; a heap block's heap `h` is live.
-        let result = self.guarded(|| unsafe {
+        let result = self.guard.guarded(|| unsafe {
             match (b.heap, extras) {
                 (Some(h), _) => self
-                    .heaps()
+                    .heaps
+                    .api()
                     .resize_in_place_in(h, p, b.size, b.align, new, extra),
                 (None, Some(x)) => x.resize_in_place(p, b.size, b.align, new, extra),
                 (None, None) => unreachable!("skipped above"),
@@ -182,22 +130,23 @@ impl Executor {
                     let usable =
                         // SAFETY: the failed resize left `b` as it was: live, with its
                         // tracked size and alignment.
-                        self.queried(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
+                        self.guard.queried(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
                     if usable != b.usable {
-                        self.flag(Violation::UsableSize {
+                        self.guard.flag(Violation::UsableSize {
                             ptr: b.ptr,
                             size: b.size,
                             usable,
                             why: "changed by an in-place resize that failed",
                         });
                     }
-                    self.verify_after_call(&b, "after a failed in-place resize");
+                    self.guard
+                        .verify_after_call(&b, "after a failed in-place resize");
                 }
                 Outcome::Failed
             }
             Some(InPlace::Resized { ptr, owned }) => {
                 if self.checked && (ptr != b.ptr || owned < new) {
-                    self.fail(Violation::Realloc {
+                    self.guard.fail(Violation::Realloc {
                         ptr: b.ptr,
                         new_size: new,
                         why: if ptr != b.ptr {
@@ -225,16 +174,17 @@ impl Executor {
             return Outcome::Skipped;
         }
         if self.checked {
-            self.verify(&b, "before free");
+            self.guard.verify(&b, "before free");
         }
-        self.site = Site::new("free-sized", b.size, b.align);
+        self.guard
+            .set_site(Site::new("free-sized", b.size, b.align));
         let p = b.ptr as *mut u8;
         let freed = crate::sanitizer::given(b.ptr, || {
             // SAFETY: `b` is live in the shadow (verified above), passed with its tracked size
             // and alignment; it leaves the shadow once freed.
-            self.guarded(|| unsafe {
+            self.guard.guarded(|| unsafe {
                 match (b.heap, extras) {
-                    (Some(h), _) => self.heaps().free_sized_in(h, p, b.size, b.align),
+                    (Some(h), _) => self.heaps.api().free_sized_in(h, p, b.size, b.align),
                     (None, Some(x)) => x.free_sized(p, b.size, b.align),
                     (None, None) => unreachable!("skipped above"),
                 }
@@ -247,6 +197,65 @@ impl Executor {
         Outcome::Done
     }
 
+    /// `calloc(count, size)`: a zeroed block of `count * size` bytes, or
+    /// a clean failure when the product overflows.
+    pub(super) fn calloc(&mut self, count: usize, size: usize) -> Outcome {
+        let total = count.checked_mul(size);
+        let impossible = total.is_none_or(|n| n >= IMPOSSIBLE_FROM);
+        if !impossible && !self.shadow.fits(total.unwrap_or(0)) {
+            return Outcome::Skipped;
+        }
+        self.guard
+            .set_site(Site::new("calloc", total.unwrap_or(usize::MAX), 1));
+        let must_fail = match total {
+            None => self.must_fail(Violation::CallocOverflow {
+                count,
+                size,
+                ptr: 0,
+            }),
+            Some(n) => self.impossible(n, 1),
+        };
+        let p = sanitizer::must_fail(must_fail, || {
+            sanitizer::making(|| {
+                // SAFETY: no block is passed, and calloc's alignment is 1; any `count` and
+                // `size` may be asked (an overflow is the allocator's to refuse).
+                self.guard
+                    .guarded(|| unsafe { self.alloc.calloc(count, size) })
+            })
+        }) as usize;
+        match (total, p) {
+            (None, 0) | (Some(0), 0) => Outcome::Failed,
+            (None, p) if self.checked => {
+                sanitizer::never_freed(p);
+                self.guard.flag(Violation::CallocOverflow {
+                    count,
+                    size,
+                    ptr: p,
+                });
+                Outcome::Failed
+            }
+            (Some(n), p) if impossible && p != 0 && self.checked => {
+                sanitizer::never_freed(p);
+                self.guard.flag(Violation::ImpossibleSuccess {
+                    size: n,
+                    align: 1,
+                    ptr: p,
+                });
+                Outcome::Failed
+            }
+            (Some(n), 0) if !impossible && self.checked => {
+                if !self.arena.refused_fairly(&self.guard, n, 1) {
+                    self.guard.flag(Violation::Null { size: n, align: 1 });
+                }
+                Outcome::Failed
+            }
+            (Some(n), p) if !impossible && p != 0 => {
+                self.adopt(p, n, 1, None, Origin::Fresh { zeroed: true })
+            }
+            _ => Outcome::Failed,
+        }
+    }
+
     /// `realloc(NULL, size)`: checked as `malloc(size)` would be.
     pub(super) fn realloc_null(&mut self, size: usize) -> Outcome {
         let Some(extras) = self.alloc.extras() else {
@@ -257,11 +266,11 @@ impl Executor {
             return Outcome::Skipped;
         }
         let align = malloc_align(size);
-        self.site = Site::new("realloc-null", size, align);
+        self.guard.set_site(Site::new("realloc-null", size, align));
         let must_fail = self.impossible(size, align);
         match sanitizer::must_fail(must_fail, || {
             // SAFETY: no block is passed: `realloc(NULL, size)` is a fresh request.
-            sanitizer::making(|| self.guarded(|| unsafe { extras.realloc_null(size) }))
+            sanitizer::making(|| self.guard.guarded(|| unsafe { extras.realloc_null(size) }))
         }) {
             Some(p) => self.adopt_fresh(p as usize, size, align, false, None),
             None => Outcome::Skipped,
@@ -273,9 +282,9 @@ impl Executor {
         let Some(extras) = self.alloc.extras() else {
             return Outcome::Skipped;
         };
-        self.site = Site::bare("free-null");
+        self.guard.set_site(Site::bare("free-null"));
         // SAFETY: no block is passed: `free(NULL)` must do nothing.
-        match self.guarded(|| unsafe { extras.free_null() }) {
+        match self.guard.guarded(|| unsafe { extras.free_null() }) {
             true => Outcome::Done,
             false => Outcome::Skipped,
         }
@@ -286,13 +295,13 @@ impl Executor {
         let Some(extras) = self.alloc.extras() else {
             return Outcome::Skipped;
         };
-        self.site = Site::bare("purge");
-        if !self.guarded(|| extras.purge(delay, force)) {
+        self.guard.set_site(Site::bare("purge"));
+        if !self.guard.guarded(|| extras.purge(delay, force)) {
             return Outcome::Skipped;
         }
         if self.checked {
             for b in self.shadow.blocks() {
-                self.verify_after_call(b, "after a purge");
+                self.guard.verify_after_call(b, "after a purge");
             }
         }
         Outcome::Done
@@ -304,26 +313,23 @@ impl Executor {
     /// head, its tail and a page the seed picks read zero (a zeroed
     /// request), then take the pattern and read it back. Only those pages
     /// are touched; the block is freed at once. Zeroed huge requests over
-    /// [`ZEROED_HUGE_MAX`] are skipped: an allocator may zero gigabytes by
+    /// [`super::huge::ZEROED_HUGE_MAX`] are skipped: an allocator may zero gigabytes by
     /// hand, which no run can afford.
     pub(super) fn huge(
         &mut self,
         size: usize,
         align: usize,
         zeroed: bool,
-        heap: Option<crate::allocator::HeapId>,
+        heap: Option<HeapId>,
         on: On,
     ) -> Outcome {
-        let asan = crate::sanitizer::active();
-        let unaffordable = asan && (size > HUGE_UNDER_ASAN || !huge_budget_left());
-        if (zeroed && size > ZEROED_HUGE_MAX) || unaffordable || self.huge_requests >= MAX_HUGE {
+        if !self.huge.admit(size, zeroed) {
             return Outcome::Skipped;
         }
-        self.huge_requests += 1;
         let clock = Instant::now();
         // Drawn whatever the answer, so the two sides of a differential
         // run stay in step when only one serves the request.
-        let seed = self.seed();
+        let seed = self.seeds.next();
         let p = self.alloc_call(size, align, zeroed, heap, on);
         if p == 0 {
             spend(clock);
@@ -340,9 +346,9 @@ impl Executor {
         };
         if self.checked {
             // Freed unchecked by `Drop` if a violation ends the program.
-            self.pending = Some(block);
+            self.untracked.hold(block);
             self.touch_huge(&block, zeroed);
-            self.pending = None;
+            self.untracked.let_go();
         }
         self.free_call(block, on);
         spend(clock);
@@ -351,24 +357,26 @@ impl Executor {
 
     fn touch_huge(&mut self, b: &Block, zeroed: bool) {
         if !b.ptr.is_multiple_of(b.align) {
-            self.flag(Violation::Alignment {
+            self.guard.flag(Violation::Alignment {
                 ptr: b.ptr,
                 size: b.size,
                 align: b.align,
             });
         }
         let p = b.ptr as *mut u8;
-        let claimed = crate::sanitizer::given(b.ptr, || {
+        let claimed = sanitizer::given(b.ptr, || {
             // SAFETY: `p` is the huge block just returned for `b.size` and
             // `b.align`, not freed yet.
-            self.guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) })
+            self.guard
+                .guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) })
         });
         // Only the bytes both the request and the answer cover.
         let len = self
+            .guard
             .checked_usable(b.ptr, b.size, claimed, Some(PAGE))
             .min(b.size);
         if let Some(other) = self.shadow.overlapping(b.ptr, b.ptr + len.max(1)) {
-            self.overlap(*b, other);
+            self.guard.overlap(*b, other);
         }
         let head = (0, PAGE.min(len));
         let tail = (len.saturating_sub(PAGE).max(head.1), len);
@@ -383,7 +391,7 @@ impl Executor {
                 // at most `b.size` and the usable size checked above).
                 .find_map(|&(from, to)| unsafe { pattern::check_zero_range(p, from, to) });
             if let Some(mismatch) = dirty {
-                self.flag(Violation::Zeroed {
+                self.guard.flag(Violation::Zeroed {
                     ptr: b.ptr,
                     size: b.size,
                     mismatch,
@@ -402,7 +410,7 @@ impl Executor {
         if let Some(mismatch) = changed {
             // Two of its pages are one: the allocator mapped the block
             // over itself.
-            self.fail(Violation::Contents {
+            self.guard.fail(Violation::Contents {
                 ptr: b.ptr,
                 size: b.size,
                 mismatch,

@@ -9,18 +9,17 @@
 //! or gives up the block's bytes ([`super::claims`]: a block handed out
 //! twice is caught there) and writes or reads its pattern; every other
 //! check happens afterwards, on the main thread, in script order
-//! ([`checks`]: the queueing and checking side, on the executor). What
-//! interleaves inside the section is up to the machine: a finding from a
-//! race may need several replays to show again.
+//! ([`super::race_ops`]: the queueing and checking side, on the
+//! executor). What interleaves inside the section is up to the machine: a
+//! finding from a race may need several replays to show again.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
 
-mod checks;
-
 use super::claims::{Claims, Held};
-use crate::allocator::{Allocator, EmulatedHeaps, Heaps};
+use super::heap_table::HeapCalls;
+use crate::allocator::{Allocator, Heaps};
 use crate::guard::{self, Panicked};
 use crate::model::Block;
 use crate::pattern::{self, Mismatch};
@@ -166,23 +165,6 @@ pub struct Ran {
     pub results: Vec<(Step, Done)>,
     pub most_inside: usize,
     pub calls: usize,
-}
-
-/// The heap API a section frees heap blocks through: the allocator's own,
-/// or the executor's emulation of one (shared with the workers).
-#[derive(Clone)]
-pub enum HeapCalls {
-    Own(&'static dyn Heaps),
-    Emulated(Arc<EmulatedHeaps>),
-}
-
-impl HeapCalls {
-    fn get(&self) -> &dyn Heaps {
-        match self {
-            HeapCalls::Own(h) => *h,
-            HeapCalls::Emulated(e) => &**e,
-        }
-    }
 }
 
 /// Race sections run one worker after another (each exit done before the

@@ -1,22 +1,17 @@
 //! Race sections on the executor: each race op queued as a step on the
-//! main thread, the section run ([`super::run`]), then every check of what
-//! its steps did, in script order.
+//! main thread, the section run ([`super::race::run`]), then every check of
+//! what its steps did, in script order.
 
-use super::{run, Done, Step};
+use super::race::{run, Done, Step};
+use super::{Executor, Origin, Outcome};
 use crate::edges::{NewSize, IMPOSSIBLE_FROM};
-use crate::executor::{Executor, Origin, Outcome};
 use crate::model::Block;
 use crate::violation::{Site, Violation};
 
 /// Race sections on the executor: queueing on the main thread, the run,
 /// then every check.
 impl Executor {
-    pub(in crate::executor) fn queue_alloc(
-        &mut self,
-        worker: usize,
-        size: usize,
-        align: usize,
-    ) -> Outcome {
+    pub(super) fn queue_alloc(&mut self, worker: usize, size: usize, align: usize) -> Outcome {
         let fits = self.shadow.len() + self.race.len() < crate::model::MAX_LIVE_BLOCKS
             && self.shadow.fits(size.saturating_add(self.race.bytes()));
         if !self.checked
@@ -27,7 +22,7 @@ impl Executor {
         {
             return Outcome::Skipped;
         }
-        let seed = self.seed();
+        let seed = self.seeds.next();
         self.race.push(worker, Step::Alloc { size, align, seed });
         Outcome::Done
     }
@@ -37,12 +32,7 @@ impl Executor {
     /// block is reallocated only where the heap API has a plain realloc
     /// any thread may make ([`Heaps::remote_realloc_in`]): its own
     /// allocates in the heap, which heap APIs bind to one thread.
-    pub(in crate::executor) fn queue_resize(
-        &mut self,
-        worker: usize,
-        i: usize,
-        to: Option<NewSize>,
-    ) -> Outcome {
+    pub(super) fn queue_resize(&mut self, worker: usize, i: usize, to: Option<NewSize>) -> Outcome {
         let b = self.shadow.blocks()[i];
         let new = to.map(|t| t.resolve(b.size));
         let resizable = new.is_none_or(|n| {
@@ -50,19 +40,19 @@ impl Executor {
                 && n < IMPOSSIBLE_FROM
                 && self.shadow.fits_resize(n.saturating_add(self.race.bytes()))
         });
-        let in_heap = b.heap.is_some() && new.is_some() && !self.heaps().reallocs_remotely();
+        let in_heap = b.heap.is_some() && new.is_some() && !self.heaps.api().reallocs_remotely();
         if !self.checked || in_heap || !resizable || !self.race.has_room(worker) {
             return Outcome::Skipped;
         }
-        self.site = Site::new("race", b.size, b.align);
-        self.verify(&b, "before a race section");
+        self.guard.set_site(Site::new("race", b.size, b.align));
+        self.guard.verify(&b, "before a race section");
         let block = self.shadow.remove(i);
         let step = match new {
             None => Step::Free { block },
             Some(new) => Step::Realloc {
                 block,
                 new,
-                seed: self.seed(),
+                seed: self.seeds.next(),
             },
         };
         self.race.push(worker, step);
@@ -71,7 +61,7 @@ impl Executor {
 
     /// Runs the queued section, then checks each result in script order
     /// and every live block.
-    pub(in crate::executor) fn run_race(&mut self) {
+    pub(super) fn run_race(&mut self) {
         if self.race.is_empty() {
             return;
         }
@@ -80,14 +70,14 @@ impl Executor {
         crate::coverage::begin_op();
         let section = std::mem::take(&mut self.race);
         let frees = section.frees();
-        let (alloc, heaps) = (self.alloc, self.heap_calls());
+        let (alloc, heaps) = (self.alloc, self.heaps.calls());
         let live: Vec<_> = self
             .shadow
             .blocks()
             .iter()
             .map(|b| (b.ptr, b.end()))
             .collect();
-        let ran = crate::coverage::around(|| run(section, live, self.pool(), alloc, heaps));
+        let ran = crate::coverage::around(|| run(section, live, self.workers.pool(), alloc, heaps));
         self.stats.race_sections += 1;
         self.stats.race_calls += ran.calls;
         self.stats.most_inside = self.stats.most_inside.max(ran.most_inside);
@@ -97,11 +87,13 @@ impl Executor {
         let results = ran.results;
         // Everything the section returned is held until checked, so a
         // program that ends at a tolerated violation still releases it.
-        self.raced = results
-            .iter()
-            .rev()
-            .filter_map(|(step, done)| raced_block(step, done))
-            .collect();
+        self.untracked.hold_raced(
+            results
+                .iter()
+                .rev()
+                .filter_map(|(step, done)| raced_block(step, done))
+                .collect(),
+        );
         // A block handed out twice is the bug whatever the section did
         // after it: reported before any other step's finding.
         let first_overlap = results
@@ -109,8 +101,8 @@ impl Executor {
             .find(|(_, done)| matches!(done, Done::Overlap { .. }));
         if let Some((step, Done::Overlap { ptr, len, held })) = first_overlap {
             let (api, size, align) = step.site();
-            self.site = Site::new(api, size, align);
-            self.fail(Violation::Overlap {
+            self.guard.set_site(Site::new(api, size, align));
+            self.guard.fail(Violation::Overlap {
                 ptr: *ptr,
                 len: *len,
                 other: held.ptr,
@@ -121,8 +113,8 @@ impl Executor {
             self.check_raced(step, done, frees);
         }
         for b in self.shadow.blocks() {
-            self.site = Site::new("race", b.size, b.align);
-            self.verify(b, "after a race section");
+            self.guard.set_site(Site::new("race", b.size, b.align));
+            self.guard.verify(b, "after a race section");
         }
         // What the threads did to the allocator's own structures, seen
         // right after they did it (not at the next 64th op).
@@ -137,13 +129,13 @@ impl Executor {
             return self.check_churn(size, align, done, frees);
         }
         let (api, size, align) = step.site();
-        self.site = Site::new(api, size, align);
+        self.guard.set_site(Site::new(api, size, align));
         let (ptr, lost_prefix) = match done {
-            Done::Panicked(p) => self.panicked(p),
+            Done::Panicked(p) => self.guard.panicked(p),
             Done::Freed => {
                 if let Step::Free { block } = step {
                     if let Some(h) = block.heap {
-                        self.remote_freed.push((h, block.ptr));
+                        self.heaps.freed_remotely(h, block.ptr);
                     }
                 }
                 return;
@@ -157,7 +149,7 @@ impl Executor {
                 Step::Realloc { block, new, .. } => {
                     // A failed realloc leaves the block as it was.
                     if let Err(other) = self.shadow.insert(block, true) {
-                        self.overlap(block, other);
+                        self.guard.overlap(block, other);
                     }
                     new
                 }
@@ -166,22 +158,22 @@ impl Executor {
             // A fixed region's refusal cannot be judged after a section
             // that freed: the room may have come after the refusal.
             let unjudged = frees && self.alloc.arena().is_some();
-            if asked != 0 && !unjudged && !self.refused_fairly(asked, align) {
-                self.flag(Violation::Null { size: asked, align });
+            if asked != 0 && !unjudged && !self.arena.refused_fairly(&self.guard, asked, align) {
+                self.guard.flag(Violation::Null { size: asked, align });
             }
             return;
         }
-        self.raced.pop();
+        self.untracked.adopt_raced();
         let (new_size, seed) = match step {
             Step::Alloc { size, seed, .. } => (size, seed),
             Step::Realloc { block, new, seed } => {
                 if let Some(mismatch) = lost_prefix {
-                    self.pending = Some(Block {
+                    self.untracked.hold(Block {
                         ptr,
                         size: new,
                         ..block
                     });
-                    self.fail(Violation::ReallocPrefix {
+                    self.guard.fail(Violation::ReallocPrefix {
                         old: block.ptr,
                         new: ptr,
                         old_size: block.size,
@@ -199,7 +191,7 @@ impl Executor {
             Step::Realloc { block, .. } if block.ptr == ptr => block.heap,
             Step::Realloc { block, .. } => {
                 if let Some(h) = block.heap {
-                    self.remote_freed.push((h, block.ptr));
+                    self.heaps.freed_remotely(h, block.ptr);
                 }
                 None
             }
