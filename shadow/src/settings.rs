@@ -52,7 +52,8 @@ use crate::executor::Mode;
 ///
 /// A bad value (`ALLOCSOAK_MODE=fast`, `ALLOCSOAK_TEXT_INPUTS=yes`) ends
 /// the process with exit status 2 and a one-line `allocsoak: …` message
-/// when the settings are read; a value that is not UTF-8 counts as unset
+/// when the settings are read (a name no allocator answers to, when the
+/// harness loads the allocator: [`crate::harness::load`]); a value that is not UTF-8 counts as unset
 /// for the variables that name things (allocator, reference, mode, 0/1),
 /// and as the path it spells for the paths.
 #[derive(Clone, Debug, PartialEq, Eq)]
