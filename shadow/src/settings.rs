@@ -220,9 +220,9 @@ pub fn get() -> &'static Settings {
 
 /// Puts `settings` in place as the process's, before anything read them
 /// (a test, or a tool that runs the harness in its own process); `Err`
-/// gives them back when the process's settings were already in place.
-pub fn install(settings: Settings) -> Result<(), Settings> {
-    SETTINGS.set(settings)
+/// holds the settings already in place, which stay.
+pub fn install(settings: Settings) -> Result<(), &'static Settings> {
+    SETTINGS.set(settings).map_err(|_| get())
 }
 
 #[cfg(test)]

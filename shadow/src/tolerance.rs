@@ -30,7 +30,7 @@ fn tolerated() -> &'static HashSet<String> {
         let Some(path) = &crate::settings::get().tolerate else {
             return HashSet::new();
         };
-        match std::fs::read_to_string(&path) {
+        match std::fs::read_to_string(path) {
             Ok(text) => text
                 .lines()
                 .filter(|l| !l.is_empty())
