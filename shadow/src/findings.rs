@@ -22,7 +22,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use crate::violation::Report;
@@ -30,16 +30,9 @@ use crate::violation::Report;
 /// Inputs saved per violation key and process; the rest are counted.
 pub const SAVED_PER_KEY: u64 = 1;
 
-fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-}
-
+/// The findings folder the process's settings name (`ALLOCSOAK_FINDINGS`).
 fn folder() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| env_path("ALLOCSOAK_FINDINGS"))
-        .as_deref()
+    crate::settings::get().findings.as_deref()
 }
 
 /// Whether sound violations are saved as findings and the process goes
@@ -136,10 +129,10 @@ fn write_own(dir: &Path, prefix: &str, json: &str, what: &str) {
     }
 }
 
-/// Where `ALLOCSOAK_RECORD` says the ending violation's record goes.
+/// Where `ALLOCSOAK_RECORD` says the ending violation's record goes (the
+/// process's settings).
 fn record_file() -> Option<&'static Path> {
-    static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    FILE.get_or_init(|| env_path("ALLOCSOAK_RECORD")).as_deref()
+    crate::settings::get().record.as_deref()
 }
 
 /// Whether this process is a replay that records what ends it.

@@ -177,12 +177,14 @@ fn parse(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     Ok(inputs)
 }
 
-/// The process's ring, when `ALLOCSOAK_HISTORY` names a file.
+/// The process's ring, when `ALLOCSOAK_HISTORY` names a file (the
+/// process's settings).
 fn ring() -> Option<&'static Mutex<Ring>> {
     static RING: OnceLock<Option<Mutex<Ring>>> = OnceLock::new();
     RING.get_or_init(|| {
-        let path = std::env::var_os("ALLOCSOAK_HISTORY")?;
+        let path = crate::settings::get().history.as_ref()?;
         let path = path
+            .as_os_str()
             .to_string_lossy()
             .replace("{pid}", &std::process::id().to_string());
         match Ring::create(Path::new(&path), CAPACITY) {

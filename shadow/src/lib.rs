@@ -12,7 +12,8 @@
 //!   broken invariant; [`guard`] turns a panic inside the allocator into
 //!   one. `mt_ops`' race sections put several threads inside the
 //!   allocator at once.
-//! - [`harness`]: what the fuzz targets call.
+//! - [`harness`]: what the fuzz targets call, as the process's
+//!   [`settings::Settings`] (the `ALLOCSOAK_*` variables) say.
 //!
 //! ```
 //! let program: shadow::Program = "target alloc_ops\nalloc size=24 align=8\nrealloc slot=0 to=double\n"
@@ -35,6 +36,7 @@ pub mod op;
 pub mod pattern;
 pub mod poison;
 pub mod sanitizer;
+pub mod settings;
 pub mod tolerance;
 pub mod violation;
 mod workers;

@@ -20,17 +20,17 @@ use crate::violation::Report;
 pub const SAVE: &str = "save ";
 
 /// The violation keys this process tolerates: read once from the file
-/// `ALLOCSOAK_TOLERATE` names (one key, `prefix*` pattern or `save` line
-/// per line), empty when unset. The soak writes it with the keys of the
-/// groups it has filed, so a known bug no longer ends the run and the
-/// fuzzer gets past it.
+/// `ALLOCSOAK_TOLERATE` names (the process's settings; one key, `prefix*`
+/// pattern or `save` line per line), empty when unset. The soak writes it
+/// with the keys of the groups it has filed, so a known bug no longer ends
+/// the run and the fuzzer gets past it.
 fn tolerated() -> &'static HashSet<String> {
     static KEYS: OnceLock<HashSet<String>> = OnceLock::new();
     KEYS.get_or_init(|| {
-        let Some(path) = std::env::var_os("ALLOCSOAK_TOLERATE") else {
+        let Some(path) = &crate::settings::get().tolerate else {
             return HashSet::new();
         };
-        match std::fs::read_to_string(&path) {
+        match std::fs::read_to_string(path) {
             Ok(text) => text
                 .lines()
                 .filter(|l| !l.is_empty())
@@ -39,7 +39,7 @@ fn tolerated() -> &'static HashSet<String> {
             Err(e) => {
                 eprintln!(
                     "allocsoak: ALLOCSOAK_TOLERATE={}: {e}",
-                    path.to_string_lossy()
+                    path.as_os_str().to_string_lossy()
                 );
                 std::process::exit(2)
             }

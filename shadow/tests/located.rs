@@ -2,7 +2,7 @@
 //! that changed it, not where the block is next used: its contents
 //! violation is of that call, so its key is that call's code path, however
 //! the fuzzing process came upon it. (One test: whether this process is a
-//! replay is read from the environment once.)
+//! replay is in the settings, put in place once per process.)
 
 mod common;
 
@@ -18,7 +18,11 @@ fn a_replay_finds_a_changed_block_at_the_call_that_changed_it() {
     let dir = std::env::temp_dir().join(format!("allocsoak-located-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let record = dir.join("record.json");
-    std::env::set_var("ALLOCSOAK_RECORD", &record);
+    shadow::settings::install(shadow::settings::Settings {
+        record: Some(record.clone()),
+        ..Default::default()
+    })
+    .expect("nothing read the settings before");
     let replay = common::violation(&program, "zoo:stale-link").expect("the bug is met");
     assert!(
         replay.contains("contents: op #4 `free slot=1`") && replay.contains("by this op's calls"),

@@ -1,9 +1,11 @@
 //! A sanitizer report whose key is tolerated ends its program quietly at
 //! the executor's next check; the key is the one triage files the report
-//! under. (One test: the tolerated keys are read once per process. The
+//! under. (One test: the settings, and the tolerated keys, are put in
+//! place once per process. The
 //! abort of an untolerated report is proved by the zoo, whose ASan bugs
 //! are still found with their kinds.)
 
+use shadow::settings::Settings;
 use shadow::tolerance::tolerate;
 
 const REPORT: &str = "==9==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x7b at pc 0x55\n\
@@ -26,7 +28,11 @@ fn a_tolerated_report_ends_its_program_quietly() {
     let dir = std::env::temp_dir().join(format!("allocsoak-sanitizer-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("tolerate"), format!("{key}\n")).unwrap();
-    std::env::set_var("ALLOCSOAK_TOLERATE", dir.join("tolerate"));
+    shadow::settings::install(Settings {
+        tolerate: Some(dir.join("tolerate")),
+        ..Settings::default()
+    })
+    .expect("nothing read the settings before");
 
     let mut went_on = false;
     tolerate(|| {

@@ -2,8 +2,9 @@
 //! set): a violation that leaves memory in doubt and matches it ends its
 //! program quietly, not the process, and the input that showed each new
 //! key is saved with its record for intake to judge. (One test: the
-//! environment is read once per process.)
+//! settings are put in place once per process.)
 
+use shadow::settings::{AllocatorChoice, Settings};
 use shadow::Target;
 
 #[test]
@@ -11,10 +12,14 @@ fn a_kind_saved_past_ends_its_program_and_is_saved_once_per_key() {
     let dir = tempfile::tempdir().unwrap();
     let findings = dir.path().join("findings");
     std::fs::write(dir.path().join("tolerate"), "save realloc-prefix in *\n").unwrap();
-    std::env::set_var("ALLOCSOAK_TOLERATE", dir.path().join("tolerate"));
-    std::env::set_var("ALLOCSOAK_FINDINGS", &findings);
-    std::env::set_var("ALLOCSOAK_TEXT_INPUTS", "1");
-    std::env::set_var("ALLOCSOAK_ALLOCATOR", "zoo:short-realloc-copy");
+    shadow::settings::install(Settings {
+        allocator: AllocatorChoice::named("zoo:short-realloc-copy"),
+        tolerate: Some(dir.path().join("tolerate")),
+        findings: Some(findings.clone()),
+        text_inputs: true,
+        ..Settings::default()
+    })
+    .expect("nothing read the settings before");
     zoo::register();
     let short_copy = |size: usize| {
         format!("target alloc_ops\nalloc size={size} align=8\nrealloc slot=0 to=double\n")

@@ -2,8 +2,8 @@
 //! sound is counted and the program goes on with the block; any other
 //! tolerated violation, and a panic inside the allocator, ends its program
 //! quietly and releases its blocks; anything not tolerated still panics.
-//! (One test: the tolerated keys are read from the environment once per
-//! process.)
+//! (One test: the settings, and the tolerated keys, are put in place once
+//! per process.)
 
 use shadow::tolerance::tolerate;
 use shadow::Program;
@@ -39,7 +39,11 @@ fn known_bugs_are_got_past_and_new_ones_still_fail() {
                 usable-size in *\n\
                 panic: *\n";
     std::fs::write(dir.join("tolerate"), keys).unwrap();
-    std::env::set_var("ALLOCSOAK_TOLERATE", dir.join("tolerate"));
+    shadow::settings::install(shadow::settings::Settings {
+        tolerate: Some(dir.join("tolerate")),
+        ..Default::default()
+    })
+    .expect("nothing read the settings before");
 
     // Ends its program: the overlapping block must be forgotten and the
     // rest freed, or the zoo's free list (and ASan, in a fuzz build) would

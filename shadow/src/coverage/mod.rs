@@ -69,7 +69,7 @@ fn probe() -> Option<&'static Probe> {
     static PROBE: OnceLock<Option<Probe>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
-            std::env::var_os("ALLOCSOAK_RECORD")?;
+            crate::settings::get().record.as_ref()?;
             find()
         })
         .as_ref()
