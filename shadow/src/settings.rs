@@ -9,7 +9,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::executor::Mode;
+/// Whether the shadow model runs (`Checked`) or only the allocator calls
+/// (`Bare`, the cost floor `just bench` compares against).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Checked,
+    Bare,
+}
 
 /// What the harness is told to do, one field per `ALLOCSOAK_*` variable
 /// the harness reads (the soak, triage and the repro commands set them for

@@ -32,13 +32,7 @@ use untracked::Untracked;
 /// Validators run after every this many ops, and at the end.
 const VALIDATE_EVERY: usize = 64;
 
-/// Whether the shadow model runs (`Checked`) or only the allocator calls
-/// (`Bare`, the cost floor `just bench` compares against).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Checked,
-    Bare,
-}
+pub use crate::settings::Mode;
 
 /// What an op did, for the differential target to compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
