@@ -13,14 +13,14 @@ pub struct Args {
     secs: u64,
     /// Default allocators: system, mimalloc, jemalloc.
     #[command(flatten)]
-    pairs: super::Pairs,
+    pairs: super::common::Pairs,
 }
 
 pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     let rows = bench::run(
         &project,
-        &super::or_all(args.pairs.targets, &Target::ALL),
-        &super::allocators(
+        &super::common::or_all(args.pairs.targets, &Target::ALL),
+        &super::common::allocators(
             &config,
             args.pairs.allocators,
             &bench::ALLOCATORS.map(String::from),

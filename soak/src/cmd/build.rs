@@ -30,7 +30,7 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         engines.push(Engine::parse(&slot.engine)?);
         slotted.push(slot.allocator);
     }
-    let mut names = super::allocators(&config, args.allocators, &slotted)?;
+    let mut names = super::common::allocators(&config, args.allocators, &slotted)?;
     names.extend(project.declared().iter().map(|d| d.name.clone()));
     names.sort();
     names.dedup();

@@ -8,7 +8,7 @@ use ::soak::engines::project::Project;
 use ::soak::foundation::config::Config;
 use anyhow::Result;
 
-use super::Pairs;
+use super::common::Pairs;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -14,7 +14,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, _project: Project, config: Config) -> Result<bool> {
-    let (_, store) = super::open_state(&args.state)?;
+    let (_, store) = super::common::open_state(&args.state)?;
     print!(
         "{}",
         soak::rss::table::render(&store, &config.drift.trend())?

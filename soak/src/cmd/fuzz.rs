@@ -16,7 +16,7 @@ pub struct Args {
     jobs: Option<usize>,
     /// Default allocators: every bundled one.
     #[command(flatten)]
-    pairs: super::Pairs,
+    pairs: super::common::Pairs,
 }
 
 /// Succeeds when nothing was found.
@@ -24,8 +24,8 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     let findings = pass::run(
         &project,
         &config,
-        &super::or_all(args.pairs.targets, &Target::ALL),
-        &super::allocators(&config, args.pairs.allocators, &config.allocators())?,
+        &super::common::or_all(args.pairs.targets, &Target::ALL),
+        &super::common::allocators(&config, args.pairs.allocators, &config.allocators())?,
         args.secs,
         args.jobs
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),

@@ -41,7 +41,7 @@ pub struct Args {
     #[arg(long)]
     junit: Option<PathBuf>,
     #[command(flatten)]
-    slots: super::SlotArgs,
+    slots: super::common::SlotArgs,
 }
 
 pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
@@ -58,7 +58,7 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
     for why in config.left_out() {
         eprintln!("allocsoak: {why}");
     }
-    let stop = super::stop_flag()?;
+    let stop = super::common::stop_flag()?;
     let options = quick::Options {
         out: args.out,
         slots,

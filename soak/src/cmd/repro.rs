@@ -62,7 +62,7 @@ fn drift_group(state: &Path, id: &str) -> Result<Option<groups::Group>> {
     if Path::new(id).exists() || !state.join("store.sqlite").is_file() {
         return Ok(None);
     }
-    let (state, store) = super::open_state(state)?;
+    let (state, store) = super::common::open_state(state)?;
     if store.merged_into(id)?.is_some() {
         // A code-path group: never a drift one.
         return Ok(None);

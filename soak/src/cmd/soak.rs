@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long)]
     jobs: Option<usize>,
     #[command(flatten)]
-    slots: super::SlotArgs,
+    slots: super::common::SlotArgs,
     /// Seconds per slice. Default: the config's slice_minutes.
     #[arg(long)]
     slice_secs: Option<u64>,
@@ -42,7 +42,7 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
     for why in config.left_out() {
         eprintln!("allocsoak: {why}");
     }
-    let stop = super::stop_flag()?;
+    let stop = super::common::stop_flag()?;
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let options = daemon::Options {
         state: args.state.clone(),
@@ -58,7 +58,7 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
         runs: None,
     };
     let summary = daemon::run(project, options, stop)?;
-    let (state, store) = super::open_state(&args.state)?;
+    let (state, store) = super::common::open_state(&args.state)?;
     // A group merged into another since it was filed is not listed.
     let mut new_groups = Vec::new();
     for id in &summary.new_groups {

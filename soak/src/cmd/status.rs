@@ -15,7 +15,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, _project: Project, config: Config) -> Result<bool> {
-    let (state, store) = super::open_state(&args.state)?;
+    let (state, store) = super::common::open_state(&args.state)?;
     let table = status::render(&state, &store, None, &config.drift.trend())?;
     print!("{table}");
     Ok(true)

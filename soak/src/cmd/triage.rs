@@ -85,7 +85,7 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
             engine,
         };
         let filed = soak::pipeline::import::import(&project, &config, &args.state, &origin, files)?;
-        let (_, store) = super::open_state(&args.state)?;
+        let (_, store) = super::common::open_state(&args.state)?;
         for (file, f) in files.iter().zip(&filed) {
             let g = store
                 .group(&f.group_id)?
@@ -102,7 +102,7 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         }
         return Ok(true);
     }
-    let (state, store) = super::open_state(&args.state)?;
+    let (state, store) = super::common::open_state(&args.state)?;
     match args.action {
         None => {
             let filter = groups::Filter {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::Declared;
+use super::entry::Declared;
 
 /// The build-local crate that links the declared allocators into the fuzz
 /// targets: `<root>/target/allocsoak/declared/<config>-<hash>/`, one per

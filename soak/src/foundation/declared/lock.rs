@@ -19,7 +19,7 @@ use super::glue::Glue;
 /// so and where a lock file that has it goes; else `error` as it is.
 pub fn yanked_error(
     error: anyhow::Error,
-    declared: &[super::Declared],
+    declared: &[super::entry::Declared],
     lock: &Path,
 ) -> anyhow::Error {
     let text = format!("{error:#}");

@@ -18,7 +18,8 @@ use cargo_metadata::{Metadata, PackageId};
 
 use crate::foundation::cargo::resolve;
 
-use super::{glue, Declared, Glue};
+use super::entry::Declared;
+use super::glue::{self, Glue};
 
 /// A native library allocsoak builds, and its features that change
 /// nothing in the C code (Rust declarations only).

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use rusqlite::{params, OptionalExtension};
 
-use super::Store;
+use super::db::Store;
 
 impl Store {
     /// Keeps `titles` as alternative titles of group `id` (those it has

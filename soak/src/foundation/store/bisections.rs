@@ -3,7 +3,7 @@
 use anyhow::Result;
 use rusqlite::params;
 
-use super::Store;
+use super::db::Store;
 
 /// A bisection's result as the store keeps it.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,7 +6,7 @@ use anyhow::Result;
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
-use super::Store;
+use super::db::Store;
 
 /// A group merged into another, as a known-groups file carries it: a
 /// crash with its id, or a path beside its signature's, files into the

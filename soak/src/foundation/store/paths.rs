@@ -5,7 +5,7 @@ use anyhow::Result;
 use report::Signature;
 use rusqlite::params;
 
-use super::Store;
+use super::db::Store;
 
 impl Store {
     /// Keeps `sig`'s path among group `group_id`'s, when it is a code path.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::foundation::store::VariantRow;
 
 #[test]
 fn migrates_once_and_keeps_rows_across_opens() {

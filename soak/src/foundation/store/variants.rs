@@ -5,7 +5,7 @@
 use anyhow::Result;
 use rusqlite::params;
 
-use super::{group_row, now, GroupRow, Store, GROUP_SELECT};
+use super::db::{group_row, now, GroupRow, Store, GROUP_SELECT};
 
 /// One way a group's bug was reached (a row of its variants table).
 #[derive(Clone, Debug, PartialEq)]

@@ -1,0 +1,417 @@
+//! One `[[allocator]]` entry of a config ([`Declared`]): what it names,
+//! how it is read and checked.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Deserialize;
+
+/// One `[[allocator]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Declared {
+    /// The name slots, `--allocator` and reports use.
+    pub name: String,
+    /// The Rust package that holds the allocator (`crate`), with where it
+    /// comes from: `version` (crates.io), `path` (relative to the config
+    /// file) or `git` (with `rev` or `branch`).
+    #[serde(rename = "crate")]
+    pub krate: Option<String>,
+    pub version: Option<String>,
+    pub path: Option<PathBuf>,
+    pub git: Option<String>,
+    pub rev: Option<String>,
+    pub branch: Option<String>,
+    /// Cargo features of the crate (default: none).
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Whether the crate's default features are on (default: true).
+    #[serde(rename = "default-features")]
+    pub default_features: Option<bool>,
+    /// More dependencies the expression needs, as Cargo writes them.
+    #[serde(default)]
+    pub dependencies: toml::Table,
+    /// An expression making the allocator (`talc::Talck::new(...)`).
+    pub new: Option<String>,
+    /// A `static` item that is the allocator (`my_alloc::GLOBAL`).
+    #[serde(rename = "static")]
+    pub static_item: Option<String>,
+    /// Statements run once the allocator is at the address it keeps (boxed
+    /// from `new`, or the `static`), with `heap` bound to a `&'static` of
+    /// it: an embedded heap's `unsafe { heap.init(start, size) }`, which
+    /// may leave pointers to the allocator itself in its region, so it must
+    /// not run before a move. A `GlobalAlloc` only.
+    pub init: Option<String>,
+    /// An expression for the usable size of block `p` (a `*mut u8`), with
+    /// `heap` a `&'static` of the allocator, where the crate has one:
+    /// `unsafe { heap.usable_size(p) }` (the `mimalloc` crate's, feature
+    /// `extended`). Programs then write up to it and check it. A
+    /// `GlobalAlloc` only: an allocator-api2 block's is the length of the
+    /// slice it returned.
+    pub usable_size: Option<String>,
+    /// The trait it implements: `global-alloc` (default) or `allocator-api2`.
+    #[serde(default)]
+    pub api: Api,
+    /// A C allocator compiled from source, instead of a crate.
+    pub c: Option<CSources>,
+    /// `"mimalloc"` for a port that promises mimalloc's size classes
+    /// (`diff_mimalloc` then compares usable sizes).
+    pub size_classes: Option<String>,
+    /// Bytes of the fixed region the allocator serves every block from:
+    /// a request it cannot fit may fail, and capacity it loses by a
+    /// program's end is a `capacity-leak` (docs/invariants.md: "Allocators over a fixed
+    /// region"). Default: none, it grows as it needs.
+    pub arena: Option<usize>,
+    /// The largest alignment the allocator supports; programs skip larger
+    /// requests. Default: every alignment programs ask for.
+    pub max_align: Option<usize>,
+    /// `1` for an allocator documented as single-threaded (an embedded
+    /// heap that is `Sync` only to be a `#[global_allocator]` on one
+    /// core): programs skip every op on another thread, and `mt_ops` is
+    /// left out of its slots. Default: any number of threads.
+    pub threads: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    #[default]
+    GlobalAlloc,
+    AllocatorApi2,
+}
+
+/// A C allocator's sources, compiled as the bundled mimalloc and jemalloc
+/// are (the clang of nightly's LLVM, coverage and ASan).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CSources {
+    /// `.c` files, relative to the config file.
+    pub sources: Vec<PathBuf>,
+    /// Include directories, relative to the config file.
+    #[serde(default)]
+    pub include: Vec<PathBuf>,
+    /// `NAME` or `NAME=VALUE`.
+    #[serde(default)]
+    pub defines: Vec<String>,
+    /// More compiler flags.
+    #[serde(default)]
+    pub flags: Vec<String>,
+    /// The prefix of its functions (`my_` for `my_malloc`, `my_free`, ...).
+    /// Required: unprefixed `malloc` would replace the process's own.
+    pub prefix: String,
+    /// Functions whose symbol does not follow the prefix, by the name
+    /// allocsoak knows them by (`expand = "my_grow_in_place"`; the names
+    /// are `allocsoak_declared_c::FUNCTIONS`' first ones).
+    #[serde(default)]
+    pub functions: std::collections::BTreeMap<String, String>,
+}
+
+impl Declared {
+    /// Checks the entry says one thing each, so the glue cannot fail to
+    /// build for a reason the config could have named.
+    pub fn check(&self) -> Result<()> {
+        let name = &self.name;
+        let bad = |what: &str| anyhow::anyhow!("[[allocator]] `{name}`: {what}");
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(bad("a name is letters, digits, `-`, `_` and `.` only"));
+        }
+        if shadow::allocator::bundled_names().contains(&name.as_str())
+            || shadow::allocator::MIMALLOC_FLAVORS.contains(&name.as_str())
+        {
+            return Err(bad("the name is a bundled allocator's; pick another"));
+        }
+        match (&self.c, &self.krate) {
+            (Some(c), None) => {
+                if c.sources.is_empty() {
+                    return Err(bad("c.sources lists no files"));
+                }
+                if c.prefix.is_empty()
+                    || !c
+                        .prefix
+                        .chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+                {
+                    return Err(bad("c.prefix must name the functions' prefix (`my_` for my_malloc); unprefixed malloc would replace the process's own (rename with defines = [\"malloc=my_malloc\", ...])"));
+                }
+                if self.new.is_some()
+                    || self.static_item.is_some()
+                    || self.init.is_some()
+                    || self.usable_size.is_some()
+                {
+                    return Err(bad("a C allocator takes no `new`, `static`, `init` or `usable_size` (its own malloc_usable_size or usable_size is found by name)"));
+                }
+                let known: Vec<&str> = allocsoak_declared_c::FUNCTIONS
+                    .iter()
+                    .map(|n| n[0])
+                    .collect();
+                for (function, symbol) in &c.functions {
+                    if !known.contains(&function.as_str()) {
+                        return Err(bad(&format!(
+                            "[allocator.c.functions] has no function `{function}`; it maps {}",
+                            known.join(", ")
+                        )));
+                    }
+                    let ident = !symbol.is_empty()
+                        && !symbol.starts_with(|ch: char| ch.is_ascii_digit())
+                        && symbol
+                            .chars()
+                            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+                    if !ident {
+                        return Err(bad(&format!(
+                            "[allocator.c.functions] {function} = {symbol:?} is not a C symbol"
+                        )));
+                    }
+                }
+            }
+            (None, Some(_)) => {
+                let sources = [&self.version, &self.git]
+                    .iter()
+                    .filter(|s| s.is_some())
+                    .count()
+                    + self.path.is_some() as usize;
+                if sources != 1 {
+                    return Err(bad("give the crate one of version, path or git"));
+                }
+                if (self.rev.is_some() || self.branch.is_some()) && self.git.is_none() {
+                    return Err(bad("rev and branch go with git"));
+                }
+                match (&self.new, &self.static_item, self.api) {
+                    (Some(_), Some(_), _) | (None, None, _) => {
+                        return Err(bad("give one of `new` (an expression) or `static` (an item)"))
+                    }
+                    (None, Some(_), Api::AllocatorApi2) => {
+                        return Err(bad("an allocator-api2 allocator is made fresh for each program: give `new`, not `static`"))
+                    }
+                    _ => {}
+                }
+                if self.init.is_some() && self.api == Api::AllocatorApi2 {
+                    return Err(bad("`init` is for a GlobalAlloc; an allocator-api2 allocator's `new` makes it ready"));
+                }
+                if self.usable_size.is_some() && self.api == Api::AllocatorApi2 {
+                    return Err(bad("`usable_size` is for a GlobalAlloc; an allocator-api2 block's usable size is the length of the slice it returned"));
+                }
+            }
+            (Some(_), Some(_)) => return Err(bad("give `crate` or `c`, not both")),
+            (None, None) => return Err(bad("give `crate` (a Rust allocator) or `c` (C sources)")),
+        }
+        if self
+            .size_classes
+            .as_deref()
+            .is_some_and(|s| s != "mimalloc")
+        {
+            return Err(bad("size_classes knows only \"mimalloc\""));
+        }
+        match (self.threads, self.api) {
+            (None, _) => {}
+            (Some(1), Api::GlobalAlloc) => {}
+            (Some(1), Api::AllocatorApi2) => return Err(bad(
+                "an allocator-api2 allocator is called under one lock already; leave out `threads`",
+            )),
+            (Some(n), _) => {
+                return Err(bad(&format!(
+                    "threads = {n}: give 1 for a single-threaded allocator, or leave it out"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Declared `threads = 1`.
+    pub fn single_threaded(&self) -> bool {
+        self.threads == Some(1)
+    }
+
+    /// A Rust identifier for generated items.
+    pub(crate) fn ident(&self) -> String {
+        self.name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect()
+    }
+
+    /// The crate's dependency entry, its paths made absolute from `base`.
+    pub(super) fn dependency(&self, base: &Path) -> toml::Table {
+        let mut dep = toml::Table::new();
+        if let Some(v) = &self.version {
+            dep.insert("version".into(), v.clone().into());
+        }
+        if let Some(p) = &self.path {
+            dep.insert("path".into(), base.join(p).display().to_string().into());
+        }
+        for (key, value) in [
+            ("git", &self.git),
+            ("rev", &self.rev),
+            ("branch", &self.branch),
+        ] {
+            if let Some(v) = value {
+                dep.insert(key.into(), v.clone().into());
+            }
+        }
+        if !self.features.is_empty() {
+            dep.insert("features".into(), self.features.clone().into());
+        }
+        if let Some(d) = self.default_features {
+            dep.insert("default-features".into(), d.into());
+        }
+        dep
+    }
+
+    /// The lines an emitted test runs first to declare this allocator, with
+    /// what the test's crate needs to build them.
+    pub fn test_setup(&self, config: &Path) -> String {
+        let base = config.parent().unwrap_or(Path::new("."));
+        // The entry's `dependencies` too: its expression names them.
+        let more: String = self
+            .dependencies
+            .iter()
+            .map(|(k, v)| format!("    // {k} = {v}\n"))
+            .collect();
+        let needs = match (&self.krate, &self.c) {
+            (Some(k), _) => format!(
+                "    // `{}` is declared in {}: this test needs in [dev-dependencies]\n    // {k} = {}\n{more}",
+                self.name,
+                config.display(),
+                toml::Value::Table(self.dependency(base))
+            ),
+            (None, _) => format!(
+                "    // `{}` is declared in {}: this test needs its C sources and\n    // allocsoak's shim compiled in (the glue's build.rs shows how).\n    extern \"C\" {{\n        fn allocsoak_c_{}() -> shadow::allocator::CFunctions;\n    }}\n",
+                self.name,
+                config.display(),
+                self.ident()
+            ),
+        };
+        format!("{needs}{}", self.registration())
+    }
+
+    /// The line of `register()` that declares this allocator.
+    pub(super) fn registration(&self) -> String {
+        let name = &self.name;
+        let mut properties = match &self.size_classes {
+            Some(c) => format!(".with_size_classes({c:?})"),
+            None => String::new(),
+        };
+        if let Some(size) = self.arena {
+            properties.push_str(&format!(".with_arena({size})"));
+        }
+        if let Some(align) = self.max_align {
+            properties.push_str(&format!(".with_max_align({align})"));
+        }
+        if self.single_threaded() {
+            properties.push_str(".with_single_thread()");
+        }
+        let make = match (&self.c, self.api, &self.static_item, &self.new) {
+            (Some(_), ..) => format!(
+                "Box::new(shadow::allocator::linked_c({name:?}, unsafe {{ allocsoak_c_{}() }}){properties})",
+                self.ident()
+            ),
+            (None, Api::AllocatorApi2, _, Some(new)) => {
+                format!("Box::new(shadow::allocator::Api2Adapter::new({name:?}, || {new}))")
+            }
+            (None, _, item, new) => {
+                let adapter = match (item, new) {
+                    (Some(item), _) => format!("of_static({name:?}, &{item})"),
+                    (None, Some(new)) => format!("new({name:?}, {new})"),
+                    (None, None) => unreachable!("checked: a crate has new or static"),
+                };
+                if let Some(usable) = &self.usable_size {
+                    properties.push_str(&format!(
+                        ".with_usable_size(|heap, p: *mut u8| -> usize {{ {usable} }})"
+                    ));
+                }
+                let adapter = format!("shadow::allocator::GlobalAllocAdapter::{adapter}{properties}");
+                match &self.init {
+                    Some(init) => format!(
+                        "{{\n        let adapter = {adapter};\n        let heap = adapter.allocator();\n        {{ {init} }}\n        Box::new(adapter)\n    }}"
+                    ),
+                    None => format!("Box::new({adapter})"),
+                }
+            }
+        };
+        format!("    shadow::allocator::declare({name:?}, || {make});\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(extra: &str) -> Declared {
+        toml::from_str(&format!("name = \"mine\"\n{extra}")).unwrap()
+    }
+
+    /// The shim's C array and the Rust struct it is read as agree.
+    #[test]
+    fn the_shim_hands_over_as_many_functions_as_cfunctions_holds() {
+        assert_eq!(
+            std::mem::size_of::<shadow::allocator::CFunctions>(),
+            allocsoak_declared_c::FUNCTIONS.len() * std::mem::size_of::<usize>()
+        );
+    }
+
+    #[test]
+    fn init_runs_on_the_allocator_where_it_stays() {
+        let d = entry("crate = \"mine\"\npath = \".\"\nnew = \"mine::Heap::empty()\"\ninit = \"unsafe { heap.init() }\"\narena = 4096\n");
+        d.check().unwrap();
+        let line = d.registration();
+        let placed =
+            line.find("GlobalAllocAdapter::new(\"mine\", mine::Heap::empty()).with_arena(4096)");
+        let bound = line.find("let heap = adapter.allocator();");
+        let init = line.find("unsafe { heap.init() }");
+        assert!(
+            placed < bound && bound < init && placed.is_some(),
+            "init must run after the value is placed:\n{line}"
+        );
+    }
+
+    #[test]
+    fn a_c_allocator_gets_its_declared_properties() {
+        let d = entry("arena = 65536\nmax_align = 64\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n");
+        d.check().unwrap();
+        let line = d.registration();
+        assert!(
+            line.contains("linked_c(\"mine\", unsafe { allocsoak_c_mine() }).with_arena(65536).with_max_align(64)"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn an_emitted_test_names_every_dependency_the_expression_needs() {
+        let d = entry("crate = \"umm-malloc-sys\"\nversion = \"0.3\"\nnew = \"x()\"\ndependencies = { critical-section = { version = \"1\", features = [\"std\"] } }\n");
+        d.check().unwrap();
+        let setup = d.test_setup(Path::new("/r/allocsoak.toml"));
+        for needed in [
+            "// umm-malloc-sys = { version = \"0.3\" }",
+            "// critical-section = ",
+        ] {
+            assert!(setup.contains(needed), "{needed} missing:\n{setup}");
+        }
+    }
+
+    #[test]
+    fn a_crates_usable_size_is_asked_of_the_placed_allocator() {
+        let d = entry("crate = \"mine\"\npath = \".\"\nstatic = \"mine::GLOBAL\"\nusable_size = \"unsafe { heap.usable_size(p) }\"\n");
+        d.check().unwrap();
+        let line = d.registration();
+        assert!(
+            line.contains("of_static(\"mine\", &mine::GLOBAL).with_usable_size(|heap, p: *mut u8| -> usize { unsafe { heap.usable_size(p) } })"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn init_and_usable_size_are_refused_where_nothing_would_run_them() {
+        for (extra, says) in [
+            ("crate = \"mine\"\npath = \".\"\napi = \"allocator-api2\"\nnew = \"mine::Bump::new()\"\ninit = \"x\"\n", "GlobalAlloc"),
+            ("init = \"x\"\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n", "C allocator"),
+            ("crate = \"mine\"\npath = \".\"\napi = \"allocator-api2\"\nnew = \"mine::Bump::new()\"\nusable_size = \"x\"\n", "slice"),
+            ("usable_size = \"x\"\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n", "malloc_usable_size"),
+        ] {
+            let e = entry(extra).check().unwrap_err().to_string();
+            assert!(e.contains("`mine`") && e.contains(says), "{e}");
+        }
+    }
+}
