@@ -97,8 +97,7 @@ pub fn run(
                             reference: reference.name().to_string(),
                         },
                     };
-                    crate::sanitizer::check();
-                    crate::tolerance::raise(report);
+                    crate::ending::raise(report);
                 }
             }
             // A size-0 block on one side, null on the other: both legal.

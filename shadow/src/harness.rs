@@ -112,8 +112,7 @@ pub fn fuzz(target: Target, data: &[u8]) {
             // In a replay: a leak of a block the program gave back is
             // keyed by the call that lost it.
             if let Some(leak) = crate::sanitizer::lost_block() {
-                crate::sanitizer::check();
-                crate::tolerance::raise_always(leak);
+                crate::ending::raise_always(leak);
             }
         })
     });

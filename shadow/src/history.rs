@@ -184,7 +184,6 @@ fn ring() -> Option<&'static Mutex<Ring>> {
     RING.get_or_init(|| {
         let path = crate::settings::get().history.as_ref()?;
         let path = path
-            .as_os_str()
             .to_string_lossy()
             .replace("{pid}", &std::process::id().to_string());
         match Ring::create(Path::new(&path), CAPACITY) {

@@ -26,6 +26,7 @@ pub mod allocator;
 pub mod coverage;
 pub mod diff;
 pub mod edges;
+pub mod ending;
 pub mod executor;
 pub mod findings;
 pub mod guard;

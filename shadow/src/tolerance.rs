@@ -39,7 +39,7 @@ fn tolerated() -> &'static HashSet<String> {
             Err(e) => {
                 eprintln!(
                     "allocsoak: ALLOCSOAK_TOLERATE={}: {e}",
-                    path.as_os_str().to_string_lossy()
+                    path.to_string_lossy()
                 );
                 std::process::exit(2)
             }
@@ -116,9 +116,9 @@ pub(crate) fn count_tolerated(key: &str) -> bool {
 /// its record where `ALLOCSOAK_RECORD` says), or, when its key is
 /// tolerated, counts it and ends the program quietly ([`end_quietly`]);
 /// while fuzzing, one a `save` line ([`SAVE`]) matches is saved as a
-/// finding, counted, and ends the program quietly too. Its callers first
-/// end the program quietly at a tolerated sanitizer report that came in
-/// before it: the violation is that report's consequence.
+/// finding, counted, and ends the program quietly too. Called through
+/// [`crate::ending`], which first ends the program quietly at a tolerated
+/// sanitizer report that came in before it.
 pub fn raise(report: Report) -> ! {
     if went_past(&report, true) {
         end_quietly();

@@ -6,10 +6,9 @@ use std::cell::Cell;
 use std::sync::MutexGuard;
 
 use crate::allocator::Allocator;
+use crate::ending;
 use crate::guard::{self, Panicked};
 use crate::op::Op;
-use crate::sanitizer;
-use crate::tolerance;
 use crate::violation::{By, Report, Site, Violation};
 use crate::workers::WorkerPool;
 
@@ -118,8 +117,7 @@ impl CallGuard {
     /// its consequence).
     pub(super) fn fail(&self, violation: Violation) -> ! {
         let report = self.report(violation);
-        sanitizer::check();
-        tolerance::raise(report);
+        ending::raise(report);
     }
 
     /// A violation that leaves the heap sound: returns when it is
@@ -129,8 +127,7 @@ impl CallGuard {
     pub(super) fn flag(&self, violation: Violation) {
         debug_assert!(violation.leaves_heap_sound());
         let report = self.report(violation);
-        sanitizer::check();
-        tolerance::record(report);
+        ending::record(report);
     }
 
     pub(super) fn panicked(&self, p: Panicked) -> ! {

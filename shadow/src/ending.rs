@@ -1,0 +1,29 @@
+//! Where a violation the harness found leaves the program: the one way
+//! in for the executor, the differential run and the harness's leak
+//! check. A tolerated sanitizer report that came in before it ends the
+//! program quietly first ([`sanitizer::check`]): the violation is that
+//! report's consequence. Then [`tolerance`] decides.
+
+use crate::sanitizer;
+use crate::tolerance;
+use crate::violation::Report;
+
+/// Ends the program at `report` ([`tolerance::raise`]).
+pub fn raise(report: Report) -> ! {
+    sanitizer::check();
+    tolerance::raise(report)
+}
+
+/// Ends the program at `report` even when tolerated
+/// ([`tolerance::raise_always`]).
+pub fn raise_always(report: Report) -> ! {
+    sanitizer::check();
+    tolerance::raise_always(report)
+}
+
+/// Records `report`, a violation that leaves the heap sound, and returns
+/// ([`tolerance::record`]).
+pub fn record(report: Report) {
+    sanitizer::check();
+    tolerance::record(report)
+}
