@@ -1,6 +1,7 @@
 //! Where a violation the harness found leaves the program: the one way
 //! in for the executor, the differential run and the harness's leak
-//! check. A tolerated sanitizer report that came in before it ends the
+//! check. In the child that names a writer ([`crate::writer`]) it ends
+//! the child, or is nothing. A tolerated sanitizer report that came in before it ends the
 //! program quietly first ([`sanitizer::check`]): the violation is that
 //! report's consequence. Then [`tolerance`] decides.
 
@@ -10,6 +11,7 @@ use crate::violation::Report;
 
 /// Ends the program at `report` ([`tolerance::raise`]).
 pub fn raise(report: Report) -> ! {
+    crate::writer::end_in_child();
     sanitizer::check();
     tolerance::raise(report)
 }
@@ -17,6 +19,7 @@ pub fn raise(report: Report) -> ! {
 /// Ends the program at `report` even when tolerated
 /// ([`tolerance::raise_always`]).
 pub fn raise_always(report: Report) -> ! {
+    crate::writer::end_in_child();
     sanitizer::check();
     tolerance::raise_always(report)
 }
@@ -24,6 +27,9 @@ pub fn raise_always(report: Report) -> ! {
 /// Records `report`, a violation that leaves the heap sound, and returns
 /// ([`tolerance::record`]).
 pub fn record(report: Report) {
+    if crate::writer::in_child() {
+        return;
+    }
     sanitizer::check();
     tolerance::record(report)
 }

@@ -77,15 +77,23 @@ fn default_reference() -> Result<&'static str, String> {
 }
 
 /// Runs one program in `mode`; the differential target runs both sides.
+/// In a checked replay, a child waits to name the writer of a word the
+/// program's calls change ([`crate::writer`]).
 pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode) -> Stats {
-    match program.target {
+    if mode == Mode::Checked && crate::findings::recording() {
+        crate::writer::fork_for(program);
+    }
+    let stats = match program.target {
         Target::DiffMimalloc => {
             let reference = reference().unwrap_or_else(|e| panic!("{e}"));
             crate::diff::run(program, alloc, reference, mode)
         }
         _ => Executor::with_seed_base(alloc, mode, crate::executor::seed_base_for(program))
             .run(program),
-    }
+    };
+    crate::writer::end_in_child();
+    crate::writer::drop_child();
+    stats
 }
 
 /// One fuzz input for `target`.

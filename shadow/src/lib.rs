@@ -41,6 +41,7 @@ pub mod settings;
 pub mod tolerance;
 pub mod violation;
 mod workers;
+pub mod writer;
 
 pub use executor::{Executor, Mode, Stats};
 pub use op::{Op, Program, Target};

@@ -150,6 +150,17 @@ pub enum Violation {
     },
 }
 
+/// A byte an op's calls left wrong ([`Violation::wrong_byte`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WrongByte {
+    pub addr: usize,
+    /// What it should hold.
+    pub expected: u8,
+    /// Whether it held it before the op's calls (a live block's byte), or
+    /// only once they put it there (a realloc's copy into its new block).
+    pub held_before: bool,
+}
+
 impl Violation {
     /// The stable kind name triage keys on.
     pub fn kind(&self) -> &'static str {
@@ -213,6 +224,31 @@ impl Violation {
                 | Violation::RemoteFreeLost { .. }
                 | Violation::Contents { by_call: true, .. }
         )
+    }
+
+    /// The byte an op's calls left wrong in a block they had handed out,
+    /// for a violation that found one: a live block's contents changed by
+    /// the calls, or the prefix a realloc's new block lost. The store that
+    /// broke it keys it ([`crate::writer`]).
+    pub fn wrong_byte(&self) -> Option<WrongByte> {
+        match self {
+            Violation::Contents {
+                ptr,
+                mismatch,
+                by_call: true,
+                ..
+            } => Some(WrongByte {
+                addr: ptr + mismatch.offset,
+                expected: mismatch.expected,
+                held_before: true,
+            }),
+            Violation::ReallocPrefix { new, mismatch, .. } => Some(WrongByte {
+                addr: new + mismatch.offset,
+                expected: mismatch.expected,
+                held_before: false,
+            }),
+            _ => None,
+        }
     }
 
     /// Which of the op's allocator code its path is

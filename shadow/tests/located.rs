@@ -17,9 +17,9 @@ fn a_replay_finds_a_changed_block_at_the_call_that_changed_it() {
     );
     let dir = std::env::temp_dir().join(format!("allocsoak-located-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let record = dir.join("record.json");
+    let record_file = dir.join("record.json");
     shadow::settings::install(shadow::settings::Settings {
-        record: Some(record.clone()),
+        record: Some(record_file.clone()),
         ..Default::default()
     })
     .expect("nothing read the settings before");
@@ -28,7 +28,7 @@ fn a_replay_finds_a_changed_block_at_the_call_that_changed_it() {
         replay.contains("contents: op #4 `free slot=1`") && replay.contains("by this op's calls"),
         "{replay}"
     );
-    let written = std::fs::read_to_string(&record).expect("the replay writes its record");
+    let written = std::fs::read_to_string(&record_file).expect("the replay writes its record");
     let record = report::Record::from_json(&written).unwrap();
     assert_eq!(record.kind, "contents");
     assert!(
@@ -36,5 +36,27 @@ fn a_replay_finds_a_changed_block_at_the_call_that_changed_it() {
         "{}",
         record.key
     );
+    // The replay's child watched the changed word during op #4: the
+    // store is the free-list push's back-link, whichever entry point ran
+    // it, and that function keys the violation.
+    assert_eq!(record.path.len(), 1, "{:?}", record.path);
+    assert!(
+        record.path[0].starts_with("zoo::") && record.path[0].ends_with("push_stale_list"),
+        "{:?}",
+        record.path
+    );
+
+    // The same store, reached through a realloc: its new block is the one
+    // popped (slot 0's old block, freed first), and its free of the old
+    // one links into it: the new block lost its prefix. One writer, one key.
+    let program = common::program(
+        "target alloc_ops\nalloc size=80 align=8\nalloc size=80 align=8\nfree slot=0\n\
+         realloc-plain slot=0 to=72\n",
+    );
+    let replay = common::violation(&program, "zoo:stale-link").expect("the bug is met");
+    assert!(replay.contains("realloc-prefix: op #3"), "{replay}");
+    let written = std::fs::read_to_string(&record_file).expect("the replay writes its record");
+    let prefix = report::Record::from_json(&written).unwrap();
+    assert_eq!(prefix.path, record.path);
     std::fs::remove_dir_all(dir).unwrap();
 }

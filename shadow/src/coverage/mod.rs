@@ -318,6 +318,28 @@ fn path(of: PathOf, now: bool) -> Vec<String> {
     names.into_iter().collect()
 }
 
+/// The allocator function a frame's runtime PC is in (a store's own PC,
+/// or a return address): the innermost inlined one when its code came
+/// from a helper, as a symbolizer names a stack's top frame; `None` when
+/// the PC is not the allocator's code ([`is_allocator_code`]).
+pub fn allocator_frame(pc: usize) -> Option<String> {
+    // The byte before a return address (or the PC after a store) is in
+    // the call (the store) itself.
+    let at = pc.checked_sub(load_bias() + 1)?;
+    if let Some(inlined) = inlined::names_at(at).into_iter().next() {
+        return Some(inlined);
+    }
+    let symbols = symbols()?;
+    let name = symbols.name(symbols.function_at(at)?);
+    is_allocator_code(&name).then_some(name)
+}
+
+/// The allocator function that made a store, from its stack (runtime PCs,
+/// innermost first, see [`crate::writer`]): its first allocator frame.
+pub fn writer(stack: &[usize]) -> Option<String> {
+    stack.iter().find_map(|&pc| allocator_frame(pc))
+}
+
 /// The executable's functions, by address.
 struct Symbols {
     /// (start, end, mangled name), sorted by start.

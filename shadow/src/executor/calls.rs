@@ -84,12 +84,26 @@ impl CallGuard {
 
     /// `violation` at the op running now, with the allocator code its
     /// calls ran when it is of a call ([`Violation::is_of_a_call`]).
+    /// A byte its calls broke is keyed by the allocator function whose
+    /// store broke it, when the replay's child saw one ([`crate::writer`]).
     pub(super) fn report(&self, violation: Violation) -> Report {
-        let path = match violation.is_of_a_call() {
-            true => crate::coverage::op_path(violation.path_of()),
-            false => Vec::new(),
+        let writer = violation.wrong_byte().and_then(|wrong| {
+            let stack = crate::writer::writer_of(self.op_index, self.reference, wrong, |pc| {
+                crate::coverage::allocator_frame(pc).is_some()
+            })?;
+            crate::coverage::writer(&stack)
+        });
+        let path = match (violation.is_of_a_call(), writer) {
+            (true, Some(writer)) => vec![writer],
+            (true, None) => crate::coverage::op_path(violation.path_of()),
+            (false, _) => Vec::new(),
         };
         self.report_with(violation, path)
+    }
+
+    /// Whether this is the reference side of a differential run.
+    pub(super) fn is_reference(&self) -> bool {
+        self.reference
     }
 
     /// `violation` at the op running now, with `path` as its code path.

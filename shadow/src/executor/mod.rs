@@ -241,7 +241,9 @@ impl Executor {
         crate::coverage::begin_op();
         self.guard.begin(index, Some(*op));
         self.stats.ops += 1;
+        crate::writer::arm(index, self.guard.is_reference());
         let outcome = self.dispatch(op);
+        crate::writer::end_in_child_after(index, self.guard.is_reference());
         crate::sanitizer::check();
         match outcome {
             Outcome::Skipped => self.stats.skipped += 1,

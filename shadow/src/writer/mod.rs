@@ -1,0 +1,344 @@
+//! Who wrote the word: the allocator code that stored into a live block
+//! it had handed out. A crash is keyed by its top frames; a live block's
+//! changed contents have no crash, and the call that changed them can be
+//! any of the entry points that reach the one store at fault (a free-list
+//! push that writes a link into a block still handed out, reached from
+//! `free`, from `realloc`'s free of the old block, from a heap's
+//! collection). The writer's frame is what they share.
+//!
+//! In a checked replay of a single-threaded program the harness forks
+//! once before the program runs ([`fork_for`]). The child waits. When the
+//! parent finds a word changed by an op's calls (a violation with
+//! [`crate::Violation::wrong_byte`]), it asks the child ([`writer_of`]):
+//! the child, an exact copy of the process from before the program, runs
+//! the same ops to that one, arms a hardware watchpoint on the byte's word
+//! ([`watchpoint`]) for that op's calls, and sends back every store to it
+//! with its stack and the byte as it left it. The store that made the byte
+//! wrong, where it held what it should, is the writer when allocator code
+//! made it. A byte no store broke (a page the allocator purged, a copy
+//! that fell short, so the byte never held the old block's value) has
+//! none, and its violation keeps its calls' path.
+//!
+//! The child never writes a file, a finding or a line: it ends with
+//! `_exit` as soon as its op is done, or at its first violation.
+
+mod watchpoint;
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::op::Program;
+use crate::violation::WrongByte;
+use watchpoint::Store;
+
+/// How long the parent waits for the child's answer: it runs the program
+/// again up to the op.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The parent's side: the child waiting, and the pipes to it.
+struct Child {
+    pid: libc::pid_t,
+    ask: std::fs::File,
+    answer: std::fs::File,
+}
+
+/// The child's parent, for the program running now (the parent's side).
+static CHILD: Mutex<Option<Child>> = Mutex::new(None);
+
+/// What the child was asked (the child's side): set once, in the child.
+static ASKED: OnceLock<Question> = OnceLock::new();
+
+/// Where the child watches: op `op_index` of the allocator under test
+/// (`reference: false`) or of the reference side of a differential run,
+/// the word at `addr`.
+#[derive(Clone, Copy, Debug)]
+struct Question {
+    op_index: usize,
+    reference: bool,
+    addr: usize,
+}
+
+/// Before `program` runs in a checked replay: forks the child that will
+/// name a writer. In the child this returns only once asked, to run the
+/// program to the op asked about; asked nothing (the parent's program
+/// ended without a changed word), the child exits here. Programs that use
+/// other threads have no child: it would have none of their workers.
+pub fn fork_for(program: &Program) {
+    drop_child();
+    if ASKED.get().is_some() || program.ops.iter().any(|op| op.uses_other_threads()) {
+        return;
+    }
+    let (Ok((ask_read, ask_write)), Ok((answer_read, answer_write))) = (pipe(), pipe()) else {
+        return;
+    };
+    // SAFETY: the child only reads a pipe, then runs the program's ops on
+    // this thread, the only one it has (a program without other threads'
+    // ops: the workers are parked, holding no lock) and leaves by `_exit`.
+    match unsafe { libc::fork() } {
+        -1 => {}
+        0 => {
+            drop((ask_write, answer_read));
+            be_the_child(ask_read, answer_write);
+        }
+        pid => {
+            drop((ask_read, answer_write));
+            *lock() = Some(Child {
+                pid,
+                ask: ask_write.into(),
+                answer: answer_read.into(),
+            });
+        }
+    }
+}
+
+/// The parent's program ended: the child, unasked, exits.
+pub fn drop_child() {
+    if let Some(child) = lock().take() {
+        reap(child.pid);
+    }
+}
+
+/// The stack (runtime PCs, innermost first) of the store that broke the
+/// byte `wrong` names during op `op_index` of one side (`reference`), as
+/// the child saw it: the last store that left the byte wrong where it
+/// held what it should just before (a realloc's new byte once its copy
+/// put it there). `None` without a child, when no store broke it (a page
+/// purged, a copy that never reached the byte), or when the store that did
+/// ran no allocator code (`is_allocator`, asked of each PC). The child is
+/// asked once.
+pub fn writer_of(
+    op_index: usize,
+    reference: bool,
+    wrong: WrongByte,
+    is_allocator: impl Fn(usize) -> bool,
+) -> Option<Vec<usize>> {
+    let mut child = lock().take()?;
+    let question = [op_index as u64, reference as u64, wrong.addr as u64];
+    let asked = child.ask.write_all(as_bytes(&question)).is_ok();
+    drop(child.ask);
+    let stores = if asked {
+        read_answer(&mut child.answer)
+    } else {
+        None
+    };
+    reap(child.pid);
+    let breaker = breaker(&stores?, wrong)?;
+    breaker
+        .stack
+        .iter()
+        .any(|&pc| is_allocator(pc))
+        .then_some(breaker.stack)
+}
+
+/// Of `stores` to the byte, in order, the last that made it wrong where
+/// it held the expected value before.
+fn breaker(stores: &[Store], wrong: WrongByte) -> Option<Store> {
+    let mut held = wrong.held_before;
+    let mut breaker = None;
+    for store in stores {
+        let holds = store.byte == wrong.expected;
+        if held && !holds {
+            breaker = Some(store.clone());
+        }
+        held = holds;
+    }
+    breaker
+}
+
+/// Whether this process is the locating child ([`fork_for`]).
+pub fn in_child() -> bool {
+    ASKED.get().is_some()
+}
+
+/// At op `op_index` of one side (`reference`): in the child, at the op it
+/// was asked about, arms the watchpoint. The child's answer goes at
+/// [`end_in_child_after`].
+pub fn arm(op_index: usize, reference: bool) {
+    let Some(q) = ASKED.get() else { return };
+    if q.op_index == op_index && q.reference == reference {
+        let watch = watchpoint::Watch::arm(q.addr).ok();
+        *WATCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(watch);
+    }
+}
+
+/// After op `op_index`'s calls on one side: in the child, at the op it
+/// was asked about, sends its answer and exits ([`end_in_child`]).
+pub fn end_in_child_after(op_index: usize, reference: bool) {
+    if ASKED
+        .get()
+        .is_some_and(|q| q.op_index == op_index && q.reference == reference)
+    {
+        end_in_child();
+    }
+}
+
+/// In the child: after its op's calls (or at a violation, a panic, the
+/// program's end) sends the stores it saw, none when it never got to the
+/// op, and exits. Elsewhere it returns.
+pub fn end_in_child() {
+    if ASKED.get().is_none() {
+        return;
+    }
+    let armed = WATCH.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let mut words: Vec<u64> = Vec::new();
+    if let Some(Some(watch)) = armed {
+        drop(watch);
+        for store in watchpoint::stores() {
+            words.push(store.stack.len() as u64);
+            words.push(store.byte as u64);
+            words.extend(store.stack.iter().map(|&pc| pc as u64));
+        }
+    }
+    if let Some(mut out) = ANSWER.get().and_then(|f| f.try_clone().ok()) {
+        let _ = out.write_all(as_bytes(&words));
+    }
+    // SAFETY: ends the child at once, running nothing of the parent's
+    // (no atexit handler, no leak check, no libFuzzer artifact).
+    unsafe { libc::_exit(0) }
+}
+
+/// The child's watchpoint: `Some(None)` when the kernel refused it.
+static WATCH: Mutex<Option<Option<watchpoint::Watch>>> = Mutex::new(None);
+/// The child's end of the answer pipe.
+static ANSWER: OnceLock<std::fs::File> = OnceLock::new();
+
+/// The child: waits for a question; asked none, exits.
+fn be_the_child(ask: OwnedFd, answer: OwnedFd) {
+    silence();
+    let mut ask = std::fs::File::from(ask);
+    let mut bytes = [0u8; 24];
+    if ask.read_exact(&mut bytes).is_err() {
+        // SAFETY: as in `end_in_child`.
+        unsafe { libc::_exit(0) }
+    }
+    let word = |i: usize| u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap()) as usize;
+    let _ = ANSWER.set(answer.into());
+    let _ = ASKED.set(Question {
+        op_index: word(0),
+        reference: word(1) != 0,
+        addr: word(2),
+    });
+    // A panic the guard would catch, or one it would not, ends the child
+    // with its answer, before any handler of the parent's runs.
+    std::panic::set_hook(Box::new(|_| end_in_child()));
+}
+
+/// The child says nothing: its standard output and error go nowhere.
+fn silence() {
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: `dup2` onto the standard descriptors, from a descriptor
+        // open for this call.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 1);
+            libc::dup2(null.as_raw_fd(), 2);
+        }
+    }
+}
+
+/// The child's answer: the stores it sent, `None` when it sent nothing
+/// in [`PATIENCE`].
+fn read_answer(answer: &mut std::fs::File) -> Option<Vec<Store>> {
+    let mut bytes = Vec::new();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut poll = libc::pollfd {
+            fd: answer.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, left.as_millis() as libc::c_int) };
+        if ready <= 0 {
+            return None;
+        }
+        let mut chunk = [0u8; 4096];
+        match answer.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(_) => return None,
+        }
+    }
+    let words: Vec<usize> = bytes
+        .chunks_exact(8)
+        .map(|w| u64::from_ne_bytes(w.try_into().unwrap()) as usize)
+        .collect();
+    let mut stores = Vec::new();
+    let mut rest = &words[..];
+    while let [len, byte, tail @ ..] = rest {
+        let len = (*len).min(tail.len());
+        stores.push(Store {
+            byte: *byte as u8,
+            stack: tail[..len].to_vec(),
+        });
+        rest = &tail[len..];
+    }
+    Some(stores)
+}
+
+/// Ends the child (it may still be running the program) and waits for it.
+fn reap(pid: libc::pid_t) {
+    // SAFETY: `pid` is our child, not yet waited for.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Option<Child>> {
+    CHILD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both are new descriptors this call owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn as_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: any u64 slice is readable as its bytes.
+    unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, std::mem::size_of_val(words)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(byte: u8, pc: usize) -> Store {
+        Store {
+            byte,
+            stack: vec![pc],
+        }
+    }
+
+    const LIVE: WrongByte = WrongByte {
+        addr: 0,
+        expected: 0x5a,
+        held_before: true,
+    };
+    const COPIED: WrongByte = WrongByte {
+        held_before: false,
+        ..LIVE
+    };
+
+    #[test]
+    fn the_breaker_is_the_store_that_made_the_byte_wrong() {
+        // A live byte overwritten: the first store broke it.
+        assert_eq!(breaker(&[store(0, 1)], LIVE), Some(store(0, 1)));
+        // Put back, then broken again: the last break.
+        let stores = [store(0, 1), store(0x5a, 2), store(7, 3)];
+        assert_eq!(breaker(&stores, LIVE), Some(store(7, 3)));
+        // A realloc's new byte: filled, copied, then a link stored into it.
+        let stores = [store(0xbe, 1), store(0x5a, 2), store(9, 3)];
+        assert_eq!(breaker(&stores, COPIED), Some(store(9, 3)));
+        // Filled and never copied: no store broke what it never held.
+        assert_eq!(breaker(&[store(0xbe, 1)], COPIED), None);
+        assert_eq!(breaker(&[], LIVE), None);
+    }
+}
