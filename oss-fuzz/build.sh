@@ -28,9 +28,14 @@ config="${ALLOCSOAK_CONFIG:-$src/soak.toml}"
 # glue crate of the config's declared allocators. What it prints
 # (soak/src/cmd/oss_fuzz.rs): the fuzz package to build, libFuzzer's
 # per-input limits, and each fuzzer's binary and name.
-(cd "$src" && env -u RUSTFLAGS -u CFLAGS -u CXXFLAGS CARGO_TARGET_DIR="$WORK/allocsoak" \
-    cargo build --locked -p soak)
-layout=$(ALLOCSOAK_ROOT="$src" "$WORK/allocsoak/debug/allocsoak" --config "$config" oss-fuzz)
+# $ALLOCSOAK_BIN, when set, is such a command already built from this
+# checkout (scripts/oss-fuzz-check passes the one `just test` built).
+allocsoak="${ALLOCSOAK_BIN:-$WORK/allocsoak/debug/allocsoak}"
+if [ -z "${ALLOCSOAK_BIN:-}" ]; then
+    (cd "$src" && env -u RUSTFLAGS -u CFLAGS -u CXXFLAGS CARGO_TARGET_DIR="$WORK/allocsoak" \
+        cargo build --locked -p soak)
+fi
+layout=$(ALLOCSOAK_ROOT="$src" "$allocsoak" --config "$config" oss-fuzz)
 package=$(awk '$1 == "package" { print $2 }' <<<"$layout")
 read -r timeout rss_limit_mb < <(awk '$1 == "limits" { print $2, $3 }' <<<"$layout")
 
