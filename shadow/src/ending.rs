@@ -1,9 +1,10 @@
 //! Where a violation the harness found leaves the program: the one way
 //! in for the executor, the differential run and the harness's leak
-//! check. In the child that names a writer ([`crate::writer`]) it ends
-//! the child, or is nothing. A tolerated sanitizer report that came in before it ends the
+//! check. A tolerated sanitizer report that came in before it ends the
 //! program quietly first ([`sanitizer::check`]): the violation is that
-//! report's consequence. Then [`tolerance`] decides.
+//! report's consequence. Then [`tolerance`] decides. In the child that
+//! names a writer ([`crate::writer`]) a violation ends the child, and a
+//! sound one is nothing.
 
 use crate::sanitizer;
 use crate::tolerance;

@@ -322,7 +322,7 @@ fn path(of: PathOf, now: bool) -> Vec<String> {
 /// or a return address): the innermost inlined one when its code came
 /// from a helper, as a symbolizer names a stack's top frame; `None` when
 /// the PC is not the allocator's code ([`is_allocator_code`]).
-pub fn allocator_frame(pc: usize) -> Option<String> {
+fn allocator_frame(pc: usize) -> Option<String> {
     // The byte before a return address (or the PC after a store) is in
     // the call (the store) itself.
     let at = pc.checked_sub(load_bias() + 1)?;

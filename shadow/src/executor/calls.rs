@@ -85,12 +85,11 @@ impl CallGuard {
     /// `violation` at the op running now, with the allocator code its
     /// calls ran when it is of a call ([`Violation::is_of_a_call`]).
     /// A byte its calls broke is keyed by the allocator function whose
-    /// store broke it, when the replay's child saw one ([`crate::writer`]).
+    /// store broke it, when the replay's child saw one made by allocator
+    /// code ([`crate::writer`]).
     pub(super) fn report(&self, violation: Violation) -> Report {
         let writer = violation.wrong_byte().and_then(|wrong| {
-            let stack = crate::writer::writer_of(self.op_index, self.reference, wrong, |pc| {
-                crate::coverage::allocator_frame(pc).is_some()
-            })?;
+            let stack = crate::writer::writer_of(self.op_index, self.reference, wrong)?;
             crate::coverage::writer(&stack)
         });
         let path = match (violation.is_of_a_call(), writer) {

@@ -14,8 +14,8 @@
 //! the same ops to that one, arms a hardware watchpoint on the byte's word
 //! ([`watchpoint`]) for that op's calls, and sends back every store to it
 //! with its stack and the byte as it left it. The store that made the byte
-//! wrong, where it held what it should, is the writer when allocator code
-//! made it. A byte no store broke (a page the allocator purged, a copy
+//! wrong, where it held what it should, is the writer; its first
+//! allocator frame keys the violation. A byte no store broke (a page the allocator purged, a copy
 //! that fell short, so the byte never held the old block's value) has
 //! none, and its violation keeps its calls' path.
 //!
@@ -104,16 +104,10 @@ pub fn drop_child() {
 /// byte `wrong` names during op `op_index` of one side (`reference`), as
 /// the child saw it: the last store that left the byte wrong where it
 /// held what it should just before (a realloc's new byte once its copy
-/// put it there). `None` without a child, when no store broke it (a page
-/// purged, a copy that never reached the byte), or when the store that did
-/// ran no allocator code (`is_allocator`, asked of each PC). The child is
-/// asked once.
-pub fn writer_of(
-    op_index: usize,
-    reference: bool,
-    wrong: WrongByte,
-    is_allocator: impl Fn(usize) -> bool,
-) -> Option<Vec<usize>> {
+/// put it there). `None` without a child, or when no store broke it (a
+/// page purged, a copy that never reached the byte). The child is asked
+/// once.
+pub fn writer_of(op_index: usize, reference: bool, wrong: WrongByte) -> Option<Vec<usize>> {
     let mut child = lock().take()?;
     let question = [op_index as u64, reference as u64, wrong.addr as u64];
     let asked = child.ask.write_all(as_bytes(&question)).is_ok();
@@ -124,12 +118,7 @@ pub fn writer_of(
         None
     };
     reap(child.pid);
-    let breaker = breaker(&stores?, wrong)?;
-    breaker
-        .stack
-        .iter()
-        .any(|&pc| is_allocator(pc))
-        .then_some(breaker.stack)
+    breaker(&stores?, wrong).map(|store| store.stack)
 }
 
 /// Of `stores` to the byte, in order, the last that made it wrong where
