@@ -15,9 +15,9 @@
 //! ([`watchpoint`]) for that op's calls, and sends back every store to it
 //! with its stack and the byte as it left it. The store that made the byte
 //! wrong, where it held what it should, is the writer; its first
-//! allocator frame keys the violation. A byte no store broke (a page the allocator purged, a copy
-//! that fell short, so the byte never held the old block's value) has
-//! none, and its violation keeps its calls' path.
+//! allocator frame keys the violation. A byte no store broke (a page the
+//! allocator purged, a copy that fell short, so the byte never held the
+//! old block's value) has none, and its violation keeps its calls' path.
 //!
 //! The child never writes a file, a finding or a line: it ends with
 //! `_exit` as soon as its op is done, or at its first violation.
@@ -141,24 +141,27 @@ pub fn in_child() -> bool {
     ASKED.get().is_some()
 }
 
+/// The question, in the child, when it is about op `op_index` of one
+/// side (`reference`).
+fn asked_about(op_index: usize, reference: bool) -> Option<&'static Question> {
+    ASKED
+        .get()
+        .filter(|q| q.op_index == op_index && q.reference == reference)
+}
+
 /// At op `op_index` of one side (`reference`): in the child, at the op it
-/// was asked about, arms the watchpoint. The child's answer goes at
-/// [`end_in_child_after`].
+/// was asked about, arms the watchpoint (none when the kernel refuses
+/// it). The child's answer goes at [`end_in_child_after`].
 pub fn arm(op_index: usize, reference: bool) {
-    let Some(q) = ASKED.get() else { return };
-    if q.op_index == op_index && q.reference == reference {
-        let watch = watchpoint::Watch::arm(q.addr).ok();
-        *WATCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(watch);
+    if let Some(q) = asked_about(op_index, reference) {
+        *WATCH.lock().unwrap_or_else(|e| e.into_inner()) = watchpoint::Watch::arm(q.addr).ok();
     }
 }
 
 /// After op `op_index`'s calls on one side: in the child, at the op it
 /// was asked about, sends its answer and exits ([`end_in_child`]).
 pub fn end_in_child_after(op_index: usize, reference: bool) {
-    if ASKED
-        .get()
-        .is_some_and(|q| q.op_index == op_index && q.reference == reference)
-    {
+    if asked_about(op_index, reference).is_some() {
         end_in_child();
     }
 }
@@ -172,7 +175,7 @@ pub fn end_in_child() {
     }
     let armed = WATCH.lock().unwrap_or_else(|e| e.into_inner()).take();
     let mut words: Vec<u64> = Vec::new();
-    if let Some(Some(watch)) = armed {
+    if let Some(watch) = armed {
         drop(watch);
         for store in watchpoint::stores() {
             words.push(store.stack.len() as u64);
@@ -188,8 +191,8 @@ pub fn end_in_child() {
     unsafe { libc::_exit(0) }
 }
 
-/// The child's watchpoint: `Some(None)` when the kernel refused it.
-static WATCH: Mutex<Option<Option<watchpoint::Watch>>> = Mutex::new(None);
+/// The child's watchpoint, once armed.
+static WATCH: Mutex<Option<watchpoint::Watch>> = Mutex::new(None);
 /// The child's end of the answer pipe.
 static ANSWER: OnceLock<std::fs::File> = OnceLock::new();
 
@@ -202,12 +205,14 @@ fn be_the_child(ask: OwnedFd, answer: OwnedFd) {
         // SAFETY: as in `end_in_child`.
         unsafe { libc::_exit(0) }
     }
-    let word = |i: usize| u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap()) as usize;
+    let [op_index, reference, addr] = words(&bytes)[..] else {
+        unreachable!("24 bytes are 3 words")
+    };
     let _ = ANSWER.set(answer.into());
     let _ = ASKED.set(Question {
-        op_index: word(0),
-        reference: word(1) != 0,
-        addr: word(2),
+        op_index,
+        reference: reference != 0,
+        addr,
     });
     // A panic the guard would catch, or one it would not, ends the child
     // with its answer, before any handler of the parent's runs.
@@ -250,10 +255,7 @@ fn read_answer(answer: &mut std::fs::File) -> Option<Vec<Store>> {
             Err(_) => return None,
         }
     }
-    let words: Vec<usize> = bytes
-        .chunks_exact(8)
-        .map(|w| u64::from_ne_bytes(w.try_into().unwrap()) as usize)
-        .collect();
+    let words = words(&bytes);
     let mut stores = Vec::new();
     let mut rest = &words[..];
     while let [len, byte, tail @ ..] = rest {
@@ -288,6 +290,14 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both are new descriptors this call owns.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The words a pipe carried (see [`as_bytes`]).
+fn words(bytes: &[u8]) -> Vec<usize> {
+    bytes
+        .chunks_exact(8)
+        .map(|w| u64::from_ne_bytes(w.try_into().unwrap()) as usize)
+        .collect()
 }
 
 fn as_bytes(words: &[u64]) -> &[u8] {
