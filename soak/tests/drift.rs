@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{allocsoak, count, soak, ONE_AT_A_TIME};
+use common::{allocsoak, count, soak_until, ONE_AT_A_TIME};
 
 /// A config that fuzzes alloc_ops/system and watches `drift` (TOML lines
 /// of the `[drift]` table).
@@ -37,9 +37,17 @@ fn a_leaking_allocator_is_filed_as_rss_drift_with_its_culprits() {
          rss_limit_mb = 256\nnarrow_ops = 100000\nnarrow_secs = 300",
     );
     let config = config.to_str().unwrap();
-    let out = soak(
+    // Until it is filed with its culprits.
+    let filed = |s: &Path| {
+        let drift = common::strings(s, "SELECT id FROM crash_group WHERE kind = 'rss-drift'");
+        drift.len() == 1
+            && std::fs::read_dir(s.join("crashes").join(&drift[0]).join("culprits"))
+                .is_ok_and(|mut culprits| culprits.next().is_some())
+    };
+    let out = soak_until(
         &state,
         &["--config", config, "--duration", "60", "--jobs", "1"],
+        filed,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let groups = count(
@@ -246,9 +254,15 @@ fn a_violation_in_a_replay_is_filed_with_the_programs_before_it() {
         "cpu_share = 1.0\nallocators = [\"zoo:latent-corruption\"]\ninterval_secs = 1",
     );
     let config = config.to_str().unwrap();
-    let out = soak(
+    let filed = |s: &Path| {
+        let panics = count(s, "SELECT COUNT(*) FROM crash_group WHERE kind = 'panic'");
+        let ended = "SELECT COUNT(*) FROM drift_segment WHERE outcome = 'violation'";
+        panics == 1 && count(s, ended) > 0
+    };
+    let out = soak_until(
         &state,
         &["--config", config, "--duration", "45", "--jobs", "1"],
+        filed,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let groups = common::groups(&state);

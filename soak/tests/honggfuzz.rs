@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::{count, db, groups, soak, ONE_AT_A_TIME};
+use common::{count, db, groups, soak, soak_until, ONE_AT_A_TIME};
 
 const ALLOCATOR: &str = "zoo:short-realloc-copy";
 
@@ -119,7 +119,7 @@ fn honggfuzz_slots_file_libfuzzers_group_and_grow_the_shared_corpus() {
     // libFuzzer on the bug's slot, in a state dir of its own, files a
     // group honggfuzz filed: one bug is one group whichever engine finds it.
     let libfuzzer = dir.path().join("libfuzzer");
-    soak(
+    soak_until(
         &libfuzzer,
         &[
             "--target",
@@ -133,6 +133,10 @@ fn honggfuzz_slots_file_libfuzzers_group_and_grow_the_shared_corpus() {
             "--slice-secs",
             "15",
         ],
+        |s| {
+            let filed = realloc_prefix_groups(s);
+            by_honggfuzz.intersection(&filed).next().is_some()
+        },
     );
     let by_libfuzzer = realloc_prefix_groups(&libfuzzer);
     assert!(

@@ -10,7 +10,9 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{count, duty_cycle, groups, kinds, signatures, soak, strings, ONE_AT_A_TIME};
+use common::{
+    count, duty_cycle, groups, kinds, signatures, soak, soak_until, strings, ONE_AT_A_TIME,
+};
 
 /// Soaks `alloc_ops` on `allocator` with 2 jobs for `secs`, plus `more`.
 fn soak_alloc_ops(state: &Path, allocator: &str, secs: &str, more: &[&str]) -> Output {
@@ -19,6 +21,22 @@ fn soak_alloc_ops(state: &Path, allocator: &str, secs: &str, more: &[&str]) -> O
 
 /// Soaks `target` on `allocator` with 2 jobs for `secs`, plus `more`.
 fn soak_target(state: &Path, target: &str, allocator: &str, secs: &str, more: &[&str]) -> Output {
+    soak(state, &args(target, allocator, secs, more))
+}
+
+/// Soaks `alloc_ops` on `allocator` with 2 jobs until `done` holds of
+/// the store, for `secs` at most, plus `more`.
+fn soak_alloc_ops_until(
+    state: &Path,
+    allocator: &str,
+    secs: &str,
+    more: &[&str],
+    done: impl Fn(&Path) -> bool,
+) -> Output {
+    soak_until(state, &args("alloc_ops", allocator, secs, more), done)
+}
+
+fn args<'a>(target: &'a str, allocator: &'a str, secs: &'a str, more: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "--target",
         target,
@@ -30,7 +48,7 @@ fn soak_target(state: &Path, target: &str, allocator: &str, secs: &str, more: &[
         secs,
     ];
     args.extend_from_slice(more);
-    soak(state, &args)
+    args
 }
 
 /// A group filed before slice `after` was neither filed again since nor
@@ -59,7 +77,9 @@ fn a_bug_behind_a_tolerated_violation_is_filed() {
     // second bug. (Two bugs side by side are filed too: a slice goes on
     // past the first one either way.)
     let allocator = "zoo:small-underalign+misaligned-realloc-short";
-    let out = soak_alloc_ops(&state, allocator, "70", &["--slice-secs", "20"]);
+    let out = soak_alloc_ops_until(&state, allocator, "70", &["--slice-secs", "20"], |s| {
+        kinds(s) == ["alignment", "realloc-prefix"]
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         kinds(&state),
@@ -81,7 +101,9 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let allocator = "zoo:panic-class+dirty-zeroed";
-    let out = soak_alloc_ops(&state, allocator, "60", &["--slice-secs", "60"]);
+    let out = soak_alloc_ops_until(&state, allocator, "60", &["--slice-secs", "60"], |s| {
+        kinds(s) == ["panic", "zeroed"]
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
     assert_eq!(
@@ -92,8 +114,11 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
     let panic = filed.iter().find(|g| g.1 == "panic").unwrap();
     assert!(panic.4.contains("@ zoo/src/lib.rs:"), "{panic:?}");
     // The panic ended the first slice of each job; the slices after them
-    // went on past it while it waited to be filed.
-    let ended = count(&state, "SELECT COUNT(*) FROM slice WHERE outcome != 'time'");
+    // went on past it while it waited to be filed (until the stop).
+    let ended = count(
+        &state,
+        "SELECT COUNT(*) FROM slice WHERE outcome NOT IN ('time', 'stop')",
+    );
     assert!(ended <= 2, "{ended} slices ended early\n{stdout}");
     // Once filed, the panic no longer ends slices: a second soak on the
     // state counts it as tolerated, and its slices all run their time.
@@ -124,7 +149,8 @@ fn a_sanitizer_report_is_got_past_once_filed() {
     // else is filed.
     let allocator = "zoo:xthread-wrong-free";
     let soak_mt_ops = |secs: &str| soak_target(&state, "mt_ops", allocator, secs, &[]);
-    let out = soak_mt_ops("45");
+    let mt_ops = args("mt_ops", allocator, "45", &[]);
+    let out = soak_until(&state, &mt_ops, |s| !groups(s).is_empty());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
     assert!(
@@ -190,7 +216,13 @@ fn a_deadly_signal_is_filed_from_the_input_history_and_got_past() {
     let allocator = "zoo:wild-write+dirty-zeroed";
     // 120 s: `dirty-zeroed` was missed once in 90 (the first slices die
     // of the SEGV until it is filed, and forked children go on dying).
-    let out = soak_alloc_ops(&state, allocator, "120", &["--slice-secs", "30"]);
+    let long = |s: &Path| count(s, "SELECT COUNT(*) FROM slice WHERE fuzz_secs > 20");
+    let out = soak_alloc_ops_until(&state, allocator, "120", &["--slice-secs", "30"], |s| {
+        let filed = groups(s);
+        let segv: Vec<_> = filed.iter().filter(|g| g.1 == "SEGV").collect();
+        let crashes: i64 = segv.iter().map(|g| g.2).sum();
+        kinds(s) == ["SEGV", "zeroed"] && crashes > segv.len() as i64 && long(s) >= 2
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     let filed = groups(&state);
     let segv: Vec<_> = filed.iter().filter(|g| g.1 == "SEGV").collect();
@@ -210,7 +242,7 @@ fn a_deadly_signal_is_filed_from_the_input_history_and_got_past() {
     // fuzzed for most of their 30 s.
     let crashes: i64 = segv.iter().map(|g| g.2).sum();
     assert!(crashes > segv.len() as i64, "{crashes} crashes\n{stdout}");
-    let long = count(&state, "SELECT COUNT(*) FROM slice WHERE fuzz_secs > 20");
+    let long = long(&state);
     assert!(long >= 2, "{long} slices fuzzed past 20 s\n{stdout}");
     let duty = duty_cycle(&state);
     assert!(duty > 0.6, "duty cycle {duty:.2}\n{stdout}");

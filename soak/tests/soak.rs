@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{allocsoak, count, db, groups, repro, soak, ONE_AT_A_TIME};
+use common::{allocsoak, count, db, groups, repro, soak, soak_until, ONE_AT_A_TIME};
 
 #[test]
 fn one_bug_is_one_group_and_a_restart_gets_past_it() {
@@ -295,7 +295,8 @@ fn corpora_are_pruned_on_their_cadence_and_seeds_stay() {
     .unwrap();
     let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpus/alloc_ops/seeds");
     let seeds_before = listing(&seeds);
-    soak(
+    let pruned = "SELECT COUNT(*) FROM corpus_event WHERE what = 'prune'";
+    soak_until(
         &state,
         &[
             "--config",
@@ -307,6 +308,7 @@ fn corpora_are_pruned_on_their_cadence_and_seeds_stay() {
             "--slice-secs",
             "6",
         ],
+        |s| count(s, pruned) > 0,
     );
     let db = db(&state);
     let (prunes, before, after): (i64, i64, i64) = db

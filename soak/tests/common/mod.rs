@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
@@ -37,10 +38,50 @@ pub fn with_config(config: &Path, args: &[&str]) -> (Output, String) {
 /// own): soak.toml's would replay each test's zoo allocator beside its
 /// fuzz slices and file what they find there too.
 pub fn soak(state: &Path, args: &[&str]) -> Output {
+    succeeded(soak_command(state, args).output().unwrap())
+}
+
+/// [`soak`], stopped as a user stops it (SIGINT) as soon as `done` holds
+/// of its store, which is asked every second: the soak's `--duration` is
+/// then the most it may take to get there, not what every run costs.
+/// `done` should ask for all the test then checks of what was filed.
+pub fn soak_until(state: &Path, args: &[&str], done: impl Fn(&Path) -> bool) -> Output {
+    let logs = tempfile::tempdir().unwrap();
+    let (stdout, stderr) = (logs.path().join("stdout"), logs.path().join("stderr"));
+    let mut child = soak_command(state, args)
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        if state.join("store.sqlite").exists() && done(state) {
+            eprintln!("soak_until: done after {:?}", start.elapsed());
+            // SAFETY: `kill` has no memory preconditions; our own child's
+            // pid, not yet waited for, so not reused.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            break child.wait().unwrap();
+        }
+    };
+    succeeded(Output {
+        status,
+        stdout: std::fs::read(stdout).unwrap(),
+        stderr: std::fs::read(stderr).unwrap(),
+    })
+}
+
+/// `allocsoak soak` on `state` with `args`. Drift workers are off unless
+/// the test asks for them (see [`soak`]).
+fn soak_command(state: &Path, args: &[&str]) -> Command {
     let own = args
         .iter()
         .any(|a| *a == "--drift-share" || *a == "--config");
-    let out = allocsoak()
+    let mut command = allocsoak();
+    command
         .arg("soak")
         .arg("--state")
         .arg(state)
@@ -50,9 +91,12 @@ pub fn soak(state: &Path, args: &[&str]) -> Output {
         } else {
             &["--drift-share", "0"][..]
         })
-        .args(args)
-        .output()
-        .unwrap();
+        .args(args);
+    command
+}
+
+/// A soak's output, which must say it succeeded.
+fn succeeded(out: Output) -> Output {
     assert!(
         out.status.success(),
         "soak failed: {}\n{}",
