@@ -4,7 +4,7 @@
 //! program quietly first ([`sanitizer::check`]): the violation is that
 //! report's consequence. Then [`tolerance`] decides. In the child that
 //! names a writer ([`crate::writer`]) a violation ends the child, and a
-//! sound one is nothing.
+//! sound one ends it only when it steps for that one's value.
 
 use crate::sanitizer;
 use crate::tolerance;
@@ -29,6 +29,7 @@ pub fn raise_always(report: Report) -> ! {
 /// ([`tolerance::record`]).
 pub fn record(report: Report) {
     if crate::writer::in_child() {
+        crate::writer::sound_violation_in_child();
         return;
     }
     sanitizer::check();

@@ -251,6 +251,16 @@ impl Violation {
         }
     }
 
+    /// A value the op's calls answered wrong, which no store put in a
+    /// block: a usable size. The code that computed it keys it
+    /// ([`crate::writer::producer_of`]).
+    pub fn wrong_value(&self) -> Option<usize> {
+        match self {
+            Violation::UsableSize { usable, .. } => Some(*usable),
+            _ => None,
+        }
+    }
+
     /// Which of the op's allocator code its path is
     /// ([`crate::coverage::op_path`]): for a wrong answer the checks asked
     /// for (a usable size, a good size), the code of those queries alone,

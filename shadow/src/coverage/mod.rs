@@ -326,7 +326,7 @@ fn allocator_frame(pc: usize) -> Option<String> {
     // The byte before a return address (or the PC after a store) is in
     // the call (the store) itself.
     let at = pc.checked_sub(load_bias() + 1)?;
-    if let Some(inlined) = inlined::names_at(at).into_iter().next() {
+    if let Some(inlined) = inlined::innermost_at(at) {
         return Some(inlined);
     }
     let symbols = symbols()?;
@@ -338,6 +338,38 @@ fn allocator_frame(pc: usize) -> Option<String> {
 /// innermost first, see [`crate::writer`]): its first allocator frame.
 pub fn writer(stack: &[usize]) -> Option<String> {
     stack.iter().find_map(|&pc| allocator_frame(pc))
+}
+
+/// The allocator function whose instruction made a value appear in a
+/// register, from that instruction's stack (see [`crate::writer`]): its
+/// own frame only (the innermost inlined helper's), since a function the
+/// allocator called (libc's, the sanitizer's) computed nothing of the
+/// allocator's answer; `None` when it is not the allocator's code.
+pub fn producer(stack: &[usize]) -> Option<String> {
+    allocator_frame(*stack.first()?)
+}
+
+/// The runtime address ranges of the executable's functions that are the
+/// allocator's code ([`is_allocator_code`]), sorted, adjacent ones
+/// joined: what the stepper of [`crate::writer`] steps through (it steps
+/// over the rest). Empty without a symbol table.
+pub fn allocator_code() -> Vec<Range<usize>> {
+    let Some(symbols) = symbols() else {
+        return Vec::new();
+    };
+    let bias = load_bias();
+    let mut code: Vec<Range<usize>> = Vec::new();
+    for (f, &(start, end, _)) in symbols.functions.iter().enumerate() {
+        if !is_allocator_code(&symbols.name(f)) {
+            continue;
+        }
+        let (start, end) = (start + bias, end + bias);
+        match code.last_mut() {
+            Some(last) if last.end >= start => last.end = last.end.max(end),
+            _ => code.push(start..end),
+        }
+    }
+    code
 }
 
 /// The executable's functions, by address.

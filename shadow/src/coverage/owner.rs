@@ -86,15 +86,33 @@ pub fn uncovered_crates() -> impl Iterator<Item = &'static str> {
 /// its path, or for a method `<Type as Trait>::f` to the crate of `Type`
 /// (of `Trait` when `Type` is a primitive: `<u32 as arbitrary::Arbitrary>`).
 /// A name with no path is C: the allocator's, but the sanitizer runtime's
-/// `__` functions and the fuzzer's entry points. The zoo (crate `zoo`)
-/// is an allocator.
+/// `__` functions and the fuzzer's entry points; a C++ one (mangled, as a
+/// stack names it) too, but libFuzzer's (`fuzzer::`), the sanitizer
+/// runtimes' (`__asan::`, `__sanitizer::`) and C++'s own (`std::`). The
+/// zoo (crate `zoo`) is an allocator.
 pub fn is_allocator_code(name: &str) -> bool {
     let name = name.trim_start_matches('<');
     if !name.contains("::") {
         const RUNTIME: [&str; 3] = ["__", "LLVMFuzzer", "rust_fuzzer_"];
-        return !RUNTIME.iter().any(|p| name.starts_with(p));
+        return !RUNTIME.iter().any(|p| name.starts_with(p))
+            && !cpp_namespace(name).is_some_and(|n| n == "fuzzer" || n.starts_with("__"));
     }
     !NOT_ALLOCATOR.contains(&owner(name))
+}
+
+/// The outermost namespace of a mangled C++ name (Itanium ABI:
+/// `_ZN6fuzzer6Fuzzer15ExecuteCallbackEPKhm` is in `fuzzer`), `__std`
+/// for `std` (`_ZNSt…`, `_ZSt…`); `None` for any other name.
+fn cpp_namespace(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("_Z")?;
+    let rest = rest.strip_prefix('N').unwrap_or(rest);
+    let rest = rest.trim_start_matches(['K', 'V', 'r']);
+    if rest.starts_with("St") {
+        return Some("__std");
+    }
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let len: usize = rest[..digits].parse().ok()?;
+    rest.get(digits..digits + len)
 }
 
 /// The crate a symbol's function belongs to (see [`is_allocator_code`]):
@@ -149,6 +167,7 @@ mod tests {
             "<zoo::Zoo>::align_ignored",
             "mi_heap_malloc_zero_aligned_at",
             "_mi_page_malloc",
+            "_ZN5myarn5Arena8allocateEm",
             "<dlmalloc::GlobalDlmalloc as core::alloc::global::GlobalAlloc>::alloc",
             "rlsf::tlsf::Tlsf<u32, u32, 24, 8>::allocate",
             "<rlsf::tlsf::Tlsf<u32, u32, 19, 32>>::deallocate",
@@ -170,6 +189,10 @@ mod tests {
             "core::ptr::drop_glue::<zoo::Zoo>",
             "<std::collections::hash::map::HashMap<usize, usize>>::insert",
             "__asan_memcpy",
+            "_ZN6fuzzer6Fuzzer15ExecuteCallbackEPKhm",
+            "_ZN6__asan9Allocator8AllocateEmmPN11__sanitizer18BufferedStackTraceENS_9AllocTypeEb",
+            "_ZNK11__sanitizer15StackDepotNode4loadEj",
+            "_ZNSt3__16vectorIiNS_9allocatorIiEEE9push_backEOi",
             "allocsoak_declared::install",
             "<<shadow::workers::WorkerPool>::run<usize, <shadow::executor::Executor>::call::{closure#0}> as core::ops::function::FnOnce<()>>::call_once::{shim:vtable#0}",
         ] {

@@ -11,6 +11,7 @@ use crate::guard::{self, Panicked};
 use crate::op::Op;
 use crate::violation::{By, Report, Site, Violation};
 use crate::workers::WorkerPool;
+use crate::writer;
 
 /// Which thread makes the allocator call.
 #[derive(Clone, Copy)]
@@ -85,13 +86,23 @@ impl CallGuard {
     /// `violation` at the op running now, with the allocator code its
     /// calls ran when it is of a call ([`Violation::is_of_a_call`]).
     /// A byte its calls broke is keyed by the allocator function whose
-    /// store broke it, when the replay's child saw one made by allocator
-    /// code ([`crate::writer`]).
+    /// store broke it, a wrong value they answered by the one that last
+    /// computed it, when the replay's child saw one in allocator code
+    /// ([`crate::writer`]).
     pub(super) fn report(&self, violation: Violation) -> Report {
-        let writer = violation.wrong_byte().and_then(|wrong| {
-            let stack = crate::writer::writer_of(self.op_index, self.reference, wrong)?;
-            crate::coverage::writer(&stack)
-        });
+        if crate::writer::in_child() {
+            // The locating child keys nothing: a violation only ends it
+            // (`ending`), and it may be stepping.
+            return self.report_with(violation, Vec::new());
+        }
+        let (op, reference) = (self.op_index, self.reference);
+        let writer = match (violation.wrong_byte(), violation.wrong_value()) {
+            (Some(wrong), _) => crate::writer::writer_of(op, reference, wrong)
+                .and_then(|stack| crate::coverage::writer(&stack)),
+            (None, Some(value)) => crate::writer::producer_of(op, reference, value)
+                .and_then(|stacks| stacks.iter().find_map(|s| crate::coverage::producer(s))),
+            (None, None) => None,
+        };
         let path = match (violation.is_of_a_call(), writer) {
             (true, Some(writer)) => vec![writer],
             (true, None) => crate::coverage::op_path(violation.path_of()),
@@ -159,7 +170,8 @@ impl CallGuard {
     /// (an error it reported, its region, its validator), as
     /// [`CallGuard::guarded`] but not counted as one of the program's calls.
     pub(super) fn asked<R>(&self, f: impl FnOnce() -> R) -> R {
-        crate::coverage::around(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
+        crate::coverage::around(|| writer::stepped(|| guard::call(f)))
+            .unwrap_or_else(|p| self.panicked(p))
     }
 
     /// Runs `f`, a query a check makes of what the op's calls returned (a
@@ -167,14 +179,15 @@ impl CallGuard {
     /// the path only of a violation of its answer.
     pub(super) fn queried<R>(&self, f: impl FnOnce() -> R) -> R {
         self.count(1);
-        crate::coverage::around_query(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
+        crate::coverage::around_query(|| writer::stepped(|| guard::call(f)))
+            .unwrap_or_else(|p| self.panicked(p))
     }
 
     /// Runs `f`, which makes one allocator call under [`guard::call`] on
     /// whichever thread: counted, on the op's path, a panic a finding.
     fn counted<R>(&self, f: impl FnOnce() -> Result<R, Panicked>) -> R {
         self.count(1);
-        crate::coverage::around(f).unwrap_or_else(|p| self.panicked(p))
+        crate::coverage::around(|| writer::stepped(f)).unwrap_or_else(|p| self.panicked(p))
     }
 }
 

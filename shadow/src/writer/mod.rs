@@ -19,9 +19,19 @@
 //! allocator purged, a copy that fell short, so the byte never held the
 //! old block's value) has none, and its violation keeps its calls' path.
 //!
+//! A wrong value the calls returned (a usable size past the block's end)
+//! has no store to watch: the child single steps the op instead
+//! ([`stepper`]) and sends back each instruction after which a register
+//! first held the value, with its stack ([`producer_of`]). The last of
+//! them in the allocator's code computed what the call returned (an
+//! inlined helper that adds 8 to every length, reached from `allocate`
+//! and `allocate_zeroed` alike), and keys the violation as a writer does.
+//!
 //! The child never writes a file, a finding or a line: it ends with
 //! `_exit` as soon as its op is done, or at its first violation.
 
+mod stepper;
+mod trap;
 mod watchpoint;
 
 use std::io::{Read, Write};
@@ -31,7 +41,7 @@ use std::time::Duration;
 
 use crate::op::Program;
 use crate::violation::WrongByte;
-use watchpoint::Store;
+use trap::Trap;
 
 /// How long the parent waits for the child's answer: it runs the program
 /// again up to the op.
@@ -50,14 +60,52 @@ static CHILD: Mutex<Option<Child>> = Mutex::new(None);
 /// What the child was asked (the child's side): set once, in the child.
 static ASKED: OnceLock<Question> = OnceLock::new();
 
-/// Where the child watches: op `op_index` of the allocator under test
-/// (`reference: false`) or of the reference side of a differential run,
-/// the word at `addr`.
+/// Where the child looks: op `op_index` of the allocator under test
+/// (`reference: false`) or of the reference side of a differential run.
 #[derive(Clone, Copy, Debug)]
 struct Question {
     op_index: usize,
     reference: bool,
-    addr: usize,
+    sought: Sought,
+}
+
+/// What the child looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sought {
+    /// The stores to the word holding the byte at this address.
+    Stores(usize),
+    /// Where this value appears in a register.
+    Value(usize),
+}
+
+impl Question {
+    fn to_words(self) -> [u64; 4] {
+        let (kind, operand) = match self.sought {
+            Sought::Stores(addr) => (0, addr),
+            Sought::Value(value) => (1, value),
+        };
+        [
+            self.op_index as u64,
+            self.reference as u64,
+            kind,
+            operand as u64,
+        ]
+    }
+
+    fn from_words(words: &[usize]) -> Option<Question> {
+        let [op_index, reference, kind, operand] = *words else {
+            return None;
+        };
+        let sought = match kind {
+            0 => Sought::Stores(operand),
+            _ => Sought::Value(operand),
+        };
+        Some(Question {
+            op_index,
+            reference: reference != 0,
+            sought,
+        })
+    }
 }
 
 /// Before `program` runs in a checked replay: forks the child that will
@@ -108,26 +156,50 @@ pub fn drop_child() {
 /// page purged, a copy that never reached the byte). The child is asked
 /// once.
 pub fn writer_of(op_index: usize, reference: bool, wrong: WrongByte) -> Option<Vec<usize>> {
+    let stores = ask(Question {
+        op_index,
+        reference,
+        sought: Sought::Stores(wrong.addr),
+    })?;
+    breaker(&stores, wrong).map(|store| store.stack)
+}
+
+/// The stacks (runtime PCs, innermost first) of the instructions after
+/// which a register first held `value` during op `op_index` of one side
+/// (`reference`), as the child saw it stepping the op up to its first
+/// violation: the newest first, so the first whose stack holds the
+/// allocator's code is where it computed the value last. `None` without
+/// a child. The child is asked once.
+pub fn producer_of(op_index: usize, reference: bool, value: usize) -> Option<Vec<Vec<usize>>> {
+    let appeared = ask(Question {
+        op_index,
+        reference,
+        sought: Sought::Value(value),
+    })?;
+    Some(appeared.into_iter().rev().map(|t| t.stack).collect())
+}
+
+/// Asks the child `question`: its traps, `None` when it gave no answer.
+fn ask(question: Question) -> Option<Vec<Trap>> {
     let mut child = lock().take()?;
-    let question = [op_index as u64, reference as u64, wrong.addr as u64];
-    let asked = child.ask.write_all(as_bytes(&question)).is_ok();
+    let asked = child.ask.write_all(as_bytes(&question.to_words())).is_ok();
     drop(child.ask);
-    let stores = if asked {
+    let traps = if asked {
         read_answer(&mut child.answer)
     } else {
         None
     };
     reap(child.pid);
-    breaker(&stores?, wrong).map(|store| store.stack)
+    traps
 }
 
 /// Of `stores` to the byte, in order, the last that made it wrong where
 /// it held the expected value before.
-fn breaker(stores: &[Store], wrong: WrongByte) -> Option<Store> {
+fn breaker(stores: &[Trap], wrong: WrongByte) -> Option<Trap> {
     let mut held = wrong.held_before;
     let mut breaker = None;
     for store in stores {
-        let holds = store.byte == wrong.expected;
+        let holds = store.saw as u8 == wrong.expected;
         if held && !holds {
             breaker = Some(store.clone());
         }
@@ -151,10 +223,44 @@ fn asked_about(op_index: usize, reference: bool) -> Option<&'static Question> {
 
 /// At op `op_index` of one side (`reference`): in the child, at the op it
 /// was asked about, arms the watchpoint (none when the kernel refuses
-/// it). The child's answer goes at [`end_in_child_after`].
+/// it), or readies [`stepped`] for the op's calls. The child's answer goes
+/// at [`end_in_child_after`].
 pub fn arm(op_index: usize, reference: bool) {
     if let Some(q) = asked_about(op_index, reference) {
-        *WATCH.lock().unwrap_or_else(|e| e.into_inner()) = watchpoint::Watch::arm(q.addr).ok();
+        *armed() = match q.sought {
+            Sought::Stores(addr) => watchpoint::Watch::arm(addr)
+                .ok()
+                .map(|_watch| Armed::Watch { _watch }),
+            Sought::Value(value) => Some(Armed::Value(value)),
+        };
+    }
+}
+
+/// Runs `f`, one of the op's allocator calls on this thread: in the child
+/// seeking a value, at its op, single stepped ([`stepper`]), so only the
+/// calls' own instructions are seen (not the harness's around them).
+pub fn stepped<R>(f: impl FnOnce() -> R) -> R {
+    if ASKED.get().is_none() {
+        return f();
+    }
+    let Some(Armed::Value(value)) = *armed() else {
+        return f();
+    };
+    static CODE: OnceLock<Vec<std::ops::Range<usize>>> = OnceLock::new();
+    let code = CODE.get_or_init(crate::coverage::allocator_code);
+    let steps = stepper::Steps::start(value, code).ok();
+    let result = f();
+    drop(steps);
+    result
+}
+
+/// In the child seeking a value, at a violation that leaves the heap
+/// sound: the value's (its op's first), so it answers and exits.
+/// Elsewhere, and in a child watching a word (which watches to the op's
+/// end), it returns.
+pub fn sound_violation_in_child() {
+    if matches!(*armed(), Some(Armed::Value(_))) {
+        end_in_child();
     }
 }
 
@@ -173,14 +279,15 @@ pub fn end_in_child() {
     if ASKED.get().is_none() {
         return;
     }
-    let armed = WATCH.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let armed = armed().take();
     let mut words: Vec<u64> = Vec::new();
-    if let Some(watch) = armed {
-        drop(watch);
-        for store in watchpoint::stores() {
-            words.push(store.stack.len() as u64);
-            words.push(store.byte as u64);
-            words.extend(store.stack.iter().map(|&pc| pc as u64));
+    if let Some(armed) = armed {
+        // Disarmed before the traps are read.
+        drop(armed);
+        for trap in trap::kept() {
+            words.push(trap.stack.len() as u64);
+            words.push(trap.saw as u64);
+            words.extend(trap.stack.iter().map(|&pc| pc as u64));
         }
     }
     if let Some(mut out) = ANSWER.get().and_then(|f| f.try_clone().ok()) {
@@ -191,8 +298,19 @@ pub fn end_in_child() {
     unsafe { libc::_exit(0) }
 }
 
-/// The child's watchpoint, once armed.
-static WATCH: Mutex<Option<watchpoint::Watch>> = Mutex::new(None);
+/// What the child looks with at its op, once armed.
+static ARMED: Mutex<Option<Armed>> = Mutex::new(None);
+
+enum Armed {
+    /// A watchpoint, disarmed when dropped.
+    Watch { _watch: watchpoint::Watch },
+    /// The value the op's calls are stepped for.
+    Value(usize),
+}
+
+fn armed() -> std::sync::MutexGuard<'static, Option<Armed>> {
+    ARMED.lock().unwrap_or_else(|e| e.into_inner())
+}
 /// The child's end of the answer pipe.
 static ANSWER: OnceLock<std::fs::File> = OnceLock::new();
 
@@ -200,20 +318,17 @@ static ANSWER: OnceLock<std::fs::File> = OnceLock::new();
 fn be_the_child(ask: OwnedFd, answer: OwnedFd) {
     silence();
     let mut ask = std::fs::File::from(ask);
-    let mut bytes = [0u8; 24];
-    if ask.read_exact(&mut bytes).is_err() {
+    let mut bytes = [0u8; 32];
+    let question = match ask.read_exact(&mut bytes) {
+        Ok(()) => Question::from_words(&words(&bytes)),
+        Err(_) => None,
+    };
+    let Some(question) = question else {
         // SAFETY: as in `end_in_child`.
         unsafe { libc::_exit(0) }
-    }
-    let [op_index, reference, addr] = words(&bytes)[..] else {
-        unreachable!("24 bytes are 3 words")
     };
     let _ = ANSWER.set(answer.into());
-    let _ = ASKED.set(Question {
-        op_index,
-        reference: reference != 0,
-        addr,
-    });
+    let _ = ASKED.set(question);
     // A panic the guard would catch, or one it would not, ends the child
     // with its answer, before any handler of the parent's runs.
     std::panic::set_hook(Box::new(|_| end_in_child()));
@@ -231,9 +346,9 @@ fn silence() {
     }
 }
 
-/// The child's answer: the stores it sent, `None` when it sent nothing
+/// The child's answer: the traps it sent, `None` when it sent nothing
 /// in [`PATIENCE`].
-fn read_answer(answer: &mut std::fs::File) -> Option<Vec<Store>> {
+fn read_answer(answer: &mut std::fs::File) -> Option<Vec<Trap>> {
     let mut bytes = Vec::new();
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
@@ -256,17 +371,17 @@ fn read_answer(answer: &mut std::fs::File) -> Option<Vec<Store>> {
         }
     }
     let words = words(&bytes);
-    let mut stores = Vec::new();
+    let mut traps = Vec::new();
     let mut rest = &words[..];
-    while let [len, byte, tail @ ..] = rest {
+    while let [len, saw, tail @ ..] = rest {
         let len = (*len).min(tail.len());
-        stores.push(Store {
-            byte: *byte as u8,
+        traps.push(Trap {
+            saw: *saw,
             stack: tail[..len].to_vec(),
         });
         rest = &tail[len..];
     }
-    Some(stores)
+    Some(traps)
 }
 
 /// Ends the child (it may still be running the program) and waits for it.
@@ -309,9 +424,9 @@ fn as_bytes(words: &[u64]) -> &[u8] {
 mod tests {
     use super::*;
 
-    fn store(byte: u8, pc: usize) -> Store {
-        Store {
-            byte,
+    fn store(byte: u8, pc: usize) -> Trap {
+        Trap {
+            saw: byte as usize,
             stack: vec![pc],
         }
     }
