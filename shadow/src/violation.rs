@@ -150,6 +150,9 @@ pub enum Violation {
     },
 }
 
+/// The `why` of a usable size larger than the block.
+pub const PAST_THE_END: &str = "past the end of the block";
+
 /// A byte an op's calls left wrong ([`Violation::wrong_byte`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WrongByte {
@@ -252,11 +255,13 @@ impl Violation {
     }
 
     /// A value the op's calls answered wrong, which no store put in a
-    /// block: a usable size. The code that computed it keys it
+    /// block: a usable size past the block's end (one short of the
+    /// request may be where the sanitizer's poison starts, not a value
+    /// the allocator gave). The code that computed it keys it
     /// ([`crate::writer::producer_of`]).
     pub fn wrong_value(&self) -> Option<usize> {
         match self {
-            Violation::UsableSize { usable, .. } => Some(*usable),
+            Violation::UsableSize { usable, why, .. } if *why == PAST_THE_END => Some(*usable),
             _ => None,
         }
     }

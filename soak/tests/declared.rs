@@ -130,6 +130,30 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "{name}:\n{text}"
         );
     }
+    // planted-overlong's one line (`block`, inlined into `allocate` and
+    // `allocate_zeroed` alike) computed the length both entry points
+    // claim: a replay keys each by it, as one bug.
+    for call in ["alloc size=1 align=1", "alloc size=1 align=1 zeroed"] {
+        let input = repo.join("overlong.txt");
+        std::fs::write(&input, format!("target alloc_ops\n{call}\n")).unwrap();
+        let (_, replay) = with_config(
+            &config,
+            &[
+                "repro",
+                "--target",
+                "alloc_ops",
+                "--allocator",
+                "planted-overlong",
+                input.to_str().unwrap(),
+            ],
+        );
+        assert!(
+            replay.contains(
+                "usable-size: block N size N usable N: past the end of the block in block\n"
+            ),
+            "{call}:\n{replay}"
+        );
+    }
 
     // The finding replays by its declared name, from the input file.
     let input = text

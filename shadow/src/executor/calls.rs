@@ -99,8 +99,9 @@ impl CallGuard {
         let writer = match (violation.wrong_byte(), violation.wrong_value()) {
             (Some(wrong), _) => crate::writer::writer_of(op, reference, wrong)
                 .and_then(|stack| crate::coverage::writer(&stack)),
-            (None, Some(value)) => crate::writer::producer_of(op, reference, value)
-                .and_then(|stacks| stacks.iter().find_map(|s| crate::coverage::producer(s))),
+            (None, Some(value)) => {
+                crate::writer::producer_of(op, reference, value).and_then(|s| computed_by(&s))
+            }
             (None, None) => None,
         };
         let path = match (violation.is_of_a_call(), writer) {
@@ -189,6 +190,20 @@ impl CallGuard {
         self.count(1);
         crate::coverage::around(|| writer::stepped(f)).unwrap_or_else(|p| self.panicked(p))
     }
+}
+
+/// The allocator function that computed a value, from the stacks of the
+/// instructions after which it appeared in a register
+/// ([`crate::writer::producer_of`]): when one instruction of the
+/// allocator's made it appear, that one's. More than one is a coincidence
+/// somewhere (a bit mask or a count equal to it), which keys nothing: the
+/// call's path does.
+fn computed_by(stacks: &[Vec<usize>]) -> Option<String> {
+    let mut made = stacks
+        .iter()
+        .filter_map(|s| Some((*s.first()?, crate::coverage::producer(s)?)));
+    let (pc, function) = made.next()?;
+    made.all(|(other, _)| other == pc).then_some(function)
 }
 
 /// The worker threads the program's calls and race sections run on: the

@@ -80,7 +80,7 @@ impl CallGuard {
                 ptr: p,
                 size,
                 usable: claimed,
-                why: "past the end of the block",
+                why: crate::violation::PAST_THE_END,
             });
         }
         usable
