@@ -86,26 +86,26 @@ impl CallGuard {
     /// `violation` at the op running now, with the allocator code its
     /// calls ran when it is of a call ([`Violation::is_of_a_call`]).
     /// A byte its calls broke is keyed by the allocator function whose
-    /// store broke it, a wrong value they answered by the one that last
+    /// store broke it, a wrong value they answered by the one that
     /// computed it, when the replay's child saw one in allocator code
     /// ([`crate::writer`]).
     pub(super) fn report(&self, violation: Violation) -> Report {
-        if crate::writer::in_child() {
+        if writer::in_child() {
             // The locating child keys nothing: a violation only ends it
             // (`ending`), and it may be stepping.
             return self.report_with(violation, Vec::new());
         }
         let (op, reference) = (self.op_index, self.reference);
-        let writer = match (violation.wrong_byte(), violation.wrong_value()) {
-            (Some(wrong), _) => crate::writer::writer_of(op, reference, wrong)
+        let culprit = match (violation.wrong_byte(), violation.wrong_value()) {
+            (Some(wrong), _) => writer::writer_of(op, reference, wrong)
                 .and_then(|stack| crate::coverage::writer(&stack)),
             (None, Some(value)) => {
-                crate::writer::producer_of(op, reference, value).and_then(|s| computed_by(&s))
+                writer::producer_of(op, reference, value).and_then(|s| computed_by(&s))
             }
             (None, None) => None,
         };
-        let path = match (violation.is_of_a_call(), writer) {
-            (true, Some(writer)) => vec![writer],
+        let path = match (violation.is_of_a_call(), culprit) {
+            (true, Some(culprit)) => vec![culprit],
             (true, None) => crate::coverage::op_path(violation.path_of()),
             (false, _) => Vec::new(),
         };
@@ -194,7 +194,7 @@ impl CallGuard {
 
 /// The allocator function that computed a value, from the stacks of the
 /// instructions after which it appeared in a register
-/// ([`crate::writer::producer_of`]): when one instruction of the
+/// ([`writer::producer_of`]): when one instruction of the
 /// allocator's made it appear, that one's. More than one is a coincidence
 /// somewhere (a bit mask or a count equal to it), which keys nothing: the
 /// call's path does.

@@ -19,13 +19,14 @@
 //! allocator purged, a copy that fell short, so the byte never held the
 //! old block's value) has none, and its violation keeps its calls' path.
 //!
-//! A wrong value the calls returned (a usable size past the block's end)
-//! has no store to watch: the child single steps the op instead
+//! A wrong value the calls answered (a usable size past the block's end)
+//! has no store to watch: the child single steps the op's calls instead
 //! ([`stepper`]) and sends back each instruction after which a register
-//! first held the value, with its stack ([`producer_of`]). The last of
-//! them in the allocator's code computed what the call returned (an
-//! inlined helper that adds 8 to every length, reached from `allocate`
-//! and `allocate_zeroed` alike), and keys the violation as a writer does.
+//! first held the value, with its stack ([`producer_of`]). When one
+//! instruction of the allocator's made it appear, that one computed it
+//! (an inlined helper that adds 8 to every length, reached from
+//! `allocate` and `allocate_zeroed` alike), and it keys the violation as
+//! a writer does (the executor's call guard decides).
 //!
 //! The child never writes a file, a finding or a line: it ends with
 //! `_exit` as soon as its op is done, or at its first violation.
@@ -166,10 +167,9 @@ pub fn writer_of(op_index: usize, reference: bool, wrong: WrongByte) -> Option<V
 
 /// The stacks (runtime PCs, innermost first) of the instructions after
 /// which a register first held `value` during op `op_index` of one side
-/// (`reference`), as the child saw it stepping the op up to its first
-/// violation: the newest first, so the first whose stack holds the
-/// allocator's code is where it computed the value last. `None` without
-/// a child. The child is asked once.
+/// (`reference`), as the child saw it stepping the op's calls up to its
+/// first violation, newest first. `None` without a child. The child is
+/// asked once.
 pub fn producer_of(op_index: usize, reference: bool, value: usize) -> Option<Vec<Vec<usize>>> {
     let appeared = ask(Question {
         op_index,
@@ -311,6 +311,7 @@ enum Armed {
 fn armed() -> std::sync::MutexGuard<'static, Option<Armed>> {
     ARMED.lock().unwrap_or_else(|e| e.into_inner())
 }
+
 /// The child's end of the answer pipe.
 static ANSWER: OnceLock<std::fs::File> = OnceLock::new();
 

@@ -57,13 +57,15 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         .unwrap_or(&g.title)
         .trim();
     // A code path's group: the allocator functions the failing op ran, or
-    // the one whose store broke a byte (`shadow::writer`). Else the frames
-    // inside the harness and the allocator; stack.txt has all.
+    // the one whose store broke a byte, or that computed a value it
+    // answered wrong (`shadow::writer`). Else the frames inside the
+    // harness and the allocator; stack.txt has all.
     let signature = g.signature();
     let stack = match signature.as_ref().filter(|s| s.path) {
         Some(s) => format!(
             "the allocator's functions the failing op ran, or for a byte it broke the one whose \
-             store broke it (its path, which the group keys on):\n{}",
+             store broke it, or for a value it answered wrong the one that computed it (its \
+             path, which the group keys on):\n{}",
             s.frames.join("\n")
         ),
         None => report::stack(&log)
