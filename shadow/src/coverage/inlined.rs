@@ -5,10 +5,11 @@
 //! in each of them alike, so one bug in it is one path inside the others.
 //!
 //! A fuzz build's limited debug info names an inlined Rust function by
-//! its bare name (`block`, no path, no linkage name). Such a frame is
-//! named by its crate, from the source file its code is in: rustc names
-//! each compile unit `<crate root file>/@/<crate>.<hash>-cgu.<n>`, so a
-//! file under a crate's root is that crate's (`planted::block`).
+//! its bare name (`block`, no path, no linkage name). A path leaves such
+//! a frame out; the instruction that computed a value is named by it, by
+//! its crate, from the source file its code is in ([`innermost_at`]):
+//! rustc names each compile unit `<crate root file>/@/<crate>.<hash>-cgu.<n>`,
+//! so a file under a crate's root is that crate's (`planted::block`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -321,12 +321,19 @@ fn path(of: PathOf, now: bool) -> Vec<String> {
 /// The allocator function a frame's runtime PC is in (a store's own PC,
 /// or a return address): the innermost inlined one when its code came
 /// from a helper, as a symbolizer names a stack's top frame; `None` when
-/// the PC is not the allocator's code ([`is_allocator_code`]).
-fn allocator_frame(pc: usize) -> Option<String> {
+/// the PC is not the allocator's code ([`is_allocator_code`]). `bare`:
+/// a helper the debug info names without a path counts too, by its
+/// crate ([`inlined::innermost_at`]); else only those a path names can
+/// (which are the ones in the paths of the calls that ran them).
+fn allocator_frame(pc: usize, bare: bool) -> Option<String> {
     // The byte before a return address (or the PC after a store) is in
     // the call (the store) itself.
     let at = pc.checked_sub(load_bias() + 1)?;
-    if let Some(inlined) = inlined::innermost_at(at) {
+    let inlined = match bare {
+        true => inlined::innermost_at(at),
+        false => inlined::names_at(at).into_iter().next(),
+    };
+    if let Some(inlined) = inlined {
         return Some(inlined);
     }
     let symbols = symbols()?;
@@ -335,18 +342,22 @@ fn allocator_frame(pc: usize) -> Option<String> {
 }
 
 /// The allocator function that made a store, from its stack (runtime PCs,
-/// innermost first, see [`crate::writer`]): its first allocator frame.
+/// innermost first, see [`crate::writer`]): its first allocator frame,
+/// named as the paths of the calls that ran it name it, so a writer's
+/// group and a path's join.
 pub fn writer(stack: &[usize]) -> Option<String> {
-    stack.iter().find_map(|&pc| allocator_frame(pc))
+    stack.iter().find_map(|&pc| allocator_frame(pc, false))
 }
 
 /// The allocator function whose instruction made a value appear in a
 /// register, from that instruction's stack (see [`crate::writer`]): its
-/// own frame only (the innermost inlined helper's), since a function the
-/// allocator called (libc's, the sanitizer's) computed nothing of the
-/// allocator's answer; `None` when it is not the allocator's code.
+/// own frame only, since a function the allocator called (libc's, the
+/// sanitizer's) computed nothing of the allocator's answer; the innermost
+/// inlined helper's, bare-named ones too (`planted::block`, inlined into
+/// both of the entry points that return its length); `None` when it is
+/// not the allocator's code.
 pub fn producer(stack: &[usize]) -> Option<String> {
-    allocator_frame(*stack.first()?)
+    allocator_frame(*stack.first()?, true)
 }
 
 /// The runtime address ranges of the executable's functions that are the
