@@ -284,14 +284,6 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     // would not see them, and is filed as rss-drift with a culprit that
     // `repro` confirms; planted-clean, replayed beside it, is not.
     let state = repo.join("state");
-    // Until it is filed with its culprits.
-    let drifted = |s: &Path| {
-        let filed = common::groups(s);
-        let drift: Vec<_> = filed.iter().filter(|g| g.1 == "rss-drift").collect();
-        drift.len() == 1
-            && std::fs::read_dir(s.join("crashes").join(&drift[0].0).join("culprits"))
-                .is_ok_and(|mut culprits| culprits.next().is_some())
-    };
     let out = common::soak_until(
         &state,
         &[
@@ -308,7 +300,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "--drift-share",
             "1",
         ],
-        drifted,
+        common::drift_filed_with_culprits,
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let drift_groups: Vec<_> = common::groups(&state)

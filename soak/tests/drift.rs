@@ -37,17 +37,10 @@ fn a_leaking_allocator_is_filed_as_rss_drift_with_its_culprits() {
          rss_limit_mb = 256\nnarrow_ops = 100000\nnarrow_secs = 300",
     );
     let config = config.to_str().unwrap();
-    // Until it is filed with its culprits.
-    let filed = |s: &Path| {
-        let drift = common::strings(s, "SELECT id FROM crash_group WHERE kind = 'rss-drift'");
-        drift.len() == 1
-            && std::fs::read_dir(s.join("crashes").join(&drift[0]).join("culprits"))
-                .is_ok_and(|mut culprits| culprits.next().is_some())
-    };
     let out = soak_until(
         &state,
         &["--config", config, "--duration", "60", "--jobs", "1"],
-        filed,
+        common::drift_filed_with_culprits,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let groups = count(

@@ -79,7 +79,7 @@ pub fn names_at(pc: usize) -> Vec<String> {
 
 /// The innermost function inlined at link-time address `pc` that is the
 /// allocator's code, a bare-named one too (named by its crate): what a
-/// symbolizer names the frame of a store or a computation.
+/// symbolizer names the frame of the instruction that computed a value.
 pub fn innermost_at(pc: usize) -> Option<String> {
     frames_at(pc).into_iter().next().map(|f| f.name)
 }

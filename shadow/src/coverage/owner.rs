@@ -94,21 +94,22 @@ pub fn is_allocator_code(name: &str) -> bool {
     let name = name.trim_start_matches('<');
     if !name.contains("::") {
         const RUNTIME: [&str; 3] = ["__", "LLVMFuzzer", "rust_fuzzer_"];
+        let cpp_runtime = |n: &str| n == "fuzzer" || n == "std" || n.starts_with("__");
         return !RUNTIME.iter().any(|p| name.starts_with(p))
-            && !cpp_namespace(name).is_some_and(|n| n == "fuzzer" || n.starts_with("__"));
+            && !cpp_namespace(name).is_some_and(cpp_runtime);
     }
     !NOT_ALLOCATOR.contains(&owner(name))
 }
 
 /// The outermost namespace of a mangled C++ name (Itanium ABI:
-/// `_ZN6fuzzer6Fuzzer15ExecuteCallbackEPKhm` is in `fuzzer`), `__std`
-/// for `std` (`_ZNSt…`, `_ZSt…`); `None` for any other name.
+/// `_ZN6fuzzer6Fuzzer15ExecuteCallbackEPKhm` is in `fuzzer`; `_ZNSt…`
+/// and `_ZSt…` in `std`); `None` for any other name.
 fn cpp_namespace(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("_Z")?;
     let rest = rest.strip_prefix('N').unwrap_or(rest);
     let rest = rest.trim_start_matches(['K', 'V', 'r']);
     if rest.starts_with("St") {
-        return Some("__std");
+        return Some("std");
     }
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
     let len: usize = rest[..digits].parse().ok()?;

@@ -128,6 +128,15 @@ pub fn groups(state: &Path) -> Vec<(String, String, i64, String, String)> {
     rows.map(Result::unwrap).collect()
 }
 
+/// Whether one `rss-drift` group is filed, with its culprits (what a
+/// drift test's soak waits for, see [`soak_until`]).
+pub fn drift_filed_with_culprits(state: &Path) -> bool {
+    let drift = strings(state, "SELECT id FROM crash_group WHERE kind = 'rss-drift'");
+    drift.len() == 1
+        && std::fs::read_dir(state.join("crashes").join(&drift[0]).join("culprits"))
+            .is_ok_and(|mut culprits| culprits.next().is_some())
+}
+
 /// The rows of a query of one text column.
 pub fn strings(state: &Path, sql: &str) -> Vec<String> {
     let conn = db(state);
