@@ -28,12 +28,13 @@ fn child_loads_the_harness() {
 }
 
 /// Runs the ignored test `name` in a child with `vars` as its only
-/// `ALLOCSOAK_*` variables.
+/// `ALLOCSOAK_*` and `MIMALLOC_*` variables.
 fn child(name: &str, vars: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--ignored", "--exact", name, "--nocapture"]);
     for (var, _) in std::env::vars_os() {
-        if var.to_string_lossy().starts_with("ALLOCSOAK_") {
+        let var_name = var.to_string_lossy();
+        if var_name.starts_with("ALLOCSOAK_") || var_name.starts_with("MIMALLOC_") {
             cmd.env_remove(var);
         }
     }
@@ -128,4 +129,35 @@ fn a_bad_allocator_ends_the_process_as_the_harness_loads() {
 fn settings_read_are_not_replaced() {
     shadow::settings::get();
     assert!(shadow::settings::install(Settings::default()).is_err());
+}
+
+/// `mi_option_purge_delay` in mimalloc's option enum.
+const PURGE_DELAY: std::ffi::c_int = 15;
+
+extern "C" {
+    /// mimalloc's own, linked through `shadow`'s libmimalloc-sys.
+    fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
+}
+
+#[test]
+#[ignore = "a child of the test below, with the variables it sets"]
+fn child_prints_mimallocs_purge_delay() {
+    shadow::harness::load();
+    // SAFETY: no pointer involved; `mi_option_get` range-checks the option.
+    let delay = unsafe { mi_option_get(PURGE_DELAY) };
+    println!("{PRINTED}purge_delay={delay}");
+}
+
+/// A fuzzing process's mimalloc purges when a program asks, not on its
+/// 10-ms timer (a replay would otherwise take the path the clock gave it),
+/// unless the user's `MIMALLOC_PURGE_DELAY` says otherwise.
+#[test]
+fn a_fuzzing_process_purges_when_a_program_asks() {
+    let vars = [("ALLOCSOAK_ALLOCATOR", "mimalloc")];
+    let out = child("child_prints_mimallocs_purge_delay", &vars);
+    assert_eq!(printed(&out).as_deref(), Some("purge_delay=-1"), "{out:?}");
+    let mut cmd_vars = vars.to_vec();
+    cmd_vars.push(("MIMALLOC_PURGE_DELAY", "25"));
+    let out = child("child_prints_mimallocs_purge_delay", &cmd_vars);
+    assert_eq!(printed(&out).as_deref(), Some("purge_delay=25"), "{out:?}");
 }

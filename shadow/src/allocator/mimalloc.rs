@@ -375,6 +375,28 @@ impl Heaps for Mimalloc {
     }
 }
 
+/// A fuzzing process's mimalloc purges when a program asks
+/// ([`Extras::purge`]), not on its timer: unless `MIMALLOC_PURGE_DELAY`
+/// says otherwise, the process's purge delay becomes "never" before the
+/// adapter reads it as the default each program starts with.
+///
+/// mimalloc's default delay (10 ms) purges freed pages on a clock, so
+/// whether a program's frees meet a purge depended on how long its calls
+/// took, and a replay could take another path than the run that filed it.
+/// Under the fuzz builds' ASan tracking each purge also re-poisons and
+/// re-faults the pages' shadow: half of a checked `alloc_ops` run's time
+/// on mimalloc (issue 27). A program's `purge` op still purges at once or
+/// after the delay it names, and the drift replay, which measures what a
+/// real process keeps, does not call this.
+pub fn purge_when_asked() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    // SAFETY: no pointer involved; `mi_option_set` range-checks the option and takes any
+    // delay value.
+    unsafe { mi::mi_option_set(PURGE_DELAY, PurgeDelay::Never.millis().into()) };
+}
+
 /// `mi_option_purge_delay` in mimalloc 2's option enum (the sys crate does
 /// not name it).
 const PURGE_DELAY: mi::mi_option_t = 15;

@@ -49,6 +49,15 @@ pub fn dependency_features(name: &str) -> &'static str {
 #[cfg(feature = "mimalloc-c")]
 pub use mimalloc::NAME as MIMALLOC;
 
+/// Called by a fuzzing process before it loads its allocator: the bundled
+/// mimalloc then purges only when a program asks
+/// (`mimalloc::purge_when_asked` says why). jemalloc's decay (10 s) is
+/// left as it is: it purges far less often than a program runs.
+pub fn purge_when_asked() {
+    #[cfg(feature = "mimalloc-c")]
+    mimalloc::purge_when_asked();
+}
+
 /// Whether plain `malloc(size)` already meets `align`. C promises the
 /// alignment of any object that fits the size, capped at 16 on x86-64: a
 /// block of 8 bytes or less may be only 8-aligned (mimalloc's are), so those
