@@ -19,6 +19,17 @@ use triage::replay::{Replay, Replayer};
 /// sequence is kept as far as it got.
 const SHRINK_SECS: u64 = 60;
 
+/// Bytes of input paths one history replay passes: its inputs are
+/// arguments, in order, and Linux refuses a command line past about
+/// 2 MiB (`E2BIG`) with the environment, which left a finding made 70,000
+/// small inputs into a process pending for good.
+const ARGUMENT_BYTES: usize = 1 << 20;
+
+/// Most inputs one history replay runs before the crash input: replaying
+/// them takes seconds to a minute (a finding's state is most likely left
+/// by its last inputs; shrinking then looks for the fewest).
+const MAX_INPUTS: usize = 4096;
+
 /// The inputs a crashed process ran before its crash input, oldest first,
 /// as files.
 pub struct History {
@@ -52,7 +63,9 @@ impl Shrunk {
 
 impl History {
     /// Unpacks the ring file `ring` into numbered files in `dir` (made
-    /// afresh). `None` when the ring holds nothing before the crash input.
+    /// afresh): its newest inputs, at most [`MAX_INPUTS`] and as many as
+    /// one command line carries ([`ARGUMENT_BYTES`]). `None` when the ring
+    /// holds nothing before the crash input.
     pub fn unpack(ring: &Path, artifact: &Path, dir: &Path) -> Result<Option<History>> {
         let mut inputs = shadow::history::read(ring).map_err(anyhow::Error::msg)?;
         let crash = std::fs::read(artifact)
@@ -60,6 +73,11 @@ impl History {
         // The ring's newest input is the one that was running: the artifact.
         if inputs.last() == Some(&crash) {
             inputs.pop();
+        }
+        let path_bytes = dir.join(file_name(inputs.len())).as_os_str().len() + 1;
+        let fit = (ARGUMENT_BYTES / path_bytes).min(MAX_INPUTS);
+        if inputs.len() > fit {
+            inputs.drain(..inputs.len() - fit);
         }
         if inputs.is_empty() {
             return Ok(None);
@@ -178,4 +196,39 @@ fn replay(replayer: &Replayer, before: &[PathBuf], artifact: &Path) -> Result<Re
             replayer.binary.display()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A history of 100,000 small inputs (a finding made that far into a
+    /// process) is replayed from its newest inputs, as many as one command
+    /// line carries (the folder's long name makes that fewer than
+    /// [`MAX_INPUTS`]).
+    #[test]
+    fn a_long_history_keeps_its_newest_inputs_a_command_line_carries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ring_path = tmp.path().join("history");
+        let mut ring =
+            shadow::history::Ring::create(&ring_path, shadow::history::CAPACITY).unwrap();
+        let n = 100_000u32;
+        for i in 0..n {
+            ring.push(&i.to_le_bytes());
+        }
+        let crash = tmp.path().join("crash");
+        std::fs::write(&crash, b"crash").unwrap();
+        // A long folder name: fewer inputs fit, so the test writes fewer.
+        let dir = tmp.path().join("inputs-".repeat(35));
+        let history = History::unpack(&ring_path, &crash, &dir).unwrap().unwrap();
+        let bytes: usize = history.inputs.iter().map(|p| p.as_os_str().len() + 1).sum();
+        assert!(bytes <= ARGUMENT_BYTES, "{bytes} bytes of paths");
+        assert!(
+            history.inputs.len() > 2_000,
+            "{} inputs",
+            history.inputs.len()
+        );
+        let newest = std::fs::read(history.inputs.last().unwrap()).unwrap();
+        assert_eq!(newest, (n - 1).to_le_bytes());
+    }
 }

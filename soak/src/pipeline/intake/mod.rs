@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use report::Signature;
+use report::{Record, Signature};
 use triage::replay::Replay;
 
 use crate::foundation::state::{self, StateDir};
@@ -112,22 +112,32 @@ fn reproduce(src: &Source, input: &Path) -> Result<Reproduction> {
     })
 }
 
-/// Signs a replay, falling back on the engine's own log when the replay
-/// did not reproduce (a flaky crash still has the engine's report).
-fn sign(src: &Source, replay: &Replay, engine_log: &str) -> Signature {
+/// Signs a replay. When the replay did not reproduce, a saved finding is
+/// signed by the record the harness wrote as it found it, and a crash by
+/// the engine's own log (a flaky crash still has the engine's report).
+fn sign(src: &Source, replay: &Replay, saved: Option<&Record>, engine_log: &str) -> Signature {
     let slot = src.slot_label();
-    replay
-        .signature(&slot)
-        .or_else(|| Signature::from_log(engine_log, &slot))
-        .unwrap_or_else(|| Signature {
-            // The engine wrote an artifact but no log says why.
-            kind: "crash".into(),
-            allocator: src.allocator.to_string(),
-            frames: Vec::new(),
-            message: format!("unreported crash in {slot}"),
-            path: false,
-            alt: Vec::new(),
-        })
+    unreproduced(replay.signature(&slot), saved, engine_log, &slot).unwrap_or_else(|| Signature {
+        // The engine wrote an artifact but no log says why.
+        kind: "crash".into(),
+        allocator: src.allocator.to_string(),
+        frames: Vec::new(),
+        message: format!("unreported crash in {slot}"),
+        path: false,
+        alt: Vec::new(),
+    })
+}
+
+/// The replay's signature, else the saved record's, else the engine log's.
+fn unreproduced(
+    replayed: Option<Signature>,
+    saved: Option<&Record>,
+    engine_log: &str,
+    slot: &str,
+) -> Option<Signature> {
+    replayed
+        .or_else(|| saved.map(Signature::from_record))
+        .or_else(|| Signature::from_log(engine_log, slot))
 }
 
 /// Files one artifact (a libFuzzer `crash-`, `leak-`, `timeout-` or `oom-`
@@ -148,10 +158,11 @@ pub fn file(
     // A saved finding of a known group is a repeat: the record the harness
     // wrote beside it says what it showed (a key the group was reached by
     // before), and counting it needs no replay.
-    if let Some(record) = saved_record(artifact) {
-        let known = group_of_record(&lock(store), &record)?;
+    let saved = saved_record(artifact);
+    if let Some(record) = &saved {
+        let known = group_of_record(&lock(store), record)?;
         if let Some(id) = known {
-            return file_repeat(state, store, src, artifact, &id, true, Some(&record), None);
+            return file_repeat(state, store, src, artifact, &id, true, Some(record), None);
         }
     }
     let mut reproduction = reproduce(src, artifact)?;
@@ -163,8 +174,20 @@ pub fn file(
     };
     let reproduced = reproduction.reproduced();
     let replay = &reproduction.replay;
-    let sig = sign(src, replay, engine_log);
-    let record = replay.record.as_ref().filter(|_| reproduced);
+    let sig = sign(src, replay, saved.as_ref(), engine_log);
+    // A saved finding that did not show again is still what its record says.
+    let record = replay
+        .record
+        .as_ref()
+        .filter(|_| reproduced)
+        .or(saved.as_ref());
+    // Its page shows the record's line when neither a replay nor the
+    // engine wrote a report.
+    let saved_line = saved.as_ref().map(|r| format!("{}\n", r.line));
+    let unreproduced_log = match &saved_line {
+        Some(line) if Signature::from_log(engine_log, &src.slot_label()).is_none() => line,
+        _ => engine_log,
+    };
     let known = group_of(&lock(store), &sig)?;
     let id = known.clone().unwrap_or_else(|| sig.id());
     if known.is_some() || state.crash_group(&id).is_dir() {
@@ -226,7 +249,7 @@ pub fn file(
             if reproduced {
                 replay.log.as_str()
             } else {
-                engine_log
+                unreproduced_log
             },
         ),
     };
@@ -477,4 +500,36 @@ pub fn move_file(from: &Path, to: &Path) -> Result<()> {
             .with_context(|| format!("failed to remove {}", from.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A saved finding's record, as `shadow::findings` writes it.
+    fn record() -> Record {
+        Record {
+            kind: "remote-free-lost".into(),
+            key: "remote-free-lost in remote-free size 256K.. align 32..: N of N blocks".into(),
+            allocator: "mimalloc".into(),
+            reference: false,
+            op_index: 0,
+            op: "race-remote-free freer=192 owner=196 size=524287 align=262144 count=32".into(),
+            site: "remote-free size 256K.. align 32..".into(),
+            sound: true,
+            line: "allocsoak violation: remote-free-lost: op #0 ...".into(),
+            path: Vec::new(),
+            what: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_saved_finding_that_did_not_show_again_is_signed_by_its_record() {
+        let sig = unreproduced(None, Some(&record()), "", "mt_ops/mimalloc").unwrap();
+        assert_eq!(sig.kind, "remote-free-lost");
+        assert_eq!(sig.allocator, "mimalloc");
+        assert_eq!(sig.message, record().key);
+        // A crash with neither: the caller's `unreported crash`.
+        assert!(unreproduced(None, None, "", "mt_ops/mimalloc").is_none());
+    }
 }
