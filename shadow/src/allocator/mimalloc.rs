@@ -168,11 +168,12 @@ impl Allocator for Mimalloc {
     /// both in, and a heap visit lists what is still in use. Forced: a
     /// normal collect leaves the heap's full pages alone (mimalloc 2.3's
     /// `mi_heap_collect_ex`, "normally don't visit full pages, issue
-    /// #1220"), so a remote free on a full page's thread-free list stayed
-    /// counted in use (a `remote-free-lost` seen in a soak on mimalloc,
-    /// 1 to 20 of 32 large aligned blocks, that no replay showed again). (v3 reworked its
-    /// thread-local heaps, and the sys crate declares no default heap for
-    /// it: not checked there.)
+    /// #1220"), so a remote free on a full page's thread-free list would
+    /// stay counted in use. (A soak on mimalloc once recorded 1 to 20 of
+    /// 32 large aligned blocks lost that no replay showed again; that
+    /// this was why is not shown.) v3 reworked its thread-local heaps,
+    /// and the sys crate declares no default heap for it: not checked
+    /// there.
     #[cfg(not(feature = "mimalloc-v3"))]
     fn in_use_after_collect(&self, ptrs: &[usize]) -> Option<Vec<usize>> {
         let mut blocks: Vec<(usize, usize)> = Vec::new();
@@ -389,8 +390,8 @@ impl Heaps for Mimalloc {
 /// whether a program's frees meet a purge depended on how long its calls
 /// took, and a replay could take another path than the run that filed it.
 /// Under the fuzz builds' ASan tracking each purge also re-poisons and
-/// re-faults the pages' shadow: half of a checked `alloc_ops` run's time
-/// on mimalloc (issue 27). A program's `purge` op still purges at once or
+/// re-faults the pages' shadow (issue 27: a grown `alloc_ops` corpus read
+/// once, checked, took 0.75× the time without the timer). A program's `purge` op still purges at once or
 /// after the delay it names, and the drift replay, which measures what a
 /// real process keeps, does not call this.
 pub fn purge_when_asked() {

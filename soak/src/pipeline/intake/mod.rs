@@ -175,19 +175,14 @@ pub fn file(
     let reproduced = reproduction.reproduced();
     let replay = &reproduction.replay;
     let sig = sign(src, replay, saved.as_ref(), engine_log);
-    // A saved finding that did not show again is still what its record says.
-    let record = replay
-        .record
-        .as_ref()
-        .filter(|_| reproduced)
-        .or(saved.as_ref());
-    // Its page shows the record's line when neither a replay nor the
-    // engine wrote a report.
-    let saved_line = saved.as_ref().map(|r| format!("{}\n", r.line));
-    let unreproduced_log = match &saved_line {
-        Some(line) if Signature::from_log(engine_log, &src.slot_label()).is_none() => line,
-        _ => engine_log,
+    // A saved finding that did not show again is still what its record
+    // says (`sign` signed it so), and its page shows the record's line.
+    let record = match reproduced {
+        true => replay.record.as_ref(),
+        false => saved.as_ref(),
     };
+    let saved_line = saved.as_ref().map(|r| format!("{}\n", r.line));
+    let unreproduced_log = saved_line.as_deref().unwrap_or(engine_log);
     let known = group_of(&lock(store), &sig)?;
     let id = known.clone().unwrap_or_else(|| sig.id());
     if known.is_some() || state.crash_group(&id).is_dir() {
