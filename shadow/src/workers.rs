@@ -2,13 +2,16 @@
 //! pays for a thread only when it asks to end one.
 //!
 //! [`WorkerPool::run`] runs one job and waits for it: the serial worker ops,
-//! deterministic for replay. [`WorkerPool::start`] hands a job over without
-//! waiting: a race section starts one per worker, and they run at once;
-//! [`WorkerPool::start_last`] hands over a job after which the thread
-//! exits (its thread-local destructors racing the other workers).
+//! deterministic for replay, on the caller's CPU. [`WorkerPool::start`]
+//! hands a job over without waiting: a race section starts one per worker,
+//! each on its own CPU, and they run at once; [`WorkerPool::start_last`]
+//! hands over a job after which the thread exits (its thread-local
+//! destructors racing the other workers). A worker moves between the two
+//! places as its jobs ask ([`Place`]).
 
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
 /// Number of worker threads programs address (worker index modulo this):
@@ -27,6 +30,8 @@ enum Then {
 struct Worker {
     jobs: Sender<Job>,
     thread: JoinHandle<()>,
+    /// The CPU the thread is pinned to now (`None`: where it started).
+    cpu: Option<usize>,
 }
 
 impl Worker {
@@ -35,7 +40,6 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name(format!("allocsoak-worker-{index}"))
             .spawn(move || {
-                spread(index);
                 for (job, then) in job_rx {
                     job();
                     if then == Then::Exit {
@@ -44,35 +48,81 @@ impl Worker {
                 }
             })
             .expect("spawn worker thread");
-        Worker { jobs, thread }
+        Worker {
+            jobs,
+            thread,
+            cpu: None,
+        }
+    }
+
+    /// Pins the thread to `cpu` (when it is not there already).
+    fn pin(&mut self, cpu: usize) {
+        if self.cpu == Some(cpu) {
+            return;
+        }
+        // SAFETY: `cpu_set_t` is plain bits, valid zeroed; the call reads
+        // only the set passed, for a thread this worker owns (joined only
+        // when the worker is dropped, so the handle is live).
+        let set = unsafe {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            libc::pthread_setaffinity_np(self.thread.as_pthread_t(), size, &one)
+        };
+        self.cpu = (set == 0).then_some(cpu);
     }
 }
 
-/// Pins worker `index` to the `index`-th of the CPUs the process may run
-/// on (round robin), so a race section's workers run on different cores
-/// from its first step. Left to the scheduler, the workers a section wakes
-/// were placed on the waking thread's core, and whole runs of sections
-/// never had two inside the allocator at once. With one CPU, or when the
-/// mask cannot be read or set, the thread stays as it is.
-fn spread(index: usize) {
-    // SAFETY: `cpu_set_t` is plain bits, valid zeroed; the calls read and
-    // write only the set passed, for the calling thread (pid 0).
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        let size = std::mem::size_of::<libc::cpu_set_t>();
-        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
-            return;
-        }
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &allowed))
-            .collect();
+/// Where a worker runs its next job.
+#[derive(Clone, Copy)]
+enum Place {
+    /// On the calling thread's CPU: a serial job, for which the caller
+    /// only waits. Handing a job to a thread asleep on another CPU and
+    /// being woken by it again took 60 µs in a fuzz binary on 2 vCPUs,
+    /// 10-13 µs on the caller's (BENCHMARKS.md, stop 50): more than most
+    /// allocator calls take.
+    Beside,
+    /// On the `index`-th of the CPUs the process may run on (round
+    /// robin): a race section's workers run on different cores from its
+    /// first step. Left to the scheduler, the workers a section wakes
+    /// were placed on the waking thread's core, and whole runs of sections
+    /// never had two inside the allocator at once.
+    Spread(usize),
+}
+
+impl Place {
+    /// The CPU, or `None` when the process may run on one CPU only (or
+    /// its CPUs cannot be read): the thread stays where it is.
+    fn cpu(self) -> Option<usize> {
+        let cpus = cpus();
         if cpus.len() < 2 {
-            return;
+            return None;
         }
-        let mut one: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpus[index % cpus.len()], &mut one);
-        libc::sched_setaffinity(0, size, &one);
+        match self {
+            // SAFETY: no arguments, no memory touched.
+            Place::Beside => usize::try_from(unsafe { libc::sched_getcpu() }).ok(),
+            Place::Spread(index) => Some(cpus[index % cpus.len()]),
+        }
     }
+}
+
+/// The CPUs the process may run on, as first read.
+fn cpus() -> &'static [usize] {
+    static CPUS: OnceLock<Vec<usize>> = OnceLock::new();
+    CPUS.get_or_init(|| {
+        // SAFETY: `cpu_set_t` is plain bits, valid zeroed; the call writes
+        // only the set passed, for the calling thread (pid 0).
+        unsafe {
+            let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+                return Vec::new();
+            }
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &allowed))
+                .collect()
+        }
+    })
 }
 
 /// The process's worker threads.
@@ -93,26 +143,29 @@ impl WorkerPool {
         POOL.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Hands `job` to worker `index` (starting it if it has exited) and
-    /// returns at once. Jobs must not panic (allocator calls go through
+    /// Hands `job` to worker `index` (starting it if it has exited) on its
+    /// own CPU ([`Place::Spread`]) and returns at once. Jobs must not panic (allocator calls go through
     /// [`crate::guard`]).
     pub fn start(&mut self, index: usize, job: impl FnOnce() + Send + 'static) {
-        self.send(index, Box::new(job), Then::Next);
+        self.send(index, Box::new(job), Then::Next, Place::Spread(index));
     }
 
     /// Hands `job` to worker `index` as [`WorkerPool::start`]; the thread
     /// exits once it is done, its blocks left live. [`WorkerPool::reap`]
     /// waits for the exit to end.
     pub fn start_last(&mut self, index: usize, job: impl FnOnce() + Send + 'static) {
-        self.send(index, Box::new(job), Then::Exit);
+        self.send(index, Box::new(job), Then::Exit, Place::Spread(index));
     }
 
-    fn send(&mut self, index: usize, job: Box<dyn FnOnce() + Send>, then: Then) {
+    fn send(&mut self, index: usize, job: Box<dyn FnOnce() + Send>, then: Then, place: Place) {
         let index = index % WORKERS;
         if self.workers.len() < WORKERS {
             self.workers.resize_with(WORKERS, || None);
         }
         let w = self.workers[index].get_or_insert_with(|| Worker::spawn(index));
+        if let Some(cpu) = place.cpu() {
+            w.pin(cpu);
+        }
         w.jobs.send((job, then)).expect("worker thread is gone");
         if then == Then::Exit {
             self.exiting.push(index);
@@ -123,29 +176,83 @@ impl WorkerPool {
     /// thread-local destructors run); the next job starts a fresh thread.
     pub fn reap(&mut self) {
         for index in std::mem::take(&mut self.exiting) {
-            self.exit(index);
+            self.join(index);
         }
     }
 
-    /// Runs `job` on worker `index` and waits for its result, so programs
-    /// stay deterministic.
+    /// Runs `job` on worker `index`, on the caller's CPU
+    /// ([`Place::Beside`]), and waits for its result, so programs stay
+    /// deterministic.
     pub fn run<R: Send + 'static>(
         &mut self,
         index: usize,
         job: impl FnOnce() -> R + Send + 'static,
     ) -> R {
         let (tx, rx) = channel();
-        self.start(index, move || {
+        let job = Box::new(move || {
             let _ = tx.send(job());
         });
+        self.send(index, job, Then::Next, Place::Beside);
         rx.recv().expect("worker thread died while running a job")
     }
 
-    /// Ends worker `index`; blocks it allocated stay live.
+    /// Ends worker `index` on the caller's CPU, as a serial job; blocks it
+    /// allocated stay live.
     pub fn exit(&mut self, index: usize) {
+        if let (Some(Some(w)), Some(cpu)) =
+            (self.workers.get_mut(index % WORKERS), Place::Beside.cpu())
+        {
+            w.pin(cpu);
+        }
+        self.join(index);
+    }
+
+    /// Ends worker `index`'s thread where it runs (a race section's exit
+    /// is not moved while it races); the next job starts a fresh one.
+    fn join(&mut self, index: usize) {
         if let Some(w) = self.workers.get_mut(index % WORKERS).and_then(Option::take) {
             drop(w.jobs);
             w.thread.join().expect("worker thread panicked");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu() -> usize {
+        // SAFETY: no arguments, no memory touched.
+        usize::try_from(unsafe { libc::sched_getcpu() }).expect("sched_getcpu")
+    }
+
+    /// Pins the calling thread to `cpu`.
+    fn stay_on(cpu: usize) {
+        // SAFETY: as in `Worker::pin`, for the calling thread (pid 0).
+        let set = unsafe {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one)
+        };
+        assert_eq!(set, 0, "could not pin the test thread to CPU {cpu}");
+    }
+
+    #[test]
+    fn a_serial_job_runs_on_the_callers_cpu_and_a_race_job_on_its_own() {
+        let cpus = cpus().to_vec();
+        let mut pool = WorkerPool::lock();
+        let home = *cpus.last().expect("the process may run on some CPU");
+        stay_on(home);
+        for w in 0..WORKERS {
+            assert_eq!(pool.run(w, cpu), home, "worker {w}'s serial job");
+            let (tx, rx) = channel();
+            pool.start(w, move || tx.send(cpu()).unwrap());
+            let spread = match cpus.len() {
+                1 => home,
+                n => cpus[w % n],
+            };
+            assert_eq!(rx.recv().unwrap(), spread, "worker {w}'s race job");
+            assert_eq!(pool.run(w, cpu), home, "worker {w}'s next serial job");
         }
     }
 }
