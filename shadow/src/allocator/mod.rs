@@ -185,8 +185,12 @@ pub trait Allocator: Send + Sync {
     /// allocator cannot say, and [`Allocator::remote_reuse`] is asked.
     /// An allocator whose remote frees come back only after all the free
     /// blocks ahead of them (mimalloc's, measured: after 57,302 blocks of
-    /// 8 bytes) can still be held to them this way.
-    fn in_use_after_collect(&self, _ptrs: &[usize]) -> Option<Vec<usize>> {
+    /// 8 bytes) can still be held to them this way. `live`: the blocks the
+    /// program holds now; a block in use that holds one of them is that
+    /// one's, whatever freed address it also covers (a block larger than
+    /// asked, a size class's or an aligned request's, may start before a
+    /// freed block's address and cover it).
+    fn in_use_after_collect(&self, _ptrs: &[usize], _live: &[usize]) -> Option<Vec<usize>> {
         None
     }
 

@@ -207,9 +207,10 @@ impl Executor {
             return;
         }
         let ptrs: Vec<usize> = missing.iter().map(|b| b.ptr).collect();
+        let live: Vec<usize> = self.shadow.blocks().iter().map(|b| b.ptr).collect();
         let alloc = self.alloc;
         let in_use = self.workers.call_on(&self.guard, owner, move || {
-            alloc.in_use_after_collect(&ptrs)
+            alloc.in_use_after_collect(&ptrs, &live)
         });
         let (lost, how) = match in_use {
             Some(in_use) => (
