@@ -144,8 +144,8 @@ impl WorkerPool {
     }
 
     /// Hands `job` to worker `index` (starting it if it has exited) on its
-    /// own CPU ([`Place::Spread`]) and returns at once. Jobs must not panic (allocator calls go through
-    /// [`crate::guard`]).
+    /// own CPU ([`Place::Spread`]) and returns at once. Jobs must not
+    /// panic (allocator calls go through [`crate::guard`]).
     pub fn start(&mut self, index: usize, job: impl FnOnce() + Send + 'static) {
         self.send(index, Box::new(job), Then::Next, Place::Spread(index));
     }

@@ -425,9 +425,10 @@ fn a_heaps_blocks_reallocated_from_other_threads_run_clean() {
 }
 
 /// A block mimalloc counts in use that holds a live block is that block's.
-/// An aligned request is served from a larger block with the aligned
-/// address inside it, so a new one can start before a remotely freed
-/// block's address and cover it: a soak on mimalloc filed that as
+/// Blocks are larger than asked (a size class, an aligned request served
+/// from a larger block), so once a page is carved again from another
+/// start, a new one can cover a remotely freed block's address past its
+/// own end: a soak on mimalloc filed that as
 /// `remote-free-lost` (a block of 135,160 bytes, a live 64-KiB block at
 /// its start, the freed one's address 128 KiB in). `p + 8` stands for the
 /// covered address here.
