@@ -170,9 +170,8 @@ impl Allocator for Mimalloc {
     /// `mi_heap_collect_ex`, "normally don't visit full pages, issue
     /// #1220"), so a remote free on a full page's thread-free list would
     /// stay counted in use. A block in use that holds a live one is that
-    /// one's (see below). v3 reworked its thread-local heaps,
-    /// and the sys crate declares no default heap for it: not checked
-    /// there.
+    /// one's (see below). v3 reworked its thread-local heaps, and the sys
+    /// crate declares no default heap for it: not checked there.
     #[cfg(not(feature = "mimalloc-v3"))]
     fn in_use_after_collect(&self, ptrs: &[usize], live: &[usize]) -> Option<Vec<usize>> {
         let mut blocks: Vec<(usize, usize)> = Vec::new();
@@ -184,18 +183,23 @@ impl Allocator for Mimalloc {
             mi::mi_heap_collect(heap, true);
             mi::mi_heap_visit_blocks(heap, true, Some(collect_block), arg)
         };
-        let holds = |(b, len): (usize, usize), p: usize| b <= p && p < b + len;
-        // A block is larger than asked (a size class, an aligned request
-        // served from a larger block), and a page freed and carved again
-        // can start elsewhere: a new block can hold a freed block's address
-        // past its own end. Seen in soaks as flaky `remote-free-lost`: a
-        // block of 135,160 bytes, a live 64-KiB block at its start, the
-        // freed one's address 128 KiB in.
-        blocks.retain(|&block| !live.iter().any(|&l| holds(block, l)));
         complete.then(|| {
+            // A block is larger than asked (a size class, an aligned
+            // request served from a larger block), and a page freed and
+            // carved again can start elsewhere: a new block can hold a
+            // freed block's address past its own end. Seen in soaks as
+            // flaky `remote-free-lost`: a block of 135,160 bytes, a live
+            // 64-KiB block at its start, the freed one's address 128 KiB in.
+            let mut live = live.to_vec();
+            live.sort_unstable();
+            let holds_live = |&(b, len): &(usize, usize)| {
+                live.get(live.partition_point(|&l| l < b))
+                    .is_some_and(|&l| l < b + len)
+            };
+            blocks.retain(|block| !holds_live(block));
             ptrs.iter()
                 .copied()
-                .filter(|&p| blocks.iter().any(|&block| holds(block, p)))
+                .filter(|&p| blocks.iter().any(|&(b, len)| b <= p && p < b + len))
                 .collect()
         })
     }
@@ -398,9 +402,10 @@ impl Heaps for Mimalloc {
 /// took, and a replay could take another path than the run that filed it.
 /// Under the fuzz builds' ASan tracking each purge also re-poisons and
 /// re-faults the pages' shadow (issue 27: a grown `alloc_ops` corpus read
-/// once, checked, took 0.75× the time without the timer). A program's `purge` op still purges at once or
-/// after the delay it names, and the drift replay, which measures what a
-/// real process keeps, does not call this.
+/// once, checked, took 0.75× the time without the timer). A program's
+/// `purge` op still purges at once or after the delay it names, and the
+/// drift replay, which measures what a real process keeps, does not call
+/// this.
 pub fn purge_when_asked() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return;
