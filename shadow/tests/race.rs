@@ -276,6 +276,24 @@ fn one_remote_free_op_races_the_owner() {
     }
 }
 
+/// A thread of a contention op allocates at most 1 MiB: asked for 32
+/// blocks of 256 KiB it makes the calls 4 make, where 32 blocks of 16 KiB
+/// make more than 4.
+#[test]
+fn a_contention_ops_threads_allocate_within_a_budget() {
+    let _alone = alone();
+    for op in ["race-exit worker=0", "race-churn"] {
+        let calls = |size: usize, count: usize| {
+            let text = format!("target mt_ops\n{op} size={size} align=8 count={count}\n");
+            common::run(&common::program(&text), "system")
+                .unwrap_or_else(|line| panic!("{text}{line}"))
+                .calls
+        };
+        assert_eq!(calls(256 << 10, 32), calls(256 << 10, 4), "{op}, 256 KiB");
+        assert!(calls(16 << 10, 32) > calls(16 << 10, 4), "{op}, 16 KiB");
+    }
+}
+
 /// A heap's blocks freed by other threads while the heap lives on, then
 /// visited, allocated in again and destroyed: clean on the allocators'
 /// own heaps (mimalloc's, jemalloc's arenas) and on emulated ones.

@@ -16,6 +16,18 @@ use crate::workers::WORKERS;
 /// classes a thread cache or a page's free list serves.
 pub const CHURN_MAX: usize = 64 << 10;
 
+/// Most bytes one thread of a contention op allocates: all its blocks of a
+/// size up to 32 KiB, fewer of larger ones, one of 1 MiB or more (a large
+/// block is a page or a segment of its own: one is its race). Uncapped,
+/// an op could fill and check 64 MiB, and its time went there.
+const OP_BYTES: usize = 1 << 20;
+
+/// How many blocks of `size` and `align` a thread of a contention op
+/// allocates when asked for `count`: at least one, within [`OP_BYTES`].
+fn within_budget(size: usize, align: usize, count: usize) -> usize {
+    count.min(OP_BYTES / size.max(align).max(1)).max(1)
+}
+
 /// The workers other than `owner`, from `first` on, round robin.
 fn others(owner: usize, first: usize) -> Vec<usize> {
     let owner = owner % WORKERS;
@@ -43,7 +55,7 @@ impl Executor {
         }
         let owner = owner % WORKERS;
         let freers = others(owner, freer);
-        let owned = self.alloc_on(owner, size, align, count);
+        let owned = self.alloc_on(owner, size, align, within_budget(size, align, count));
         let mut freed = Vec::new();
         for (n, b) in owned.iter().enumerate() {
             let worker = freers[n % freers.len()];
@@ -75,7 +87,7 @@ impl Executor {
         }
         let owner = worker % WORKERS;
         let others = others(owner, owner + 1);
-        let owned = self.alloc_on(owner, size, align, count);
+        let owned = self.alloc_on(owner, size, align, within_budget(size, align, count));
         let half = owned.len() / 2;
         for b in &owned[..half] {
             if let Some(i) = self.shadow.blocks().iter().position(|l| l.ptr == b.ptr) {
@@ -95,6 +107,7 @@ impl Executor {
 
     /// Every worker churns `count` blocks of `size` at once.
     pub(super) fn queue_churn(&mut self, size: usize, align: usize, count: usize) -> Outcome {
+        let count = within_budget(size, align, count.min(MAX_STEPS));
         let bytes = size.saturating_mul(count).saturating_mul(WORKERS);
         if !self.checked
             || size == 0
@@ -104,7 +117,6 @@ impl Executor {
         {
             return Outcome::Skipped;
         }
-        let count = count.min(MAX_STEPS);
         for worker in 0..WORKERS {
             if self.race.has_room(worker) {
                 let seed = self.seeds.next();
