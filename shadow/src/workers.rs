@@ -128,11 +128,12 @@ fn cpus() -> &'static [usize] {
 }
 
 /// How long a thread waiting for a job or a result yields before it
-/// sleeps. A thread asleep is woken through the kernel: on 2 vCPUs a
-/// handoff that slept cost 8 µs on one CPU and 59 µs across them, one that
-/// yielded 3 µs and 1 µs; fuzzing `mt_ops` ran 7-9 % faster with this
-/// spin (BENCHMARKS.md, stop 51). Longer spins, or workers kept spinning
-/// for a whole program, took the main thread's CPU and ran slower.
+/// sleeps. A thread asleep is woken through the kernel: on 2 vCPUs a round
+/// trip between two threads that slept cost 8 µs on one CPU and 59 µs
+/// across them, one between threads that yielded 3 µs and 1 µs; fuzzing
+/// `mt_ops` ran 7-9 % faster with this spin (BENCHMARKS.md, stop 51).
+/// Longer spins gained nothing and cost CPU; workers kept spinning for a
+/// whole program took the main thread's CPU and ran slower.
 const SPIN: Duration = Duration::from_micros(50);
 
 /// The next message on `rx` (an error once its senders are gone):
