@@ -7,14 +7,12 @@
 //! each on its own CPU, and they run at once; [`WorkerPool::start_last`]
 //! hands over a job after which the thread exits (its thread-local
 //! destructors racing the other workers). A worker moves between the two
-//! places as its jobs ask ([`Place`]). Both sides of a handoff spin a
-//! little before they sleep ([`wait`]).
+//! places as its jobs ask ([`Place`]).
 
 use std::os::unix::thread::JoinHandleExt;
-use std::sync::mpsc::{channel, Receiver, RecvError, Sender, TryRecvError};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 /// Number of worker threads programs address (worker index modulo this):
 /// a race section can have four threads inside the allocator at once.
@@ -42,7 +40,7 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name(format!("allocsoak-worker-{index}"))
             .spawn(move || {
-                while let Ok((job, then)) = wait(&job_rx) {
+                for (job, then) in job_rx {
                     job();
                     if then == Then::Exit {
                         break;
@@ -127,30 +125,6 @@ fn cpus() -> &'static [usize] {
     })
 }
 
-/// How long a thread waiting for a job or a result yields before it
-/// sleeps. A thread asleep is woken through the kernel: on 2 vCPUs a round
-/// trip between two threads that slept cost 8 µs on one CPU and 59 µs
-/// across them, one between threads that yielded 3 µs and 1 µs; fuzzing
-/// `mt_ops` ran 7-9 % faster with this spin (BENCHMARKS.md, stop 51).
-/// Longer spins gained nothing and cost CPU; workers kept spinning for a
-/// whole program took the main thread's CPU and ran slower.
-const SPIN: Duration = Duration::from_micros(50);
-
-/// The next message on `rx` (an error once its senders are gone):
-/// yielding the CPU to whatever else may run on it for up to [`SPIN`],
-/// then asleep until it comes.
-pub fn wait<T>(rx: &Receiver<T>) -> Result<T, RecvError> {
-    let start = Instant::now();
-    loop {
-        match rx.try_recv() {
-            Ok(message) => return Ok(message),
-            Err(TryRecvError::Disconnected) => return Err(RecvError),
-            Err(TryRecvError::Empty) if start.elapsed() < SPIN => std::thread::yield_now(),
-            Err(TryRecvError::Empty) => return rx.recv(),
-        }
-    }
-}
-
 /// The process's worker threads.
 pub struct WorkerPool {
     workers: Vec<Option<Worker>>,
@@ -219,7 +193,7 @@ impl WorkerPool {
             let _ = tx.send(job());
         });
         self.send(index, job, Then::Next, Place::Beside);
-        wait(&rx).expect("worker thread died while running a job")
+        rx.recv().expect("worker thread died while running a job")
     }
 
     /// Ends worker `index` on the caller's CPU, as a serial job; blocks it
@@ -280,21 +254,5 @@ mod tests {
             assert_eq!(rx.recv().unwrap(), spread, "worker {w}'s race job");
             assert_eq!(pool.run(w, cpu), home, "worker {w}'s next serial job");
         }
-    }
-
-    #[test]
-    fn wait_takes_a_message_sent_before_or_after_its_spin() {
-        let (tx, rx) = channel();
-        tx.send(0).unwrap();
-        assert_eq!(wait(&rx), Ok(0), "a message already sent");
-        let late = tx.clone();
-        let sender = std::thread::spawn(move || {
-            std::thread::sleep(SPIN * 20);
-            late.send(1).unwrap();
-        });
-        assert_eq!(wait(&rx), Ok(1), "a message sent once the spin is over");
-        sender.join().unwrap();
-        drop(tx);
-        assert_eq!(wait(&rx), Err(RecvError), "every sender gone");
     }
 }

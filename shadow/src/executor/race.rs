@@ -23,7 +23,7 @@ use crate::allocator::{Allocator, Heaps};
 use crate::guard::{self, Panicked};
 use crate::model::Block;
 use crate::pattern::{self, Mismatch};
-use crate::workers::{wait, WorkerPool, WORKERS};
+use crate::workers::{WorkerPool, WORKERS};
 
 /// Most steps one worker's script holds; further race ops are skipped.
 pub const MAX_STEPS: usize = 32;
@@ -236,15 +236,12 @@ pub fn run(
         }
         if serial {
             // The next worker starts once this one is done (and gone).
-            finished.push(wait(&rx).expect("a worker thread died in a race section"));
+            finished.push(rx.recv().expect("a worker thread died in a race section"));
             pool.reap();
         }
     }
     drop(tx);
-    let mut results = finished;
-    while let Ok(done) = wait(&rx) {
-        results.push(done);
-    }
+    let mut results: Vec<_> = finished.into_iter().chain(rx.iter()).collect();
     assert_eq!(
         results.len(),
         busy,
