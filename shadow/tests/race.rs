@@ -278,20 +278,26 @@ fn one_remote_free_op_races_the_owner() {
 
 /// A thread of a contention op allocates at most 1 MiB: asked for 32
 /// blocks of 256 KiB it makes the calls 4 make, where 32 blocks of 16 KiB
-/// make more than 4.
+/// make more than 4; asked for none it makes none, and asked for one of 4
+/// MiB (past the budget) it makes that one.
 #[test]
 fn a_contention_ops_threads_allocate_within_a_budget() {
     let _alone = alone();
+    let calls = |op: &str, size: usize, count: usize| {
+        let text = format!("target mt_ops\n{op} size={size} align=8 count={count}\n");
+        common::run(&common::program(&text), "system")
+            .unwrap_or_else(|line| panic!("{text}{line}"))
+            .calls
+    };
     for op in ["race-exit worker=0", "race-churn"] {
-        let calls = |size: usize, count: usize| {
-            let text = format!("target mt_ops\n{op} size={size} align=8 count={count}\n");
-            common::run(&common::program(&text), "system")
-                .unwrap_or_else(|line| panic!("{text}{line}"))
-                .calls
-        };
+        let calls = |size, count| calls(op, size, count);
         assert_eq!(calls(256 << 10, 32), calls(256 << 10, 4), "{op}, 256 KiB");
         assert!(calls(16 << 10, 32) > calls(16 << 10, 4), "{op}, 16 KiB");
+        assert!(calls(16 << 10, 1) > calls(16 << 10, 0), "{op}, none");
     }
+    // A churn's blocks are 64 KiB at most: an exit's owner takes the large one.
+    let exit = |count| calls("race-exit worker=0", 4 << 20, count);
+    assert!(exit(1) > exit(0), "race-exit, one block of 4 MiB");
 }
 
 /// A heap's blocks freed by other threads while the heap lives on, then

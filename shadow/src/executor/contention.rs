@@ -23,9 +23,11 @@ pub const CHURN_MAX: usize = 64 << 10;
 const OP_BYTES: usize = 1 << 20;
 
 /// How many blocks of `size` and `align` a thread of a contention op
-/// allocates when asked for `count`: at least one, within [`OP_BYTES`].
+/// allocates when asked for `count`: at most [`MAX_STEPS`], within
+/// [`OP_BYTES`], but one of any size when asked for any.
 fn within_budget(size: usize, align: usize, count: usize) -> usize {
-    count.min(OP_BYTES / size.max(align).max(1)).max(1)
+    let fit = (OP_BYTES / size.max(align).max(1)).max(1);
+    count.min(MAX_STEPS).min(fit)
 }
 
 /// The workers other than `owner`, from `first` on, round robin.
@@ -55,7 +57,7 @@ impl Executor {
         }
         let owner = owner % WORKERS;
         let freers = others(owner, freer);
-        let owned = self.alloc_on(owner, size, align, within_budget(size, align, count));
+        let owned = self.alloc_on(owner, size, align, count);
         let mut freed = Vec::new();
         for (n, b) in owned.iter().enumerate() {
             let worker = freers[n % freers.len()];
@@ -87,7 +89,7 @@ impl Executor {
         }
         let owner = worker % WORKERS;
         let others = others(owner, owner + 1);
-        let owned = self.alloc_on(owner, size, align, within_budget(size, align, count));
+        let owned = self.alloc_on(owner, size, align, count);
         let half = owned.len() / 2;
         for b in &owned[..half] {
             if let Some(i) = self.shadow.blocks().iter().position(|l| l.ptr == b.ptr) {
@@ -107,7 +109,7 @@ impl Executor {
 
     /// Every worker churns `count` blocks of `size` at once.
     pub(super) fn queue_churn(&mut self, size: usize, align: usize, count: usize) -> Outcome {
-        let count = within_budget(size, align, count.min(MAX_STEPS));
+        let count = within_budget(size, align, count);
         let bytes = size.saturating_mul(count).saturating_mul(WORKERS);
         if !self.checked
             || size == 0
@@ -173,11 +175,12 @@ impl Executor {
         }
     }
 
-    /// Up to `count` blocks of `size` allocated on `worker`, one call at a
-    /// time (checked and tracked as any worker's).
+    /// Up to `count` blocks of `size` allocated on `worker`, within the
+    /// op's budget ([`within_budget`]), one call at a time (checked and
+    /// tracked as any worker's).
     fn alloc_on(&mut self, worker: usize, size: usize, align: usize, count: usize) -> Vec<Block> {
         let mut owned = Vec::new();
-        for _ in 0..count.min(MAX_STEPS) {
+        for _ in 0..within_budget(size, align, count) {
             if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(worker))
             {
                 owned.push(self.shadow.blocks()[i]);
