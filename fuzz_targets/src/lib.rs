@@ -20,36 +20,11 @@ pub use libfuzzer_sys;
 #[doc(hidden)]
 pub use honggfuzz;
 
-/// Sanitizer defaults every target bakes in, so a bare `cargo fuzz run`
-/// behaves like the `allocsoak` runs: an impossible size must come back null
-/// (ASan would abort instead); ASan's own malloc (the `system` allocator in
-/// these builds) refuses requests over 256 MiB, so a huge request it would
-/// serve does not cost the run a memset of a gigabyte of shadow when freed,
-/// and never reaches libFuzzer's malloc limit (the other allocators map
-/// their own memory, which libFuzzer does not see); a report returns to the harness, which
-/// aborts unless the report is tolerated (`halt_on_error=0`, and every
-/// report, not only the first at each place: `suppress_equal_pcs=0`; see
-/// `shadow::sanitizer`). `ASAN_OPTIONS` set by the caller still wins.
-///
-/// LeakSanitizer misreads the state of `mt_ops`' worker threads that
-/// outlive an input (thread-exit ops restart them mid-input) as leaks:
-/// `mt_ops` leaves leaks to `alloc_ops` and to the RSS-drift monitor.
+/// The target's ASan defaults ([`shadow::sanitizer::asan_defaults`]),
+/// for `__asan_default_options`.
 #[doc(hidden)]
 pub fn asan_defaults(target: shadow::Target) -> *const std::ffi::c_char {
-    macro_rules! options {
-        ($leaks:literal) => {
-            concat!(
-                "allocator_may_return_null=1:max_allocation_size_mb=256:halt_on_error=0:suppress_equal_pcs=0:detect_leaks=",
-                $leaks,
-                "\0"
-            )
-        };
-    }
-    let options = match target {
-        shadow::Target::MtOps => options!("0"),
-        _ => options!("1"),
-    };
-    options.as_ptr().cast()
+    shadow::sanitizer::asan_defaults(target).as_ptr()
 }
 
 #[cfg(sanitize = "address")]

@@ -23,7 +23,7 @@
 //! after a tolerated one the process may fail later, elsewhere.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::LocalKey;
@@ -31,6 +31,36 @@ use std::thread::LocalKey;
 use crate::poison::RegionIsPoisoned;
 use crate::tolerance;
 use crate::violation::{By, Report, Violation};
+use crate::Target;
+
+/// The ASan defaults a fuzz binary of `target` bakes in
+/// (`__asan_default_options`), so a bare `cargo fuzz run` behaves like the
+/// `allocsoak` runs. `ASAN_OPTIONS` set by the caller still wins.
+///
+/// - An impossible size must come back null (ASan would abort instead).
+/// - ASan's own malloc (the `system` allocator in these builds) refuses
+///   requests over 256 MiB, so a huge request it would serve does not cost
+///   the run a memset of a gigabyte of shadow when freed, and never reaches
+///   libFuzzer's malloc limit (the other allocators map their own memory,
+///   which libFuzzer does not see).
+/// - A report returns to the harness, which aborts unless the report is
+///   tolerated (`halt_on_error=0`, and every report, not only the first at
+///   each place: `suppress_equal_pcs=0`).
+/// - `mt_ops` leaves two checks to the other targets. LeakSanitizer
+///   misreads its worker threads that outlive an input (thread-exit ops
+///   restart them mid-input) as leaks: leaks are `alloc_ops`' and the
+///   RSS-drift monitor's. And detecting a use of a stack frame after its
+///   function returned gives every thread a fake stack, mapped when it
+///   starts and unmapped when it exits: a third of what a worker's start
+///   and exit cost, which `mt_ops` pays about once a program (BENCHMARKS.md,
+///   stop 52). Allocator code only `mt_ops` runs (a thread's exit, its
+///   remote frees) goes without that check.
+pub fn asan_defaults(target: Target) -> &'static CStr {
+    match target {
+        Target::MtOps => c"allocator_may_return_null=1:max_allocation_size_mb=256:halt_on_error=0:suppress_equal_pcs=0:detect_leaks=0:detect_stack_use_after_return=0",
+        _ => c"allocator_may_return_null=1:max_allocation_size_mb=256:halt_on_error=0:suppress_equal_pcs=0:detect_leaks=1",
+    }
+}
 
 /// A tolerated report came in since the last [`check`] (on any thread).
 static PENDING: AtomicBool = AtomicBool::new(false);
@@ -396,5 +426,43 @@ pub fn never_freed(p: usize) {
         // SAFETY: LSan looks the address up among the heap blocks it
         // knows and only marks one it finds (others are ignored).
         unsafe { ignore(p as *const c_void) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flag(target: Target, name: &str) -> Option<String> {
+        let options = asan_defaults(target).to_str().unwrap();
+        options.split(':').find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            (k == name).then(|| v.to_string())
+        })
+    }
+
+    #[test]
+    fn only_mt_ops_leaves_leaks_and_stack_use_after_return_to_the_others() {
+        for target in Target::ALL {
+            let mt = target == Target::MtOps;
+            let want_leaks = if mt { "0" } else { "1" };
+            assert_eq!(
+                flag(target, "detect_leaks").as_deref(),
+                Some(want_leaks),
+                "{target}"
+            );
+            // ASan's own default (on) everywhere else.
+            let want_uar = mt.then_some("0");
+            assert_eq!(
+                flag(target, "detect_stack_use_after_return").as_deref(),
+                want_uar,
+                "{target}"
+            );
+            assert_eq!(
+                flag(target, "allocator_may_return_null").as_deref(),
+                Some("1"),
+                "{target}"
+            );
+        }
     }
 }

@@ -133,3 +133,48 @@ fn counters_in_a_linked_binary_are_counted_by_source_file() {
         "an uninstrumented binary has counters"
     );
 }
+
+/// Each fuzz binary runs with its target's ASan defaults
+/// (`shadow::sanitizer::asan_defaults`), as ASan itself reports them:
+/// `mt_ops` alone without LeakSanitizer and stack-use-after-return
+/// detection.
+#[test]
+fn each_fuzz_binary_runs_with_its_targets_asan_defaults() {
+    use shadow::Target;
+    use soak::engines::project::{Build, Project};
+    let project = Project::find().unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("asan-defaults");
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    for target in Target::ALL {
+        let out = Command::new(project.binary(Build::Asan, target))
+            .env("ASAN_OPTIONS", "help=1")
+            .env("ALLOCSOAK_ALLOCATOR", "system")
+            .arg("-runs=1")
+            .arg(&empty)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        // "\t<flag>\n\t\t- <what it does> (Current Value: <value>)"
+        let value = |flag: &str| {
+            let (_, after) = text
+                .split_once(&format!("\t{flag}\n"))
+                .unwrap_or_else(|| panic!("{target}: ASan's help has no {flag}: {text}"));
+            let (_, v) = after.split_once("(Current Value: ").unwrap();
+            v.split(')').next().unwrap().to_string()
+        };
+        let off_in_mt_ops = if target == Target::MtOps {
+            "false"
+        } else {
+            "true"
+        };
+        assert_eq!(value("detect_leaks"), off_in_mt_ops, "{target}");
+        assert_eq!(
+            value("detect_stack_use_after_return"),
+            off_in_mt_ops,
+            "{target}"
+        );
+        assert_eq!(value("allocator_may_return_null"), "true", "{target}");
+    }
+}

@@ -30,6 +30,12 @@ pub struct Run {
     /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
     /// first one ends the run as a crash.
     pub findings: Option<PathBuf>,
+    /// libFuzzer's leak pass: an input after which mallocs outnumber
+    /// frees runs again, then LeakSanitizer looks. Off for `mt_ops`,
+    /// whose binaries run without LeakSanitizer
+    /// ([`shadow::sanitizer::asan_defaults`]): the second run would be
+    /// wasted.
+    pub leaks: bool,
     /// More libFuzzer flags.
     pub args: Vec<String>,
 }
@@ -71,6 +77,7 @@ impl Run {
             tolerate: None,
             history: None,
             findings: None,
+            leaks: target != Target::MtOps,
             args: Vec::new(),
         }
     }
@@ -90,6 +97,9 @@ impl Run {
             .arg(format!("-artifact_prefix={}/", self.out.display()));
         if let Some(dict) = &self.dict {
             cmd.arg(format!("-dict={}", dict.display()));
+        }
+        if !self.leaks {
+            cmd.arg("-detect_leaks=0");
         }
         if let Some(t) = &self.tolerate {
             cmd.env("ALLOCSOAK_TOLERATE", t);
