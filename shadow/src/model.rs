@@ -93,6 +93,16 @@ impl ShadowHeap {
         self.blocks.len() < MAX_LIVE_BLOCKS && self.fits_resize(size)
     }
 
+    /// How many more blocks of `size`, up to `n`, stay within the caps.
+    pub fn room_for(&self, size: usize, n: usize) -> usize {
+        (0..n)
+            .take_while(|&k| {
+                self.blocks.len() + k < MAX_LIVE_BLOCKS
+                    && self.fits_resize(size.saturating_mul(k + 1))
+            })
+            .count()
+    }
+
     /// Whether one more block of a bulk allocation stays within the caps.
     pub fn fits_bulk(&self, size: usize) -> bool {
         self.blocks.len() < MAX_LIVE_BULK && self.fits_resize(size)

@@ -174,7 +174,7 @@ impl Executor {
             self.guard
                 .queried(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) })
         });
-        if let (Origin::Fresh { .. }, None) = (&origin, heap) {
+        if let (Origin::Fresh { .. } | Origin::Batched { .. }, None) = (&origin, heap) {
             self.check_good_size(&block);
         }
         let usable = self.guard.checked_usable(p, size, block.usable, None);
@@ -194,7 +194,7 @@ impl Executor {
         }
         let reach = block.extent;
         block.seed = match origin {
-            Origin::Raced { seed } => seed,
+            Origin::Raced { seed } | Origin::Batched { seed } => seed,
             _ => self.seeds.next(),
         };
         let index = match self.shadow.insert(block, true) {
@@ -229,6 +229,21 @@ impl Executor {
                         mismatch,
                         when: "during a race section",
                         by_call: false,
+                    });
+                }
+                return Outcome::Live(index);
+            }
+            Origin::Batched { seed } => {
+                // Filled by its thread right after its call: a later call
+                // of the op wrote into it.
+                // SAFETY: as above.
+                if let Some(mismatch) = unsafe { pattern::check(base, reach, reach, seed) } {
+                    self.guard.fail(Violation::Contents {
+                        ptr: p,
+                        size,
+                        mismatch,
+                        when: "while its thread allocated the op's next blocks",
+                        by_call: true,
                     });
                 }
                 return Outcome::Live(index);

@@ -5,10 +5,12 @@
 //! allocations of its size, and a churn of one size class on every thread.
 
 use super::race::{Step, MAX_STEPS};
-use super::{Executor, On, Outcome};
+use super::{Executor, On, Origin, Outcome};
 use crate::allocator::Allocator;
 use crate::edges::IMPOSSIBLE_FROM;
-use crate::model::Block;
+use crate::model::{Block, MAX_BLOCK};
+use crate::pattern;
+use crate::poison;
 use crate::violation::{Site, Violation};
 use crate::workers::WORKERS;
 
@@ -176,17 +178,63 @@ impl Executor {
     }
 
     /// Up to `count` blocks of `size` allocated on `worker`, within the
-    /// op's budget ([`within_budget`]), one call at a time (checked and
-    /// tracked as any worker's).
+    /// op's budget ([`within_budget`]) and the shadow's caps, checked and
+    /// tracked as any worker's. One job makes every call ([`owned`]), so an
+    /// op pays one handoff, not one a block; each block is filled on its
+    /// thread before the next call, so a call that writes into a block
+    /// made before it is caught as it would be one call at a time. A huge
+    /// size (one block) goes through [`Executor::alloc_block`].
     fn alloc_on(&mut self, worker: usize, size: usize, align: usize, count: usize) -> Vec<Block> {
-        let mut owned = Vec::new();
-        for _ in 0..within_budget(size, align, count) {
-            if let Outcome::Live(i) = self.alloc_block(size, align, false, None, On::Worker(worker))
-            {
-                owned.push(self.shadow.blocks()[i]);
+        let n = within_budget(size, align, count);
+        if size > MAX_BLOCK {
+            return (0..n)
+                .filter_map(|_| {
+                    match self.alloc_block(size, align, false, None, On::Worker(worker)) {
+                        Outcome::Live(i) => Some(self.shadow.blocks()[i]),
+                        _ => None,
+                    }
+                })
+                .collect();
+        }
+        let n = self.shadow.room_for(size, n);
+        if n == 0 || align > self.alloc.max_align() {
+            return Vec::new();
+        }
+        self.guard.set_site(Site::new("alloc", size, align));
+        let seeds: Vec<u64> = (0..n).map(|_| self.seeds.next()).collect();
+        let live: Vec<(usize, usize)> = self
+            .shadow
+            .blocks()
+            .iter()
+            .map(|b| (b.ptr, b.end()))
+            .collect();
+        let (alloc, fill) = (self.alloc, self.checked);
+        let job = seeds.clone();
+        let made = self.workers.call_on(&self.guard, worker, move || {
+            owned(alloc, size, align, &job, live, fill)
+        });
+        self.guard.count(made.calls.saturating_sub(1));
+        self.untracked.hold_raced(
+            made.ptrs
+                .iter()
+                .rev()
+                .filter(|&&p| p != 0)
+                .map(|&p| Block::fresh(p, size, align))
+                .collect(),
+        );
+        let mut blocks = Vec::new();
+        for (&p, &seed) in made.ptrs.iter().zip(&seeds) {
+            let outcome = if p == 0 {
+                self.adopt_fresh(0, size, align, false, None)
+            } else {
+                self.untracked.adopt_raced();
+                self.adopt(p, size, align, None, Origin::Batched { seed })
+            };
+            if let Outcome::Live(i) = outcome {
+                blocks.push(self.shadow.blocks()[i]);
             }
         }
-        owned
+        blocks
     }
 
     /// Queues `worker`'s free of the live block at `ptr`, if it is live
@@ -326,4 +374,58 @@ fn reuse_probe(
         unsafe { alloc.free(p as *mut u8, size, align) };
     }
     Probe { ptrs, calls }
+}
+
+/// What an owner's job made: the blocks, in call order (null where one
+/// was refused), and the allocator calls it made.
+struct Made {
+    ptrs: Vec<usize>,
+    calls: usize,
+}
+
+/// Allocates a block of `size` for each of `seeds`, one call at a time,
+/// and (when `fill`) fills each with its seed's pattern over the bytes the
+/// harness would touch (no more than the allocator's usable size says,
+/// nor past ASan's poison) before the next call. Stops after a block that
+/// overlaps a `live` one or one made before it, unfilled: adopting it is
+/// the overlap.
+fn owned(
+    alloc: &'static dyn Allocator,
+    size: usize,
+    align: usize,
+    seeds: &[u64],
+    live: Vec<(usize, usize)>,
+    fill: bool,
+) -> Made {
+    let mut made = Made {
+        ptrs: Vec::new(),
+        calls: 0,
+    };
+    let mut held = live;
+    for &seed in seeds {
+        // SAFETY: `align <= max_align()` (the caller checks) and a power
+        // of two, as ops draw it; the block is tracked by the caller.
+        let p = unsafe { alloc.alloc(size, align, false) };
+        made.calls += 1;
+        made.ptrs.push(p as usize);
+        if p.is_null() {
+            continue;
+        }
+        let (start, end) = (p as usize, p as usize + size.max(1));
+        if held.iter().any(|&(s, e)| start < e && s < end) {
+            break;
+        }
+        held.push((start, end));
+        if fill && size > 0 {
+            // SAFETY: `p` was just returned for `size` bytes and not freed.
+            let usable = unsafe { alloc.usable_size(p, size, align) };
+            made.calls += 1;
+            let reach = size.min(usable);
+            let reach = poison::poisoned_from(p, 0, reach).unwrap_or(reach);
+            // SAFETY: the first `reach` bytes are the block's, by the
+            // allocator's word and ASan's, and overlap no other block held.
+            unsafe { pattern::fill(p, reach, seed) };
+        }
+    }
+    made
 }

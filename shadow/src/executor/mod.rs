@@ -74,6 +74,11 @@ enum Origin {
     Raced {
         seed: u64,
     },
+    /// One of the blocks a contention op's owner allocated in one job,
+    /// filled with `seed`'s pattern on its thread before the next call.
+    Batched {
+        seed: u64,
+    },
 }
 
 /// Counts of what a program did.
