@@ -15,7 +15,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::claims::{Claims, Held};
 use super::heap_table::HeapCalls;
@@ -204,18 +204,31 @@ pub fn run(
         .count();
     let gate = Arc::new(AtomicUsize::new(0));
     let inside = Arc::new(Inside::default());
+    // Each worker leaves its results here; the last of a run to finish
+    // wakes the main thread, once (not once per worker, each wakeup
+    // taking a CPU from the workers still racing).
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let left = Arc::new(AtomicUsize::new(busy));
     let (tx, rx) = channel();
     let serial = SERIAL.load(Ordering::Relaxed);
-    let mut finished = Vec::new();
     for (worker, script) in section.scripts.into_iter().enumerate() {
         if !starts(worker, &script) {
             continue;
         }
-        let (inside, claims, tx, heaps) =
-            (inside.clone(), claims.clone(), tx.clone(), heaps.clone());
-        let (gate, together) = match serial {
-            true => (Arc::new(AtomicUsize::new(0)), 1),
-            false => (gate.clone(), busy),
+        let (inside, claims, tx, heaps, results) = (
+            inside.clone(),
+            claims.clone(),
+            tx.clone(),
+            heaps.clone(),
+            results.clone(),
+        );
+        let (gate, together, left) = match serial {
+            true => (
+                Arc::new(AtomicUsize::new(0)),
+                1,
+                Arc::new(AtomicUsize::new(1)),
+            ),
+            false => (gate.clone(), busy, left.clone()),
         };
         let job = move || {
             wait_for_all(&gate, together);
@@ -228,7 +241,13 @@ pub fn run(
                     break;
                 }
             }
-            let _ = tx.send((worker, done));
+            results
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((worker, done));
+            if left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let _ = tx.send(());
+            }
         };
         match exits[worker] {
             true => pool.start_last(worker, job),
@@ -236,12 +255,15 @@ pub fn run(
         }
         if serial {
             // The next worker starts once this one is done (and gone).
-            finished.push(rx.recv().expect("a worker thread died in a race section"));
+            rx.recv().expect("a worker thread died in a race section");
             pool.reap();
         }
     }
     drop(tx);
-    let mut results: Vec<_> = finished.into_iter().chain(rx.iter()).collect();
+    if !serial {
+        rx.recv().expect("a worker thread died in a race section");
+    }
+    let mut results = std::mem::take(&mut *results.lock().unwrap_or_else(|e| e.into_inner()));
     assert_eq!(
         results.len(),
         busy,
