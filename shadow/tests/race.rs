@@ -375,6 +375,65 @@ fn an_owners_call_that_writes_into_its_last_block_is_caught() {
     );
 }
 
+/// `system`, but a free flips a byte of the block its thread allocated
+/// next after the one freed, while that one is live: a free that writes
+/// into a live neighbour.
+struct FreeScribbler;
+
+thread_local! {
+    static MADE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Allocator for FreeScribbler {
+    fn name(&self) -> &str {
+        "free-scribbler"
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let p = system().alloc(size.max(1), align, zeroed);
+        MADE.with_borrow_mut(|made| made.push(p as usize));
+        p
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
+        let q = self.alloc(new, align, false);
+        if !q.is_null() {
+            std::ptr::copy_nonoverlapping(p, q, old.min(new));
+            self.free(p, old, align);
+        }
+        q
+    }
+
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        MADE.with_borrow_mut(|made| {
+            if let Some(k) = made.iter().position(|&m| m == p as usize) {
+                made.remove(k);
+                if let Some(&next) = made.get(k) {
+                    *(next as *mut u8) ^= 0xff;
+                }
+            }
+        });
+        system().free(p, size.max(1), align)
+    }
+}
+
+/// A `race-exit`'s owner frees half its blocks in one job, each checked
+/// before its free: a free that writes into the next block is caught
+/// before that block's own free, as one call at a time would catch it.
+#[test]
+fn an_owners_free_that_writes_into_its_next_block_is_caught() {
+    let _alone = alone();
+    let program = common::program("target mt_ops\nrace-exit worker=0 size=400 align=8 count=4\n");
+    let scribbler: &'static dyn Allocator = &FreeScribbler;
+    let line = common::caught(&program, scribbler).expect_err("the scribble went unseen");
+    assert_eq!(
+        shadow::violation::kind_of(&line),
+        Some("contents"),
+        "{line}"
+    );
+    assert!(line.contains("before free"), "{line}");
+}
+
 /// A heap's blocks freed by other threads while the heap lives on, then
 /// visited, allocated in again and destroyed: clean on the allocators'
 /// own heaps (mimalloc's, jemalloc's arenas) and on emulated ones.

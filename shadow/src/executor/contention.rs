@@ -4,6 +4,7 @@
 //! handed out again), a thread exit racing the frees of its blocks and the
 //! allocations of its size, and a churn of one size class on every thread.
 
+use super::checks::contents;
 use super::race::{Step, MAX_STEPS};
 use super::{Executor, On, Origin, Outcome};
 use crate::allocator::Allocator;
@@ -93,11 +94,7 @@ impl Executor {
         let others = others(owner, owner + 1);
         let owned = self.alloc_on(owner, size, align, count);
         let half = owned.len() / 2;
-        for b in &owned[..half] {
-            if let Some(i) = self.shadow.blocks().iter().position(|l| l.ptr == b.ptr) {
-                self.free_block(i, On::Worker(owner));
-            }
-        }
+        self.free_on(owner, &owned[..half]);
         for n in 0..owned.len() {
             self.queue_alloc(others[n % others.len()], size, align);
         }
@@ -235,6 +232,39 @@ impl Executor {
             }
         }
         blocks
+    }
+
+    /// Frees `blocks` (live, of no heap) on `worker` in one job, each
+    /// checked before its free as [`Executor::free_block`] checks it
+    /// ([`freed_in_turn`]): a broken one ends the program there, the
+    /// blocks before it freed.
+    fn free_on(&mut self, worker: usize, blocks: &[Block]) {
+        let Some(first) = blocks.first() else {
+            return;
+        };
+        self.guard
+            .set_site(Site::new("free", first.size, first.align));
+        let (alloc, check, job) = (self.alloc, self.checked, blocks.to_vec());
+        let freed = self.workers.call_on(&self.guard, worker, move || {
+            freed_in_turn(alloc, &job, check)
+        });
+        self.guard.count(freed.count.saturating_sub(1));
+        for b in &blocks[..freed.count] {
+            if let Some(i) = self.shadow.blocks().iter().position(|l| l.ptr == b.ptr) {
+                self.shadow.remove(i);
+            }
+            self.guard.given_back(b, "free");
+        }
+        if let Some(mismatch) = freed.broken {
+            let b = blocks[freed.count];
+            self.guard.fail(Violation::Contents {
+                ptr: b.ptr,
+                size: b.size,
+                mismatch,
+                when: "before free",
+                by_call: false,
+            });
+        }
     }
 
     /// Queues `worker`'s free of the live block at `ptr`, if it is live
@@ -428,4 +458,34 @@ fn owned(
         }
     }
     made
+}
+
+/// What an owner's frees did: how many blocks were freed, and the broken
+/// pattern of the next one, where they stopped.
+struct Freed {
+    count: usize,
+    broken: Option<pattern::Mismatch>,
+}
+
+/// Frees `blocks` one at a time, each (when `check`) checked first; stops
+/// at the first broken one, left live.
+fn freed_in_turn(alloc: &'static dyn Allocator, blocks: &[Block], check: bool) -> Freed {
+    for (count, b) in blocks.iter().enumerate() {
+        // SAFETY: `b` is a live block of the shadow, held by no other call.
+        if let Some(mismatch) = check.then(|| unsafe { contents(b) }).flatten() {
+            return Freed {
+                count,
+                broken: Some(mismatch),
+            };
+        }
+        // SAFETY: `b` is a live block of `alloc` with its tracked size and
+        // alignment, freed once: the caller stops tracking it.
+        crate::sanitizer::given(b.ptr, || unsafe {
+            alloc.free(b.ptr as *mut u8, b.size, b.align)
+        });
+    }
+    Freed {
+        count: blocks.len(),
+        broken: None,
+    }
 }
