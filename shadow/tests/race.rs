@@ -118,6 +118,20 @@ fn found_by_a_race_alone(program: &str, allocator: &'static dyn Allocator, expec
     assert!(expected.contains(&found.as_str()), "{found}");
 }
 
+/// A realloc that always moves: a new block from `a`, the common prefix
+/// copied, the old block freed.
+///
+/// # Safety
+/// `p` is a live block of `a` of `old` bytes aligned to `align`.
+unsafe fn moved(a: &dyn Allocator, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
+    let q = a.alloc(new, align, false);
+    if !q.is_null() {
+        std::ptr::copy_nonoverlapping(p, q, old.min(new));
+        a.free(p, old, align);
+    }
+    q
+}
+
 /// `system`, but a freed block is kept aside (nothing written into it)
 /// and handed out again by the next request of its layout: a block the
 /// zoo freed while it also handed it out comes back to a second owner,
@@ -151,12 +165,7 @@ impl Allocator for Recycler {
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        let q = self.alloc(new, align, false);
-        if !q.is_null() {
-            std::ptr::copy_nonoverlapping(p, q, old.min(new));
-            self.free(p, old, align);
-        }
-        q
+        moved(self, p, old, align, new)
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
@@ -325,12 +334,7 @@ impl Allocator for Scribbler {
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        let q = self.alloc(new, align, false);
-        if !q.is_null() {
-            std::ptr::copy_nonoverlapping(p, q, old.min(new));
-            self.free(p, old, align);
-        }
-        q
+        moved(self, p, old, align, new)
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
@@ -396,12 +400,7 @@ impl Allocator for FreeScribbler {
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        let q = self.alloc(new, align, false);
-        if !q.is_null() {
-            std::ptr::copy_nonoverlapping(p, q, old.min(new));
-            self.free(p, old, align);
-        }
-        q
+        moved(self, p, old, align, new)
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {

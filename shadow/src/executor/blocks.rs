@@ -218,32 +218,23 @@ impl Executor {
                 }
             }
             Origin::Fresh { zeroed: false } => {}
-            Origin::Raced { seed } => {
-                // Written by its worker during the section: another thread
-                // that got the same memory wrote over it.
+            Origin::Raced { seed } | Origin::Batched { seed } => {
+                // Filled on the thread that got it, right after its call:
+                // in a race section another thread that got the same
+                // memory wrote over it; in a contention op's owner job, a
+                // later call of the op wrote into it.
+                let (when, by_call) = match origin {
+                    Origin::Raced { .. } => ("during a race section", false),
+                    _ => ("while its thread allocated the op's next blocks", true),
+                };
                 // SAFETY: as above: the `reach` bytes at `base` are the new block's.
                 if let Some(mismatch) = unsafe { pattern::check(base, reach, reach, seed) } {
                     self.guard.fail(Violation::Contents {
                         ptr: p,
                         size,
                         mismatch,
-                        when: "during a race section",
-                        by_call: false,
-                    });
-                }
-                return Outcome::Live(index);
-            }
-            Origin::Batched { seed } => {
-                // Filled by its thread right after its call: a later call
-                // of the op wrote into it.
-                // SAFETY: as above.
-                if let Some(mismatch) = unsafe { pattern::check(base, reach, reach, seed) } {
-                    self.guard.fail(Violation::Contents {
-                        ptr: p,
-                        size,
-                        mismatch,
-                        when: "while its thread allocated the op's next blocks",
-                        by_call: true,
+                        when,
+                        by_call,
                     });
                 }
                 return Outcome::Live(index);
