@@ -5,6 +5,7 @@
 //! allocations of its size, and a churn of one size class on every thread.
 
 use super::checks::contents;
+use super::claims::Claims;
 use super::race::{Step, MAX_STEPS};
 use super::{Executor, On, Origin, Outcome};
 use crate::allocator::Allocator;
@@ -199,16 +200,11 @@ impl Executor {
         }
         self.guard.set_site(Site::new("alloc", size, align));
         let seeds: Vec<u64> = (0..n).map(|_| self.seeds.next()).collect();
-        let live: Vec<(usize, usize)> = self
-            .shadow
-            .blocks()
-            .iter()
-            .map(|b| (b.ptr, b.end()))
-            .collect();
+        let claims = Claims::new(self.shadow.blocks().iter().map(|b| (b.ptr, b.end())));
         let (alloc, fill) = (self.alloc, self.checked);
         let job = seeds.clone();
         let made = self.workers.call_on(&self.guard, worker, move || {
-            owned(alloc, size, align, &job, live, fill)
+            owned(alloc, size, align, &job, &claims, fill)
         });
         self.guard.count(made.calls.saturating_sub(1));
         self.untracked.hold_raced(
@@ -416,22 +412,22 @@ struct Made {
 /// Allocates a block of `size` for each of `seeds`, one call at a time,
 /// and (when `fill`) fills each with its seed's pattern over the bytes the
 /// harness would touch (no more than the allocator's usable size says,
-/// nor past ASan's poison) before the next call. Stops after a block that
-/// overlaps a `live` one or one made before it, unfilled: adopting it is
-/// the overlap.
+/// nor past ASan's poison) before the next call. Each block is claimed
+/// first ([`Claims`], as a race section's are): one that overlaps a live
+/// block or one made before it stops the job, unfilled, and adopting it
+/// is the overlap.
 fn owned(
     alloc: &'static dyn Allocator,
     size: usize,
     align: usize,
     seeds: &[u64],
-    live: Vec<(usize, usize)>,
+    claims: &Claims,
     fill: bool,
 ) -> Made {
     let mut made = Made {
         ptrs: Vec::new(),
         calls: 0,
     };
-    let mut held = live;
     for &seed in seeds {
         // SAFETY: `align <= max_align()` (the caller checks) and a power
         // of two, as ops draw it; the block is tracked by the caller.
@@ -441,11 +437,9 @@ fn owned(
         if p.is_null() {
             continue;
         }
-        let (start, end) = (p as usize, p as usize + size.max(1));
-        if held.iter().any(|&(s, e)| start < e && s < end) {
+        if claims.claim(p as usize, size).is_err() {
             break;
         }
-        held.push((start, end));
         if fill && size > 0 {
             // SAFETY: `p` was just returned for `size` bytes and not freed.
             let usable = unsafe { alloc.usable_size(p, size, align) };
