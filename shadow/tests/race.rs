@@ -118,20 +118,6 @@ fn found_by_a_race_alone(program: &str, allocator: &'static dyn Allocator, expec
     assert!(expected.contains(&found.as_str()), "{found}");
 }
 
-/// A realloc that always moves: a new block from `a`, the common prefix
-/// copied, the old block freed.
-///
-/// # Safety
-/// `p` is a live block of `a` of `old` bytes aligned to `align`.
-unsafe fn moved(a: &dyn Allocator, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-    let q = a.alloc(new, align, false);
-    if !q.is_null() {
-        std::ptr::copy_nonoverlapping(p, q, old.min(new));
-        a.free(p, old, align);
-    }
-    q
-}
-
 /// `system`, but a freed block is kept aside (nothing written into it)
 /// and handed out again by the next request of its layout: a block the
 /// zoo freed while it also handed it out comes back to a second owner,
@@ -165,7 +151,7 @@ impl Allocator for Recycler {
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        moved(self, p, old, align, new)
+        common::moved(self, p, old, align, new)
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
@@ -307,130 +293,6 @@ fn a_contention_ops_threads_allocate_within_a_budget() {
     // A churn's blocks are 64 KiB at most: an exit's owner takes the large one.
     let exit = |count| calls("race-exit worker=0", 4 << 20, count);
     assert!(exit(1) > exit(0), "race-exit, one block of 4 MiB");
-}
-
-/// `system`, but each request on a thread first flips a byte of the
-/// block the thread's last request got, while it is live: a call that
-/// writes into a block handed out before it.
-struct Scribbler;
-
-thread_local! {
-    static LAST: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-impl Allocator for Scribbler {
-    fn name(&self) -> &str {
-        "scribbler"
-    }
-
-    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        let last = LAST.get();
-        if last != 0 {
-            *(last as *mut u8) ^= 0xff;
-        }
-        let p = system().alloc(size.max(1), align, zeroed);
-        LAST.set(p as usize);
-        p
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        moved(self, p, old, align, new)
-    }
-
-    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        if LAST.get() == p as usize {
-            LAST.set(0);
-        }
-        system().free(p, size.max(1), align)
-    }
-}
-
-/// A contention op's owner makes all its calls in one job, and fills each
-/// block before its next call: a call that writes into the block before
-/// it is caught when that block is adopted, as one call at a time would
-/// catch it.
-#[test]
-fn an_owners_call_that_writes_into_its_last_block_is_caught() {
-    let _alone = alone();
-    let program = common::program(
-        "target mt_ops\nrace-remote-free freer=1 owner=0 size=400 align=8 count=4\n",
-    );
-    let scribbler: &'static dyn Allocator = &Scribbler;
-    let line = common::caught(&program, scribbler).expect_err("the scribble went unseen");
-    assert_eq!(
-        shadow::violation::kind_of(&line),
-        Some("contents"),
-        "{line}"
-    );
-    assert!(
-        line.contains("while its thread allocated the op's next blocks"),
-        "{line}"
-    );
-    // A block handed out twice in the job is the overlap, not a broken
-    // pattern: the second is left unfilled (the zoo's double issue hands
-    // the cached 40-byte block to every request of its class).
-    let twice = common::program(
-        "target mt_ops\nalloc size=40 align=8\nfree slot=0\n\
-         race-remote-free freer=1 owner=0 size=40 align=8 count=4\n",
-    );
-    assert_eq!(
-        common::kind(&twice, "zoo:double-issue").as_deref(),
-        Some("overlap")
-    );
-}
-
-/// `system`, but a free flips a byte of the block its thread allocated
-/// next after the one freed, while that one is live: a free that writes
-/// into a live neighbour.
-struct FreeScribbler;
-
-thread_local! {
-    static MADE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-impl Allocator for FreeScribbler {
-    fn name(&self) -> &str {
-        "free-scribbler"
-    }
-
-    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        let p = system().alloc(size.max(1), align, zeroed);
-        MADE.with_borrow_mut(|made| made.push(p as usize));
-        p
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        moved(self, p, old, align, new)
-    }
-
-    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        MADE.with_borrow_mut(|made| {
-            if let Some(k) = made.iter().position(|&m| m == p as usize) {
-                made.remove(k);
-                if let Some(&next) = made.get(k) {
-                    *(next as *mut u8) ^= 0xff;
-                }
-            }
-        });
-        system().free(p, size.max(1), align)
-    }
-}
-
-/// A `race-exit`'s owner frees half its blocks in one job, each checked
-/// before its free: a free that writes into the next block is caught
-/// before that block's own free, as one call at a time would catch it.
-#[test]
-fn an_owners_free_that_writes_into_its_next_block_is_caught() {
-    let _alone = alone();
-    let program = common::program("target mt_ops\nrace-exit worker=0 size=400 align=8 count=4\n");
-    let scribbler: &'static dyn Allocator = &FreeScribbler;
-    let line = common::caught(&program, scribbler).expect_err("the scribble went unseen");
-    assert_eq!(
-        shadow::violation::kind_of(&line),
-        Some("contents"),
-        "{line}"
-    );
-    assert!(line.contains("before free"), "{line}");
 }
 
 /// A heap's blocks freed by other threads while the heap lives on, then

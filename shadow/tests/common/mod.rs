@@ -144,3 +144,23 @@ pub fn declare_examples() {
         ))
     });
 }
+
+/// A realloc that always moves: a new block from `a`, the common prefix
+/// copied, the old block freed.
+///
+/// # Safety
+/// `p` is a live block of `a` of `old` bytes aligned to `align`.
+pub unsafe fn moved(
+    a: &dyn Allocator,
+    p: *mut u8,
+    old: usize,
+    align: usize,
+    new: usize,
+) -> *mut u8 {
+    let q = a.alloc(new, align, false);
+    if !q.is_null() {
+        std::ptr::copy_nonoverlapping(p, q, old.min(new));
+        a.free(p, old, align);
+    }
+    q
+}
