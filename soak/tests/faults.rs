@@ -409,7 +409,7 @@ fn killing_its_workers_never_ends_a_soak() {
     assert!(killed.len() >= 10, "only {} kills", killed.len());
     assert!(
         took < Duration::from_secs(secs + 60),
-        "ended {took:?} after its start"
+        "ended {took:?} after its start\n{stderr}"
     );
     let db = rusqlite::Connection::open(state.join("store.sqlite")).unwrap();
     let slices: i64 = db

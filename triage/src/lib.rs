@@ -3,12 +3,14 @@
 //!
 //! - [`replay::Replayer`]: inputs replayed on a fuzz binary, in order,
 //!   in one process.
+//! - [`budget::Budget`]: when a filing's replays must end.
 //! - [`ddmin::ddmin`]: the few inputs of a sequence that still fail.
 //! - [`minimize::minimize`]: a failing program minimized as a program.
 //! - [`render::program_text`]: the op program with the failing op marked.
 
 #![deny(missing_docs)]
 
+pub mod budget;
 pub mod ddmin;
 pub mod minimize;
 pub mod render;

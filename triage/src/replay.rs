@@ -6,10 +6,12 @@
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use report::{Record, Signature};
+
+pub use crate::budget::Budget;
 
 /// How to replay inputs of one slot.
 pub struct Replayer<'a> {
@@ -24,6 +26,8 @@ pub struct Replayer<'a> {
     pub timeout_secs: u64,
     /// libFuzzer `-rss_limit_mb`.
     pub rss_limit_mb: u64,
+    /// When replays must end ([`output_within`]).
+    pub budget: Budget<'a>,
 }
 
 /// What one replay showed.
@@ -68,8 +72,20 @@ fn record_path() -> PathBuf {
 /// does, but kills it once it runs past `limit`: a replay or merge that
 /// hangs (a sanitizer waiting on a symbolizer that died) must not hold up
 /// a soak. The stderr of a killed run ends with a line that says so.
-pub fn output_within(cmd: &mut Command, limit: Duration) -> io::Result<Output> {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+///
+/// It runs in a process group of its own, and whatever it started that
+/// outlives it (libFuzzer's merge child, a sanitizer's symbolizer) is
+/// killed with it, so its pipes close. Once `budget` is over the run is
+/// killed too, and the answer is an [`io::ErrorKind::Interrupted`] error:
+/// a run cut short shows nothing about its inputs.
+pub fn output_within(cmd: &mut Command, limit: Duration, budget: &Budget) -> io::Result<Output> {
+    use std::os::unix::process::CommandExt;
+    let mut child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
     let read = |pipe: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut text = Vec::new();
@@ -92,18 +108,29 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> io::Result<Output> {
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
     let start = Instant::now();
-    let mut killed = false;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
+    let (mut killed, mut cancelled) = (false, false);
+    while !exited(&child)? {
         if !killed && start.elapsed() > limit {
-            let _ = child.kill();
+            kill_group(&child);
             killed = true;
         }
+        if !killed && !cancelled && budget.over() {
+            kill_group(&child);
+            cancelled = true;
+        }
         std::thread::sleep(Duration::from_millis(20));
-    };
+    }
+    // The child is a zombie until `wait`, so its group id is not reused
+    // yet: what is left in the group is its own.
+    kill_group(&child);
+    let status = child.wait()?;
     let mut stderr = err.join().unwrap_or_default();
+    if cancelled {
+        return Err(io::Error::new(
+            io::ErrorKind::Interrupted,
+            "stopped: filing time is over or the soak was asked to stop",
+        ));
+    }
     if killed {
         let secs = start.elapsed().as_secs();
         stderr.extend(format!("\nallocsoak: killed after {secs} s, past its limit\n").as_bytes());
@@ -115,12 +142,46 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> io::Result<Output> {
     })
 }
 
+/// Whether `child` has exited, without reaping it.
+fn exited(child: &Child) -> io::Result<bool> {
+    // SAFETY: an all-zero `siginfo_t` is a valid value of the plain C struct.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `waitid` writes only into `info`, which outlives the call;
+    // WNOWAIT leaves the child unreaped, for `Child::wait`.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            child.id() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `waitid` succeeded, so `info` holds a SIGCHLD siginfo (or
+    // zeros, when the child has not exited), whose `si_pid` is set.
+    Ok(unsafe { info.si_pid() } != 0)
+}
+
+/// SIGKILLs every process in `child`'s process group (its id is the
+/// child's: [`output_within`] makes it a group leader).
+fn kill_group(child: &Child) {
+    // SAFETY: `kill` has no memory preconditions. The child is not reaped
+    // yet, so no other process can have taken its id as a group id.
+    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+}
+
 /// Runs a replay command with a record file of its own, for at most
 /// `limit`; returns its stderr, whether it failed, and the record the
 /// harness left.
-fn run(mut cmd: Command, limit: Duration) -> io::Result<(String, bool, Option<Record>)> {
+fn run(
+    mut cmd: Command,
+    limit: Duration,
+    budget: &Budget,
+) -> io::Result<(String, bool, Option<Record>)> {
     let path = record_path();
-    let out = output_within(cmd.env("ALLOCSOAK_RECORD", &path), limit);
+    let out = output_within(cmd.env("ALLOCSOAK_RECORD", &path), limit, budget);
     let text = std::fs::read_to_string(&path).ok();
     let _ = std::fs::remove_file(&path);
     let out = out?;
@@ -171,7 +232,7 @@ impl Replayer<'_> {
     }
 
     fn replay_as(&self, cmd: Command, inputs: &[&Path]) -> io::Result<Replay> {
-        let (log, failed, record) = run(cmd, self.limit(inputs))?;
+        let (log, failed, record) = run(cmd, self.limit(inputs), &self.budget)?;
         let reproduced = failed && (record.is_some() || report::kind(&log).is_some());
         Ok(Replay {
             log,
@@ -193,7 +254,7 @@ impl Replayer<'_> {
         if sig.frames.is_empty() || sig.path {
             cmd.arg("-handle_abrt=0").env("RUST_BACKTRACE", "0");
         }
-        let (log, failed, record) = run(cmd, self.limit(inputs))?;
+        let (log, failed, record) = run(cmd, self.limit(inputs), &self.budget)?;
         let replay = Replay {
             log,
             reproduced: failed,

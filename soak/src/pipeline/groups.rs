@@ -158,6 +158,7 @@ pub fn replayer<'a>(
         tolerate,
         timeout_secs: config.timeout_secs,
         rss_limit_mb: config.rss_limit_mb,
+        budget: Default::default(),
     }
 }
 

@@ -72,6 +72,7 @@ pub fn import(
             tolerate,
             timeout_secs: config.timeout_secs,
             rss_limit_mb: config.rss_limit_mb,
+            budget: Default::default(),
         };
         let first = replayer(None)
             .replay(&[input.as_path()], false)?

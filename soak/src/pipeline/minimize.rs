@@ -12,7 +12,7 @@ use shadow::{Program, Target};
 use triage::render;
 use triage::replay::{Replay, Replayer};
 
-use crate::pipeline::budget::Budget;
+use triage::budget::Budget;
 
 /// Seconds minimizing one new group's program may take; past it the
 /// program is kept as far as it got.

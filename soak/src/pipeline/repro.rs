@@ -87,6 +87,7 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
         tolerate: case.tolerate.as_deref(),
         timeout_secs: config.timeout_secs,
         rss_limit_mb: config.rss_limit_mb,
+        budget: Default::default(),
     };
     let inputs: Vec<&Path> = case.inputs.iter().map(PathBuf::as_path).collect();
     let replay = replayer

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::pipeline::intake::replay_error;
 use anyhow::{Context, Result};
 use report::Signature;
 use triage::ddmin::ddmin;
@@ -110,7 +111,7 @@ impl History {
         artifact: &Path,
         slot: &str,
         sig: &Signature,
-        budget: &crate::pipeline::budget::Budget,
+        budget: &triage::budget::Budget,
     ) -> Result<Shrunk> {
         let start = Instant::now();
         let deadline = start + Duration::from_secs(SHRINK_SECS);
@@ -129,10 +130,7 @@ impl History {
             match replayer.fails_as(&inputs, sig, slot) {
                 Ok(same) => same,
                 Err(e) => {
-                    failure = Some(anyhow::Error::new(e).context(format!(
-                        "failed to run {}; run `just build`",
-                        replayer.binary.display()
-                    )));
+                    failure = Some(replay_error(e, replayer.binary));
                     false
                 }
             }
@@ -190,12 +188,9 @@ fn replay(replayer: &Replayer, before: &[PathBuf], artifact: &Path) -> Result<Re
         .map(PathBuf::as_path)
         .chain([artifact])
         .collect();
-    replayer.replay(&inputs, true).with_context(|| {
-        format!(
-            "failed to run {}; run `just build`",
-            replayer.binary.display()
-        )
-    })
+    replayer
+        .replay(&inputs, true)
+        .map_err(|e| replay_error(e, replayer.binary))
 }
 
 #[cfg(test)]

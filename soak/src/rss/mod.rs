@@ -291,7 +291,7 @@ fn file_violation(
         history: Some(history),
         timeout_secs: w.config.timeout_secs,
         rss_limit_mb: w.config.rss_limit_mb,
-        budget: Default::default(),
+        budget: w.filing,
     };
     let filed = intake::file(w.state, w.store, &src, &artifact, &engine_log)?;
     println!(

@@ -6,6 +6,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use triage::budget::Budget;
+
 use crate::engines::project::Project;
 use crate::foundation::config::{Config, Series};
 use crate::foundation::state::StateDir;
@@ -26,6 +28,9 @@ pub struct Watch<'a> {
     pub share: f64,
     /// The ids of the groups filed, for the soak's summary.
     pub filed: &'a Mutex<Vec<String>>,
+    /// What filing a violation a replay hit may spend: the soak's filing
+    /// time.
+    pub filing: Budget<'a>,
 }
 
 impl Watch<'_> {

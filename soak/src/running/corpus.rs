@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use shadow::Target;
+use triage::budget::Budget;
 
 use crate::foundation::state::{count_files, StateDir};
 
@@ -26,6 +27,20 @@ const MERGE_LIMIT: Duration = Duration::from_secs(30 * 60);
 pub struct Corpus<'a> {
     state: &'a StateDir,
     target: Target,
+}
+
+/// How a merge or prune runs its inputs.
+pub struct MergeRun<'a> {
+    /// The target's fuzz binary.
+    pub binary: &'a Path,
+    /// The environment its slices ran with.
+    pub env: &'a [(String, String)],
+    /// libFuzzer `-timeout`: an input that hangs fails alone, as in a slice.
+    pub timeout_secs: u64,
+    /// libFuzzer `-rss_limit_mb`.
+    pub rss_limit_mb: u64,
+    /// When to give up (the corpus stays as it was).
+    pub budget: Budget<'a>,
 }
 
 /// What a merge or prune did.
@@ -115,37 +130,23 @@ impl<'a> Corpus<'a> {
         count_files(&self.path())
     }
 
-    /// Merges the inputs in `new` that add coverage, running `binary` (with
-    /// `env`) over them; `control` is the merge control file, so a merge
-    /// that crashes on an input picks up where it was.
-    pub fn merge(
-        &self,
-        binary: &Path,
-        env: &[(String, String)],
-        new: &Path,
-        control: &Path,
-    ) -> Result<Merged> {
-        self.rebuild(binary, env, &["-merge=1"], &[new], control, true)
+    /// Merges the inputs in `new` that add coverage, running them with
+    /// `how`; `control` is the merge control file, so a merge that crashes
+    /// on an input picks up where it was.
+    pub fn merge(&self, how: &MergeRun, new: &Path, control: &Path) -> Result<Merged> {
+        self.rebuild(how, "-merge=1", &[new], control, true)
     }
 
     /// Rebuilds the corpus as a minimal set covering the same features.
-    pub fn prune(&self, binary: &Path, env: &[(String, String)], control: &Path) -> Result<Merged> {
+    pub fn prune(&self, how: &MergeRun, control: &Path) -> Result<Merged> {
         let current = self.path();
-        self.rebuild(
-            binary,
-            env,
-            &["-set_cover_merge=1"],
-            &[&current],
-            control,
-            false,
-        )
+        self.rebuild(how, "-set_cover_merge=1", &[&current], control, false)
     }
 
     fn rebuild(
         &self,
-        binary: &Path,
-        env: &[(String, String)],
-        flags: &[&str],
+        how: &MergeRun,
+        mode: &str,
         from: &[&Path],
         control: &Path,
         keep_current: bool,
@@ -166,15 +167,26 @@ impl<'a> Corpus<'a> {
         // slice's scratch, it goes with it: the slice's engine ran the
         // input before, and filed what it found then.
         let scratch = control.parent().unwrap_or(Path::new("."));
-        let mut cmd = triage::replay::engine_command(binary);
-        cmd.envs(env.iter().map(|(k, v)| (k, v)))
-            .args(flags)
+        let mut cmd = triage::replay::engine_command(how.binary);
+        cmd.envs(how.env.iter().map(|(k, v)| (k, v)))
+            // Nothing reads a merge's crash reports: no symbolizer to
+            // start (or to hang on, when it dies mid-report).
+            .env("ASAN_OPTIONS", "symbolize=0")
+            .arg(mode)
+            .arg(format!("-timeout={}", how.timeout_secs))
+            .arg(format!("-rss_limit_mb={}", how.rss_limit_mb))
             .arg(format!("-artifact_prefix={}/merge-", scratch.display()))
             .arg(format!("-merge_control_file={}", control.display()))
             .arg(&next)
             .args(from);
-        let out = triage::replay::output_within(&mut cmd, MERGE_LIMIT)
-            .with_context(|| format!("failed to run {}; run `just build`", binary.display()))?;
+        let out = match triage::replay::output_within(&mut cmd, MERGE_LIMIT, &how.budget) {
+            Ok(out) => out,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => bail!(
+                "merge into {} stopped, as the soak is ending; the next start merges again",
+                self.path().display()
+            ),
+            Err(e) => return Err(crate::pipeline::intake::replay_error(e, how.binary)),
+        };
         if !out.status.success() {
             let log = String::from_utf8_lossy(&out.stderr);
             let tail: Vec<&str> = log.lines().rev().take(5).collect();

@@ -312,6 +312,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         // The replay binary takes a share of one core at most.
         share: (drift_share / drift_series.len().max(1) as f64).min(1.0),
         filed: &soak.new_groups,
+        filing: soak.budget(),
     };
     std::thread::scope(|s| {
         for series in &drift_series {

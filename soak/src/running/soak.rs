@@ -15,9 +15,9 @@ use crate::engines::project::Project;
 use crate::foundation::config::{Config, Slot};
 use crate::foundation::state::StateDir;
 use crate::foundation::store::{SlotRow, Store};
-use crate::pipeline::budget::Budget;
 use crate::pipeline::intake::Filed;
 use crate::running::scheduler::{self, Rng};
+use triage::budget::Budget;
 
 /// The running soak, shared by its workers.
 pub struct Soak {

@@ -290,6 +290,7 @@ fn replayer<'a>(case: &'a Case, run: &'a crate::engines::libfuzzer::Run) -> Repl
         tolerate: run.tolerate.as_deref(),
         timeout_secs: 20,
         rss_limit_mb: 2048,
+        budget: Default::default(),
     }
 }
 
@@ -359,7 +360,7 @@ fn minimized_ops(
         &sig,
         &log,
         dir,
-        &crate::pipeline::budget::Budget {
+        &triage::budget::Budget {
             until: Some(std::time::Instant::now() + std::time::Duration::from_secs(secs)),
             stop: None,
         },

@@ -23,7 +23,7 @@ mod groups;
 mod source;
 mod texts;
 
-pub use source::Source;
+pub use source::{replay_error, Source};
 
 use groups::{add_other_signature, add_variant, group_of, group_of_record, merge_bridged};
 use texts::{program_text, repro_command, stack_text};

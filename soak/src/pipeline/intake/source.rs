@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use shadow::Target;
 use triage::replay::{Replay, Replayer};
 
-use crate::pipeline::budget::Budget;
+use triage::budget::Budget;
 
 /// What intake needs to know about the slot an artifact came from.
 pub struct Source<'a> {
@@ -25,7 +25,8 @@ pub struct Source<'a> {
     pub history: Option<&'a Path>,
     pub timeout_secs: u64,
     pub rss_limit_mb: u64,
-    /// When to stop minimizing and shrinking.
+    /// When to stop minimizing and shrinking, and to kill a replay
+    /// still running.
     pub budget: Budget<'a>,
 }
 
@@ -41,12 +42,25 @@ impl Source<'_> {
             tolerate: self.tolerate,
             timeout_secs: self.timeout_secs,
             rss_limit_mb: self.rss_limit_mb,
+            budget: self.budget,
         }
     }
 
     pub(super) fn replay(&self, inputs: &[&Path], tolerate: bool) -> Result<Replay> {
         self.replayer()
             .replay(inputs, tolerate)
-            .with_context(|| format!("failed to run {}; run `just build`", self.binary.display()))
+            .map_err(|e| replay_error(e, self.binary))
+    }
+}
+
+/// Why a replay on `binary` did not run: the soak's filing time was over
+/// (the run was stopped), or the binary would not start.
+pub fn replay_error(e: std::io::Error, binary: &Path) -> anyhow::Error {
+    match e.kind() {
+        std::io::ErrorKind::Interrupted => e.into(),
+        _ => anyhow::Error::new(e).context(format!(
+            "failed to run {}; run `just build`",
+            binary.display()
+        )),
     }
 }

@@ -15,7 +15,7 @@ use crate::engines::{honggfuzz, libfuzzer};
 use crate::foundation::state::count_files;
 use crate::foundation::store::SliceStats;
 use crate::foundation::store::SlotRow;
-use crate::running::corpus::Corpus;
+use crate::running::corpus::{Corpus, MergeRun};
 use crate::running::pending::{self, Found, SliceFile};
 use crate::running::scheduler::{self, Yield};
 use crate::running::soak::Soak;
@@ -192,7 +192,9 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
 /// honggfuzz then exit cleanly, their new inputs on disk), and so it does
 /// a few seconds past the soak's deadline (libFuzzer counts its time from
 /// after it has run its corpus: a slice of a big corpus would end late);
-/// SIGKILL if it hangs far past its time. Every few seconds it parks the
+/// SIGKILL if it hangs far past its time, or is still there an input's
+/// timeout (and time to report) after its SIGINT: a process stuck in its
+/// crash report (its symbolizer killed) ignores SIGINT. Every few seconds it parks the
 /// sound violations the slice saved, so they are filed while it runs.
 /// Whether the soak asked it to stop, and how many findings it parked.
 fn wait(
@@ -207,8 +209,10 @@ fn wait(
     let start = Instant::now();
     let (mut parked, mut last_park) = (0, Instant::now());
     let hard = Duration::from_secs(secs + 120 + 2 * soak.config.timeout_secs);
+    // After SIGINT: an input may run to its timeout, then be reported.
+    let after_sigint = Duration::from_secs(soak.config.timeout_secs + 10);
     let mut stopped = false;
-    let mut signalled = false;
+    let mut signalled: Option<Instant> = None;
     loop {
         if child.try_wait()?.is_some() {
             return Ok((stopped, parked));
@@ -222,13 +226,13 @@ fn wait(
             }
         }
         stopped |= soak.stop.load(Ordering::Relaxed);
-        if (stopped || soak.past_deadline(GRACE)) && !signalled {
+        if (stopped || soak.past_deadline(GRACE)) && signalled.is_none() {
             // SAFETY: a plain signal to our own child, which has not been
             // waited for (its pid is not reused while it is unreaped).
             unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-            signalled = true;
+            signalled = Some(Instant::now());
         }
-        if start.elapsed() > hard {
+        if start.elapsed() > hard || signalled.is_some_and(|t| t.elapsed() > after_sigint) {
             let _ = child.kill();
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -273,6 +277,13 @@ pub fn finish(
 
     let new_units = count_files(&scratch.join("new"))? as u64;
     let corpus = Corpus::new(&soak.state, target);
+    let how = MergeRun {
+        binary: &binary,
+        env: &env,
+        timeout_secs: soak.config.timeout_secs,
+        rss_limit_mb: soak.config.rss_limit_mb,
+        budget: soak.budget(),
+    };
     let mut merged_units = 0;
     // What went wrong here keeps the scratch for the next start to retry;
     // the soak goes on (one bad merge must not end a night's run).
@@ -280,12 +291,7 @@ pub fn finish(
     {
         let _merging = soak.merge_lock(target);
         if new_units > 0 {
-            match corpus.merge(
-                &binary,
-                &env,
-                &scratch.join("new"),
-                &scratch.join("merge.ctl"),
-            ) {
+            match corpus.merge(&how, &scratch.join("new"), &scratch.join("merge.ctl")) {
                 Ok(m) => {
                     merged_units = (m.after - m.before) as u64;
                     soak.lock_store().corpus_event(
@@ -300,7 +306,7 @@ pub fn finish(
             }
         }
         if problems.is_empty() && soak.prune_due(target)? {
-            match corpus.prune(&binary, &env, &scratch.join("prune.ctl")) {
+            match corpus.prune(&how, &scratch.join("prune.ctl")) {
                 Ok(m) => soak.lock_store().corpus_event(
                     target.name(),
                     "prune",

@@ -1,11 +1,12 @@
-//! How long a filing may take, which minimizing and shrinking a history
-//! both keep to.
+//! How long a filing may take. Minimizing and shrinking a history stop
+//! with what they have once it is over, and a replay or merge still
+//! running then is killed ([`crate::replay::output_within`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-/// How long a filing may take: minimizing and shrinking stop with what
-/// they have once the soak's filing time is over or it was asked to stop.
+/// When a filing's work must end: the soak's filing time is over, or it
+/// was asked to stop. The default never ends.
 #[derive(Clone, Copy, Default)]
 pub struct Budget<'a> {
     /// When filing closes; `None`: no end.

@@ -1,0 +1,109 @@
+//! `output_within` ends what it ran, and everything that started, however
+//! it hangs: past its limit, once its budget is over, and when the process
+//! itself exits but leaves a child holding its pipes (libFuzzer's merge
+//! child after its parent died, a sanitizer's symbolizer).
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use triage::budget::Budget;
+use triage::replay::output_within;
+
+/// A shell that starts a `sleep` holding its stdout and stderr (for two
+/// minutes: a run that waits for it fails the tests' 30-s bound), writes
+/// that sleep's pid to `pid_file`, then runs `then`.
+fn with_lingering_child(pid_file: &Path, then: &str) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(format!(
+        "sleep 120 & echo $! > {}; echo started >&2; {then}",
+        pid_file.display()
+    ));
+    cmd
+}
+
+/// Whether the process `pid` is gone (or a zombie, dead and waiting).
+fn dead(pid_file: &Path) -> bool {
+    let pid = std::fs::read_to_string(pid_file).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+    // The state is the field after the command's closing parenthesis.
+    stat.map_or(true, |s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_run_past_its_limit_is_killed_with_what_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("pid");
+    let start = Instant::now();
+    let out = output_within(
+        &mut with_lingering_child(&pid, "exec sleep 120"),
+        Duration::from_secs(1),
+        &Budget::default(),
+    )
+    .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("started"), "{stderr}");
+    assert!(stderr.contains("killed after"), "{stderr}");
+    assert!(dead(&pid), "the child it started still runs");
+}
+
+#[test]
+fn a_run_whose_budget_is_over_is_killed_and_shows_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("pid");
+    let stop = AtomicBool::new(false);
+    let start = Instant::now();
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            stop.store(true, Ordering::Relaxed);
+        });
+        output_within(
+            &mut with_lingering_child(&pid, "exec sleep 120"),
+            Duration::from_secs(60),
+            &Budget {
+                until: None,
+                stop: Some(&stop),
+            },
+        )
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+    let e = out.unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "{e}");
+    assert!(dead(&pid), "the child it started still runs");
+}
+
+#[test]
+fn a_run_that_exits_leaving_a_child_on_its_pipes_ends_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("pid");
+    let start = Instant::now();
+    let out = output_within(
+        &mut with_lingering_child(&pid, "exit 3"),
+        Duration::from_secs(600),
+        &Budget::default(),
+    )
+    .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "started\n");
+    assert!(dead(&pid), "the child it started still runs");
+}
