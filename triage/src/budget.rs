@@ -1,6 +1,6 @@
 //! How long a filing may take. Minimizing and shrinking a history stop
 //! with what they have once it is over, and a replay or merge still
-//! running then is killed ([`crate::replay::output_within`]).
+//! running a few seconds later is killed ([`crate::replay::output_within`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;

@@ -68,6 +68,11 @@ fn record_path() -> PathBuf {
     ))
 }
 
+/// How long a run may go on once its budget is over: time for a replay
+/// that was under way to end as usual (so the filing it serves ends with
+/// what it has), not to hang on.
+pub const PAST_BUDGET: Duration = Duration::from_secs(10);
+
 /// Runs `cmd` to its end and returns its output, as [`Command::output`]
 /// does, but kills it once it runs past `limit`: a replay or merge that
 /// hangs (a sanitizer waiting on a symbolizer that died) must not hold up
@@ -75,9 +80,10 @@ fn record_path() -> PathBuf {
 ///
 /// It runs in a process group of its own, and whatever it started that
 /// outlives it (libFuzzer's merge child, a sanitizer's symbolizer) is
-/// killed with it, so its pipes close. Once `budget` is over the run is
-/// killed too, and the answer is an [`io::ErrorKind::Interrupted`] error:
-/// a run cut short shows nothing about its inputs.
+/// killed with it, so its pipes close. A run still going [`PAST_BUDGET`]
+/// after `budget` is over is killed too, and the answer is an
+/// [`io::ErrorKind::Interrupted`] error: a run cut short shows nothing
+/// about its inputs.
 pub fn output_within(cmd: &mut Command, limit: Duration, budget: &Budget) -> io::Result<Output> {
     use std::os::unix::process::CommandExt;
     let mut child = cmd
@@ -109,14 +115,18 @@ pub fn output_within(cmd: &mut Command, limit: Duration, budget: &Budget) -> io:
     );
     let start = Instant::now();
     let (mut killed, mut cancelled) = (false, false);
+    let mut over_since = None;
     while !exited(&child)? {
         if !killed && start.elapsed() > limit {
             kill_group(&child);
             killed = true;
         }
-        if !killed && !cancelled && budget.over() {
-            kill_group(&child);
-            cancelled = true;
+        if budget.over() {
+            let since = *over_since.get_or_insert_with(Instant::now);
+            if !killed && !cancelled && since.elapsed() > PAST_BUDGET {
+                kill_group(&child);
+                cancelled = true;
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }

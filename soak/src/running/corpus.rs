@@ -169,9 +169,6 @@ impl<'a> Corpus<'a> {
         let scratch = control.parent().unwrap_or(Path::new("."));
         let mut cmd = triage::replay::engine_command(how.binary);
         cmd.envs(how.env.iter().map(|(k, v)| (k, v)))
-            // Nothing reads a merge's crash reports: no symbolizer to
-            // start (or to hang on, when it dies mid-report).
-            .env("ASAN_OPTIONS", "symbolize=0")
             .arg(mode)
             .arg(format!("-timeout={}", how.timeout_secs))
             .arg(format!("-rss_limit_mb={}", how.rss_limit_mb))
