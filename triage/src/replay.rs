@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use report::{Record, Signature};
 
-pub use crate::budget::Budget;
+use crate::budget::Budget;
 
 /// How to replay inputs of one slot.
 pub struct Replayer<'a> {

@@ -192,10 +192,11 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
 /// honggfuzz then exit cleanly, their new inputs on disk), and so it does
 /// a few seconds past the soak's deadline (libFuzzer counts its time from
 /// after it has run its corpus: a slice of a big corpus would end late);
-/// SIGKILL if it hangs far past its time, or is still there an input's
+/// SIGKILL if it hangs far past its time, or still runs an input's
 /// timeout (and time to report) after its SIGINT: a process stuck in its
-/// crash report (its symbolizer killed) ignores SIGINT. Every few seconds it parks the
-/// sound violations the slice saved, so they are filed while it runs.
+/// crash report (its symbolizer killed) ignores SIGINT. Every few seconds
+/// it parks the sound violations the slice saved, so they are filed while
+/// it runs.
 /// Whether the soak asked it to stop, and how many findings it parked.
 fn wait(
     soak: &Soak,
