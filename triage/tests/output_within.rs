@@ -4,8 +4,9 @@
 //! (libFuzzer's merge child after its parent died, a sanitizer's
 //! symbolizer).
 
+use std::io;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -46,76 +47,59 @@ fn dead(pid_file: &Path) -> bool {
     true
 }
 
-#[test]
-fn a_run_past_its_limit_is_killed_with_what_it_started() {
+/// Runs [`with_lingering_child`] through `output_within`: what it
+/// returned, how long that took, and whether the lingering child is dead
+/// by then.
+fn run(then: &str, limit: Duration, budget: &Budget) -> (io::Result<Output>, Duration, bool) {
     let dir = tempfile::tempdir().unwrap();
     let pid = dir.path().join("pid");
     let start = Instant::now();
-    let out = output_within(
-        &mut with_lingering_child(&pid, "exec sleep 120"),
-        Duration::from_secs(1),
-        &Budget::default(),
-    )
-    .unwrap();
-    assert!(
-        start.elapsed() < Duration::from_secs(30),
-        "{:?}",
-        start.elapsed()
-    );
+    let out = output_within(&mut with_lingering_child(&pid, then), limit, budget);
+    let took = start.elapsed();
+    (out, took, dead(&pid))
+}
+
+#[test]
+fn a_run_past_its_limit_is_killed_with_what_it_started() {
+    let (out, took, dead) = run("exec sleep 120", Duration::from_secs(1), &Budget::default());
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let out = out.unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("started"), "{stderr}");
     assert!(stderr.contains("killed after"), "{stderr}");
-    assert!(dead(&pid), "the child it started still runs");
+    assert!(dead, "the child it started still runs");
 }
 
 #[test]
 fn a_run_whose_budget_is_over_is_killed_and_shows_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let pid = dir.path().join("pid");
     let stop = AtomicBool::new(false);
-    let start = Instant::now();
-    let out = std::thread::scope(|s| {
+    let budget = Budget {
+        until: None,
+        stop: Some(&stop),
+    };
+    let (out, took, dead) = std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(500));
             stop.store(true, Ordering::Relaxed);
         });
-        output_within(
-            &mut with_lingering_child(&pid, "exec sleep 120"),
-            Duration::from_secs(60),
-            &Budget {
-                until: None,
-                stop: Some(&stop),
-            },
-        )
+        run("exec sleep 120", Duration::from_secs(60), &budget)
     });
     // Given time to end as usual first (a replay nearly done when filing
     // closes), then killed.
-    let took = start.elapsed();
     assert!(took >= PAST_BUDGET, "{took:?}");
     assert!(took < Duration::from_secs(30), "{took:?}");
     let e = out.unwrap_err();
-    assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "{e}");
-    assert!(dead(&pid), "the child it started still runs");
+    assert_eq!(e.kind(), io::ErrorKind::Interrupted, "{e}");
+    assert!(dead, "the child it started still runs");
 }
 
 #[test]
 fn a_run_that_exits_leaving_a_child_on_its_pipes_ends_with_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let pid = dir.path().join("pid");
-    let start = Instant::now();
-    let out = output_within(
-        &mut with_lingering_child(&pid, "exit 3"),
-        Duration::from_secs(600),
-        &Budget::default(),
-    )
-    .unwrap();
-    assert!(
-        start.elapsed() < Duration::from_secs(30),
-        "{:?}",
-        start.elapsed()
-    );
+    let (out, took, dead) = run("exit 3", Duration::from_secs(600), &Budget::default());
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let out = out.unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "started\n");
-    assert!(dead(&pid), "the child it started still runs");
+    assert!(dead, "the child it started still runs");
 }
