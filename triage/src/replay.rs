@@ -167,7 +167,12 @@ fn exited(child: &Child) -> io::Result<bool> {
         )
     };
     if r != 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        // A signal (the soak's SIGINT) came first: ask again next time.
+        return match e.kind() {
+            io::ErrorKind::Interrupted => Ok(false),
+            _ => Err(e),
+        };
     }
     // SAFETY: `waitid` succeeded, so `info` holds a SIGCHLD siginfo (or
     // zeros, when the child has not exited), whose `si_pid` is set.
