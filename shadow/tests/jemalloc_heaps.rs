@@ -296,12 +296,7 @@ heap-visit heap=0
     let _jemalloc = common::exclusive("jemalloc");
     assert_eq!(common::caught(&program, jemalloc()).err(), None);
     let misplaced: &'static dyn Allocator = Box::leak(Box::new(Planted::Misplaced));
-    let line = common::caught(&program, misplaced).expect_err("a violation");
-    assert_eq!(
-        shadow::violation::kind_of(&line),
-        Some("heap-owned"),
-        "{line}"
-    );
+    let line = common::caught_as(&program, misplaced, "heap-owned");
     assert!(line.contains("(heap-visit)"), "{line}");
 }
 
@@ -321,12 +316,7 @@ heap-visit heap=0
     );
     let _jemalloc = common::exclusive("jemalloc");
     let blind: &'static dyn Allocator = Box::leak(Box::new(Planted::BlindVisit));
-    let line = common::caught(&program, blind).expect_err("a violation");
-    assert_eq!(
-        shadow::violation::kind_of(&line),
-        Some("heap-visit"),
-        "{line}"
-    );
+    let line = common::caught_as(&program, blind, "heap-visit");
     assert!(line.contains("missing 2 (first 0x"), "{line}");
     assert_eq!(
         report::key::key_of(&line).as_deref(),

@@ -58,12 +58,7 @@ fn an_owners_call_that_writes_into_its_last_block_is_caught() {
         "target mt_ops\nrace-remote-free freer=1 owner=0 size=400 align=8 count=4\n",
     );
     let scribbler: &'static dyn Allocator = &Scribbler;
-    let line = common::caught(&program, scribbler).expect_err("the scribble went unseen");
-    assert_eq!(
-        shadow::violation::kind_of(&line),
-        Some("contents"),
-        "{line}"
-    );
+    let line = common::caught_as(&program, scribbler, "contents");
     assert!(
         line.contains("while its thread allocated the op's next blocks"),
         "{line}"
@@ -125,11 +120,6 @@ impl Allocator for FreeScribbler {
 fn an_owners_free_that_writes_into_its_next_block_is_caught() {
     let program = common::program("target mt_ops\nrace-exit worker=0 size=400 align=8 count=4\n");
     let scribbler: &'static dyn Allocator = &FreeScribbler;
-    let line = common::caught(&program, scribbler).expect_err("the scribble went unseen");
-    assert_eq!(
-        shadow::violation::kind_of(&line),
-        Some("contents"),
-        "{line}"
-    );
+    let line = common::caught_as(&program, scribbler, "contents");
     assert!(line.contains("before free"), "{line}");
 }

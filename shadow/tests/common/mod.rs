@@ -69,6 +69,15 @@ pub fn caught(program: &Program, alloc: &'static dyn Allocator) -> Result<Stats,
     })
 }
 
+/// [`caught`], which must end in a violation of `kind`: its line.
+pub fn caught_as(program: &Program, alloc: &'static dyn Allocator, kind: &str) -> String {
+    let line = caught(program, alloc)
+        .err()
+        .unwrap_or_else(|| panic!("no violation: {kind} went unseen"));
+    assert_eq!(shadow::violation::kind_of(&line), Some(kind), "{line}");
+    line
+}
+
 /// The kind of the violation `program` hits, if any.
 pub fn kind(program: &Program, allocator: &str) -> Option<String> {
     violation(program, allocator).map(|line| {
