@@ -3,10 +3,17 @@
 //! (`-fsanitize=fuzzer-no-link,address`): the `.so` then resolves
 //! `__sanitizer_cov_*` and `__asan_*` from the binary, which links the
 //! sanitizer runtime and libFuzzer statically and exports nothing without
-//! this. It is a build-script link arg rather than a RUSTFLAGS one so that
-//! only the binaries relink when it changes, and a bare `cargo fuzz build`
-//! gets it too.
+//! this. `exports.map` keeps the bundled allocators' symbols out of that
+//! export, so a library of the same names binds to its own. They are
+//! build-script link args rather than RUSTFLAGS so that only the binaries
+//! relink when they change, and a bare `cargo fuzz build` gets them too.
 
 fn main() {
+    let map = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("exports.map");
+    println!("cargo:rerun-if-changed={}", map.display());
     println!("cargo:rustc-link-arg-bins=-rdynamic");
+    println!(
+        "cargo:rustc-link-arg-bins=-Wl,--version-script={}",
+        map.display()
+    );
 }

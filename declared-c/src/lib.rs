@@ -6,7 +6,9 @@
 //! `allocsoak build`'s CC and CFLAGS), then partially linked with a shim
 //! into one object in which every symbol but the shim's handle,
 //! `allocsoak_c_<ident>`, is made local (`ld -r`, then `objcopy
-//! --keep-global-symbol`). So a declared allocator whose functions share
+//! --keep-global-symbol`), and whose COMDAT groups are dissolved (`objcopy
+//! --remove-section=.group`: the linker would otherwise keep one group of
+//! a name across objects, such as one function's code and counters). So a declared allocator whose functions share
 //! names with another's (an older mimalloc's sources, prefix `mi_`, beside
 //! the bundled mimalloc that `diff_mimalloc` compares against, or a second
 //! declared allocator) neither replaces it nor calls into it: each call
@@ -93,8 +95,17 @@ pub fn build(
         .arg(&linked)
         .args(&objects)
         .args(&shim_objects));
+    // Local symbols are not enough: the compiler puts a function's code,
+    // its coverage counters and ASan's metadata of a global in a COMDAT
+    // group named after it (`_mi_heap_default_key`, `.data.options`), and
+    // the linker keeps one group per name across all objects. A group of
+    // the bundled mimalloc's would then win over this object's, leaving
+    // references to a discarded section. `ld -r` has already merged the
+    // groups among these sources, so the group sections go: their members
+    // stay, as plain sections of this object alone.
     run(Command::new("objcopy")
         .arg(format!("--keep-global-symbol=allocsoak_c_{ident}"))
+        .arg("--remove-section=.group")
         .arg(&linked));
     let archive = out.join(format!("libdeclared_{ident}.a"));
     let _ = std::fs::remove_file(&archive);

@@ -26,10 +26,12 @@ fn loaded() -> &'static dyn Allocator {
                 choice.name
             );
         }
+        crate::sanitizer::starting(true);
         let alloc = allocator::by_name(&choice.name).unwrap_or_else(|e| {
             eprintln!("allocsoak: {}: {e}", choice.from.describe());
-            std::process::exit(2)
+            std::process::exit(crate::sanitizer::EXIT_STARTUP)
         });
+        crate::sanitizer::starting(false);
         // The serial replay: the same race sections, one worker at a time.
         if settings.serial_races {
             crate::executor::serial_races(true);

@@ -65,6 +65,43 @@ pub fn asan_defaults(target: Target) -> &'static CStr {
 /// A tolerated report came in since the last [`check`] (on any thread).
 static PENDING: AtomicBool = AtomicBool::new(false);
 
+/// Set while the allocator under test loads ([`starting`]).
+static STARTING: AtomicBool = AtomicBool::new(false);
+
+/// The exit status of a process whose harness could not start (a bad
+/// allocator name, or a sanitizer report while the allocator loaded): an
+/// error of the run, never a finding.
+pub const EXIT_STARTUP: i32 = 2;
+
+/// Marks the allocator's loading (`on`) and its end. A sanitizer report
+/// meanwhile is the harness's start-up failing, not a call of a program:
+/// typically a library whose globals ASan sees defined twice (its
+/// `odr-violation`, a `dylib:` linked so that its symbols resolve into
+/// the binary). The process prints one line saying so and exits with
+/// [`EXIT_STARTUP`].
+pub fn starting(on: bool) {
+    STARTING.store(on, Ordering::Release);
+}
+
+/// The line a report during start-up ends the process with, and a hint
+/// for the reports whose cause is known.
+fn startup_failed(text: &str) -> String {
+    let kind = report::Signature::from_log(text, "").map(|s| s.kind);
+    let hint = match kind.as_deref() {
+        Some("odr-violation") => {
+            "the library defines a global the fuzz binary defines too; link it with -Wl,-Bsymbolic so it binds to its own (docs/allocators.md)"
+        }
+        _ => "the allocator's own start-up code failed before any program ran",
+    };
+    let summary = text
+        .lines()
+        .find_map(|l| l.split("SUMMARY: ").nth(1))
+        .or_else(|| text.lines().find(|l| !l.trim().is_empty()))
+        .unwrap_or("a sanitizer report")
+        .trim();
+    format!("allocsoak: start-up failed while loading the allocator ({summary}): {hint}")
+}
+
 thread_local! {
     /// The block this thread's current free, realloc or usable-size call
     /// was given (0 when none): a block the harness holds.
@@ -156,6 +193,13 @@ pub fn given<R>(p: usize, f: impl FnOnce() -> R) -> R {
 /// report of the very block this thread's call was [`given`] gets the
 /// harness's line ([`report::HELD_BLOCK`]) before it is signed.
 pub fn on_report(text: &str) {
+    if STARTING.load(Ordering::Acquire) {
+        eprintln!("{}", startup_failed(text));
+        // SAFETY: `_exit` ends the process at once, without running
+        // destructors or atexit handlers (ASan is mid-report here); it has
+        // no preconditions.
+        unsafe { libc::_exit(EXIT_STARTUP) };
+    }
     // A report can come from a thread running its thread-local
     // destructors (an allocator's exit hook freeing a block twice), after
     // this thread's own state is gone: it is then no call's, held by none.

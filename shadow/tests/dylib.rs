@@ -93,7 +93,10 @@ fn a_c_allocators_own_calls_beyond_malloc_run() {
     common::assert_clean(Target::AllocOps, &name, 12, 100);
     let lib = shadow::allocator::by_name(&name).unwrap();
     let extras = lib.extras().unwrap();
-    assert_eq!(extras.good_size(24, 8), Some(24));
+    assert_eq!(
+        extras.good_size(24, 8),
+        Some(shadow::allocator::GoodSize::AtLeastAsked(24))
+    );
 
     let buggy = format!(
         "dylib:{}:t_",
@@ -250,4 +253,34 @@ fn a_c_allocator_over_a_fixed_region_may_refuse_what_cannot_fit() {
     shadow::allocator::declare("tiny-region", over_its_region);
     assert_eq!(common::violation(&program, "tiny-region"), None);
     common::assert_clean(Target::AllocOps, "tiny-region", 13, 100);
+}
+
+/// A C allocator's `good_size` is held to what its API family promises,
+/// mimalloc's "Generally, `mi_usable_size(mi_malloc(size)) ==
+/// mi_good_size(size)`": at least the request by default, so an estimate
+/// above the usable size is not a finding and one below the request is;
+/// exactly where it is declared exact (`good_size_exact_up_to`).
+#[test]
+fn a_c_allocators_good_size_is_held_to_its_declared_contract() {
+    let program = common::program("target alloc_ops\nalloc size=100 align=8\n");
+    let rounds = build(
+        "tiny_alloc_good_rounds",
+        &["-DMORE_API", "-DGOOD_SIZE_ROUNDS"],
+    );
+    let name = format!("dylib:{}:t_", rounds.display());
+    assert_eq!(common::violation(&program, &name), None);
+    let short = build(
+        "tiny_alloc_good_short",
+        &["-DMORE_API", "-DGOOD_SIZE_SHORT"],
+    );
+    let name = format!("dylib:{}:t_", short.display());
+    assert_eq!(common::kind(&program, &name).as_deref(), Some("good-size"));
+
+    let spec = format!("{}:t_", rounds.display());
+    let exact: &'static dyn shadow::allocator::Allocator = Box::leak(Box::new(
+        shadow::allocator::Dylib::open(&spec)
+            .unwrap()
+            .with_good_size_exact_up_to(64 << 10),
+    ));
+    common::caught_as(&program, exact, "good-size");
 }

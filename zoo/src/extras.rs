@@ -4,7 +4,7 @@
 use std::ops::RangeInclusive;
 
 use super::{Bug, Zoo, SIZED_FREE};
-use shadow::allocator::{Allocator, Extras, InPlace, PurgeDelay};
+use shadow::allocator::{Allocator, Extras, GoodSize, InPlace, PurgeDelay};
 
 const REZALLOC_DIRTY_MIN: usize = 1024;
 pub(super) const REGROW_STALE: RangeInclusive<usize> = 65..=4096;
@@ -114,9 +114,9 @@ impl Extras for Zoo {
     }
 
     /// Promises nothing, unless the lie is planted.
-    fn good_size(&self, size: usize, _align: usize) -> Option<usize> {
+    fn good_size(&self, size: usize, _align: usize) -> Option<GoodSize> {
         (self.has(Bug::GoodSizeLies) && GOOD_SIZE_LIES.contains(&size))
-            .then(|| size.next_multiple_of(16))
+            .then(|| GoodSize::Exact(size.next_multiple_of(16)))
     }
 
     /// The base's purge, if it has one (glibc's `malloc_trim` for

@@ -162,9 +162,10 @@ pub trait Extras: Send + Sync {
         false
     }
 
-    /// The usable size a fresh request of `size` and `align` gets, where
-    /// the API promises it exactly (`mi_good_size`, `nallocx`).
-    fn good_size(&self, _size: usize, _align: usize) -> Option<usize> {
+    /// What the allocator's good-size call promises of a fresh request
+    /// of `size` and `align`, where it has one (`mi_good_size`,
+    /// `nallocx`, a C allocator's `good_size`).
+    fn good_size(&self, _size: usize, _align: usize) -> Option<GoodSize> {
         None
     }
 
@@ -173,4 +174,18 @@ pub trait Extras: Send + Sync {
     fn purge(&self, _delay: PurgeDelay, _force: bool) -> bool {
         false
     }
+}
+
+/// What a good-size call's answer promises of a fresh block's usable size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoodSize {
+    /// Exactly this usable size: jemalloc's `nallocx` ("the real size of
+    /// the allocation that would result"), mimalloc's bins, or a declared
+    /// C allocator up to its `good_size_exact_up_to`.
+    Exact(usize),
+    /// An estimate no smaller than the request: mimalloc documents
+    /// `mi_good_size` only as "Generally, `mi_usable_size(mi_malloc(size))
+    /// == mi_good_size(size)`". A value below the request is a violation;
+    /// any other differs from the usable size by design, never a finding.
+    AtLeastAsked(usize),
 }

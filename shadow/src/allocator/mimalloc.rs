@@ -13,8 +13,8 @@ use libmimalloc_sys as mi;
 
 use super::heaps::collect_block;
 use super::{
-    malloc_serves, Allocator, Extras, HeapId, Heaps, InPlace, LiveBlock, PurgeDelay, ReallocToZero,
-    ZeroedFrom,
+    malloc_serves, Allocator, Extras, GoodSize, HeapId, Heaps, InPlace, LiveBlock, PurgeDelay,
+    ReallocToZero, ZeroedFrom,
 };
 
 #[cfg(all(feature = "mimalloc", feature = "mimalloc-v3"))]
@@ -495,12 +495,15 @@ impl Extras for Mimalloc {
     /// Exact for the small and medium bins of a release build without
     /// ASan: padding (debug and secure builds, and ASan tracking in the
     /// fuzz builds) makes the usable size smaller, and large blocks round
-    /// to what the segment gives.
-    fn good_size(&self, size: usize, align: usize) -> Option<usize> {
+    /// to what the segment gives. Elsewhere, at least the request.
+    fn good_size(&self, size: usize, align: usize) -> Option<GoodSize> {
         let padded = NAME != "mimalloc" || crate::poison::active();
-        let exact = !padded && size <= GOOD_SIZE_MAX && malloc_serves(size, align);
         // SAFETY: `mi_good_size` is a pure function of its argument, for any size.
-        exact.then(|| unsafe { mi::mi_good_size(size) })
+        let good = malloc_serves(size, align).then(|| unsafe { mi::mi_good_size(size) })?;
+        Some(match !padded && size <= GOOD_SIZE_MAX {
+            true => GoodSize::Exact(good),
+            false => GoodSize::AtLeastAsked(good),
+        })
     }
 
     fn purge(&self, delay: PurgeDelay, force: bool) -> bool {

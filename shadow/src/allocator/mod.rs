@@ -25,7 +25,7 @@ mod system;
 pub use api2::Api2Adapter;
 pub use arena::FixedArena;
 pub use dylib::{split_spec as split_dylib_spec, CFunctions, CHeapApi, Dylib};
-pub use extras::{Extras, InPlace, PurgeDelay, ZeroedFrom};
+pub use extras::{Extras, GoodSize, InPlace, PurgeDelay, ZeroedFrom};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
 /// The mimalloc builds other than the bundled `mimalloc` (the v2 line,

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::huge::{spend, PAGE};
 use super::{Executor, On, Origin, Outcome};
-use crate::allocator::{HeapId, InPlace, PurgeDelay};
+use crate::allocator::{GoodSize, HeapId, InPlace, PurgeDelay};
 use crate::edges::IMPOSSIBLE_FROM;
 use crate::model::{Block, ShadowHeap};
 use crate::op::{BulkOrder, NewSize};
@@ -33,13 +33,18 @@ pub(super) fn malloc_align(size: usize) -> usize {
 
 impl Executor {
     /// A fresh block's usable size must be what the allocator's good-size
-    /// call promises for its request, where it promises one.
+    /// call promises for its request, where it promises one: exactly, or
+    /// an estimate no smaller than the request ([`GoodSize`]).
     pub(super) fn check_good_size(&self, b: &Block) {
         let Some(extras) = self.alloc.extras() else {
             return;
         };
-        let good = self.guard.queried(|| extras.good_size(b.size, b.align));
-        if let Some(good) = good.filter(|&g| g != b.usable) {
+        let broken = match self.guard.queried(|| extras.good_size(b.size, b.align)) {
+            Some(GoodSize::Exact(good)) => (good != b.usable).then_some(good),
+            Some(GoodSize::AtLeastAsked(good)) => (good < b.size).then_some(good),
+            None => None,
+        };
+        if let Some(good) = broken {
             self.guard.flag(Violation::GoodSize {
                 ptr: b.ptr,
                 size: b.size,

@@ -142,7 +142,17 @@ void t_free_size(void *p, size_t size) {
     t_free(p);
 }
 
-size_t t_good_size(size_t size) { return size; }
+/* GOOD_SIZE_ROUNDS: an estimate above the usable size, as mimalloc's is
+ * for large blocks; GOOD_SIZE_SHORT: less than the request, a bug. */
+size_t t_good_size(size_t size) {
+#if defined(GOOD_SIZE_ROUNDS)
+    return (size + 4095) & ~(size_t)4095;
+#elif defined(GOOD_SIZE_SHORT)
+    return size / 2;
+#else
+    return size;
+#endif
+}
 #endif
 
 #ifdef HEAP_API

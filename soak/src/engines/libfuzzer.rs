@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use shadow::Target;
 
 use crate::engines::project::{Build, Project};
@@ -123,7 +123,8 @@ impl Run {
         let file = std::fs::File::create(&log)
             .with_context(|| format!("failed to create {}", log.display()))?;
         let start = Instant::now();
-        self.command()
+        let status = self
+            .command()
             .stdout(Stdio::null())
             .stderr(file)
             .status()
@@ -133,6 +134,9 @@ impl Run {
         let secs = start.elapsed().as_secs_f64();
         let text = std::fs::read_to_string(&log)
             .with_context(|| format!("failed to read {}", log.display()))?;
+        if status.code() == Some(shadow::sanitizer::EXIT_STARTUP) {
+            bail!("{}", startup_error(&self.allocator, &text));
+        }
         Ok(Outcome {
             execs: final_stat(&text, "stat::number_of_executed_units"),
             secs,
@@ -140,6 +144,17 @@ impl Run {
             log,
         })
     }
+}
+
+/// The one-line error of a run whose harness did not start
+/// ([`shadow::sanitizer::EXIT_STARTUP`]): the harness's own line from the
+/// log, which says why. Such a run fuzzed nothing and found nothing.
+pub fn startup_error(allocator: &str, log: &str) -> String {
+    let why = log
+        .lines()
+        .find_map(|l| l.strip_prefix("allocsoak: "))
+        .unwrap_or("the harness exited before fuzzing");
+    format!("allocator `{allocator}` did not start: {why}")
 }
 
 /// A libFuzzer status line (`#4096 pulse cov: 812 ft: 2301 corp: 310/12Kb

@@ -265,3 +265,35 @@ pub fn checkout_status() -> String {
     assert!(out.status.success(), "git status failed");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The unpacked source of crate `name` at exactly `version`, fetched from
+/// the package registry as cargo fetches a dependency (a scratch manifest
+/// depending on it, then `cargo metadata`): real third-party code, never
+/// a vendored copy. The registry must be reachable (it is from CI).
+pub fn registry_crate(name: &str, version: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("allocsoak-fetch-{name}-{version}"));
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"fetch\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\n{name} = \"={version}\"\n\n[workspace]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("src/lib.rs"), "").unwrap();
+    let metadata = cargo_metadata::MetadataCommand::new()
+        .manifest_path(dir.join("Cargo.toml"))
+        .exec()
+        .unwrap_or_else(|e| panic!("fetching {name} {version} from the registry: {e}"));
+    let package = metadata
+        .packages
+        .iter()
+        .find(|p| p.name.as_str() == name && p.version.to_string() == version)
+        .unwrap_or_else(|| panic!("{name} {version} is not in the fetched graph"));
+    package
+        .manifest_path
+        .parent()
+        .expect("a manifest sits in its crate's folder")
+        .into()
+}

@@ -10,7 +10,9 @@ use std::ptr;
 
 use libloading::Library;
 
-use super::{malloc_serves, Allocator, Extras, Heaps, InPlace, ReallocToZero, ZeroedFrom};
+use super::{
+    malloc_serves, Allocator, Extras, GoodSize, Heaps, InPlace, ReallocToZero, ZeroedFrom,
+};
 
 mod heaps;
 
@@ -26,7 +28,7 @@ pub type AlignSize = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 pub type ReallocAligned = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mut c_void;
 pub type FreeSize = unsafe extern "C" fn(*mut c_void, usize);
 pub type FreeSizeAligned = unsafe extern "C" fn(*mut c_void, usize, usize);
-pub type GoodSize = unsafe extern "C" fn(usize) -> usize;
+pub type GoodSizeFn = unsafe extern "C" fn(usize) -> usize;
 
 /// How the library allocates with alignment, best first.
 enum AlignedApi {
@@ -65,6 +67,9 @@ struct Properties {
     arena_size: Option<usize>,
     max_align: Option<usize>,
     single_threaded: bool,
+    /// The largest request whose usable size `good_size` gives exactly
+    /// (0: none; above it, at least the request).
+    good_size_exact_up_to: usize,
 }
 
 /// A C allocator's functions, linked into the binary: what the glue crate
@@ -112,7 +117,7 @@ pub struct CExtras {
     /// `free_size_aligned(p, size, align)`.
     pub free_size_aligned: Option<FreeSizeAligned>,
     /// `good_size(size)`: the usable size a request of `size` gets.
-    pub good_size: Option<GoodSize>,
+    pub good_size: Option<GoodSizeFn>,
     /// mimalloc's heap API (`heap_new`, `heap_malloc`, ...).
     pub heap: CHeapApi,
 }
@@ -267,6 +272,13 @@ impl Dylib {
     /// Caps the alignments programs ask of it.
     pub fn with_max_align(mut self, align: usize) -> Self {
         self.properties.max_align = Some(align);
+        self
+    }
+
+    /// Declares that `good_size` gives the usable size exactly for
+    /// requests up to `size` bytes (see [`GoodSize`]).
+    pub fn with_good_size_exact_up_to(mut self, size: usize) -> Self {
+        self.properties.good_size_exact_up_to = size;
         self
     }
 
@@ -465,9 +477,15 @@ impl Extras for Dylib {
         true
     }
 
-    fn good_size(&self, size: usize, align: usize) -> Option<usize> {
+    /// At least the request (mimalloc's promise, whose API family this
+    /// is), and exact up to the declared `good_size_exact_up_to`.
+    fn good_size(&self, size: usize, align: usize) -> Option<GoodSize> {
         let f = self.more.good_size?;
         // SAFETY: a pure function of its argument, by its contract.
-        malloc_serves(size, align).then(|| unsafe { f(size) })
+        let good = malloc_serves(size, align).then(|| unsafe { f(size) })?;
+        Some(match size <= self.properties.good_size_exact_up_to {
+            true => GoodSize::Exact(good),
+            false => GoodSize::AtLeastAsked(good),
+        })
     }
 }

@@ -5,7 +5,7 @@ use std::ffi::c_int;
 use tikv_jemalloc_sys as je;
 
 use super::{classic, ctl, flags, Jemalloc};
-use crate::allocator::{Extras, InPlace, PurgeDelay, ZeroedFrom};
+use crate::allocator::{Extras, GoodSize, InPlace, PurgeDelay, ZeroedFrom};
 
 /// `MALLCTL_ARENAS_ALL`: `arena.<i>` names every arena.
 const ARENAS_ALL: u32 = 4096;
@@ -107,10 +107,10 @@ impl Extras for Jemalloc {
         true
     }
 
-    fn good_size(&self, size: usize, align: usize) -> Option<usize> {
+    fn good_size(&self, size: usize, align: usize) -> Option<GoodSize> {
         // SAFETY: jemalloc(3): `nallocx` is undefined only for size 0, which `classic` excludes;
         // it returns 0 for a size or alignment past the maximum.
-        (!classic(size)).then(|| unsafe { je::nallocx(size, flags(align, false)) })
+        (!classic(size)).then(|| GoodSize::Exact(unsafe { je::nallocx(size, flags(align, false)) }))
     }
 
     /// Sets the calling thread's arena's decay times, flushes its tcache

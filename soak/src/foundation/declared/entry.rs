@@ -104,6 +104,12 @@ pub struct CSources {
     /// are `allocsoak_declared_c::FUNCTIONS`' first ones).
     #[serde(default)]
     pub functions: std::collections::BTreeMap<String, String>,
+    /// The largest request whose usable size its `good_size` gives
+    /// exactly. Default 0: `good_size` promises at least the request, as
+    /// mimalloc's does ("Generally, mi_usable_size(mi_malloc(size)) ==
+    /// mi_good_size(size)"), and only less than the request is a finding.
+    #[serde(default)]
+    pub good_size_exact_up_to: Option<usize>,
 }
 
 impl Declared {
@@ -302,6 +308,9 @@ impl Declared {
         }
         if self.single_threaded() {
             properties.push_str(".with_single_thread()");
+        }
+        if let Some(size) = self.c.as_ref().and_then(|c| c.good_size_exact_up_to) {
+            properties.push_str(&format!(".with_good_size_exact_up_to({size})"));
         }
         let make = match (&self.c, self.api, &self.static_item, &self.new) {
             (Some(_), ..) => format!(

@@ -1,0 +1,260 @@
+//! Real third-party allocators as their authors bring them, fetched from
+//! the package registry in the test (no vendored copies):
+//!
+//! - the C sources of three mimalloc releases (1.7.5, 2.1.2, 2.2.5, from
+//!   libmimalloc-sys) and of the bundled release itself built another way
+//!   (2.3.2 with `MI_SECURE=4`), declared side by side under mimalloc's own
+//!   names in one config: one fuzz binary links all four beside the bundled
+//!   mimalloc, and each runs clean under its own name, the v2 ones beside
+//!   the bundled one as `diff_mimalloc`'s reference;
+//! - a mimalloc release built as a `dylib:` exactly as docs/allocators.md
+//!   says (no `-Bsymbolic`): it binds to its own symbols, not the fuzz
+//!   binary's bundled mimalloc, and runs clean;
+//! - a library that fails while it loads: an error of the run, in one line,
+//!   never a finding of the allocator.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{registry_crate, with_config};
+use shadow::Target;
+use soak::engines::project::{Build, Project};
+
+/// A mimalloc release's C sources in its libmimalloc-sys crate: the
+/// `static.c` that includes the rest, and the include folder.
+fn mimalloc_sources(sys_version: &str) -> (PathBuf, PathBuf) {
+    let c = registry_crate("libmimalloc-sys", sys_version).join("c_src/mimalloc");
+    // From 0.1.44 the crate carries both lines, v2 in its own folder.
+    let c = match c.join("v2/src/static.c").exists() {
+        true => c.join("v2"),
+        false => c,
+    };
+    (c.join("src/static.c"), c.join("include"))
+}
+
+/// What `allocsoak fuzz` found per (target, allocator) line, sorted.
+fn found(text: &str) -> Vec<(String, String, String)> {
+    let mut found: Vec<_> = text
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.strip_prefix("fuzz ")?.split_whitespace();
+            let (target, allocator) = (words.next()?, words.next()?);
+            let found = words.find_map(|w| w.strip_prefix("found="))?;
+            Some((target.into(), allocator.into(), found.into()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn mimalloc_releases_sources_link_beside_the_bundled_one_and_run_clean() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    // (name, libmimalloc-sys release, defines, compared with the bundled one)
+    let releases = [
+        ("mimalloc-1.7.5", "0.1.24", "\"MI_DEBUG=0\"", false),
+        ("mimalloc-2.1.2", "0.1.35", "\"MI_DEBUG=0\"", true),
+        ("mimalloc-2.2.5", "0.1.43", "", true),
+        ("mimalloc-2.3.2-secure", "0.1.49", "\"MI_SECURE=4\"", true),
+    ];
+    let repo = tempfile::tempdir().unwrap();
+    let mut config = String::from(
+        "targets = [\"alloc_ops\", \"heap_api\", \"mt_ops\", \"diff_mimalloc\"]\n\
+         timeout_secs = 10\nrss_limit_mb = 2048\n",
+    );
+    for (name, sys, defines, _) in releases {
+        let (source, include) = mimalloc_sources(sys);
+        config.push_str(&format!(
+            "\n[[allocator]]\nname = \"{name}\"\nsize_classes = \"mimalloc\"\n[allocator.c]\n\
+             sources = [{source:?}]\ninclude = [{include:?}]\ndefines = [{defines}]\n\
+             flags = [\"-O2\"]\nprefix = \"mi_\"\n",
+        ));
+    }
+    let config_path = repo.path().join("allocsoak.toml");
+    std::fs::write(&config_path, &config).unwrap();
+
+    let (out, text) = with_config(&config_path, &["build"]);
+    assert!(out.status.success(), "build failed:\n{config}\n{text}");
+    for (name, ..) in releases {
+        assert!(
+            text.contains(&format!("  {name}: C sources ")),
+            "`build` does not say what {name} runs:\n{text}"
+        );
+    }
+
+    let mut args = vec![
+        "fuzz",
+        "--target",
+        "alloc_ops",
+        "--target",
+        "heap_api",
+        "--target",
+        "mt_ops",
+        "--secs",
+        "4",
+    ];
+    for (name, ..) in releases {
+        args.extend(["--allocator", name]);
+    }
+    let (out, text) = with_config(&config_path, &args);
+    let runs = found(&text);
+    assert_eq!(runs.len(), 3 * releases.len(), "{text}");
+    assert!(
+        out.status.success() && runs.iter().all(|(_, _, f)| f == "none"),
+        "a correct mimalloc release had findings:\n{text}"
+    );
+
+    // Beside the bundled mimalloc in one process: the same usable sizes.
+    let mut args = vec!["fuzz", "--target", "diff_mimalloc", "--secs", "4"];
+    for (name, ..) in releases.iter().filter(|r| r.3) {
+        args.extend(["--allocator", name]);
+    }
+    let (out, text) = with_config(&config_path, &args);
+    assert!(
+        out.status.success() && found(&text).iter().all(|(_, _, f)| f == "none"),
+        "a v2 release differs from the bundled one:\n{text}"
+    );
+}
+
+/// The fuzz binaries of allocsoak's own build (`just build`).
+fn project() -> Project {
+    Project::find().expect("the checkout")
+}
+
+#[test]
+fn a_mimalloc_release_as_dylib_binds_to_its_own_code() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let project = project();
+    // The binary keeps its bundled mimalloc to itself: a library's calls
+    // and globals of the same names resolve inside the library.
+    let binary = project.binary(Build::Asan, Target::AllocOps);
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only", "--format=posix"])
+        .arg(&binary)
+        .output()
+        .unwrap();
+    let exported = String::from_utf8_lossy(&nm.stdout);
+    let leaked: Vec<&str> = exported
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|s| s.starts_with("mi_") || s.starts_with("_mi_") || s.contains("odr_asan_gen_mi"))
+        .collect();
+    assert!(
+        nm.status.success() && exported.contains("__asan_"),
+        "{exported}"
+    );
+    assert!(
+        leaked.is_empty(),
+        "{} exports its bundled mimalloc: {leaked:?}",
+        binary.display()
+    );
+
+    // Built exactly as docs/allocators.md says.
+    let dir = tempfile::tempdir().unwrap();
+    let (source, include) = mimalloc_sources("0.1.43");
+    let lib = dir.path().join("libmimalloc-2.2.5.so");
+    let clang =
+        soak::engines::project::clang().expect("clang matching nightly's LLVM (just setup)");
+    let status = Command::new(clang)
+        .args([
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-fsanitize=fuzzer-no-link,address",
+            "-fsanitize-recover=address",
+            "-I",
+        ])
+        .arg(&include)
+        .arg("-o")
+        .arg(&lib)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(status.success(), "compiling mimalloc 2.2.5 failed");
+    let spec = format!("dylib:{}:mi_", lib.display());
+    let out = common::allocsoak()
+        .args(["fuzz", "--target", "alloc_ops", "--target", "heap_api"])
+        .args(["--allocator", &spec, "--secs", "5"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = found(&text);
+    assert_eq!(runs.len(), 2, "{text}");
+    assert!(
+        out.status.success() && runs.iter().all(|(_, _, f)| f == "none"),
+        "mimalloc 2.2.5 as dylib had findings:\n{text}"
+    );
+}
+
+/// A library whose constructor overflows a heap block: ASan reports it
+/// while the harness loads the allocator, before any program ran.
+const FAILS_AT_LOAD: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+void *t_malloc(size_t n) { return malloc(n); }
+void t_free(void *p) { free(p); }
+__attribute__((constructor)) static void start(void) {
+    char *p = malloc(8);
+    memset(p, 0, 9);
+    free(p);
+}
+"#;
+
+#[test]
+fn a_library_that_fails_while_loading_is_an_error_of_the_run_not_a_finding() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("fails.c");
+    std::fs::write(&source, FAILS_AT_LOAD).unwrap();
+    let lib = dir.path().join("libfails.so");
+    let clang =
+        soak::engines::project::clang().expect("clang matching nightly's LLVM (just setup)");
+    let status = Command::new(clang)
+        .args([
+            "-O0",
+            "-fPIC",
+            "-shared",
+            "-fsanitize=fuzzer-no-link,address",
+        ])
+        .args(["-fsanitize-recover=address", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let spec = format!("dylib:{}:t_", lib.display());
+    let out = common::allocsoak()
+        .args(["fuzz", "--target", "alloc_ops", "--allocator", &spec])
+        .args(["--secs", "5"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(found(&stdout).is_empty(), "filed as a finding:\n{stdout}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("did not start"))
+        .unwrap_or_else(|| panic!("no start-up error:\n{stdout}{stderr}"));
+    assert!(
+        line.contains(&format!(
+            "allocator `{spec}` did not start: start-up failed while loading the allocator"
+        )) && line.contains("heap-buffer-overflow"),
+        "{line}"
+    );
+    assert!(Path::new(&lib).exists());
+}
