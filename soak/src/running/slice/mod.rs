@@ -3,11 +3,11 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use shadow::Target;
 
 use crate::engines::Engine;
@@ -93,7 +93,13 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
                 command.get_program().to_string_lossy()
             )
         })?;
-    let (stopped, parked) = wait(soak, child, secs, slice_id, &scratch)?;
+    let (stopped, parked, status) = wait(soak, child, secs, slice_id, &scratch)?;
+    // A harness that did not start fuzzed nothing: the slice is recorded
+    // and its scratch goes as any other's, and the soak hears why.
+    let not_started = (status.code() == Some(shadow::sanitizer::EXIT_STARTUP)).then(|| {
+        let log = std::fs::read_to_string(scratch.join("fuzz.log")).unwrap_or_default();
+        libfuzzer::startup_error(&slot.allocator, &log)
+    });
     finish(
         soak,
         slice_id,
@@ -101,7 +107,11 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         start.elapsed().as_secs_f64(),
         stopped,
         parked,
-    )
+    )?;
+    match not_started {
+        Some(error) => bail!("{error}"),
+        None => Ok(()),
+    }
 }
 
 /// What one slice's engine run is given besides its slot.
@@ -197,14 +207,15 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
 /// crash report (its symbolizer killed) ignores SIGINT. Every few seconds
 /// it parks the sound violations the slice saved, so they are filed while
 /// it runs.
-/// Whether the soak asked it to stop, and how many findings it parked.
+/// Whether the soak asked it to stop, how many findings it parked, and how
+/// the engine exited.
 fn wait(
     soak: &Soak,
     mut child: Child,
     secs: u64,
     slice_id: i64,
     scratch: &Path,
-) -> Result<(bool, u64)> {
+) -> Result<(bool, u64, ExitStatus)> {
     const GRACE: Duration = Duration::from_secs(3);
     const PARK_EVERY: Duration = Duration::from_secs(10);
     let start = Instant::now();
@@ -215,8 +226,8 @@ fn wait(
     let mut stopped = false;
     let mut signalled: Option<Instant> = None;
     loop {
-        if child.try_wait()?.is_some() {
-            return Ok((stopped, parked));
+        if let Some(status) = child.try_wait()? {
+            return Ok((stopped, parked, status));
         }
         if last_park.elapsed() >= PARK_EVERY {
             last_park = Instant::now();
