@@ -6,9 +6,10 @@
 //! `allocsoak build`'s CC and CFLAGS), then partially linked with a shim
 //! into one object in which every symbol but the shim's handle,
 //! `allocsoak_c_<ident>`, is made local (`ld -r`, then `objcopy
-//! --keep-global-symbol`), and whose COMDAT groups are dissolved (`objcopy
-//! --remove-section=.group`: the linker would otherwise keep one group of
-//! a name across objects, such as one function's code and counters). So a declared allocator whose functions share
+//! --keep-global-symbol`), and renamed into the allocator's own namespace
+//! with the COMDAT groups named after them (`objcopy --redefine-syms`: the
+//! linker keeps one group of a name across objects, such as one function's
+//! code and counters). So a declared allocator whose functions share
 //! names with another's (an older mimalloc's sources, prefix `mi_`, beside
 //! the bundled mimalloc that `diff_mimalloc` compares against, or a second
 //! declared allocator) neither replaces it nor calls into it: each call
@@ -95,17 +96,21 @@ pub fn build(
         .arg(&linked)
         .args(&objects)
         .args(&shim_objects));
-    // Local symbols are not enough: the compiler puts a function's code,
-    // its coverage counters and ASan's metadata of a global in a COMDAT
-    // group named after it (`_mi_heap_default_key`, `.data.options`), and
-    // the linker keeps one group per name across all objects. A group of
+    // Local symbols are not enough: the compiler puts a function's code
+    // with its coverage counters, and a global with ASan's metadata, in a
+    // COMDAT group named after it (`_mi_heap_default_key`, `options`), and
+    // the linker keeps one group of a name across all objects. A group of
     // the bundled mimalloc's would then win over this object's, leaving
-    // references to a discarded section. `ld -r` has already merged the
-    // groups among these sources, so the group sections go: their members
-    // stay, as plain sections of this object alone.
+    // references to a discarded section. So every symbol the object
+    // defines is renamed into the allocator's own namespace, and the
+    // groups named after them with it; a group kept whole still holds a
+    // function's counters and PC table together (dissolving the groups
+    // would let the linker drop one without the other).
+    let renames = out.join(format!("declared_{ident}.renames"));
+    write(&renames, &renamed(ident, &all_defined_symbols(&linked)));
     run(Command::new("objcopy")
         .arg(format!("--keep-global-symbol=allocsoak_c_{ident}"))
-        .arg("--remove-section=.group")
+        .arg(format!("--redefine-syms={}", renames.display()))
         .arg(&linked));
     let archive = out.join(format!("libdeclared_{ident}.a"));
     let _ = std::fs::remove_file(&archive);
@@ -120,6 +125,35 @@ fn defined_symbols(objects: &[PathBuf]) -> Vec<String> {
         .args(["--defined-only", "--extern-only", "--format=posix"])
         .args(objects));
     parse_nm(&text)
+}
+
+/// Every symbol `object` defines, local ones too (`nm --defined-only`).
+fn all_defined_symbols(object: &Path) -> Vec<String> {
+    let text = run(Command::new("nm")
+        .args(["--defined-only", "--format=posix"])
+        .arg(object));
+    parse_nm(&text)
+}
+
+/// Symbols the sanitizers' module constructors share across all objects
+/// by design (one of each runs, registering every object's globals and
+/// counters once): never renamed.
+const SHARED: [&str; 3] = [
+    "asan.module_",
+    "sancov.module_",
+    "___asan_globals_registered",
+];
+
+/// `objcopy --redefine-syms` lines moving `defined` into `ident`'s own
+/// namespace (`allocsoak.<ident>.<name>`), but for the shim's handle and
+/// the [`SHARED`] symbols.
+fn renamed(ident: &str, defined: &[String]) -> String {
+    let handle = format!("allocsoak_c_{ident}");
+    defined
+        .iter()
+        .filter(|s| **s != handle && !SHARED.iter().any(|p| s.starts_with(p)))
+        .map(|s| format!("{s} allocsoak.{ident}.{s}\n"))
+        .collect()
 }
 
 /// The names in `nm --format=posix` output: `name type value [size]` per
@@ -205,6 +239,26 @@ mod tests {
     fn nm_output_reads_as_names() {
         let text = "a.o:\nt_free T 40 20\nt_malloc T 0 30\n\nshim.o:\nt_malloc T 0 30\n";
         assert_eq!(parse_nm(text), ["t_free", "t_malloc"]);
+    }
+
+    #[test]
+    fn every_defined_symbol_moves_but_the_handle_and_the_sanitizers_shared_ones() {
+        let defined = [
+            "mi_malloc",
+            "_mi_heap_default_key",
+            ".str.1b14",
+            "allocsoak_c_mi",
+            "asan.module_ctor",
+            "sancov.module_ctor_8bit_counters",
+            "___asan_globals_registered",
+        ]
+        .map(String::from);
+        assert_eq!(
+            renamed("mi", &defined),
+            "mi_malloc allocsoak.mi.mi_malloc\n\
+             _mi_heap_default_key allocsoak.mi._mi_heap_default_key\n\
+             .str.1b14 allocsoak.mi..str.1b14\n"
+        );
     }
 
     #[test]
