@@ -17,7 +17,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::with_config;
+use common::{found, with_config};
 
 /// The test's own copy of `testdata/declared`, outside the checkout.
 fn author_repo() -> PathBuf {
@@ -45,22 +45,6 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(&path, &dest).unwrap();
         }
     }
-}
-
-/// What `allocsoak fuzz` found per (target, allocator) line, sorted (its
-/// pairs run two at a time, and print as they end).
-fn found(text: &str) -> Vec<(String, String, String)> {
-    let mut found: Vec<_> = text
-        .lines()
-        .filter_map(|l| {
-            let mut words = l.strip_prefix("fuzz ")?.split_whitespace();
-            let (target, allocator) = (words.next()?, words.next()?);
-            let found = words.find_map(|w| w.strip_prefix("found="))?;
-            Some((target.into(), allocator.into(), found.into()))
-        })
-        .collect();
-    found.sort();
-    found
 }
 
 #[test]

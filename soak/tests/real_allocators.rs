@@ -21,7 +21,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{registry_crate, with_config};
+use common::{found, registry_crate, run_allocsoak, with_config};
 use shadow::Target;
 use soak::engines::project::{Build, Project};
 
@@ -35,21 +35,6 @@ fn mimalloc_sources(sys_version: &str) -> (PathBuf, PathBuf) {
         false => c,
     };
     (c.join("src/static.c"), c.join("include"))
-}
-
-/// What `allocsoak fuzz` found per (target, allocator) line, sorted.
-fn found(text: &str) -> Vec<(String, String, String)> {
-    let mut found: Vec<_> = text
-        .lines()
-        .filter_map(|l| {
-            let mut words = l.strip_prefix("fuzz ")?.split_whitespace();
-            let (target, allocator) = (words.next()?, words.next()?);
-            let found = words.find_map(|w| w.strip_prefix("found="))?;
-            Some((target.into(), allocator.into(), found.into()))
-        })
-        .collect();
-    found.sort();
-    found
 }
 
 #[test]
@@ -186,15 +171,19 @@ fn a_mimalloc_release_as_dylib_binds_to_its_own_code() {
         .unwrap();
     assert!(status.success(), "compiling mimalloc 2.2.5 failed");
     let spec = format!("dylib:{}:mi_", lib.display());
-    let out = common::allocsoak()
-        .args(["fuzz", "--target", "alloc_ops", "--target", "heap_api"])
-        .args(["--allocator", &spec, "--secs", "5"])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let (out, text) = run_allocsoak(
+        common::allocsoak(),
+        &[
+            "fuzz",
+            "--target",
+            "alloc_ops",
+            "--target",
+            "heap_api",
+            "--allocator",
+            &spec,
+            "--secs",
+            "5",
+        ],
     );
     let runs = found(&text);
     assert_eq!(runs.len(), 2, "{text}");

@@ -19,18 +19,37 @@ pub fn allocsoak() -> Command {
 /// `allocsoak --config <config> <args>`, run to its end: its output, and
 /// its stdout then stderr as one text.
 pub fn with_config(config: &Path, args: &[&str]) -> (Output, String) {
-    let out = allocsoak()
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap();
+    let mut cmd = allocsoak();
+    cmd.arg("--config").arg(config);
+    run_allocsoak(cmd, args)
+}
+
+/// `allocsoak <args>` (`cmd`, with what precedes them) run to its end: its
+/// output, and its stdout then stderr as one text.
+pub fn run_allocsoak(mut cmd: Command, args: &[&str]) -> (Output, String) {
+    let out = cmd.args(args).output().unwrap();
     let text = format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     (out, text)
+}
+
+/// What `allocsoak fuzz` found per (target, allocator) line, sorted (its
+/// pairs run two at a time, and print as they end).
+pub fn found(text: &str) -> Vec<(String, String, String)> {
+    let mut found: Vec<_> = text
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.strip_prefix("fuzz ")?.split_whitespace();
+            let (target, allocator) = (words.next()?, words.next()?);
+            let found = words.find_map(|w| w.strip_prefix("found="))?;
+            Some((target.into(), allocator.into(), found.into()))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// A soak of `args` on `state`, which must succeed. Drift workers are off
