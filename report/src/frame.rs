@@ -206,12 +206,14 @@ fn split_location(location: &str) -> (&str, Option<u32>) {
 
 /// A symbolized function name as a signature uses it: no Rust hash suffix
 /// (`::h0123456789abcdef`), no module suffix (`(/lib/x.so+0x10)`), no
-/// trailing generic arguments, and `<Type>::f` as `Type::f`.
+/// trailing generic arguments, `<Type>::f` as `Type::f`, and a declared C
+/// allocator's function under the name its author wrote.
 fn normalize_function(name: &str) -> String {
     let mut name = name.trim();
     if let Some(i) = name.find(" (/") {
         name = &name[..i];
     }
+    name = declared_name(name);
     if let Some((head, hash)) = name.rsplit_once("::h") {
         if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             name = head;
@@ -235,6 +237,17 @@ fn normalize_function(name: &str) -> String {
         }
     }
     name.to_string()
+}
+
+/// A declared C allocator's symbol as its author named it: `declared-c`
+/// renames each into `allocsoak.<ident>.<name>` so two releases link side
+/// by side, and the symbolizer names an outermost frame by that symbol but
+/// an inlined one by its source name, so a key that kept the namespace
+/// would split one bug by inlining.
+pub fn declared_name(name: &str) -> &str {
+    name.strip_prefix("allocsoak.")
+        .and_then(|rest| rest.split_once('.'))
+        .map_or(name, |(_, own)| own)
 }
 
 /// The index of the `<` matching the `>` that ends `name` (a `->` inside is
@@ -342,6 +355,8 @@ mod tests {
             "std::sys::backtrace::__rust_end_short_backtrace"
         );
         assert_eq!(normalize_function("map<fn(usize) -> u8>"), "map");
+        assert_eq!(normalize_function("allocsoak.tiny.t_malloc"), "t_malloc");
+        assert_eq!(normalize_function("allocsoak.mi..str.1b14"), ".str.1b14");
         assert_eq!(
             normalize_function("<zoo::Zoo as shadow::allocator::Allocator>::free"),
             "<zoo::Zoo as shadow::allocator::Allocator>::free"

@@ -33,7 +33,7 @@ mod parse;
 pub mod record;
 mod signature;
 
-pub use frame::Frame;
+pub use frame::{declared_name, Frame};
 pub use parse::{reported_address, reported_region, HELD_BLOCK};
 pub use record::{Ending, Record};
 pub use signature::{kind, stack, Signature, DEADLY};

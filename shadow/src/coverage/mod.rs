@@ -420,9 +420,12 @@ impl Symbols {
         (start <= pc && pc < end).then_some(i)
     }
 
-    /// Function `f`'s name, demangled, without its hash.
+    /// Function `f`'s name, demangled, without its hash, and as its
+    /// author wrote it when `declared-c` renamed it
+    /// ([`report::declared_name`]).
     fn name(&self, f: usize) -> String {
-        format!("{:#}", rustc_demangle::demangle(self.functions[f].2))
+        let name = report::declared_name(self.functions[f].2);
+        format!("{:#}", rustc_demangle::demangle(name))
     }
 }
 
