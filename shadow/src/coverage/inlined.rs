@@ -1,5 +1,5 @@
-//! The inlined functions a counter's code came from, read from the
-//! executable's DWARF (`addr2line`), as a symbolizer names a stack's
+//! The inlined functions a counter's code came from, read from its
+//! object's DWARF (`addr2line`), as a symbolizer names a stack's
 //! inlined frames. A helper the compiler inlined into several entry points
 //! (`t_malloc` into `t_calloc` and `t_realloc`) then names its counters
 //! in each of them alike, so one bug in it is one path inside the others.
@@ -13,16 +13,18 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use gimli::{EndianSlice, RunTimeEndian};
+
+use super::objects::Object;
 
 type Slice = EndianSlice<'static, RunTimeEndian>;
 type Context = addr2line::Context<Slice>;
 
-/// The executable's DWARF, parsed on first use (a replay that keys a
+/// An object's DWARF, parsed on first use (a replay that keys a
 /// violation), with the frames found so far by PC.
-struct Frames {
+pub(super) struct Frames {
     context: Context,
     /// (the directory of a crate's root file, that crate), longest first.
     crates: Vec<(PathBuf, String)>,
@@ -37,12 +39,12 @@ struct Frame {
     by_file: bool,
 }
 
-fn frames() -> Option<&'static Mutex<Frames>> {
-    static FRAMES: OnceLock<Option<Mutex<Frames>>> = OnceLock::new();
-    FRAMES
+fn frames(object: &'static Object) -> Option<&'static Mutex<Frames>> {
+    object
+        .frames
         .get_or_init(|| {
-            use object::{Object, ObjectSection};
-            let file = object::File::parse(&**super::exe()?).ok()?;
+            use object::{Object as _, ObjectSection};
+            let file = object::File::parse(object.bytes).ok()?;
             let dwarf = gimli::Dwarf::load(|id| -> Result<_, gimli::Error> {
                 let data = file
                     .section_by_name(id.name())
@@ -64,13 +66,13 @@ fn frames() -> Option<&'static Mutex<Frames>> {
 
 /// The functions inlined at link-time address `pc` that are the
 /// allocator's code ([`super::is_allocator_code`]) and have a path in the
-/// DWARF, innermost first: empty when the counter is the containing
-/// function's own code, or the executable has no DWARF for it. All of
+/// DWARF of `object`, innermost first: empty when the counter is the
+/// containing function's own code, or the object has no DWARF for it. All of
 /// them, not the innermost alone: after optimization a block of an
 /// inlined helper may be attributed to its caller, so only the whole
 /// chain names every helper a call ran.
-pub fn names_at(pc: usize) -> Vec<String> {
-    frames_at(pc)
+pub(super) fn names_at(object: &'static Object, pc: usize) -> Vec<String> {
+    frames_at(object, pc)
         .into_iter()
         .filter(|f| !f.by_file)
         .map(|f| f.name)
@@ -80,12 +82,12 @@ pub fn names_at(pc: usize) -> Vec<String> {
 /// The innermost function inlined at link-time address `pc` that is the
 /// allocator's code, a bare-named one too (named by its crate): what a
 /// symbolizer names the frame of the instruction that computed a value.
-pub fn innermost_at(pc: usize) -> Option<String> {
-    frames_at(pc).into_iter().next().map(|f| f.name)
+pub(super) fn innermost_at(object: &'static Object, pc: usize) -> Option<String> {
+    frames_at(object, pc).into_iter().next().map(|f| f.name)
 }
 
-fn frames_at(pc: usize) -> Vec<Frame> {
-    let Some(frames) = frames() else {
+fn frames_at(object: &'static Object, pc: usize) -> Vec<Frame> {
+    let Some(frames) = frames(object) else {
         return Vec::new();
     };
     let mut frames = frames.lock().unwrap_or_else(|e| e.into_inner());

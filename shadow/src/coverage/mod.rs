@@ -1,8 +1,9 @@
 //! Which allocator code an op ran: the SanitizerCoverage counters
 //! (`-sanitizer-coverage-inline-8bit-counters`, the `__sancov_cntrs`
 //! section) that its allocator calls moved, named by the functions they sit
-//! in (the PC table, `__sancov_pcs`, holds one PC per counter; the binary's
-//! symbol table names it). A violation of what a call returned is keyed by
+//! in (the PC table, `__sancov_pcs`, holds one PC per counter; the symbol
+//! table of the object it is in names it: the executable's, or a `dylib:`
+//! allocator's own, see [`objects`]). A violation of what a call returned is keyed by
 //! that path ([`crate::violation::Report::path`]), as a crash is keyed by
 //! its stack: one bug reached through `alloc` and `alloc-zeroed`, in any
 //! size tier or target, runs the same allocator functions.
@@ -19,28 +20,32 @@
 //! the sanitizer runtime are left out.
 
 mod inlined;
+mod objects;
 mod owner;
 
 pub use owner::{crate_of_symbol, is_allocator_code, uncovered_crates};
 
 use std::collections::BTreeSet;
-use std::ffi::c_void;
 use std::ops::Range;
 use std::sync::{Mutex, OnceLock};
 
-/// The counters and PC table of this process, where they are mapped.
+/// The counters of this process's instrumented objects that are in the
+/// allocator's own functions: the only ones copied around a call (25,108
+/// of alloc_ops' 94,373, most of them the reference mimalloc's C; all of a
+/// `dylib:`'s). A snapshot is their bytes, run after run.
 struct Probe {
-    /// The section's counters, one byte each.
+    runs: Vec<Run>,
+}
+
+/// Consecutive counters of one object, with their PC table entries.
+struct Run {
+    /// The first counter, one byte each, `len` of them.
     counters: *const u8,
-    len: usize,
     /// `len` pairs of (PC, flags), as the loader relocated them.
     pcs: *const [usize; 2],
-    /// What the loader added to every link-time address.
-    bias: usize,
-    /// The counters in the allocator's own functions, as runs of
-    /// indices: the only ones copied around a call (25,108 of alloc_ops'
-    /// 94,373, most of them the reference mimalloc's C).
-    watched: Vec<Range<usize>>,
+    len: usize,
+    /// Where its first counter is in a snapshot.
+    at: usize,
 }
 
 // SAFETY: the probe only holds addresses of sections that live as long as
@@ -52,7 +57,8 @@ unsafe impl Sync for Probe {}
 
 /// The counters before the current call, and the ones the op moved: by
 /// its own calls, and by the queries the checks made of what they returned
-/// (a usable size, a good size).
+/// (a usable size, a good size). Counters are named by their place in a
+/// snapshot.
 #[derive(Default)]
 struct Op {
     before: Vec<u8>,
@@ -75,129 +81,119 @@ fn probe() -> Option<&'static Probe> {
         .as_ref()
 }
 
-/// This process's executable, mapped.
-fn exe() -> Option<&'static memmap2::Mmap> {
-    static EXE: OnceLock<Option<memmap2::Mmap>> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let file = std::fs::File::open("/proc/self/exe").ok()?;
-        // SAFETY: the executable of a running process is not written to
-        // (the kernel refuses writes to it: ETXTBSY).
-        unsafe { memmap2::Mmap::map(&file) }.ok()
-    })
-    .as_ref()
+/// Locates every object's sections through its section headers.
+fn find() -> Option<Probe> {
+    let mut runs = Vec::new();
+    for object in objects::objects() {
+        let Some((counters, pcs, len)) = sections(object) else {
+            continue;
+        };
+        for run in allocator_counters(object, pcs, len) {
+            let at = runs.last().map_or(0, |r: &Run| r.at + r.len);
+            // SAFETY: `run` lies below `len`, the sections' length.
+            let (counters, pcs) = unsafe { (counters.add(run.start), pcs.add(run.start)) };
+            runs.push(Run {
+                counters,
+                pcs,
+                len: run.len(),
+                at,
+            });
+        }
+    }
+    (!runs.is_empty()).then_some(Probe { runs })
 }
 
-/// Locates the sections through the executable's section headers.
-fn find() -> Option<Probe> {
+/// An object's counters and PC table where they are mapped, and how many
+/// counters it has.
+fn sections(object: &objects::Object) -> Option<(*const u8, *const [usize; 2], usize)> {
     use object::{Object, ObjectSection};
-    let file = object::File::parse(&**exe()?).ok()?;
+    let file = object::File::parse(object.bytes).ok()?;
     let counters = file.section_by_name("__sancov_cntrs")?;
     let pcs = file.section_by_name("__sancov_pcs")?;
     let len = counters.size() as usize;
     if len == 0 || pcs.size() as usize != len * 16 {
         return None;
     }
-    let bias = load_bias();
-    let mut probe = Probe {
-        counters: (counters.address() as usize + bias) as *const u8,
+    Some((
+        (counters.address() as usize + object.bias) as *const u8,
+        (pcs.address() as usize + object.bias) as *const [usize; 2],
         len,
-        pcs: (pcs.address() as usize + bias) as *const [usize; 2],
-        bias,
-        watched: Vec::new(),
-    };
-    probe.watched = probe.allocator_counters(symbols()?);
-    Some(probe)
+    ))
 }
 
-/// The executable's load bias (its first program header list, which
-/// `dl_iterate_phdr` visits first).
-fn load_bias() -> usize {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> libc::c_int {
-        // SAFETY: `info` is the loader's record of one object, valid for
-        // this call; `data` is the `usize` passed below.
-        unsafe { *(data as *mut usize) = (*info).dlpi_addr as usize };
-        1
+/// The runs of an object's counters whose code is in the allocator's own
+/// functions (a function's counters are consecutive). Each function is
+/// demangled and judged once, when its first counter is met: a replay
+/// process pays this at its start.
+fn allocator_counters(
+    object: &objects::Object,
+    pcs: *const [usize; 2],
+    len: usize,
+) -> Vec<Range<usize>> {
+    let symbols = &object.symbols;
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    let mut last: Option<(usize, bool)> = None;
+    for i in 0..len {
+        // SAFETY: `i < len`, and the PC table holds `len` pairs for the
+        // whole process.
+        let pc = unsafe { (*pcs.add(i))[0] }.wrapping_sub(object.bias);
+        let mine = symbols.function_at(pc).is_some_and(|f| match last {
+            Some((seen, mine)) if seen == f => mine,
+            _ => {
+                let mine = is_allocator_code(&symbols.name(f));
+                last = Some((f, mine));
+                mine
+            }
+        });
+        match runs.last_mut() {
+            Some(run) if mine && run.end == i => run.end = i + 1,
+            _ if mine => runs.push(i..i + 1),
+            _ => {}
+        }
     }
-    let mut bias = 0usize;
-    // SAFETY: the callback writes only through `data`, a live `usize`.
-    unsafe { libc::dl_iterate_phdr(Some(first), &mut bias as *mut usize as *mut c_void) };
-    bias
+    runs
 }
 
 impl Probe {
-    /// The runs of counters whose code is in the allocator's own
-    /// functions (a function's counters are consecutive). Each function
-    /// is demangled and judged once, when its first counter is met: a
-    /// replay process pays this at its start.
-    fn allocator_counters(&self, symbols: &Symbols) -> Vec<Range<usize>> {
-        let mut runs: Vec<Range<usize>> = Vec::new();
-        let mut last: Option<(usize, bool)> = None;
-        for i in 0..self.len {
-            let mine = symbols.function_at(self.pc(i)).is_some_and(|f| match last {
-                Some((seen, mine)) if seen == f => mine,
-                _ => {
-                    let mine = is_allocator_code(&symbols.name(f));
-                    last = Some((f, mine));
-                    mine
-                }
-            });
-            match runs.last_mut() {
-                Some(run) if mine && run.end == i => run.end = i + 1,
-                _ if mine => runs.push(i..i + 1),
-                _ => {}
-            }
-        }
-        runs
-    }
-
     /// The watched counters now, run after run.
     fn snapshot(&self, into: &mut Vec<u8>) {
         into.clear();
-        for run in &self.watched {
-            // SAFETY: `counters` is the start of a writable section of
-            // `len` bytes mapped for the whole process, and every run lies
-            // below `len`; any byte is a valid u8. Instrumented code on
-            // other threads may bump a counter while it is read (plain byte
-            // stores the compiler inserted, outside Rust's model, which
-            // libFuzzer reads the same way): a torn view only misses or adds
-            // that one counter.
-            let counters =
-                unsafe { std::slice::from_raw_parts(self.counters.add(run.start), run.len()) };
+        for run in &self.runs {
+            // SAFETY: `counters` is the start of `len` bytes in a writable
+            // section mapped for the whole process; any byte is a valid u8.
+            // Instrumented code on other threads may bump a counter while
+            // it is read (plain byte stores the compiler inserted, outside
+            // Rust's model, which libFuzzer reads the same way): a torn
+            // view only misses or adds that one counter.
+            let counters = unsafe { std::slice::from_raw_parts(run.counters, run.len) };
             into.extend_from_slice(counters);
         }
     }
 
-    /// The counter indices where two snapshots differ, compared a chunk
-    /// at a time (few chunks differ in one call), so a replay of many
-    /// programs stays fast.
-    fn moved<'a>(&'a self, before: &'a [u8], after: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
+    /// The places where two snapshots differ, compared a chunk at a time
+    /// (few chunks differ in one call), so a replay of many programs stays
+    /// fast.
+    fn moved<'a>(before: &'a [u8], after: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
         const CHUNK: usize = 256;
-        let mut at = 0;
-        self.watched.iter().flat_map(move |run| {
-            let (b, a) = (&before[at..at + run.len()], &after[at..at + run.len()]);
-            at += run.len();
-            b.chunks(CHUNK)
-                .zip(a.chunks(CHUNK))
-                .enumerate()
-                .filter(|(_, (b, a))| b != a)
-                .flat_map(move |(c, (b, a))| {
-                    (0..b.len())
-                        .filter(move |&k| a[k] != b[k])
-                        .map(move |k| run.start + c * CHUNK + k)
-                })
-        })
+        before
+            .chunks(CHUNK)
+            .zip(after.chunks(CHUNK))
+            .enumerate()
+            .filter(|(_, (b, a))| b != a)
+            .flat_map(move |(c, (b, a))| {
+                (0..b.len())
+                    .filter(move |&k| a[k] != b[k])
+                    .map(move |k| c * CHUNK + k)
+            })
     }
 
-    /// The link-time address of counter `i`'s code.
+    /// The runtime address of the code of the counter at snapshot place `i`.
     fn pc(&self, i: usize) -> usize {
-        // SAFETY: `i < len` (a counter that moved), and the PC table holds
-        // `len` pairs for the whole process.
-        let pc = unsafe { (*self.pcs.add(i))[0] };
-        pc.wrapping_sub(self.bias)
+        let run = &self.runs[self.runs.partition_point(|r| r.at <= i) - 1];
+        // SAFETY: `i` is a place in a snapshot, so `i - run.at < run.len`,
+        // and the PC table holds that many pairs from `pcs` for the whole
+        // process.
+        unsafe { (*run.pcs.add(i - run.at))[0] }
     }
 }
 
@@ -241,7 +237,7 @@ fn moving<R>(query: bool, f: impl FnOnce() -> R) -> R {
     let op = op.get_or_insert_with(Op::default);
     let mut after = std::mem::take(&mut op.after);
     probe.snapshot(&mut after);
-    let moved: Vec<usize> = probe.moved(&op.before, &after).collect();
+    let moved: Vec<usize> = Probe::moved(&op.before, &after).collect();
     let into = if query {
         &mut op.queried
     } else {
@@ -297,22 +293,21 @@ fn path(of: PathOf, now: bool) -> Vec<String> {
             if now && op.calling {
                 let mut counters = Vec::new();
                 probe.snapshot(&mut counters);
-                moved.extend(probe.moved(&op.before, &counters));
+                moved.extend(Probe::moved(&op.before, &counters));
             }
             moved
         })
-    };
-    let Some(symbols) = symbols() else {
-        return Vec::new();
     };
     // Each counter names its function and the helpers inlined into it
     // that its code came from, as a stack names inlined frames.
     let mut names: BTreeSet<String> = BTreeSet::new();
     for i in moved {
-        let pc = probe.pc(i);
-        if let Some(f) = symbols.function_at(pc) {
-            names.insert(symbols.name(f));
-            names.extend(inlined::names_at(pc));
+        let Some((object, pc)) = objects::at(probe.pc(i)) else {
+            continue;
+        };
+        if let Some(f) = object.symbols.function_at(pc) {
+            names.insert(object.symbols.name(f));
+            names.extend(inlined::names_at(object, pc));
         }
     }
     names.into_iter().collect()
@@ -328,15 +323,15 @@ fn path(of: PathOf, now: bool) -> Vec<String> {
 fn allocator_frame(pc: usize, bare: bool) -> Option<String> {
     // The byte before a return address (or the PC after a store) is in
     // the call (the store) itself.
-    let at = pc.checked_sub(load_bias() + 1)?;
+    let (object, at) = objects::at(pc.checked_sub(1)?)?;
     let inlined = match bare {
-        true => inlined::innermost_at(at),
-        false => inlined::names_at(at).into_iter().next(),
+        true => inlined::innermost_at(object, at),
+        false => inlined::names_at(object, at).into_iter().next(),
     };
     if let Some(inlined) = inlined {
         return Some(inlined);
     }
-    let symbols = symbols()?;
+    let symbols = &object.symbols;
     let name = symbols.name(symbols.function_at(at)?);
     is_allocator_code(&name).then_some(name)
 }
@@ -360,73 +355,29 @@ pub fn producer(stack: &[usize]) -> Option<String> {
     allocator_frame(*stack.first()?, true)
 }
 
-/// The runtime address ranges of the executable's functions that are the
+/// The runtime address ranges of the objects' functions that are the
 /// allocator's code ([`is_allocator_code`]), sorted, adjacent ones
 /// joined: what the stepper of [`crate::writer`] steps through (it steps
 /// over the rest). Empty without a symbol table.
 pub fn allocator_code() -> Vec<Range<usize>> {
-    let Some(symbols) = symbols() else {
-        return Vec::new();
-    };
-    let bias = load_bias();
-    let mut code: Vec<Range<usize>> = Vec::new();
-    for (f, &(start, end, _)) in symbols.functions.iter().enumerate() {
-        if !is_allocator_code(&symbols.name(f)) {
-            continue;
+    let mut functions: Vec<Range<usize>> = Vec::new();
+    for object in objects::objects() {
+        let symbols = &object.symbols;
+        for (f, &(start, end, _)) in symbols.functions.iter().enumerate() {
+            if is_allocator_code(&symbols.name(f)) {
+                functions.push(start + object.bias..end + object.bias);
+            }
         }
-        let (start, end) = (start + bias, end + bias);
+    }
+    functions.sort_by_key(|r| r.start);
+    let mut code: Vec<Range<usize>> = Vec::new();
+    for f in functions {
         match code.last_mut() {
-            Some(last) if last.end >= start => last.end = last.end.max(end),
-            _ => code.push(start..end),
+            Some(last) if last.end >= f.start => last.end = last.end.max(f.end),
+            _ => code.push(f),
         }
     }
     code
-}
-
-/// The executable's functions, by address.
-struct Symbols {
-    /// (start, end, mangled name), sorted by start.
-    functions: Vec<(usize, usize, &'static str)>,
-}
-
-fn symbols() -> Option<&'static Symbols> {
-    static SYMBOLS: OnceLock<Option<Symbols>> = OnceLock::new();
-    SYMBOLS
-        .get_or_init(|| {
-            use object::{Object, ObjectSymbol, SymbolKind};
-            let file = object::File::parse(&**exe()?).ok()?;
-            let mut functions: Vec<(usize, usize, &'static str)> = file
-                .symbols()
-                .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
-                .filter_map(|s| {
-                    let start = s.address() as usize;
-                    Some((start, start + s.size() as usize, s.name().ok()?))
-                })
-                .collect();
-            functions.sort();
-            Some(Symbols { functions })
-        })
-        .as_ref()
-}
-
-impl Symbols {
-    /// The function whose code holds `pc`, by its index.
-    fn function_at(&self, pc: usize) -> Option<usize> {
-        let i = self
-            .functions
-            .partition_point(|f| f.0 <= pc)
-            .checked_sub(1)?;
-        let (start, end, _) = self.functions[i];
-        (start <= pc && pc < end).then_some(i)
-    }
-
-    /// Function `f`'s name, demangled, without its hash, and as its
-    /// author wrote it when `declared-c` renamed it
-    /// ([`report::declared_name`]).
-    fn name(&self, f: usize) -> String {
-        let name = report::declared_name(self.functions[f].2);
-        format!("{:#}", rustc_demangle::demangle(name))
-    }
 }
 
 #[cfg(test)]

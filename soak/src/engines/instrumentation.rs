@@ -17,11 +17,13 @@ use crate::engines::project::{Build, Project};
 const COUNTERS: &str = "__sancov_cntrs";
 
 /// Coverage counters in one static archive or shared object, and how many
-/// of its objects carry them (a shared object is one object).
+/// of its objects carry them (a shared object is one object); whether any
+/// has DWARF (`-g`), which names the helpers inlined into each function.
 pub struct Counters {
     pub counters: u64,
     pub objects: usize,
     pub instrumented: usize,
+    pub debug_info: bool,
 }
 
 /// Counts the coverage counters (one byte each) in a static archive, or in
@@ -33,6 +35,7 @@ pub fn count(path: &Path) -> Result<Counters> {
         counters: 0,
         objects: 0,
         instrumented: 0,
+        debug_info: false,
     };
     let Ok(ar) = ArchiveFile::parse(&*data) else {
         let obj = object::File::parse(&*data).with_context(|| {
@@ -63,6 +66,9 @@ impl Counters {
         self.objects += 1;
         self.counters += size;
         self.instrumented += (size > 0) as usize;
+        self.debug_info |= obj
+            .section_by_name(".debug_info")
+            .is_some_and(|s| s.size() > 0);
     }
 }
 
@@ -182,9 +188,15 @@ pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
         );
         if c.counters == 0 && !dylibs.is_empty() {
             eprintln!(
-                "allocsoak: {} has no coverage counters; build it with {} -fsanitize=fuzzer-no-link,address -fsanitize-recover=address -shared -fPIC",
+                "allocsoak: {} has no coverage counters; build it with {} -g -fsanitize=fuzzer-no-link,address -fsanitize-recover=address -shared -fPIC",
                 path.display(),
                 crate::engines::project::clang().unwrap_or_else(|_| "clang-<nightly's LLVM>".into())
+            );
+        }
+        if !c.debug_info && !dylibs.is_empty() {
+            eprintln!(
+                "allocsoak: {} has no debug info; build it with -g, so a bug in a helper inlined into several entry points is one group and its reports give lines",
+                path.display()
             );
         }
         ok &= c.counters > 0;
