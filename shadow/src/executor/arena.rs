@@ -22,7 +22,9 @@
 //!   what they were when the program started. Each program is measured
 //!   against its own start, so a replay in a fresh process sees what the
 //!   fuzz process saw, and a loss a tolerated finding left behind is not
-//!   charged to the programs after it.
+//!   charged to the programs after it. A program that keeps a block it
+//!   can never free (what an overflowing calloc or an impossible request
+//!   returned, already a finding) is not checked: its loss is that block.
 
 use super::calls::CallGuard;
 use crate::allocator::Allocator;
@@ -66,6 +68,12 @@ impl ArenaProbe {
             probe.at_start = probe.capacity(guard);
         }
         probe
+    }
+
+    /// The program keeps a block it will never free ([`crate::sanitizer::never_freed`]):
+    /// its capacity at the end is not held against its start.
+    pub(super) fn keeps_unfreed(&mut self) {
+        self.at_start = None;
     }
 
     /// The largest block of `align` the allocator serves right now, no

@@ -2,7 +2,6 @@
 //! contents checked as it is adopted), verified, freed, reallocated, its
 //! usable size probed; and the whole heap validated now and then.
 
-use super::more;
 use super::{Executor, On, Origin, Outcome, ReallocCall};
 use crate::allocator::{HeapId, ReallocToZero, ZeroedFrom};
 use crate::edges::IMPOSSIBLE_FROM;
@@ -14,6 +13,15 @@ use crate::sanitizer;
 use crate::violation::{Report, Site, Violation};
 
 impl Executor {
+    /// Keeps block `p` unfreed for good: one the harness cannot say what
+    /// it is (an impossible request's, an overflowing calloc's). Neither
+    /// LeakSanitizer nor the arena's capacity check at the program's end
+    /// counts it a second time.
+    pub(super) fn never_freed(&mut self, p: usize) {
+        sanitizer::never_freed(p);
+        self.arena.keeps_unfreed();
+    }
+
     pub(super) fn alloc_block(
         &mut self,
         size: usize,
@@ -119,7 +127,7 @@ impl Executor {
         let impossible = size >= IMPOSSIBLE_FROM;
         if impossible {
             if p != 0 && self.checked {
-                sanitizer::never_freed(p);
+                self.never_freed(p);
                 self.guard.flag(Violation::ImpossibleSuccess {
                     size,
                     align,
@@ -414,8 +422,8 @@ impl Executor {
                 // The old block may be gone into it, or kept: neither is
                 // used again (nor freed, should the program end at the
                 // violation), nor reported as a leak.
-                sanitizer::never_freed(q);
-                sanitizer::never_freed(b.ptr);
+                self.never_freed(q);
+                self.never_freed(b.ptr);
                 self.shadow.remove(i);
                 self.guard.flag(Violation::ImpossibleSuccess {
                     size: new,
@@ -463,7 +471,7 @@ impl Executor {
                 };
                 (b.align, Some(from))
             }
-            ReallocCall::Unaligned => (more::malloc_align(new), None),
+            ReallocCall::Unaligned => (self.malloc_align(new), None),
         };
         self.adopt(q, new, align, b.heap, Origin::Realloc { old, zero_from })
     }

@@ -22,16 +22,20 @@ use crate::violation::{Site, Violation};
 const BULK_BYTES: usize = 1 << 20;
 
 /// The alignment C's `malloc(size)` promises: 16 on x86-64, 8 for blocks
-/// of 8 bytes or less (see [`crate::allocator::malloc_serves`]).
-pub(super) fn malloc_align(size: usize) -> usize {
-    if size > 8 {
-        16
-    } else {
-        8
-    }
+/// of 8 bytes or less (see [`crate::allocator::malloc_serves`]); no more
+/// than the allocator's largest, which an embedded heap declares smaller
+/// (umm_malloc's blocks are 4-aligned: `max_align = 4`).
+fn malloc_align(size: usize, max_align: usize) -> usize {
+    let promised = if size > 8 { 16 } else { 8 };
+    promised.min(max_align)
 }
 
 impl Executor {
+    /// [`malloc_align`] of this allocator.
+    pub(super) fn malloc_align(&self, size: usize) -> usize {
+        malloc_align(size, self.alloc.max_align())
+    }
+
     /// A fresh block's usable size must be what the allocator's good-size
     /// call promises for its request, where it promises one: exactly, or
     /// an estimate no smaller than the request ([`GoodSize`]).
@@ -231,7 +235,7 @@ impl Executor {
         match (total, p) {
             (None, 0) | (Some(0), 0) => Outcome::Failed,
             (None, p) if self.checked => {
-                sanitizer::never_freed(p);
+                self.never_freed(p);
                 self.guard.flag(Violation::CallocOverflow {
                     count,
                     size,
@@ -240,7 +244,7 @@ impl Executor {
                 Outcome::Failed
             }
             (Some(n), p) if impossible && p != 0 && self.checked => {
-                sanitizer::never_freed(p);
+                self.never_freed(p);
                 self.guard.flag(Violation::ImpossibleSuccess {
                     size: n,
                     align: 1,
@@ -270,7 +274,7 @@ impl Executor {
         if !impossible && !self.shadow.fits(size) {
             return Outcome::Skipped;
         }
-        let align = malloc_align(size);
+        let align = self.malloc_align(size);
         self.guard.set_site(Site::new("realloc-null", size, align));
         let must_fail = self.impossible(size, align);
         match sanitizer::must_fail(must_fail, || {
