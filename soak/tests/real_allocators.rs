@@ -14,7 +14,12 @@
 //!   says (no `-Bsymbolic`): it binds to its own symbols, not the fuzz
 //!   binary's bundled mimalloc, and runs clean;
 //! - a library that fails while it loads: an error of the run, in one line,
-//!   never a finding of the allocator.
+//!   never a finding of the allocator;
+//! - an embedded fixed-heap allocator (umm_malloc, from umm-malloc-sys)
+//!   behind a firmware-style init shim over a static arena, declared with
+//!   its documented limits (4-aligned blocks, one thread, the arena's
+//!   size): a soak files exactly its one real bug, umm_calloc's unchecked
+//!   `num * item_size`, as one group.
 
 mod common;
 
@@ -254,4 +259,77 @@ fn a_library_that_fails_while_loading_is_an_error_of_the_run_not_a_finding() {
         "{line}"
     );
     assert!(Path::new(&lib).exists());
+}
+
+/// umm_malloc's calloc multiplies without an overflow check
+/// (`umm_malloc((size_t)(item_size * num))`, umm_malloc.c in
+/// umm-malloc-sys 0.3.2): a soak files it, and nothing else. Before the
+/// adapter kept the declared contract, the same soak also filed
+/// realloc(NULL) and realloc-plain blocks as misaligned (a 16-byte
+/// promise the heap never made; two groups), and in longer soaks a null
+/// the adapter made up for a realloc it could not align and the calloc's
+/// unfreeable block again as capacity lost: 3 groups in 75 s, 4 in 120.
+#[test]
+fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let umm = registry_crate("umm-malloc-sys", "0.3.2");
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(
+        repo.path().join("shim.c"),
+        "#include <stddef.h>\n#include \"umm_malloc.h\"\n\
+         static _Alignas(16) unsigned char arena[128 * 1024];\n\
+         static int ready;\n\
+         static void init(void) { if (!ready) { umm_init_heap(arena, sizeof arena); ready = 1; } }\n\
+         void *uh_malloc(size_t n) { init(); return umm_malloc(n); }\n\
+         void *uh_calloc(size_t n, size_t s) { init(); return umm_calloc(n, s); }\n\
+         void *uh_realloc(void *p, size_t n) { init(); return umm_realloc(p, n); }\n\
+         void uh_free(void *p) { init(); umm_free(p); }\n",
+    )
+    .unwrap();
+    let src = umm.join("umm_malloc/src");
+    let sources: Vec<PathBuf> = std::iter::once(repo.path().join("shim.c"))
+        .chain(
+            [
+                "umm_malloc.c",
+                "umm_info.c",
+                "umm_integrity.c",
+                "umm_poison.c",
+            ]
+            .map(|f| src.join(f)),
+        )
+        .collect();
+    let include = [
+        umm.join("src"),
+        src.clone(),
+        umm.join("umm_malloc/test/support"),
+    ];
+    // Its blocks are 8 bytes with a 4-byte header; it has no locks of its
+    // own (a critical section the firmware supplies).
+    let config = repo.path().join("allocsoak.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "targets = [\"alloc_ops\"]\n\n[[allocator]]\nname = \"umm\"\nthreads = 1\n\
+             arena = 131072\nmax_align = 4\n[allocator.c]\nsources = {sources:?}\n\
+             include = {include:?}\nprefix = \"uh_\"\n"
+        ),
+    )
+    .unwrap();
+    let (out, text) = with_config(&config, &["build", "--allocator", "umm"]);
+    assert!(out.status.success(), "{text}");
+
+    let state = repo.path().join("state");
+    let config_arg = config.to_str().unwrap();
+    // 75 s: the made-up findings came at 17, 59 and 72 s.
+    common::soak(
+        &state,
+        &["--config", config_arg, "--duration", "75", "--jobs", "1"],
+    );
+    let groups = common::groups(&state);
+    assert!(
+        groups.len() == 1 && groups[0].1 == "calloc-overflow" && groups[0].4.contains("umm_calloc"),
+        "{groups:?}"
+    );
 }
