@@ -339,6 +339,11 @@ fn a_bad_declaration_is_a_one_line_error() {
             "[[allocator]]\nname = \"x\"\ncrate = \"mimalloc\"\nversion = \"0.1\"\nfeatures = [\"secure\", \"v2\"]\nnew = \"mimalloc::MiMalloc\"\n",
             "libmimalloc-sys with the features [secure, v2]",
         ),
+        // A release with a `v2` feature that leaves it off asks for v3.
+        (
+            "[[allocator]]\nname = \"x\"\ncrate = \"mimalloc\"\nversion = \"0.1\"\nnew = \"mimalloc::MiMalloc\"\n",
+            "turn on exactly [v2]",
+        ),
     ] {
         std::fs::write(&config, text).unwrap();
         let (out, err) = with_config(&config, &["build"]);
@@ -348,6 +353,39 @@ fn a_bad_declaration_is_a_one_line_error() {
             "{text}\n{err}"
         );
     }
+}
+
+/// A release of the `mimalloc` crate from before its `v2` feature cannot
+/// ask for mimalloc's v2 line: cargo unifies its libmimalloc-sys with
+/// allocsoak's own build, so it is accepted, and `build` says it runs that
+/// build. Resolution only, not a build.
+#[test]
+fn an_old_wrapper_release_runs_allocsoaks_build_and_says_so() {
+    use soak::engines::project::{Build, Project};
+    use soak::foundation::config::Config;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("old.toml");
+    std::fs::write(
+        &config,
+        "targets = [\"alloc_ops\"]\n\n[[allocator]]\nname = \"mi-0.1.43\"\ncrate = \"mimalloc\"\n\
+         version = \"=0.1.43\"\nnew = \"mimalloc::MiMalloc\"\n",
+    )
+    .unwrap();
+    let config = Config::load(&config).unwrap();
+    let project = Project::find().unwrap().with_config(&config);
+    project.check_declared(Build::Asan).unwrap();
+    project.write_glue(Build::Asan).unwrap();
+    let lines = project
+        .provenance(Build::Asan, &["mi-0.1.43".to_string()])
+        .unwrap();
+    assert!(
+        lines[0].runs.starts_with("crate mimalloc 0.1.43")
+            && lines[0].runs.contains(
+                "it runs allocsoak's own mimalloc 2.3.2 (v2 line) from libmimalloc-sys 0.1.49"
+            ),
+        "{}",
+        lines[0].runs
+    );
 }
 
 /// A release the registry has yanked resolves only from the config's lock

@@ -102,10 +102,51 @@ fn declared(graph: &Metadata, d: &Declared, base: &Path) -> String {
         );
     }
     let krate = d.krate.as_deref().unwrap_or_default();
-    match package(graph, krate) {
-        Some(p) => format!("crate {}", described(graph, p)),
-        None => format!("crate {krate} (not in this build's graph: run `allocsoak build`)"),
+    let Some(p) = package(graph, krate) else {
+        return format!("crate {krate} (not in this build's graph: run `allocsoak build`)");
+    };
+    // A wrapper of a native library allocsoak builds runs allocsoak's
+    // build of it, whatever release of the wrapper (a binary holds one).
+    let native = match (
+        reaches(graph, p, "libmimalloc-sys"),
+        reaches(graph, p, "tikv-jemalloc-sys"),
+    ) {
+        (true, _) => format!("; it runs allocsoak's own {}", mimalloc(graph)),
+        (_, true) => match package(graph, "tikv-jemalloc-sys") {
+            Some(j) => format!(
+                "; it runs allocsoak's own jemalloc from {}",
+                described(graph, j)
+            ),
+            None => String::new(),
+        },
+        _ => String::new(),
+    };
+    format!("crate {}{native}", described(graph, p))
+}
+
+/// Whether package `from` depends on package `name`, directly or not, in
+/// the resolved graph.
+fn reaches(graph: &Metadata, from: &Package, name: &str) -> bool {
+    let Some(resolve) = &graph.resolve else {
+        return false;
+    };
+    let mut stack = vec![&from.id];
+    let mut seen = BTreeSet::new();
+    while let Some(id) = stack.pop() {
+        if graph
+            .packages
+            .iter()
+            .any(|p| p.id == *id && p.name.as_str() == name)
+        {
+            return true;
+        }
+        if seen.insert(id) {
+            if let Some(node) = resolve.nodes.iter().find(|n| n.id == *id) {
+                stack.extend(node.deps.iter().map(|d| &d.pkg));
+            }
+        }
     }
+    false
 }
 
 /// The mimalloc the build links: line and version from the sources of the

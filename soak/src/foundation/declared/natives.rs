@@ -6,9 +6,12 @@
 //! reaches one runs allocsoak's build of it, and its features change
 //! allocsoak's: the `mimalloc` crate's `secure` would make the reference
 //! the secure build, and a crate that asks for no `v2` would run v2
-//! unasked. Both would be silent, so a glue build whose declared crates ask
-//! for other features than allocsoak's build has is refused before
-//! anything builds.
+//! unasked. Both would be silent, so a glue build is refused before
+//! anything builds when its declared crates ask for a feature allocsoak's
+//! build lacks, or could ask for one it has and do not (a release with a
+//! `v2` feature that leaves it off means v3). A release that predates the
+//! feature cannot ask for it: it runs allocsoak's build, accepted, and
+//! `build` says so on its line (`engines/provenance.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -67,7 +70,13 @@ impl Glue {
             let have = features_of(&ours, native)
                 .map(|(_, f)| f)
                 .unwrap_or_default();
-            if asked == have {
+            let extra: BTreeSet<String> = asked.difference(&have).cloned().collect();
+            let could: BTreeSet<String> = have
+                .difference(&asked)
+                .filter(|f| can_ask(&theirs, &id, native.package, f))
+                .cloned()
+                .collect();
+            if extra.is_empty() && could.is_empty() {
                 continue;
             }
             let names: Vec<String> = declared
@@ -173,6 +182,34 @@ fn reaches(metadata: &Metadata, d: &Declared, target: &PackageId) -> bool {
         }
     }
     false
+}
+
+/// Whether a package of the declared graph that depends on `native`
+/// (package `id`) has a feature of its own that turns on the native's
+/// `feature` (`libmimalloc-sys/v2`, `ffi/v2` under a renamed dependency,
+/// `ffi?/v2`): then a declaration could ask for it, and leaving it off
+/// asks for the other build.
+fn can_ask(metadata: &Metadata, id: &PackageId, native: &str, feature: &str) -> bool {
+    let Some(resolve) = &metadata.resolve else {
+        return false;
+    };
+    resolve
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let dep = n.deps.iter().find(|d| d.pkg == *id)?;
+            let package = metadata.packages.iter().find(|p| p.id == n.id)?;
+            Some((package, dep.name.replace('_', "-")))
+        })
+        .any(|(package, dep)| {
+            package.features.values().flatten().any(|value| {
+                let Some((on, f)) = value.split_once('/') else {
+                    return false;
+                };
+                let on = on.trim_end_matches('?').replace('_', "-");
+                f == feature && (on == dep || on == native)
+            })
+        })
 }
 
 fn list(features: &BTreeSet<String>) -> String {
