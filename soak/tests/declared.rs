@@ -342,7 +342,17 @@ fn a_bad_declaration_is_a_one_line_error() {
         // A release with a `v2` feature that leaves it off asks for v3.
         (
             "[[allocator]]\nname = \"x\"\ncrate = \"mimalloc\"\nversion = \"0.1\"\nnew = \"mimalloc::MiMalloc\"\n",
-            "turn on exactly [v2]",
+            "turn on [v2] there",
+        ),
+        // tikv-jemallocator 0.5 is built on tikv-jemalloc-sys 0.5: a
+        // second jemalloc, which cargo cannot link beside allocsoak's.
+        (
+            "[[allocator]]\nname = \"x\"\ncrate = \"tikv-jemallocator\"\nversion = \"=0.5.4\"\nnew = \"tikv_jemallocator::Jemalloc\"\n",
+            "its crate needs tikv-jemalloc-sys 0.5.4",
+        ),
+        (
+            "[[allocator]]\nname = \"x\"\ncrate = \"tikv-jemallocator\"\nversion = \"=0.7.0\"\nnew = \"tikv_jemallocator::Jemalloc\"\n",
+            "turn on [stats] there",
         ),
     ] {
         std::fs::write(&config, text).unwrap();
@@ -358,7 +368,8 @@ fn a_bad_declaration_is_a_one_line_error() {
 /// A release of the `mimalloc` crate from before its `v2` feature cannot
 /// ask for mimalloc's v2 line: cargo unifies its libmimalloc-sys with
 /// allocsoak's own build, so it is accepted, and `build` says it runs that
-/// build. Resolution only, not a build.
+/// build; so does tikv-jemallocator 0.7 with the `stats` it can ask for.
+/// Resolution only, not a build.
 #[test]
 fn an_old_wrapper_release_runs_allocsoaks_build_and_says_so() {
     use soak::engines::project::{Build, Project};
@@ -368,7 +379,9 @@ fn an_old_wrapper_release_runs_allocsoaks_build_and_says_so() {
     std::fs::write(
         &config,
         "targets = [\"alloc_ops\"]\n\n[[allocator]]\nname = \"mi-0.1.43\"\ncrate = \"mimalloc\"\n\
-         version = \"=0.1.43\"\nnew = \"mimalloc::MiMalloc\"\n",
+         version = \"=0.1.43\"\nnew = \"mimalloc::MiMalloc\"\n\n\
+         [[allocator]]\nname = \"tj-0.7\"\ncrate = \"tikv-jemallocator\"\n\
+         version = \"=0.7.0\"\nfeatures = [\"stats\"]\nnew = \"tikv_jemallocator::Jemalloc\"\n",
     )
     .unwrap();
     let config = Config::load(&config).unwrap();
@@ -376,7 +389,10 @@ fn an_old_wrapper_release_runs_allocsoaks_build_and_says_so() {
     project.check_declared(Build::Asan).unwrap();
     project.write_glue(Build::Asan).unwrap();
     let lines = project
-        .provenance(Build::Asan, &["mi-0.1.43".to_string()])
+        .provenance(
+            Build::Asan,
+            &["mi-0.1.43".to_string(), "tj-0.7".to_string()],
+        )
         .unwrap();
     assert!(
         lines[0].runs.starts_with("crate mimalloc 0.1.43")
@@ -385,6 +401,14 @@ fn an_old_wrapper_release_runs_allocsoaks_build_and_says_so() {
             ),
         "{}",
         lines[0].runs
+    );
+    assert!(
+        lines[1].runs.starts_with("crate tikv-jemallocator 0.7.0")
+            && lines[1]
+                .runs
+                .contains("it runs allocsoak's own jemalloc from tikv-jemalloc-sys 0.7"),
+        "{}",
+        lines[1].runs
     );
 }
 

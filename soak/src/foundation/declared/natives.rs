@@ -67,9 +67,29 @@ impl Glue {
             let Some((id, asked)) = features_of(&theirs, native) else {
                 continue;
             };
-            let have = features_of(&ours, native)
-                .map(|(_, f)| f)
-                .unwrap_or_default();
+            let names: Vec<String> = declared
+                .iter()
+                .filter(|d| reaches(&theirs, d, &id))
+                .map(|d| format!("`{}`", d.name))
+                .collect();
+            let (version, have) = match features_of(&ours, native) {
+                Some((ours_id, have)) => (version_of(&ours, &ours_id), have),
+                None => (None, BTreeSet::new()),
+            };
+            // Resolved against allocsoak's lock, a compatible release is
+            // allocsoak's own; another one is a second build of one `links`
+            // library, which cargo refuses.
+            let theirs_version = version_of(&theirs, &id);
+            if let (Some(v), Some(t)) = (&version, &theirs_version) {
+                if v != t {
+                    bail!(
+                        "[[allocator]] {}: its crate needs {} {t}, allocsoak builds {v} ({}), and a binary links one build of it: declare a release of the crate built on {v}, or its C sources under another prefix ([allocator.c])",
+                        names.join(", "),
+                        native.package,
+                        native.ours,
+                    );
+                }
+            }
             let extra: BTreeSet<String> = asked.difference(&have).cloned().collect();
             let could: BTreeSet<String> = have
                 .difference(&asked)
@@ -79,19 +99,18 @@ impl Glue {
             if extra.is_empty() && could.is_empty() {
                 continue;
             }
-            let names: Vec<String> = declared
-                .iter()
-                .filter(|d| reaches(&theirs, d, &id))
-                .map(|d| format!("`{}`", d.name))
-                .collect();
+            let leave_off = match extra.is_empty() {
+                true => String::new(),
+                false => format!(" and none that turn on [{}]", list(&extra)),
+            };
             bail!(
-                "[[allocator]] {}: its crate builds {} with the features [{}], allocsoak's own build of it ({}) with [{}], and a binary holds one build of it: declare features that turn on exactly [{}] there, or its C sources under another prefix ([allocator.c])",
+                "[[allocator]] {}: its crate builds {} with the features [{}], allocsoak's own build of it ({}) with [{}], and a binary holds one build of it: declare the features that turn on [{}]{leave_off} there, or its C sources under another prefix ([allocator.c])",
                 names.join(", "),
                 native.package,
                 list(&asked),
                 native.ours,
                 list(&have),
-                list(&have),
+                list(&could),
             );
         }
         Ok(())
@@ -126,6 +145,15 @@ impl Glue {
             .with_context(|| format!("failed to write {}", dir.join("Cargo.lock").display()))?;
         Ok(dir.join("Cargo.toml"))
     }
+}
+
+/// The version of package `id` in a resolved graph.
+fn version_of(metadata: &Metadata, id: &PackageId) -> Option<String> {
+    metadata
+        .packages
+        .iter()
+        .find(|p| p.id == *id)
+        .map(|p| p.version.to_string())
 }
 
 /// The package of `native` in a resolved graph and its C-side features.
