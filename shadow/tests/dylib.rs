@@ -59,6 +59,33 @@ fn a_missing_library_or_symbol_is_a_clear_error() {
         err.contains("has no `malloc`") && err.contains("prefix"),
         "{err}"
     );
+    // A global its firmware would define, as umm_malloc's
+    // `UMM_MALLOC_CFG_HEAP_SIZE`: the hint is the link, not the path.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let src = dir.join("needs_firmware.c");
+    std::fs::write(
+        &src,
+        "extern unsigned firmware_heap_size;\nunsigned t_heap_size(void) { return firmware_heap_size; }\n",
+    )
+    .unwrap();
+    let lib = dir.join("needs_firmware.so");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(status.success());
+    let err = shadow::allocator::by_name(&format!("dylib:{}:t_", lib.display()))
+        .err()
+        .unwrap();
+    assert!(
+        err.contains("undefined symbol: firmware_heap_size")
+            && err.contains("-Wl,--no-undefined")
+            && !err.contains("absolute path")
+            && !err.contains('\n'),
+        "{err}"
+    );
 }
 
 #[test]

@@ -158,14 +158,20 @@ impl Dylib {
         // its initializers (and unloading its finalizers), which nothing here can check.
         let lib = unsafe { Library::new(path) }.map_err(|e| {
             let e = e.to_string();
-            let sanitized = ["__asan_", "__sancov_", "__sanitizer_"]
-                .iter()
-                .any(|s| e.contains(&format!("undefined symbol: {s}")));
-            let hint = match sanitized {
+            let undefined = e.split_once("undefined symbol: ").map(|(_, s)| s);
+            let sanitized = undefined.is_some_and(|s| {
+                ["__asan_", "__sancov_", "__sanitizer_"]
+                    .iter()
+                    .any(|p| s.starts_with(p))
+            });
+            let hint = match (sanitized, undefined) {
                 // Only binaries that export their sanitizer runtime can
                 // resolve it (the fuzz builds: fuzz_targets/build.rs).
-                true => "a library built with -fsanitize loads only in the fuzz binaries, which export the sanitizer runtime (`allocsoak build` rebuilds them); build it plain for anything else",
-                false => "give an absolute path to a .so",
+                (true, _) => "a library built with -fsanitize loads only in the fuzz binaries, which export the sanitizer runtime (`allocsoak build` rebuilds them); build it plain for anything else",
+                // A symbol its firmware or build would define (umm_malloc's
+                // `UMM_MALLOC_CFG_HEAP_SIZE`).
+                (false, Some(_)) => "it needs a symbol that nothing loaded defines: link the library with everything it uses (`-Wl,--no-undefined` lists what is missing)",
+                (false, None) => "give an absolute path to a .so",
             };
             format!("cannot load allocator library `{path}`: {e}; {hint}")
         })?;
