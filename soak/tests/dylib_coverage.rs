@@ -16,31 +16,24 @@ use soak::engines::project::{Build, Project};
 use soak::foundation::config::Config;
 
 /// Compiles tiny_alloc.c into `dir` as `lib<name>.so`: instrumented as the
-/// docs/allocators.md says (the project's clang, coverage and ASan), or plain.
+/// docs/allocators.md says, or plain.
 fn build_tiny(dir: &Path, name: &str, instrumented: bool, planted: bool) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let source = root.join("shadow/tests/testdata/tiny_alloc.c");
     let out = dir.join(format!("lib{name}.so"));
-    let mut cmd = match instrumented {
-        true => {
-            let clang = soak::engines::project::clang()
-                .expect("clang matching nightly's LLVM (just setup)");
-            let mut cmd = Command::new(clang);
-            cmd.args([
-                "-g",
-                "-fsanitize=fuzzer-no-link,address",
-                "-fsanitize-recover=address",
-            ]);
-            cmd
-        }
-        false => Command::new("cc"),
-    };
-    cmd.args(["-O2", "-fPIC", "-shared", "-o"])
-        .arg(&out)
-        .arg(root.join("shadow/tests/testdata/tiny_alloc.c"));
-    if planted {
-        cmd.arg("-DPLANTED_BUG");
+    let planted: &[&str] = if planted { &["-DPLANTED_BUG"] } else { &[] };
+    if instrumented {
+        common::instrumented_dylib(&out, &[&source], planted);
+        return out;
     }
-    assert!(cmd.status().unwrap().success(), "compiling {name} failed");
+    let status = Command::new("cc")
+        .args(["-O2", "-fPIC", "-shared", "-o"])
+        .arg(&out)
+        .arg(&source)
+        .args(planted)
+        .status()
+        .unwrap();
+    assert!(status.success(), "compiling {name} failed");
     out
 }
 

@@ -157,24 +157,8 @@ fn a_mimalloc_release_as_dylib_binds_to_its_own_code() {
     let dir = tempfile::tempdir().unwrap();
     let (source, include) = mimalloc_sources("0.1.43");
     let lib = dir.path().join("libmimalloc-2.2.5.so");
-    let clang =
-        soak::engines::project::clang().expect("clang matching nightly's LLVM (just setup)");
-    let status = Command::new(clang)
-        .args([
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-fsanitize=fuzzer-no-link,address",
-            "-fsanitize-recover=address",
-            "-I",
-        ])
-        .arg(&include)
-        .arg("-o")
-        .arg(&lib)
-        .arg(&source)
-        .status()
-        .unwrap();
-    assert!(status.success(), "compiling mimalloc 2.2.5 failed");
+    let include = include.display().to_string();
+    common::instrumented_dylib(&lib, &[&source], &["-I", &include]);
     let spec = format!("dylib:{}:mi_", lib.display());
     let (out, text) = run_allocsoak(
         common::allocsoak(),
@@ -221,21 +205,8 @@ fn a_library_that_fails_while_loading_is_an_error_of_the_run_not_a_finding() {
     let source = dir.path().join("fails.c");
     std::fs::write(&source, FAILS_AT_LOAD).unwrap();
     let lib = dir.path().join("libfails.so");
-    let clang =
-        soak::engines::project::clang().expect("clang matching nightly's LLVM (just setup)");
-    let status = Command::new(clang)
-        .args([
-            "-O0",
-            "-fPIC",
-            "-shared",
-            "-fsanitize=fuzzer-no-link,address",
-        ])
-        .args(["-fsanitize-recover=address", "-o"])
-        .arg(&lib)
-        .arg(&source)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    // -O0: the constructor's overflow must survive the optimizer.
+    common::instrumented_dylib(&lib, &[&source], &["-O0"]);
     let spec = format!("dylib:{}:t_", lib.display());
     let out = common::allocsoak()
         .args(["fuzz", "--target", "alloc_ops", "--allocator", &spec])

@@ -81,14 +81,17 @@ fn probe() -> Option<&'static Probe> {
         .as_ref()
 }
 
-/// Locates every object's sections through its section headers.
+/// The watched counters of every object with counters, where the loader
+/// mapped them.
 fn find() -> Option<Probe> {
     let mut runs = Vec::new();
     for object in objects::objects() {
-        let Some((counters, pcs, len)) = sections(object) else {
+        let Some(sancov) = object.sancov else {
             continue;
         };
-        for run in allocator_counters(object, pcs, len) {
+        let counters = (sancov.counters + object.bias) as *const u8;
+        let pcs = (sancov.pcs + object.bias) as *const [usize; 2];
+        for run in allocator_counters(object, pcs, sancov.len) {
             let at = runs.last().map_or(0, |r: &Run| r.at + r.len);
             // SAFETY: `run` lies below `len`, the sections' length.
             let (counters, pcs) = unsafe { (counters.add(run.start), pcs.add(run.start)) };
@@ -101,24 +104,6 @@ fn find() -> Option<Probe> {
         }
     }
     (!runs.is_empty()).then_some(Probe { runs })
-}
-
-/// An object's counters and PC table where they are mapped, and how many
-/// counters it has.
-fn sections(object: &objects::Object) -> Option<(*const u8, *const [usize; 2], usize)> {
-    use object::{Object, ObjectSection};
-    let file = object::File::parse(object.bytes).ok()?;
-    let counters = file.section_by_name("__sancov_cntrs")?;
-    let pcs = file.section_by_name("__sancov_pcs")?;
-    let len = counters.size() as usize;
-    if len == 0 || pcs.size() as usize != len * 16 {
-        return None;
-    }
-    Some((
-        (counters.address() as usize + object.bias) as *const u8,
-        (pcs.address() as usize + object.bias) as *const [usize; 2],
-        len,
-    ))
 }
 
 /// The runs of an object's counters whose code is in the allocator's own

@@ -24,8 +24,20 @@ pub(super) struct Object {
     segments: Vec<Range<usize>>,
     /// Its functions, by link-time address.
     pub symbols: Symbols,
+    /// Its SanitizerCoverage sections, when it has counters.
+    pub sancov: Option<Sancov>,
     /// Its DWARF's inlined frames, parsed on first use.
     pub frames: OnceLock<Option<Mutex<Frames>>>,
+}
+
+/// Where an object's counters (`__sancov_cntrs`, one byte each) and their
+/// PC table (`__sancov_pcs`, a (PC, flags) pair each) are, at link-time
+/// addresses, and how many counters it has.
+#[derive(Clone, Copy)]
+pub(super) struct Sancov {
+    pub counters: usize,
+    pub pcs: usize,
+    pub len: usize,
 }
 
 /// An object's functions, by address.
@@ -42,11 +54,8 @@ pub(super) fn objects() -> &'static [Object] {
         loaded()
             .into_iter()
             .enumerate()
-            .filter_map(|(i, (path, bias, segments))| {
-                let object = open(&path, bias, segments)?;
-                // The executable always; a library only with counters.
-                (i == 0 || has_counters(&object)).then_some(object)
-            })
+            // The executable always; a library only with counters.
+            .filter_map(|(i, (path, bias, segments))| open(&path, bias, segments, i == 0))
             .collect()
     })
 }
@@ -60,36 +69,45 @@ pub(super) fn at(pc: usize) -> Option<(&'static Object, usize)> {
         .map(|o| (o, pc.wrapping_sub(o.bias)))
 }
 
-fn has_counters(object: &Object) -> bool {
-    use object::{Object as _, ObjectSection};
-    object::File::parse(object.bytes)
-        .ok()
-        .and_then(|f| f.section_by_name("__sancov_cntrs").map(|s| s.size() > 0))
-        .unwrap_or(false)
-}
-
-fn open(path: &str, bias: usize, segments: Vec<Range<usize>>) -> Option<Object> {
+/// The object at `path`, mapped for good, when it is the `executable` or
+/// has counters (a library without is unmapped again).
+fn open(path: &str, bias: usize, segments: Vec<Range<usize>>, executable: bool) -> Option<Object> {
     let file = std::fs::File::open(path).ok()?;
     // SAFETY: a loaded object's file is not written while it is mapped
     // for execution (the kernel refuses writes to a running executable,
     // and a library rewritten in place would crash the process anyway);
     // the map is only read.
     let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    if !executable && sancov(&object::File::parse(&*map).ok()?).is_none() {
+        return None;
+    }
     // Kept for the whole process: names are borrowed from it.
     let bytes: &'static [u8] = &Box::leak(Box::new(map))[..];
-    let symbols = symbols(bytes)?;
+    let file = object::File::parse(bytes).ok()?;
     Some(Object {
         bytes,
         bias,
         segments,
-        symbols,
+        symbols: symbols(&file),
+        sancov: sancov(&file),
         frames: OnceLock::new(),
     })
 }
 
-fn symbols(bytes: &'static [u8]) -> Option<Symbols> {
+fn sancov(file: &object::File) -> Option<Sancov> {
+    use object::{Object as _, ObjectSection};
+    let counters = file.section_by_name("__sancov_cntrs")?;
+    let pcs = file.section_by_name("__sancov_pcs")?;
+    let len = counters.size() as usize;
+    (len > 0 && pcs.size() as usize == len * 16).then_some(Sancov {
+        counters: counters.address() as usize,
+        pcs: pcs.address() as usize,
+        len,
+    })
+}
+
+fn symbols(file: &object::File<'static>) -> Symbols {
     use object::{Object as _, ObjectSymbol, SymbolKind};
-    let file = object::File::parse(bytes).ok()?;
     let mut functions: Vec<(usize, usize, &'static str)> = file
         .symbols()
         .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
@@ -99,7 +117,7 @@ fn symbols(bytes: &'static [u8]) -> Option<Symbols> {
         })
         .collect();
     functions.sort();
-    Some(Symbols { functions })
+    Symbols { functions }
 }
 
 /// Each loaded object's file, load bias and loaded segments, the

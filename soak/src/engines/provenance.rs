@@ -124,29 +124,11 @@ fn declared(graph: &Metadata, d: &Declared, base: &Path) -> String {
     format!("crate {}{native}", described(graph, p))
 }
 
-/// Whether package `from` depends on package `name`, directly or not, in
-/// the resolved graph.
+/// Whether package `from` depends on package `name`, directly or not,
+/// in the resolved graph.
 fn reaches(graph: &Metadata, from: &Package, name: &str) -> bool {
-    let Some(resolve) = &graph.resolve else {
-        return false;
-    };
-    let mut stack = vec![&from.id];
-    let mut seen = BTreeSet::new();
-    while let Some(id) = stack.pop() {
-        if graph
-            .packages
-            .iter()
-            .any(|p| p.id == *id && p.name.as_str() == name)
-        {
-            return true;
-        }
-        if seen.insert(id) {
-            if let Some(node) = resolve.nodes.iter().find(|n| n.id == *id) {
-                stack.extend(node.deps.iter().map(|d| &d.pkg));
-            }
-        }
-    }
-    false
+    package(graph, name)
+        .is_some_and(|to| crate::foundation::cargo::reaches(graph, [&from.id], &to.id))
 }
 
 /// The mimalloc the build links: line and version from the sources of the

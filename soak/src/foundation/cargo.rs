@@ -30,3 +30,28 @@ pub(crate) fn resolve(manifest: &Path, features: Option<&str>) -> Result<cargo_m
         )
     })
 }
+
+/// Whether any of `starts` depends on package `target`, directly or not
+/// (or is it), in a resolved graph.
+pub(crate) fn reaches<'a>(
+    graph: &'a cargo_metadata::Metadata,
+    starts: impl IntoIterator<Item = &'a cargo_metadata::PackageId>,
+    target: &cargo_metadata::PackageId,
+) -> bool {
+    let Some(resolve) = &graph.resolve else {
+        return false;
+    };
+    let mut stack: Vec<&cargo_metadata::PackageId> = starts.into_iter().collect();
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(id) = stack.pop() {
+        if id == target {
+            return true;
+        }
+        if seen.insert(id) {
+            if let Some(node) = resolve.nodes.iter().find(|n| n.id == *id) {
+                stack.extend(node.deps.iter().map(|d| &d.pkg));
+            }
+        }
+    }
+    false
+}

@@ -316,3 +316,25 @@ pub fn registry_crate(name: &str, version: &str) -> std::path::PathBuf {
         .expect("a manifest sits in its crate's folder")
         .into()
 }
+
+/// Compiles `sources` into the shared library `out` as docs/allocators.md
+/// builds a `dylib:` allocator: the project's clang (nightly's LLVM),
+/// `-O2 -g`, the fuzzer's coverage and ASan; `more` comes last (a later
+/// `-O` wins).
+pub fn instrumented_dylib(out: &Path, sources: &[&Path], more: &[&str]) {
+    let clang =
+        soak::engines::project::clang().expect("clang matching nightly's LLVM (just setup)");
+    let status = Command::new(clang)
+        .args(["-O2", "-g", "-fPIC", "-shared"])
+        .args([
+            "-fsanitize=fuzzer-no-link,address",
+            "-fsanitize-recover=address",
+        ])
+        .arg("-o")
+        .arg(out)
+        .args(sources)
+        .args(more)
+        .status()
+        .unwrap();
+    assert!(status.success(), "compiling {} failed", out.display());
+}

@@ -13,7 +13,7 @@
 //! feature cannot ask for it: it runs allocsoak's build, accepted, and
 //! `build` says so on its line (`engines/provenance.rs`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -180,36 +180,18 @@ fn features_of(metadata: &Metadata, native: &Native) -> Option<(PackageId, BTree
 /// Whether the declared entry's crate (or a dependency its entry names)
 /// reaches `target` in the graph.
 fn reaches(metadata: &Metadata, d: &Declared, target: &PackageId) -> bool {
-    let Some(resolve) = &metadata.resolve else {
-        return false;
-    };
-    let deps: BTreeMap<&PackageId, Vec<&PackageId>> = resolve
-        .nodes
-        .iter()
-        .map(|n| (&n.id, n.deps.iter().map(|d| &d.pkg).collect()))
-        .collect();
     let names: BTreeSet<&str> = d
         .krate
         .iter()
         .map(String::as_str)
         .chain(d.dependencies.keys().map(String::as_str))
         .collect();
-    let mut stack: Vec<&PackageId> = metadata
+    let starts = metadata
         .packages
         .iter()
         .filter(|p| names.contains(p.name.as_str()))
-        .map(|p| &p.id)
-        .collect();
-    let mut seen = BTreeSet::new();
-    while let Some(id) = stack.pop() {
-        if id == target {
-            return true;
-        }
-        if seen.insert(id) {
-            stack.extend(deps.get(id).into_iter().flatten());
-        }
-    }
-    false
+        .map(|p| &p.id);
+    crate::foundation::cargo::reaches(metadata, starts, target)
 }
 
 /// Whether a package of the declared graph that depends on `native`
