@@ -390,16 +390,40 @@ pub trait Heaps: Send + Sync {
 /// A constructor for a bundled or declared allocator.
 pub type Make = fn() -> Box<dyn Allocator>;
 
-static DECLARED: Mutex<Vec<(&'static str, Make)>> = Mutex::new(Vec::new());
+/// How a declared name is made: linked in, or a library loaded when the
+/// name is first used (which can fail).
+#[derive(Clone, Copy)]
+enum Declared {
+    Linked(Make),
+    Library {
+        spec: &'static str,
+        with: fn(Dylib) -> Dylib,
+    },
+}
+
+static DECLARED: Mutex<Vec<(&'static str, Declared)>> = Mutex::new(Vec::new());
+
+fn declare_as(name: &'static str, how: Declared) {
+    let mut list = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
+    if !list.iter().any(|(n, _)| *n == name) {
+        list.push((name, how));
+    }
+}
 
 /// Registers an allocator under `name`, for [`by_name`] to find after the
 /// bundled ones. The glue crate of a config's `[[allocator]]` entries calls
 /// this before the first input runs; declaring a name twice keeps the first.
 pub fn declare(name: &'static str, make: Make) {
-    let mut list = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
-    if !list.iter().any(|(n, _)| *n == name) {
-        list.push((name, make));
-    }
+    declare_as(name, Declared::Linked(make));
+}
+
+/// Registers a C allocator library under `name`: `spec` is what
+/// `dylib:` takes (`/abs/lib.so[:prefix]`), loaded when the name is first
+/// used, and `with` adds what the config declares of it
+/// ([`Dylib::with_arena`] and the other `with_*`). A library that does not
+/// load is an error of [`by_name`], as for `dylib:`.
+pub fn declare_library(name: &'static str, spec: &'static str, with: fn(Dylib) -> Dylib) {
+    declare_as(name, Declared::Library { spec, with });
 }
 
 /// Makes a `zoo:` allocator from its whole name. The planted-bug zoo is
@@ -471,8 +495,11 @@ pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
         make(name)?
     } else if let Some((_, make)) = bundled().into_iter().find(|(n, _)| *n == name) {
         make()
-    } else if let Some(make) = declared_make(name) {
-        make()
+    } else if let Some(how) = declared(name) {
+        match how {
+            Declared::Linked(make) => make(),
+            Declared::Library { spec, with } => Box::new(with(dylib::Dylib::open_as(name, spec)?)),
+        }
     } else {
         return Err(unknown(name));
     };
@@ -481,9 +508,9 @@ pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
         .or_insert_with(|| Box::leak(made)))
 }
 
-fn declared_make(name: &str) -> Option<Make> {
+fn declared(name: &str) -> Option<Declared> {
     let list = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
-    list.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+    list.iter().find(|(n, _)| *n == name).map(|(_, how)| *how)
 }
 
 fn unknown(name: &str) -> String {

@@ -92,6 +92,9 @@ impl Project {
     pub fn sources(&self, graph: &Metadata, name: &str) -> Result<Sources, String> {
         if let Some(d) = self.declared().iter().find(|d| d.name == name) {
             let base = self.declared_base();
+            if let Some(lib) = &d.dylib {
+                return dylib_sources(&lib.spec(base));
+            }
             if let Some(c) = &d.c {
                 let paths = c.sources.iter().chain(&c.include).map(|s| base.join(s));
                 return Ok(Sources {

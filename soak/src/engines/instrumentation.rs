@@ -169,15 +169,23 @@ fn harness_uncovered(binary: &Path) -> Result<bool> {
 /// and of the config's declared allocators in its `alloc_ops`.
 /// `Ok(false)` when one of them has none.
 pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
-    let paths = match dylibs {
-        [] => project.c_archives(Build::Asan)?,
-        _ => dylibs.to_vec(),
+    // Without `--dylib`: the bundled archives, and the libraries the
+    // config declares (`[allocator.dylib]`), checked as `--dylib` checks.
+    let (archives, libraries) = match dylibs {
+        [] => {
+            let declared = project
+                .declared()
+                .iter()
+                .filter_map(|d| Some(project.declared_base().join(&d.dylib.as_ref()?.path)));
+            (project.c_archives(Build::Asan)?, declared.collect())
+        }
+        _ => (Vec::new(), dylibs.to_vec()),
     };
-    if paths.is_empty() {
+    if archives.is_empty() && libraries.is_empty() {
         bail!("no C allocator archives in the build; run `just build` first");
     }
     let mut ok = true;
-    for path in &paths {
+    for path in archives.iter().chain(&libraries) {
         let c = count(path)?;
         println!(
             "instrumentation {} counters={} objects={}/{}",
@@ -186,14 +194,15 @@ pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
             c.instrumented,
             c.objects
         );
-        if c.counters == 0 && !dylibs.is_empty() {
+        let library = libraries.contains(path);
+        if c.counters == 0 && library {
             eprintln!(
                 "allocsoak: {} has no coverage counters; build it with {} -g -fsanitize=fuzzer-no-link,address -fsanitize-recover=address -shared -fPIC",
                 path.display(),
                 crate::engines::project::clang().unwrap_or_else(|_| "clang-<nightly's LLVM>".into())
             );
         }
-        if !c.debug_info && !dylibs.is_empty() {
+        if !c.debug_info && library {
             eprintln!(
                 "allocsoak: {} has no debug info; build it with -g, so a bug in a helper inlined into several entry points is one group and its reports give lines",
                 path.display()
@@ -214,7 +223,8 @@ pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
     if dylibs.is_empty() && !project.declared().is_empty() {
         let binary = project.binary(Build::Asan, shadow::Target::AllocOps);
         let counted = count_in_binary(&binary)?;
-        for d in project.declared() {
+        // A library's counters are its own, counted above.
+        for d in project.declared().iter().filter(|d| d.dylib.is_none()) {
             // A C allocator's functions: its sources' local ones, and the
             // ones isolation made local, which the linker lists after its
             // shim's file symbol (`allocsoak-declared-c`).

@@ -82,6 +82,9 @@ impl Project {
 
 /// A declared entry: its crate as resolved, or its C sources.
 fn declared(graph: &Metadata, d: &Declared, base: &Path) -> String {
+    if let Some(lib) = &d.dylib {
+        return format!("the shared library {}, loaded at run time", lib.spec(base));
+    }
     if let Some(c) = &d.c {
         let files: Vec<String> = c
             .sources

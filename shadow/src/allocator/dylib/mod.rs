@@ -151,8 +151,14 @@ pub fn split_spec(spec: &str) -> (&str, &str) {
 }
 
 impl Dylib {
-    /// Opens `path[:prefix]` and resolves the malloc family.
+    /// Opens `path[:prefix]` and resolves the malloc family, under the name
+    /// `dylib:<spec>`.
     pub fn open(spec: &str) -> Result<Dylib, String> {
+        Dylib::open_as(&format!("dylib:{spec}"), spec)
+    }
+
+    /// [`Dylib::open`], under `name` (a config's declared library).
+    pub fn open_as(name: &str, spec: &str) -> Result<Dylib, String> {
         let (path, prefix) = split_spec(spec);
         // SAFETY: assumes the library the user named is a well-behaved C allocator: loading runs
         // its initializers (and unloading its finalizers), which nothing here can check.
@@ -230,7 +236,7 @@ impl Dylib {
         };
         Ok(Dylib {
             _lib: Some(lib),
-            ..Dylib::linked(&format!("dylib:{spec}"), fns)
+            ..Dylib::linked(name, fns)
         })
     }
 

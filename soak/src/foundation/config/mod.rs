@@ -157,6 +157,17 @@ impl Config {
         for (i, d) in config.declared.iter().enumerate() {
             d.check()
                 .with_context(|| format!("config {}", path.display()))?;
+            if let Some(lib) = &d.dylib {
+                let file = config.base().join(&lib.path);
+                if !file.is_file() {
+                    bail!(
+                        "config {}: [[allocator]] `{}`: dylib.path {} does not exist; build the library first (docs/allocators.md gives the clang line)",
+                        path.display(),
+                        d.name,
+                        file.display()
+                    );
+                }
+            }
             if config.declared[..i].iter().any(|o| o.name == d.name) {
                 bail!(
                     "config {}: [[allocator]] `{}` is declared twice; give each a name of its own",
@@ -366,7 +377,12 @@ impl Config {
         if Engine::parse(engine)? == Engine::Honggfuzz {
             // Its build is plain: one mimalloc, no ASan for an
             // instrumented library to link against.
-            if MIMALLOC_FLAVORS.contains(&allocator) || allocator.starts_with("dylib:") {
+            let library = allocator.starts_with("dylib:")
+                || self
+                    .declared
+                    .iter()
+                    .any(|d| d.name == allocator && d.dylib.is_some());
+            if MIMALLOC_FLAVORS.contains(&allocator) || library {
                 bail!("slot {target}/{allocator}: honggfuzz runs the plain build, without the mimalloc flavors or `dylib:` allocators; give this slot engine = \"libfuzzer\"");
             }
         }

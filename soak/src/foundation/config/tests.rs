@@ -201,3 +201,24 @@ fn bad_names_say_what_is_known() {
     assert!(parse("slice_minutes = 0").is_err());
     assert!(toml::from_str::<Config>("slice_minute = 1").is_err());
 }
+
+#[test]
+fn a_declared_library_must_exist_and_stays_off_honggfuzz() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("allocsoak.toml");
+    let entry = "[[allocator]]\nname = \"umm\"\n[allocator.dylib]\npath = \"libumm.so\"\n";
+    std::fs::write(&config, entry).unwrap();
+    let e = format!("{:#}", Config::load(&config).unwrap_err());
+    assert!(
+        e.contains("`umm`") && e.contains("libumm.so does not exist"),
+        "{e}"
+    );
+    std::fs::write(dir.path().join("libumm.so"), b"").unwrap();
+    std::fs::write(
+        &config,
+        format!("{entry}[[slot]]\nengine = \"honggfuzz\"\ntargets = [\"alloc_ops\"]\nallocators = [\"umm\"]\n"),
+    )
+    .unwrap();
+    let e = format!("{:#}", Config::load(&config).unwrap().slots().unwrap_err());
+    assert!(e.contains("honggfuzz runs the plain build"), "{e}");
+}

@@ -54,6 +54,9 @@ pub struct Declared {
     pub api: Api,
     /// A C allocator compiled from source, instead of a crate.
     pub c: Option<CSources>,
+    /// A C allocator its author built as a shared library, loaded as
+    /// `dylib:` loads one, with what this entry declares of it.
+    pub dylib: Option<CLibrary>,
     /// `"mimalloc"` for a port that promises mimalloc's size classes
     /// (`diff_mimalloc` then compares usable sizes).
     pub size_classes: Option<String>,
@@ -112,6 +115,29 @@ pub struct CSources {
     pub good_size_exact_up_to: Option<usize>,
 }
 
+/// A C allocator's shared library (built as docs/allocators.md says),
+/// declared so its contract can be: `arena`, `max_align`, `threads` and
+/// `size_classes` of the entry mean what they mean for C sources.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CLibrary {
+    /// The `.so`, relative to the config file.
+    pub path: PathBuf,
+    /// The prefix of its functions (`my_` for `my_malloc`); default none.
+    #[serde(default)]
+    pub prefix: String,
+    /// As for C sources ([`CSources::good_size_exact_up_to`]).
+    pub good_size_exact_up_to: Option<usize>,
+}
+
+impl CLibrary {
+    /// What `dylib:` takes for it: `/abs/lib.so:prefix`, the path made
+    /// absolute from `base`.
+    pub fn spec(&self, base: &Path) -> String {
+        format!("{}:{}", base.join(&self.path).display(), self.prefix)
+    }
+}
+
 impl Declared {
     /// Checks the entry says one thing each, so the glue cannot fail to
     /// build for a reason the config could have named.
@@ -130,7 +156,27 @@ impl Declared {
         {
             return Err(bad("the name is a bundled allocator's; pick another"));
         }
+        if let Some(lib) = &self.dylib {
+            if self.c.is_some() || self.krate.is_some() {
+                return Err(bad("give one of `crate`, `c` or `dylib`"));
+            }
+            if !lib
+                .prefix
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+            {
+                return Err(bad("dylib.prefix is the functions' prefix (`my_` for my_malloc), letters, digits and `_`"));
+            }
+            if self.new.is_some()
+                || self.static_item.is_some()
+                || self.init.is_some()
+                || self.usable_size.is_some()
+            {
+                return Err(bad("a library takes no `new`, `static`, `init` or `usable_size` (its own malloc_usable_size or usable_size is found by name)"));
+            }
+        }
         match (&self.c, &self.krate) {
+            (None, None) if self.dylib.is_some() => {}
             (Some(c), None) => {
                 if c.sources.is_empty() {
                     return Err(bad("c.sources lists no files"));
@@ -202,7 +248,11 @@ impl Declared {
                 }
             }
             (Some(_), Some(_)) => return Err(bad("give `crate` or `c`, not both")),
-            (None, None) => return Err(bad("give `crate` (a Rust allocator) or `c` (C sources)")),
+            (None, None) => {
+                return Err(bad(
+                    "give `crate` (a Rust allocator), `c` (C sources) or `dylib` (a C library)",
+                ))
+            }
         }
         if self
             .size_classes
@@ -277,24 +327,26 @@ impl Declared {
             .map(|(k, v)| format!("    // {k} = {v}\n"))
             .collect();
         let needs = match (&self.krate, &self.c) {
+            (None, None) => String::new(),
             (Some(k), _) => format!(
                 "    // `{}` is declared in {}: this test needs in [dev-dependencies]\n    // {k} = {}\n{more}",
                 self.name,
                 config.display(),
                 toml::Value::Table(self.dependency(base))
             ),
-            (None, _) => format!(
+            (None, Some(_)) => format!(
                 "    // `{}` is declared in {}: this test needs its C sources and\n    // allocsoak's shim compiled in (the glue's build.rs shows how).\n    extern \"C\" {{\n        fn allocsoak_c_{}() -> shadow::allocator::CFunctions;\n    }}\n",
                 self.name,
                 config.display(),
                 self.ident()
             ),
         };
-        format!("{needs}{}", self.registration())
+        format!("{needs}{}", self.registration(base))
     }
 
-    /// The line of `register()` that declares this allocator.
-    pub(super) fn registration(&self) -> String {
+    /// The line of `register()` that declares this allocator, its paths
+    /// made absolute from `base`.
+    pub(super) fn registration(&self, base: &Path) -> String {
         let name = &self.name;
         let mut properties = match &self.size_classes {
             Some(c) => format!(".with_size_classes({c:?})"),
@@ -309,8 +361,16 @@ impl Declared {
         if self.single_threaded() {
             properties.push_str(".with_single_thread()");
         }
-        if let Some(size) = self.c.as_ref().and_then(|c| c.good_size_exact_up_to) {
+        let exact = (self.c.as_ref().and_then(|c| c.good_size_exact_up_to))
+            .or(self.dylib.as_ref().and_then(|l| l.good_size_exact_up_to));
+        if let Some(size) = exact {
             properties.push_str(&format!(".with_good_size_exact_up_to({size})"));
+        }
+        if let Some(lib) = &self.dylib {
+            return format!(
+                "    shadow::allocator::declare_library({name:?}, {:?}, |library| library{properties});\n",
+                lib.spec(base)
+            );
         }
         let make = match (&self.c, self.api, &self.static_item, &self.new) {
             (Some(_), ..) => format!(
@@ -365,7 +425,7 @@ mod tests {
     fn init_runs_on_the_allocator_where_it_stays() {
         let d = entry("crate = \"mine\"\npath = \".\"\nnew = \"mine::Heap::empty()\"\ninit = \"unsafe { heap.init() }\"\narena = 4096\n");
         d.check().unwrap();
-        let line = d.registration();
+        let line = d.registration(Path::new("/r"));
         let placed =
             line.find("GlobalAllocAdapter::new(\"mine\", mine::Heap::empty()).with_arena(4096)");
         let bound = line.find("let heap = adapter.allocator();");
@@ -380,11 +440,36 @@ mod tests {
     fn a_c_allocator_gets_its_declared_properties() {
         let d = entry("arena = 65536\nmax_align = 64\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n");
         d.check().unwrap();
-        let line = d.registration();
+        let line = d.registration(Path::new("/r"));
         assert!(
             line.contains("linked_c(\"mine\", unsafe { allocsoak_c_mine() }).with_arena(65536).with_max_align(64)"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
+        let d = entry("arena = 131072\nmax_align = 4\nthreads = 1\n[dylib]\npath = \"lib/libumm.so\"\nprefix = \"umm_\"\n");
+        d.check().unwrap();
+        let line = d.registration(Path::new("/r"));
+        assert!(
+            line.contains("declare_library(\"mine\", \"/r/lib/libumm.so:umm_\", |library| library.with_arena(131072).with_max_align(4).with_single_thread())"),
+            "{line}"
+        );
+        for (extra, says) in [
+            (
+                "[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n[dylib]\npath = \"a.so\"\n",
+                "one of",
+            ),
+            (
+                "new = \"x\"\n[dylib]\npath = \"a.so\"\n",
+                "library takes no",
+            ),
+            ("[dylib]\npath = \"a.so\"\nprefix = \"my-\"\n", "prefix"),
+        ] {
+            let e = entry(extra).check().unwrap_err().to_string();
+            assert!(e.contains("`mine`") && e.contains(says), "{e}");
+        }
     }
 
     #[test]
@@ -404,7 +489,7 @@ mod tests {
     fn a_crates_usable_size_is_asked_of_the_placed_allocator() {
         let d = entry("crate = \"mine\"\npath = \".\"\nstatic = \"mine::GLOBAL\"\nusable_size = \"unsafe { heap.usable_size(p) }\"\n");
         d.check().unwrap();
-        let line = d.registration();
+        let line = d.registration(Path::new("/r"));
         assert!(
             line.contains("of_static(\"mine\", &mine::GLOBAL).with_usable_size(|heap, p: *mut u8| -> usize { unsafe { heap.usable_size(p) } })"),
             "{line}"
