@@ -70,25 +70,25 @@ impl Soak {
         Ok(next)
     }
 
-    /// Draws an idle slot by weight (a busy one only when all are busy).
+    /// Draws a slot by weight among those [`scheduler::drawable`].
     fn draw(&self) -> Result<i64> {
         let store = self.lock_store();
         let mut busy = self.busy.lock().unwrap();
-        let mut candidates: Vec<(i64, f64)> = Vec::new();
+        let mut candidates = Vec::new();
         for (slot, id) in &self.slots {
             let row = store.slot_by_id(*id)?;
             let slices = store.recent_slices(*id, scheduler::NEW_SLICES)?.len();
-            candidates.push((*id, scheduler::weight(slot.weight, row.weight, slices)));
+            candidates.push(scheduler::Candidate {
+                id: *id,
+                weight: scheduler::weight(slot.weight, row.weight, slices),
+                ran: slices > 0,
+                busy: busy.contains(id),
+            });
         }
-        let idle: Vec<(i64, f64)> = candidates
-            .iter()
-            .copied()
-            .filter(|(id, _)| !busy.contains(id))
-            .collect();
-        let pool = if idle.is_empty() { candidates } else { idle };
-        let weights: Vec<f64> = pool.iter().map(|(_, w)| *w).collect();
+        let pool = scheduler::drawable(&candidates);
+        let weights: Vec<f64> = pool.iter().map(|c| c.weight).collect();
         let roll = self.rng.lock().unwrap().roll();
-        let (id, _) = pool[scheduler::pick(&weights, roll).expect("at least one slot")];
+        let id = pool[scheduler::pick(&weights, roll).expect("at least one slot")].id;
         busy.insert(id);
         Ok(id)
     }

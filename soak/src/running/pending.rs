@@ -212,6 +212,26 @@ pub fn inputs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// The keys of the saved findings of `allocator` waiting to be filed: a
+/// new slice goes on past them, counting, rather than saving another
+/// input for each while the first waits (one input per key is what a
+/// slice saves anyway).
+pub fn saved_keys(state: &StateDir, allocator: &str) -> Vec<String> {
+    let mut keys = std::collections::BTreeSet::new();
+    for id in slices(state).unwrap_or_default() {
+        let dir = state.pending_slice(id);
+        if !SliceFile::read(&dir).is_ok_and(|r| r.allocator == allocator) {
+            continue;
+        }
+        for input in inputs(&dir.join("findings")).unwrap_or_default() {
+            if let Some(record) = intake::saved_record(&input) {
+                keys.insert(record.key);
+            }
+        }
+    }
+    keys.into_iter().collect()
+}
+
 /// The slices with a pending folder, oldest first.
 fn slices(state: &StateDir) -> Result<Vec<i64>> {
     let mut ids: Vec<i64> = inputs(&state.pending())?
@@ -356,6 +376,70 @@ mod tests {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, path.to_string_lossy().as_bytes()).unwrap();
         path.to_path_buf()
+    }
+
+    /// A saved finding of `allocator` with `key`, parked for slice `id`.
+    fn park_finding(state: &StateDir, id: i64, allocator: &str, key: &str) {
+        let scratch = tempfile::tempdir().unwrap();
+        let slice = SliceFile {
+            slot_id: 1,
+            target: "alloc_ops".into(),
+            allocator: allocator.into(),
+            engine: "libfuzzer".into(),
+            forked: false,
+        };
+        std::fs::write(
+            scratch.path().join("slice.toml"),
+            toml::to_string(&slice).unwrap(),
+        )
+        .unwrap();
+        let input = touch(&scratch.path().join(format!("findings/{id}-input")));
+        let record = report::Record {
+            kind: "alignment".into(),
+            key: key.into(),
+            allocator: allocator.into(),
+            reference: false,
+            op_index: 0,
+            op: "alloc size=1 align=1".into(),
+            site: "alloc size 0..64 align ..16".into(),
+            sound: true,
+            line: String::new(),
+            path: Vec::new(),
+            what: String::new(),
+        };
+        std::fs::write(intake::record_path(&input), record.to_json()).unwrap();
+        let found = Found {
+            artifacts: Vec::new(),
+            findings: vec![input],
+        };
+        park(state, id, scratch.path(), &found).unwrap();
+    }
+
+    #[test]
+    fn a_new_slice_goes_past_the_keys_its_allocator_has_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open_for_soak(&dir.path().join("state")).unwrap();
+        park_finding(
+            &state,
+            3,
+            "umm",
+            "alignment in alloc size 0..64 align ..16: x",
+        );
+        park_finding(&state, 4, "umm", "null in alloc size 256K.. align ..16: y");
+        park_finding(
+            &state,
+            5,
+            "other",
+            "alignment in realloc size 0..64 align ..16: z",
+        );
+        assert_eq!(
+            saved_keys(&state, "umm"),
+            [
+                "alignment in alloc size 0..64 align ..16: x",
+                "null in alloc size 256K.. align ..16: y"
+            ]
+        );
+        assert!(saved_keys(&state, "nobody").is_empty());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! yield factor kept in the store: slots that find new coverage or new
 //! bugs go up, slots that stay flat or keep hitting known crashes,
 //! timeouts or OOMs go down, never below [`FLOOR`]. A slot with fewer than
-//! [`NEW_SLICES`] slices is new and counts double.
+//! [`NEW_SLICES`] slices is new and counts double, and one that never ran
+//! goes before any that did ([`drawable`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -131,6 +132,31 @@ pub fn weight(configured: f64, factor: f64, slices: usize) -> f64 {
     configured * factor * boost
 }
 
+/// A slot as the draw sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    pub id: i64,
+    pub weight: f64,
+    /// It has run a slice (in this soak or one before on the state dir).
+    pub ran: bool,
+    /// A slice of it is running now.
+    pub busy: bool,
+}
+
+/// The slots a draw picks from: the idle ones that never ran while there
+/// are any (so a first soak shorter than its slots' turns still runs each
+/// one, whatever the first slices filed), else the idle ones, else all.
+pub fn drawable(candidates: &[Candidate]) -> Vec<Candidate> {
+    let idle = candidates.iter().filter(|c| !c.busy);
+    let unran: Vec<Candidate> = idle.clone().filter(|c| !c.ran).copied().collect();
+    let idle: Vec<Candidate> = idle.copied().collect();
+    match (unran.is_empty(), idle.is_empty()) {
+        (false, _) => unran,
+        (true, false) => idle,
+        (true, true) => candidates.to_vec(),
+    }
+}
+
 /// Picks an index by weight with `roll` in [0, 1).
 pub fn pick(weights: &[f64], roll: f64) -> Option<usize> {
     let total: f64 = weights.iter().sum();
@@ -211,6 +237,28 @@ mod tests {
             ) < 1.0
         );
         assert!(weight(1.0, 1.0, 0) > weight(1.0, 1.0, NEW_SLICES));
+    }
+
+    #[test]
+    fn every_slot_runs_once_before_any_runs_twice() {
+        let slot = |id, weight, ran, busy| Candidate {
+            id,
+            weight,
+            ran,
+            busy,
+        };
+        // A slot whose first slice filed bugs weighs 4; one that never ran
+        // goes first all the same.
+        let slots = [
+            slot(1, 4.0, true, false),
+            slot(2, 2.0, false, false),
+            slot(3, 2.0, false, true),
+        ];
+        assert_eq!(drawable(&slots), [slots[1]]);
+        let ran = [slot(1, 4.0, true, false), slot(2, 1.0, true, true)];
+        assert_eq!(drawable(&ran), [ran[0]]);
+        let busy = [slot(1, 4.0, true, true), slot(2, 1.0, false, true)];
+        assert_eq!(drawable(&busy), busy);
     }
 
     #[test]

@@ -65,6 +65,13 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         }
         saved_past.extend(ending.path_kind);
     }
+    // And the keys of its saved findings still pending: one input each
+    // is enough.
+    for key in pending::saved_keys(&soak.state, &slot.allocator) {
+        if !text.lines().any(|line| line == key) {
+            text.push_str(&format!("{key}\n"));
+        }
+    }
     for kind in &saved_past {
         text.push_str(&format!("{}{kind} in *\n", shadow::tolerance::SAVE));
     }
