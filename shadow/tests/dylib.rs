@@ -86,6 +86,30 @@ fn a_missing_library_or_symbol_is_a_clear_error() {
             && !err.contains('\n'),
         "{err}"
     );
+    // Thread-locals in the initial-exec model, as jemalloc's default
+    // build has: dlopen has no room for them.
+    let src = dir.join("initial_exec.c");
+    std::fs::write(
+        &src,
+        "static __thread __attribute__((tls_model(\"initial-exec\"))) char cache[1 << 16];\n\
+         char *t_cache(void) { return cache; }\n",
+    )
+    .unwrap();
+    let lib = dir.join("initial_exec.so");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(status.success());
+    let err = shadow::allocator::by_name(&format!("dylib:{}:t_", lib.display()))
+        .err()
+        .unwrap();
+    assert!(
+        err.contains("static TLS") && err.contains("--disable-initial-exec-tls"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -13,6 +13,8 @@
 //! - a mimalloc release built as a `dylib:` exactly as docs/allocators.md
 //!   says (no `-Bsymbolic`): it binds to its own symbols, not the fuzz
 //!   binary's bundled mimalloc, and runs clean;
+//! - jemalloc 5.3.0's release, built by its own configure and make as a
+//!   library and declared as one (`[allocator.dylib]`): it runs clean;
 //! - a library that fails while it loads: an error of the run, in one line,
 //!   never a finding of the allocator;
 //! - an embedded fixed-heap allocator (umm_malloc, from umm-malloc-sys)
@@ -180,6 +182,92 @@ fn a_mimalloc_release_as_dylib_binds_to_its_own_code() {
     assert!(
         out.status.success() && runs.iter().all(|(_, _, f)| f == "none"),
         "mimalloc 2.2.5 as dylib had findings:\n{text}"
+    );
+}
+
+/// jemalloc 5.3.0, from tikv-jemalloc-sys 0.5.4's copy of its release,
+/// built as its users build it (its own `configure` and `make`) with the
+/// docs' instrumentation, and declared as a library (`[allocator.dylib]`,
+/// its `je_` prefix): it loads beside the bundled jemalloc (5.3.1, whose
+/// symbols are `_rjem_`), its counters count, and it runs clean on every
+/// target (`diff_mimalloc` beside the bundled mimalloc compares no usable
+/// sizes: its size classes are its own).
+/// Its default build keeps thread-locals in the initial-exec model, which
+/// dlopen has no room for; `--disable-initial-exec-tls` is jemalloc's
+/// documented switch for loading it after start-up, and the load error
+/// names it (`shadow/tests/dylib.rs`).
+#[test]
+fn a_jemalloc_release_built_by_its_own_makefile_runs_clean_as_a_library() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let sys = registry_crate("tikv-jemalloc-sys", "0.5.4+5.3.0-patched");
+    let repo = tempfile::tempdir().unwrap();
+    let tree = repo.path().join("jemalloc");
+    // The release's tree, with the configure script the crate generated
+    // for it (as its build.rs does).
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(sys.join("jemalloc"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    for file in ["configure", "VERSION"] {
+        std::fs::copy(sys.join("configure").join(file), tree.join(file)).unwrap();
+    }
+    let clang = soak::engines::project::clang().expect("clang matching nightly's LLVM");
+    let flags = "-O2 -g -fsanitize=fuzzer-no-link,address -fsanitize-recover=address";
+    let configured = Command::new("sh")
+        .arg("./configure")
+        .args([
+            "--with-jemalloc-prefix=je_",
+            "--disable-cxx",
+            "--enable-doc=no",
+        ])
+        .args(["--disable-static", "--disable-initial-exec-tls"])
+        .env("CC", &clang)
+        .env("CFLAGS", flags)
+        .env("LDFLAGS", "-fsanitize=address")
+        .current_dir(&tree)
+        .output()
+        .unwrap();
+    assert!(
+        configured.status.success(),
+        "{}",
+        String::from_utf8_lossy(&configured.stdout)
+    );
+    let made = Command::new("make")
+        .args(["-j2", "build_lib_shared"])
+        .current_dir(&tree)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+
+    let config = repo.path().join("allocsoak.toml");
+    std::fs::write(
+        &config,
+        "[[allocator]]\nname = \"jemalloc-5.3.0\"\n\
+         [allocator.dylib]\npath = \"jemalloc/lib/libjemalloc.so.2\"\nprefix = \"je_\"\n",
+    )
+    .unwrap();
+    let (out, text) = with_config(&config, &["build"]);
+    assert!(
+        out.status.success() && text.contains("jemalloc-5.3.0: the shared library "),
+        "{text}"
+    );
+    let (out, text) = with_config(&config, &["instrumentation"]);
+    assert!(out.status.success(), "{text}");
+    let (out, text) = with_config(&config, &["fuzz", "--secs", "4"]);
+    let runs = found(&text);
+    assert_eq!(runs.len(), shadow::Target::ALL.len(), "{text}");
+    assert!(
+        out.status.success() && runs.iter().all(|(_, _, f)| f == "none"),
+        "jemalloc 5.3.0 had findings:\n{text}"
     );
 }
 

@@ -170,7 +170,11 @@ impl Dylib {
                     .iter()
                     .any(|p| s.starts_with(p))
             });
+            // Initial-exec thread-locals (jemalloc's default) need room
+            // only a library linked at start-up has.
+            let static_tls = e.contains("static TLS block");
             let hint = match (sanitized, undefined) {
+                _ if static_tls => "its thread-locals use the initial-exec TLS model, which a library loaded with dlopen has no room for: build it with -ftls-model=global-dynamic (jemalloc: configure --disable-initial-exec-tls)",
                 // Only binaries that export their sanitizer runtime can
                 // resolve it (the fuzz builds: fuzz_targets/build.rs).
                 (true, _) => "a library built with -fsanitize loads only in the fuzz binaries, which export the sanitizer runtime (`allocsoak build` rebuilds them); build it plain for anything else",
