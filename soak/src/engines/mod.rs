@@ -48,6 +48,17 @@ impl Engine {
         }
     }
 
+    /// Whether the engine's log `text` says it has run its corpus and is
+    /// fuzzing: libFuzzer's `INITED` line, or `-fork`'s `starting to fuzz
+    /// in` once its merge of the corpus is done. honggfuzz prints nothing
+    /// a soak can rely on, so all of its run counts.
+    pub fn past_seeds(self, text: &str) -> bool {
+        match self {
+            Engine::LibFuzzer => text.contains("INITED") || text.contains("starting to fuzz in"),
+            Engine::Honggfuzz => true,
+        }
+    }
+
     /// What ended a run that was neither stopped nor killed: the kind of
     /// the finding its log reports, `crash` for a honggfuzz crash its log
     /// does not explain (a signal without a message), else `time`.

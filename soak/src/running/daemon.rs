@@ -462,7 +462,7 @@ fn finish_leftover_slices(soak: &Soak) -> Result<()> {
         }
         // A slice that cannot be finished (its fuzz binary is gone, say)
         // keeps its scratch and does not stop the soak.
-        if let Err(e) = slice::finish(soak, id, &scratch, 0.0, false, 0) {
+        if let Err(e) = slice::finish(soak, id, &scratch, None, false, 0) {
             eprintln!(
                 "allocsoak: interrupted slice {} left as it is: {e:#}",
                 scratch.display()

@@ -100,18 +100,22 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
                 command.get_program().to_string_lossy()
             )
         })?;
-    let (stopped, parked, status) = wait(soak, child, secs, slice_id, &scratch)?;
+    let engine = Engine::parse(&slot.engine)?;
+    let (stopped, parked, status, fuzzing) = wait(soak, child, secs, slice_id, &scratch, engine)?;
     // A harness that did not start fuzzed nothing: the slice is recorded
     // and its scratch goes as any other's, and the soak hears why.
     let not_started = (status.code() == Some(shadow::sanitizer::EXIT_STARTUP)).then(|| {
         let log = std::fs::read_to_string(scratch.join("fuzz.log")).unwrap_or_default();
         libfuzzer::startup_error(&slot.allocator, &log)
     });
+    // Its time fuzzing: from when the engine had run its corpus (a slice
+    // that died reading it fuzzed for none).
+    let fuzz_secs = fuzzing.map_or(0.0, |since| since.elapsed().as_secs_f64());
     finish(
         soak,
         slice_id,
         &scratch,
-        start.elapsed().as_secs_f64(),
+        Some(fuzz_secs.min(start.elapsed().as_secs_f64())),
         stopped,
         parked,
     )?;
@@ -214,15 +218,17 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
 /// crash report (its symbolizer killed) ignores SIGINT. Every few seconds
 /// it parks the sound violations the slice saved, so they are filed while
 /// it runs.
-/// Whether the soak asked it to stop, how many findings it parked, and how
-/// the engine exited.
+/// Whether the soak asked it to stop, how many findings it parked, how
+/// the engine exited, and since when it was past its seeds
+/// ([`Engine::past_seeds`], None if it never got there).
 fn wait(
     soak: &Soak,
     mut child: Child,
     secs: u64,
     slice_id: i64,
     scratch: &Path,
-) -> Result<(bool, u64, ExitStatus)> {
+    engine: Engine,
+) -> Result<(bool, u64, ExitStatus, Option<Instant>)> {
     const GRACE: Duration = Duration::from_secs(3);
     const PARK_EVERY: Duration = Duration::from_secs(10);
     let start = Instant::now();
@@ -232,9 +238,15 @@ fn wait(
     let after_sigint = Duration::from_secs(soak.config.timeout_secs + 10);
     let mut stopped = false;
     let mut signalled: Option<Instant> = None;
+    let mut fuzzing: Option<Instant> = None;
+    let mut log = LogTail::default();
     loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok((stopped, parked, status));
+        let status = child.try_wait()?;
+        if fuzzing.is_none() && engine.past_seeds(&log.read(&scratch.join("fuzz.log"))) {
+            fuzzing = Some(Instant::now());
+        }
+        if let Some(status) = status {
+            return Ok((stopped, parked, status, fuzzing));
         }
         if last_park.elapsed() >= PARK_EVERY {
             last_park = Instant::now();
@@ -258,15 +270,44 @@ fn wait(
     }
 }
 
+/// What a log has grown by since the last read, with the end of the read
+/// before it (so a line split between two reads is whole in the second).
+#[derive(Default)]
+struct LogTail {
+    offset: u64,
+    carry: String,
+}
+
+impl LogTail {
+    fn read(&mut self, path: &Path) -> String {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut new = Vec::new();
+        if let Ok(mut file) = std::fs::File::open(path) {
+            if file.seek(SeekFrom::Start(self.offset)).is_ok() {
+                let _ = file.read_to_end(&mut new);
+            }
+        }
+        self.offset += new.len() as u64;
+        let text = format!("{}{}", self.carry, String::from_utf8_lossy(&new));
+        let keep = text.len().saturating_sub(64);
+        let keep = (keep..=text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        self.carry = text[keep..].to_string();
+        text
+    }
+}
+
 /// Merges a slice's new inputs, files its artifacts, records it and
 /// removes its scratch. Safe to repeat: a kill anywhere in here leaves
-/// the scratch for the next start to finish again. `parked`: findings
-/// parked while it ran.
+/// the scratch for the next start to finish again. `fuzz_secs`: its time
+/// past its seeds (None: a slice a kill ended, finished at the next
+/// start); `parked`: findings parked while it ran.
 pub fn finish(
     soak: &Soak,
     slice_id: i64,
     scratch: &Path,
-    fuzz_secs: f64,
+    fuzz_secs: Option<f64>,
     stopped: bool,
     parked: u64,
 ) -> Result<()> {
@@ -369,7 +410,7 @@ pub fn finish(
     // libFuzzer's final stats (none in a honggfuzz log: 0).
     let final_execs = libfuzzer::final_stat(&log, "stat::number_of_executed_units");
     let stats = SliceStats {
-        fuzz_secs,
+        fuzz_secs: fuzz_secs.unwrap_or(0.0),
         execs: final_execs.max(progress.execs),
         cov: progress.cov,
         ft: progress.ft,
@@ -379,7 +420,7 @@ pub fn finish(
         peak_rss_mb: libfuzzer::final_stat(&log, "stat::peak_rss_mb").max(progress.rss_mb),
         findings: found.len() as u64 + parked,
         tolerated: tolerated.values().sum(),
-        outcome: if fuzz_secs == 0.0 {
+        outcome: if fuzz_secs.is_none() {
             "killed".into()
         } else if stopped {
             "stop".into()
@@ -463,6 +504,26 @@ fn went_past(dir: &Path) -> Result<HashMap<String, u64>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_seeds_are_read_when_the_engine_says_so_even_across_two_reads() {
+        use super::{Engine, LogTail};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fuzz.log");
+        let mut tail = LogTail::default();
+        let engine = Engine::LibFuzzer;
+        assert!(!engine.past_seeds(&tail.read(&path)), "no log yet");
+        std::fs::write(&path, "INFO: seed corpus: files: 500\n#512\tIN").unwrap();
+        assert!(!engine.past_seeds(&tail.read(&path)));
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut file, b"ITED cov: 7 ft: 9\n").unwrap();
+        assert!(engine.past_seeds(&tail.read(&path)));
+        let forked = "INFO: -fork=2: 57 seed inputs, starting to fuzz in /tmp/x\n";
+        assert!(engine.past_seeds(forked));
+    }
+
     #[test]
     fn findings_are_the_saved_inputs_and_counts_add_up_over_processes() {
         let dir = tempfile::tempdir().unwrap();
