@@ -61,24 +61,10 @@ fn a_missing_library_or_symbol_is_a_clear_error() {
     );
     // A global its firmware would define, as umm_malloc's
     // `UMM_MALLOC_CFG_HEAP_SIZE`: the hint is the link, not the path.
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let src = dir.join("needs_firmware.c");
-    std::fs::write(
-        &src,
+    let err = load_error(
+        "needs_firmware",
         "extern unsigned firmware_heap_size;\nunsigned t_heap_size(void) { return firmware_heap_size; }\n",
-    )
-    .unwrap();
-    let lib = dir.join("needs_firmware.so");
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .status()
-        .expect("run cc");
-    assert!(status.success());
-    let err = shadow::allocator::by_name(&format!("dylib:{}:t_", lib.display()))
-        .err()
-        .unwrap();
+    );
     assert!(
         err.contains("undefined symbol: firmware_heap_size")
             && err.contains("-Wl,--no-undefined")
@@ -88,14 +74,24 @@ fn a_missing_library_or_symbol_is_a_clear_error() {
     );
     // Thread-locals in the initial-exec model, as jemalloc's default
     // build has: dlopen has no room for them.
-    let src = dir.join("initial_exec.c");
-    std::fs::write(
-        &src,
+    let err = load_error(
+        "initial_exec",
         "static __thread __attribute__((tls_model(\"initial-exec\"))) char cache[1 << 16];\n\
          char *t_cache(void) { return cache; }\n",
-    )
-    .unwrap();
-    let lib = dir.join("initial_exec.so");
+    );
+    assert!(
+        err.contains("static TLS") && err.contains("--disable-initial-exec-tls"),
+        "{err}"
+    );
+}
+
+/// Why the library `name`, compiled plain from `source`, does not load as
+/// a `dylib:` allocator.
+fn load_error(name: &str, source: &str) -> String {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let lib = dir.join(format!("{name}.so"));
     let status = Command::new("cc")
         .args(["-shared", "-fPIC", "-o"])
         .arg(&lib)
@@ -103,13 +99,9 @@ fn a_missing_library_or_symbol_is_a_clear_error() {
         .status()
         .expect("run cc");
     assert!(status.success());
-    let err = shadow::allocator::by_name(&format!("dylib:{}:t_", lib.display()))
+    shadow::allocator::by_name(&format!("dylib:{}:t_", lib.display()))
         .err()
-        .unwrap();
-    assert!(
-        err.contains("static TLS") && err.contains("--disable-initial-exec-tls"),
-        "{err}"
-    );
+        .unwrap()
 }
 
 #[test]

@@ -156,24 +156,24 @@ impl Declared {
         {
             return Err(bad("the name is a bundled allocator's; pick another"));
         }
+        let identifier = |p: &str| p.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
         if let Some(lib) = &self.dylib {
             if self.c.is_some() || self.krate.is_some() {
                 return Err(bad("give one of `crate`, `c` or `dylib`"));
             }
-            if !lib
-                .prefix
-                .chars()
-                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
-            {
+            if !identifier(&lib.prefix) {
                 return Err(bad("dylib.prefix is the functions' prefix (`my_` for my_malloc), letters, digits and `_`"));
             }
-            if self.new.is_some()
+        }
+        // C code, from sources or a library: its functions are found by name.
+        let c_code = self.c.is_some() || self.dylib.is_some();
+        if c_code
+            && (self.new.is_some()
                 || self.static_item.is_some()
                 || self.init.is_some()
-                || self.usable_size.is_some()
-            {
-                return Err(bad("a library takes no `new`, `static`, `init` or `usable_size` (its own malloc_usable_size or usable_size is found by name)"));
-            }
+                || self.usable_size.is_some())
+        {
+            return Err(bad("a C allocator takes no `new`, `static`, `init` or `usable_size` (its own malloc_usable_size or usable_size is found by name)"));
         }
         match (&self.c, &self.krate) {
             (None, None) if self.dylib.is_some() => {}
@@ -181,20 +181,8 @@ impl Declared {
                 if c.sources.is_empty() {
                     return Err(bad("c.sources lists no files"));
                 }
-                if c.prefix.is_empty()
-                    || !c
-                        .prefix
-                        .chars()
-                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
-                {
+                if c.prefix.is_empty() || !identifier(&c.prefix) {
                     return Err(bad("c.prefix must name the functions' prefix (`my_` for my_malloc); unprefixed malloc would replace the process's own (rename with defines = [\"malloc=my_malloc\", ...])"));
-                }
-                if self.new.is_some()
-                    || self.static_item.is_some()
-                    || self.init.is_some()
-                    || self.usable_size.is_some()
-                {
-                    return Err(bad("a C allocator takes no `new`, `static`, `init` or `usable_size` (its own malloc_usable_size or usable_size is found by name)"));
                 }
                 let known: Vec<&str> = allocsoak_declared_c::FUNCTIONS
                     .iter()
@@ -463,7 +451,7 @@ mod tests {
             ),
             (
                 "new = \"x\"\n[dylib]\npath = \"a.so\"\n",
-                "library takes no",
+                "C allocator takes no",
             ),
             ("[dylib]\npath = \"a.so\"\nprefix = \"my-\"\n", "prefix"),
         ] {
