@@ -130,16 +130,6 @@ impl Project {
         self.declared.as_ref()?.glue.pinned()
     }
 
-    /// What `dylib:` would take for `allocator` when it is a library
-    /// loaded at run time (`dylib:<spec>`, or a declared `[allocator.dylib]`).
-    pub fn library_spec(&self, allocator: &str) -> Option<String> {
-        if let Some(spec) = allocator.strip_prefix("dylib:") {
-            return Some(spec.to_string());
-        }
-        let d = self.declared().iter().find(|d| d.name == allocator)?;
-        Some(d.dylib.as_ref()?.spec(self.declared_base()))
-    }
-
     /// The folder the declared allocators' paths are relative to.
     pub fn declared_base(&self) -> &Path {
         self.declared.as_ref().map_or(&self.root, |d| &d.base)

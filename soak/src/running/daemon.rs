@@ -420,7 +420,7 @@ fn check_binaries(project: &Project, slots: &[Slot]) -> Result<()> {
                 binary.display()
             );
         }
-        if project.library_spec(&slot.allocator).is_some() {
+        if crate::foundation::declared::is_library(project.declared(), &slot.allocator) {
             std::fs::write(&empty, b"")?;
             let out = triage::replay::engine_command(&binary)
                 .env("ALLOCSOAK_ALLOCATOR", &slot.allocator)

@@ -377,11 +377,7 @@ impl Config {
         if Engine::parse(engine)? == Engine::Honggfuzz {
             // Its build is plain: one mimalloc, no ASan for an
             // instrumented library to link against.
-            let library = allocator.starts_with("dylib:")
-                || self
-                    .declared
-                    .iter()
-                    .any(|d| d.name == allocator && d.dylib.is_some());
+            let library = crate::foundation::declared::is_library(&self.declared, allocator);
             if MIMALLOC_FLAVORS.contains(&allocator) || library {
                 bail!("slot {target}/{allocator}: honggfuzz runs the plain build, without the mimalloc flavors or `dylib:` allocators; give this slot engine = \"libfuzzer\"");
             }

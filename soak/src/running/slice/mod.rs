@@ -55,22 +55,27 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
     // The known keys, and, for each kind of bug keyed by its code path,
     // every other key of it saved as a finding (its replay tells a new way
     // to a known bug from a new bug) rather than ending the process.
-    let mut text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
-    // And what ended this allocator's slices, not filed yet: its key, and,
-    // for a violation of a call, its kind saved past from now on.
+    let mut text = String::new();
     let mut saved_past: BTreeSet<String> = saved_past.into_iter().collect();
-    for ending in soak.unfiled(&slot.allocator) {
-        if !keys.iter().any(|(_, k)| *k == ending.key) {
-            text.push_str(&format!("{}\n", ending.key));
+    {
+        let mut listed = BTreeSet::new();
+        let mut list = |key: &str| {
+            if listed.insert(key.to_string()) {
+                text.push_str(&format!("{key}\n"));
+            }
+        };
+        keys.iter().for_each(|(_, k)| list(k));
+        // And what ended this allocator's slices, not filed yet: its key,
+        // and, for a violation of a call, its kind saved past from now on.
+        for ending in soak.unfiled(&slot.allocator) {
+            list(&ending.key);
+            saved_past.extend(ending.path_kind);
         }
-        saved_past.extend(ending.path_kind);
-    }
-    // And the keys of its saved findings still pending: one input each
-    // is enough.
-    for key in pending::saved_keys(&soak.state, &slot.allocator) {
-        if !text.lines().any(|line| line == key) {
-            text.push_str(&format!("{key}\n"));
-        }
+        // And the keys of its saved findings still pending: one input each
+        // is enough.
+        pending::saved_keys(&soak.state, &slot.allocator)
+            .iter()
+            .for_each(|k| list(k));
     }
     for kind in &saved_past {
         text.push_str(&format!("{}{kind} in *\n", shadow::tolerance::SAVE));
