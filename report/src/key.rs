@@ -36,6 +36,16 @@ pub const SOUND_KINDS: [&str; 9] = [
     "remote-free-lost",
 ];
 
+/// How a sanitizer report's tolerance key starts (`asan: <title>`,
+/// [`crate::Signature::tolerance_key`]).
+pub const SANITIZER: &str = "asan: ";
+
+/// Whether a tolerance key is a sanitizer report's: memory the allocator
+/// itself corrupted, in doubt after it whatever its kind.
+pub fn is_sanitizer(key: &str) -> bool {
+    key.starts_with(SANITIZER)
+}
+
 /// The kind a code-path signature groups under ([`crate::Signature::contains_path`]):
 /// on one code path, a realloc whose new block lost bytes of the old one
 /// (`realloc-prefix`) is the bug a live block changed by a call

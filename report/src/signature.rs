@@ -346,7 +346,7 @@ impl Signature {
             "leak" | "assertion" | "crash" | "timeout" | "oom"
         ) && !DEADLY.contains(&self.kind.as_str())
             && self.message.starts_with(self.kind.as_str());
-        sanitizer.then(|| format!("asan: {}", self.title()))
+        sanitizer.then(|| format!("{}{}", crate::key::SANITIZER, self.title()))
     }
 
     /// A timeout, out-of-memory or RSS drift: its message is the slot.

@@ -246,6 +246,7 @@ fn handle(text: &str) {
     let key = report::Signature::from_log(text, "").and_then(|s| s.tolerance_key());
     match key {
         Some(key) if tolerance::count_tolerated(&key) => {
+            tolerance::past_in_doubt();
             PENDING.store(true, Ordering::Release);
         }
         _ => {

@@ -51,6 +51,14 @@ pub enum Mode {
 ///   that ends the run is written to, typed (replays set it; unset or
 ///   empty, none is written). It also turns on the coverage probe that keys
 ///   a violation by its code path ([`crate::coverage`]).
+/// - `ALLOCSOAK_END_IN_DOUBT=1` ([`end_in_doubt`](Self::end_in_doubt)):
+///   past a violation that leaves memory in doubt (a sanitizer report, a
+///   block handed out twice; tolerated, or saved while fuzzing), the
+///   process exits at once with [`crate::tolerance::EXIT_IN_DOUBT`]
+///   instead of going on with a heap the allocator may have corrupted
+///   (default `0`: the program ends quietly and the process goes on). The soak sets it for libFuzzer's
+///   `-fork` runs, whose parent starts a fresh child (or resumes its
+///   merge past the input).
 /// - `ALLOCSOAK_HISTORY` ([`history`](Self::history)): a file that keeps
 ///   the last inputs the process ran, for a crash that needs them (`{pid}`
 ///   in it is the process id; see [`crate::history`]). Default: none; a
@@ -74,6 +82,8 @@ pub struct Settings {
     pub text_inputs: bool,
     /// `ALLOCSOAK_SERIAL_RACES`.
     pub serial_races: bool,
+    /// `ALLOCSOAK_END_IN_DOUBT`.
+    pub end_in_doubt: bool,
     /// `ALLOCSOAK_TOLERATE`: the tolerate file, read at the first
     /// violation.
     pub tolerate: Option<PathBuf>,
@@ -145,6 +155,7 @@ impl Default for Settings {
             mode: Mode::Checked,
             text_inputs: false,
             serial_races: false,
+            end_in_doubt: false,
             tolerate: None,
             findings: None,
             record: None,
@@ -206,6 +217,7 @@ impl Settings {
             mode,
             text_inputs: switch("ALLOCSOAK_TEXT_INPUTS")?,
             serial_races: switch("ALLOCSOAK_SERIAL_RACES")?,
+            end_in_doubt: switch("ALLOCSOAK_END_IN_DOUBT")?,
             tolerate: path("ALLOCSOAK_TOLERATE"),
             findings: nonempty_path("ALLOCSOAK_FINDINGS"),
             record: nonempty_path("ALLOCSOAK_RECORD"),
@@ -257,6 +269,7 @@ mod tests {
                 ("ALLOCSOAK_MODE", "bare"),
                 ("ALLOCSOAK_TEXT_INPUTS", "1"),
                 ("ALLOCSOAK_SERIAL_RACES", "1"),
+                ("ALLOCSOAK_END_IN_DOUBT", "1"),
                 ("ALLOCSOAK_TOLERATE", "/t/tolerate"),
                 ("ALLOCSOAK_FINDINGS", "/t/findings"),
                 ("ALLOCSOAK_RECORD", "/t/record.json"),
@@ -273,6 +286,7 @@ mod tests {
                 mode: Mode::Bare,
                 text_inputs: true,
                 serial_races: true,
+                end_in_doubt: true,
                 tolerate: Some("/t/tolerate".into()),
                 findings: Some("/t/findings".into()),
                 record: Some("/t/record.json".into()),

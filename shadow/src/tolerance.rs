@@ -116,11 +116,13 @@ pub(crate) fn count_tolerated(key: &str) -> bool {
 /// its record where `ALLOCSOAK_RECORD` says), or, when its key is
 /// tolerated, counts it and ends the program quietly ([`end_quietly`]);
 /// while fuzzing, one a `save` line ([`SAVE`]) matches is saved as a
-/// finding, counted, and ends the program quietly too. Called through
+/// finding, counted, and ends the program quietly too (or the process,
+/// [`past_in_doubt`]). Called through
 /// [`crate::ending`], which first ends the program quietly at a tolerated
 /// sanitizer report that came in before it.
 pub fn raise(report: Report) -> ! {
     if went_past(&report, true) {
+        past_in_doubt();
         end_quietly();
     }
     ends(&report);
@@ -140,15 +142,41 @@ pub fn raise_always(report: Report) -> ! {
 /// kind: returns when the process `can_go_on` and its own key is listed
 /// (its group was filed; a `<kind> in *` pattern, which a replay lists for
 /// the kinds that leave the heap sound, does not do) or a `save` line
-/// matches it while fuzzing (the program then ends at the next check);
-/// else prints its line and aborts.
+/// matches it while fuzzing (the program then ends at the next check, or
+/// the process at once: [`past_in_doubt`]); else prints its line and
+/// aborts.
 pub(crate) fn raise_in_report(report: Report, can_go_on: bool) {
     if can_go_on && went_past(&report, false) {
-        return;
+        return past_in_doubt();
     }
     ends(&report);
     eprintln!("{report}");
     std::process::abort()
+}
+
+/// The exit status of a process that ended past a violation that leaves
+/// memory in doubt ([`past_in_doubt`]): neither a crash's nor one of libFuzzer's own
+/// (70 timeout, 71 out of memory, 72 interrupted, 77 error) nor
+/// honggfuzz's sanitizer status (103).
+pub const EXIT_IN_DOUBT: i32 = 3;
+
+/// Called once a violation that leaves memory in doubt was got past
+/// (counted, or saved as a finding): a sanitizer report, or one of the
+/// harness's own that ends the program ([`raise`]). With
+/// `ALLOCSOAK_END_IN_DOUBT` set, ends the process at once. The
+/// allocator's own memory is in doubt after it (a block handed out twice,
+/// a free list written over, metadata overflowed), and every call after
+/// it may only show what the first bug broke: a timeout, a deadly signal,
+/// another report of the same corruption. Nothing runs past it, no block
+/// is freed into that heap; a `-fork` child's parent starts a fresh one.
+pub(crate) fn past_in_doubt() {
+    if crate::settings::get().end_in_doubt {
+        // SAFETY: `_exit` ends the process at once, without running
+        // destructors or atexit handlers (a sanitizer may be mid-report,
+        // other threads mid-call); it has no preconditions. What the
+        // process got past is counted and saved already.
+        unsafe { libc::_exit(EXIT_IN_DOUBT) };
+    }
 }
 
 /// Whether the program gets past `report`: its key is tolerated (counted;

@@ -30,6 +30,10 @@ pub struct Run {
     /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
     /// first one ends the run as a crash.
     pub findings: Option<PathBuf>,
+    /// Past a sanitizer report it gets past, a process ends at once
+    /// (`ALLOCSOAK_END_IN_DOUBT`): for `-fork` runs, whose parent starts a
+    /// fresh child with a fresh allocator.
+    pub end_in_doubt: bool,
     /// libFuzzer's leak pass: an input after which mallocs outnumber
     /// frees runs again, then LeakSanitizer looks. Off for `mt_ops`,
     /// whose binaries run without LeakSanitizer
@@ -77,6 +81,7 @@ impl Run {
             tolerate: None,
             history: None,
             findings: None,
+            end_in_doubt: false,
             leaks: target != Target::MtOps,
             args: Vec::new(),
         }
@@ -109,6 +114,9 @@ impl Run {
         }
         if let Some(f) = &self.findings {
             cmd.env("ALLOCSOAK_FINDINGS", f);
+        }
+        if self.end_in_doubt {
+            cmd.env("ALLOCSOAK_END_IN_DOUBT", "1");
         }
         cmd.args(&self.args);
         cmd

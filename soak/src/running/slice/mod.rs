@@ -32,7 +32,20 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         std::fs::create_dir_all(scratch.join(sub))
             .with_context(|| format!("failed to create {}", scratch.join(sub).display()))?;
     }
-    let fork_past = soak.lock_store().ending_groups(&slot.allocator)? > 0;
+    let (keys, saved_past, ending) = {
+        let store = soak.lock_store();
+        (
+            store.tolerated_keys(&slot.allocator)?,
+            store.unsound_path_kinds(&slot.allocator)?,
+            store.ending_groups(&slot.allocator)?,
+        )
+    };
+    // [`EngineRun::fork_past`]; a sanitizer report that ended a slice
+    // and waits to be filed is got past from now on, as its group's is.
+    let unfiled = soak.unfiled(&slot.allocator);
+    let fork_past = ending > 0
+        || keys.iter().any(|(_, k)| report::key::is_sanitizer(k))
+        || unfiled.iter().any(|e| report::key::is_sanitizer(&e.key));
     let record = SliceFile {
         slot_id,
         target: slot.target.clone(),
@@ -44,13 +57,6 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         &scratch.join("slice.toml"),
         toml::to_string(&record)?.as_bytes(),
     )?;
-    let (keys, saved_past) = {
-        let store = soak.lock_store();
-        (
-            store.tolerated_keys(&slot.allocator)?,
-            store.unsound_path_kinds(&slot.allocator)?,
-        )
-    };
     let tolerate = scratch.join("tolerate");
     // The known keys, and, for each kind of bug keyed by its code path,
     // every other key of it saved as a finding (its replay tells a new way
@@ -67,7 +73,7 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         keys.iter().for_each(|(_, k)| list(k));
         // And what ended this allocator's slices, not filed yet: its key,
         // and, for a violation of a call, its kind saved past from now on.
-        for ending in soak.unfiled(&slot.allocator) {
+        for ending in unfiled {
             list(&ending.key);
             saved_past.extend(ending.path_kind);
         }
@@ -141,8 +147,12 @@ struct EngineRun {
     /// libFuzzer runs `-fork` children (several cores, or `fork_past`).
     forked: bool,
     /// A group filed for this allocator ends the process when it recurs
-    /// ([`crate::foundation::store::Store::ending_groups`]): libFuzzer runs `-fork`
-    /// with `-ignore_crashes`, so a child's death is not the slice's.
+    /// ([`crate::foundation::store::Store::ending_groups`]), or is a
+    /// sanitizer report (the allocator's own memory is in doubt past it):
+    /// libFuzzer runs `-fork` with `-ignore_crashes`, each child ends past
+    /// any violation that leaves memory in doubt
+    /// (`ALLOCSOAK_END_IN_DOUBT`) and the next starts with a fresh
+    /// allocator; a child's end is not the slice's.
     fork_past: bool,
 }
 
@@ -171,6 +181,7 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 tolerate,
                 history: Some(history),
                 findings: Some(scratch.join("findings")),
+                end_in_doubt: run.fork_past,
                 args: [
                     format!("-timeout={}", config.timeout_secs),
                     format!("-rss_limit_mb={}", config.rss_limit_mb),
