@@ -64,7 +64,11 @@ fn run(case: &str, key: &str, end: bool, dir: &Path) -> (Option<i32>, String, u6
     let findings = dir.join(format!("findings-{case}-{end}"));
     std::fs::write(dir.join("tolerate"), format!("{key}\n")).unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_process_ends_past_memory_in_doubt_when_told", "--nocapture"])
+        .args([
+            "--exact",
+            "a_process_ends_past_memory_in_doubt_when_told",
+            "--nocapture",
+        ])
         .env(CHILD, case)
         .env("ALLOCSOAK_TOLERATE", dir.join("tolerate"))
         .env("ALLOCSOAK_FINDINGS", &findings)
@@ -95,7 +99,10 @@ fn a_process_ends_past_memory_in_doubt_when_told() {
 
         let (status, printed, count) = run(case, key, false, dir.path());
         assert_eq!(status, Some(0), "{case}: {printed}");
-        assert!(printed.contains(&format!("went on past the {case}")), "{case}: {printed}");
+        assert!(
+            printed.contains(&format!("went on past the {case}")),
+            "{case}: {printed}"
+        );
         assert_eq!(count, 1, "{case}: {printed}");
     }
 }
