@@ -4,7 +4,8 @@
 //! whose slices are longer than asked, honest and overclaiming), a bump allocator from crates.io (`allocator_api2`), a fixed-arena
 //! allocator from crates.io (embedded-alloc's TLSF heap over 4 MiB,
 //! initialized in place, whose refusals are legitimate by its declared
-//! `arena`) and a C allocator from source with a planted bug, under
+//! `arena`), two releases of one crate from crates.io side by side
+//! (dlmalloc 0.1 and 0.2, each under a name of its own) and a C allocator from source with a planted bug, under
 //! mimalloc's function names. `allocsoak --config` builds them into the
 //! fuzz targets, finds the four planted bugs with the right kind (the C one's
 //! own code runs, not the bundled mimalloc's), runs the clean ones clean
@@ -64,6 +65,8 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         "  mimalloc-rs: crate mimalloc 0.1.",
         "  diff_mimalloc's reference: mimalloc 2.",
         "  bump: crate bumpalo 3.",
+        "  dlmalloc-0.1: crate dlmalloc 0.1.",
+        "  dlmalloc-0.2: crate dlmalloc 0.2.",
     ] {
         assert!(
             text.contains(says),
@@ -199,6 +202,27 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     assert!(
         out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
         "clean allocators had findings:\n{text}"
+    );
+
+    // Two releases of one crate, each its own code, side by side.
+    let (out, text) = with_config(
+        &config,
+        &[
+            "fuzz",
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "dlmalloc-0.1",
+            "--allocator",
+            "dlmalloc-0.2",
+            "--secs",
+            "3",
+        ],
+    );
+    let clean = found(&text);
+    assert!(
+        out.status.success() && clean.len() == 2 && clean.iter().all(|(_, _, f)| f == "none"),
+        "two releases of dlmalloc:\n{text}"
     );
 
     // An allocator-api2 allocator whose slices are longer than asked (and
@@ -353,6 +377,16 @@ fn a_bad_declaration_is_a_one_line_error() {
         (
             "[[allocator]]\nname = \"x\"\ncrate = \"tikv-jemallocator\"\nversion = \"=0.7.0\"\nnew = \"tikv_jemallocator::Jemalloc\"\n",
             "turn on [stats] there",
+        ),
+        // Two releases of one compatible series are one in a build.
+        (
+            "[[allocator]]\nname = \"a\"\ncrate = \"a\"\npackage = \"dlmalloc\"\nversion = \"0.2.1\"\nstatic = \"a::GlobalDlmalloc\"\n\n\
+             [[allocator]]\nname = \"b\"\ncrate = \"b\"\npackage = \"dlmalloc\"\nversion = \"=0.2.14\"\nstatic = \"b::GlobalDlmalloc\"\n",
+            "ask for dlmalloc 0.2.1 and =0.2.14, one compatible series",
+        ),
+        (
+            "[[allocator]]\nname = \"x\"\npackage = \"y\"\n[allocator.c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n",
+            "`package` goes with `crate`",
         ),
     ] {
         std::fs::write(&config, text).unwrap();

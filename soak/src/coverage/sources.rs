@@ -7,7 +7,7 @@ use cargo_metadata::Metadata;
 use object::{Object, ObjectSection};
 
 use crate::engines::project::Project;
-use crate::engines::provenance::package;
+use crate::engines::provenance::{declared_package, package};
 
 /// Where an allocator's code is: the folders (or files) of its sources,
 /// as the coverage build's mapping names them.
@@ -102,14 +102,14 @@ impl Project {
                     library: None,
                 });
             }
-            let krate = d.krate.as_deref().unwrap_or_default();
-            return match package(graph, krate) {
+            return match declared_package(graph, d) {
                 Some(p) => Ok(Sources {
                     paths: vec![crate_dir(p)],
                     library: None,
                 }),
                 None => Err(format!(
-                    "its crate {krate} is not in the build's dependency graph; run `allocsoak build`"
+                    "its crate {} is not in the build's dependency graph; run `allocsoak build`",
+                    d.package_name().unwrap_or_default()
                 )),
             };
         }

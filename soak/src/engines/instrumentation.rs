@@ -228,7 +228,9 @@ pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
             // A C allocator's functions: its sources' local ones, and the
             // ones isolation made local, which the linker lists after its
             // shim's file symbol (`allocsoak-declared-c`).
-            let counters: u64 = match (&d.krate, &d.c) {
+            // A crate's symbols carry its package's name: two releases of
+            // one package (`package`) are counted together.
+            let counters: u64 = match (d.package_name(), &d.c) {
                 (Some(krate), _) => counted
                     .crates
                     .get(&krate.replace('-', "_"))
@@ -257,7 +259,7 @@ pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
                 (Some(_), 0) => ok = false,
                 (None, 0) => println!(
                     "  (crate {} has no functions of its own in the binary: inlined into its callers, or its code is another crate's)",
-                    d.krate.as_deref().unwrap_or_default()
+                    d.package_name().unwrap_or_default()
                 ),
                 _ => {}
             }

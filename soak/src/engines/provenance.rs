@@ -104,9 +104,11 @@ fn declared(graph: &Metadata, d: &Declared, base: &Path) -> String {
             c.prefix
         );
     }
-    let krate = d.krate.as_deref().unwrap_or_default();
-    let Some(p) = package(graph, krate) else {
-        return format!("crate {krate} (not in this build's graph: run `allocsoak build`)");
+    let Some(p) = declared_package(graph, d) else {
+        return format!(
+            "crate {} (not in this build's graph: run `allocsoak build`)",
+            d.package_name().unwrap_or_default()
+        );
     };
     // A wrapper of a native library allocsoak builds runs allocsoak's
     // build of it, whatever release of the wrapper (a binary holds one).
@@ -177,6 +179,28 @@ fn described(graph: &Metadata, p: &Package) -> String {
             features.join(", ")
         ),
     }
+}
+
+/// The package a declared entry's crate resolved to: the glue's
+/// dependency of that name (two releases of one package are two names),
+/// else the package of its name.
+pub(crate) fn declared_package<'a>(graph: &'a Metadata, d: &Declared) -> Option<&'a Package> {
+    let name = d.krate.as_deref()?.replace('-', "_");
+    let resolve = graph.resolve.as_ref()?;
+    let glue: Vec<_> = graph
+        .packages
+        .iter()
+        .filter(|p| crate::foundation::declared::Glue::is_package(&p.name))
+        .map(|p| &p.id)
+        .collect();
+    let named = resolve
+        .nodes
+        .iter()
+        .filter(|n| glue.contains(&&n.id))
+        .flat_map(|n| &n.deps)
+        .find(|dep| dep.name == name)
+        .and_then(|dep| graph.packages.iter().find(|p| p.id == dep.pkg));
+    named.or_else(|| package(graph, d.package_name()?))
 }
 
 pub(crate) fn package<'a>(graph: &'a Metadata, name: &str) -> Option<&'a Package> {

@@ -175,6 +175,26 @@ impl Config {
                     d.name
                 );
             }
+            // Cargo unifies the releases of one compatible series: the
+            // build would hold one of them under both names.
+            let same_release = |o: &&Declared| {
+                o.krate != d.krate
+                    && o.package_name().is_some()
+                    && o.package_name() == d.package_name()
+                    && o.series().is_some()
+                    && o.series() == d.series()
+            };
+            if let Some(o) = config.declared[..i].iter().find(same_release) {
+                bail!(
+                    "config {}: [[allocator]] `{}` and `{}` ask for {} {} and {}, one compatible series, which cargo builds as one release; soak releases of different series (0.1 and 0.2, 1 and 2) side by side, and others in configs of their own",
+                    path.display(),
+                    o.name,
+                    d.name,
+                    d.package_name().unwrap_or_default(),
+                    o.version.as_deref().unwrap_or_default(),
+                    d.version.as_deref().unwrap_or_default()
+                );
+            }
         }
         Ok(config)
     }

@@ -17,6 +17,13 @@ pub struct Declared {
     /// file) or `git` (with `rev` or `branch`).
     #[serde(rename = "crate")]
     pub krate: Option<String>,
+    /// The crate's name in its registry when `crate` names it another way
+    /// (Cargo's `package`): two releases of one crate, each under a name
+    /// of its own (`crate = "dlmalloc01"`, `package = "dlmalloc"`,
+    /// `version = "0.1"`), soak side by side. Cargo builds one release
+    /// per compatible series (0.1.x, 2.x), so the releases must differ in
+    /// it.
+    pub package: Option<String>,
     pub version: Option<String>,
     pub path: Option<PathBuf>,
     pub git: Option<String>,
@@ -207,7 +214,12 @@ impl Declared {
                     }
                 }
             }
-            (None, Some(_)) => {
+            (None, Some(krate)) => {
+                if self.package.as_ref() == Some(krate) {
+                    return Err(bad(
+                        "`package` is for a crate named another way here; leave it out",
+                    ));
+                }
                 let sources = [&self.version, &self.git]
                     .iter()
                     .filter(|s| s.is_some())
@@ -241,6 +253,11 @@ impl Declared {
                     "give `crate` (a Rust allocator), `c` (C sources) or `dylib` (a C library)",
                 ))
             }
+        }
+        if self.package.is_some() && self.krate.is_none() {
+            return Err(bad(
+                "`package` goes with `crate`: the name the entry's code uses for it",
+            ));
         }
         if self
             .size_classes
@@ -277,9 +294,32 @@ impl Declared {
             .collect()
     }
 
+    /// The registry name of the entry's crate: its `package`, else its
+    /// `crate`.
+    pub fn package_name(&self) -> Option<&str> {
+        self.package.as_deref().or(self.krate.as_deref())
+    }
+
+    /// The release series a crates.io `version` requirement picks from,
+    /// the part semver says is compatible (`0.1` of `=0.1.4`, `2` of
+    /// `^2.3`): two entries of one package in one series would be one
+    /// release in the build.
+    pub(crate) fn series(&self) -> Option<String> {
+        let req = cargo_metadata::semver::VersionReq::parse(self.version.as_deref()?).ok()?;
+        let c = req.comparators.first()?;
+        Some(match (c.major, c.minor, c.patch) {
+            (0, Some(0), Some(patch)) => format!("0.0.{patch}"),
+            (0, Some(minor), _) => format!("0.{minor}"),
+            (major, ..) => major.to_string(),
+        })
+    }
+
     /// The crate's dependency entry, its paths made absolute from `base`.
     pub(super) fn dependency(&self, base: &Path) -> toml::Table {
         let mut dep = toml::Table::new();
+        if let Some(p) = &self.package {
+            dep.insert("package".into(), p.clone().into());
+        }
         if let Some(v) = &self.version {
             dep.insert("version".into(), v.clone().into());
         }
@@ -398,6 +438,22 @@ mod tests {
 
     fn entry(extra: &str) -> Declared {
         toml::from_str(&format!("name = \"mine\"\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn a_version_requirement_picks_from_its_compatible_series() {
+        for (version, series) in [
+            ("0.1", Some("0.1")),
+            ("=0.1.4", Some("0.1")),
+            ("^0.2.14", Some("0.2")),
+            ("0.0.3", Some("0.0.3")),
+            ("4", Some("4")),
+            (">=3.1, <4", Some("3")),
+            ("not a version", None),
+        ] {
+            let d = entry(&format!("crate = \"x\"\nversion = \"{version}\"\n"));
+            assert_eq!(d.series().as_deref(), series, "{version}");
+        }
     }
 
     /// The shim's C array and the Rust struct it is read as agree.

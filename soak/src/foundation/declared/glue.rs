@@ -43,12 +43,17 @@ impl Glue {
     /// sources.
     fn package(&self) -> String {
         let id = self.id();
-        format!(
-            "allocsoak-declared-{}",
-            id.rsplit('-').next().unwrap_or(&id)
-        )
+        format!("{PACKAGE_PREFIX}{}", id.rsplit('-').next().unwrap_or(&id))
+    }
+
+    /// Whether `package` is a glue's ([`Glue::package`]).
+    pub fn is_package(package: &str) -> bool {
+        package.starts_with(PACKAGE_PREFIX)
     }
 }
+
+/// How every glue's package name starts.
+const PACKAGE_PREFIX: &str = "allocsoak-declared-";
 
 /// Where the config's lock file is, when it has one: `<config dir>/<config
 /// stem>.lock`.

@@ -181,9 +181,8 @@ fn features_of(metadata: &Metadata, native: &Native) -> Option<(PackageId, BTree
 /// reaches `target` in the graph.
 fn reaches(metadata: &Metadata, d: &Declared, target: &PackageId) -> bool {
     let names: BTreeSet<&str> = d
-        .krate
-        .iter()
-        .map(String::as_str)
+        .package_name()
+        .into_iter()
         .chain(d.dependencies.keys().map(String::as_str))
         .collect();
     let starts = metadata
