@@ -2,6 +2,7 @@
 //! and filed. [`finish`] also picks up a slice a kill interrupted.
 
 use std::collections::{BTreeSet, HashMap};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
@@ -100,10 +101,14 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
     let mut command = engine_command(soak, &slot, &scratch, run)?;
     let log = std::fs::File::create(scratch.join("fuzz.log"))?;
     let start = Instant::now();
+    // Its own process group: a stop reaches libFuzzer's `-fork` children
+    // too, which their parent would otherwise wait for to the end of
+    // their jobs (minutes).
     let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
+        .process_group(0)
         .spawn()
         .with_context(|| {
             format!(
@@ -274,16 +279,22 @@ fn wait(
         }
         stopped |= soak.stop.load(Ordering::Relaxed);
         if (stopped || soak.past_deadline(GRACE)) && signalled.is_none() {
-            // SAFETY: a plain signal to our own child, which has not been
-            // waited for (its pid is not reused while it is unreaped).
-            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            signal_group(&child, libc::SIGINT);
             signalled = Some(Instant::now());
         }
         if start.elapsed() > hard || signalled.is_some_and(|t| t.elapsed() > after_sigint) {
-            let _ = child.kill();
+            signal_group(&child, libc::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Sends `signal` to the engine `child` and every process it started (its
+/// process group, which it leads).
+fn signal_group(child: &Child, signal: libc::c_int) {
+    // SAFETY: a plain signal to the group our own child leads; the child
+    // has not been waited for, so its pid (the group's id) is not reused.
+    unsafe { libc::kill(-(child.id() as i32), signal) };
 }
 
 /// What a log has grown by since the last read, with the end of the read
