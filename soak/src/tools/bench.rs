@@ -1,7 +1,9 @@
 //! `allocsoak bench`: exec/s of each target × allocator with the shadow
 //! model on, and what the model costs on the same inputs, in one run.
 //!
-//! The exec/s is a checked fuzzing run's from the seeds. The cost is
+//! The exec/s is a checked fuzzing run's from the seeds, alone and beside
+//! busy cores (every other core spinning, as a soak's other slices keep
+//! them: `mt_ops`' race sections need more than one). The cost is
 //! measured on the inputs that run kept (and the seeds), each run once by
 //! the same binary checked and with `ALLOCSOAK_MODE=bare` in turn: two
 //! fuzzing runs keep different inputs (libFuzzer's schedule follows each
@@ -27,6 +29,8 @@ pub struct Row {
     pub allocator: String,
     /// A checked fuzzing run's exec/s.
     pub execs_per_s: f64,
+    /// The same from the same seeds, with every other core busy.
+    pub busy_execs_per_s: f64,
     /// Inputs each replay ran: the ones the fuzzing run kept, and the seeds.
     pub inputs: u64,
     /// Median seconds of a checked replay of them, process start included.
@@ -39,6 +43,45 @@ impl Row {
     /// Checked speed over bare speed on the same inputs.
     pub fn ratio(&self) -> f64 {
         self.bare_s / self.checked_s.max(1e-9)
+    }
+
+    /// Exec/s beside busy cores over exec/s alone.
+    pub fn busy_ratio(&self) -> f64 {
+        self.busy_execs_per_s / self.execs_per_s.max(1e-9)
+    }
+}
+
+/// Keeps every core but one busy (a spinning thread each) until dropped.
+struct BusyCores {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyCores {
+    fn start() -> BusyCores {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let threads = (1..cores.max(2))
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        BusyCores { stop, threads }
+    }
+}
+
+impl Drop for BusyCores {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }
 
@@ -59,13 +102,12 @@ pub fn run(
         for allocator in allocators {
             let dir = project.run_dir("bench", &[target.name(), allocator]);
             let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier bench
-            let corpus = dir.join("corpus");
-            let run = |bare: bool, args: &[&str], out: &str| -> Result<Outcome> {
+            let run_in = |corpus: &str, bare: bool, args: &[&str], out: &str| -> Result<Outcome> {
                 let run = Run {
                     bare,
                     secs,
                     args: args.iter().map(|a| a.to_string()).collect(),
-                    ..Run::new(project, target, allocator, corpus.clone(), dir.join(out))
+                    ..Run::new(project, target, allocator, dir.join(corpus), dir.join(out))
                 };
                 let outcome = run.run()?;
                 if let Some(kind) = &outcome.kind {
@@ -76,7 +118,12 @@ pub fn run(
                 }
                 Ok(outcome)
             };
+            let run = |bare: bool, args: &[&str], out: &str| run_in("corpus", bare, args, out);
             let fuzzed = run(false, &[], "fuzz")?;
+            let busy = {
+                let _busy = BusyCores::start();
+                run_in("busy-corpus", false, &[], "busy")?
+            };
             let (mut checked, mut bare, mut inputs) = (Vec::new(), Vec::new(), 0);
             for _ in 0..REPLAYS {
                 let replay = run(false, &["-runs=0"], "checked")?;
@@ -88,15 +135,18 @@ pub fn run(
                 target,
                 allocator: allocator.clone(),
                 execs_per_s: fuzzed.execs_per_sec(),
+                busy_execs_per_s: busy.execs_per_sec(),
                 inputs,
                 checked_s: median(checked),
                 bare_s: median(bare),
             };
             println!(
-                "bench {} {} execs_per_s={:.0} replay_inputs={} checked_s={:.2} bare_s={:.2} ratio={:.2}",
+                "bench {} {} execs_per_s={:.0} busy_execs_per_s={:.0} busy_ratio={:.2} replay_inputs={} checked_s={:.2} bare_s={:.2} ratio={:.2}",
                 row.target,
                 row.allocator,
                 row.execs_per_s,
+                row.busy_execs_per_s,
+                row.busy_ratio(),
                 row.inputs,
                 row.checked_s,
                 row.bare_s,
