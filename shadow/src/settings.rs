@@ -56,9 +56,9 @@ pub enum Mode {
 ///   block handed out twice; tolerated, or saved while fuzzing), the
 ///   process exits at once with [`crate::tolerance::EXIT_IN_DOUBT`]
 ///   instead of going on with a heap the allocator may have corrupted
-///   (default `0`: the program ends quietly and the process goes on). The soak sets it for libFuzzer's
-///   `-fork` runs, whose parent starts a fresh child (or resumes its
-///   merge past the input).
+///   (default `0`: the program ends quietly and the process goes on). The
+///   soak sets it for the `-fork` runs that go on past its crashes, whose
+///   parent starts a fresh child (or resumes its merge past the input).
 /// - `ALLOCSOAK_HISTORY` ([`history`](Self::history)): a file that keeps
 ///   the last inputs the process ran, for a crash that needs them (`{pid}`
 ///   in it is the process id; see [`crate::history`]). Default: none; a

@@ -30,9 +30,9 @@ pub struct Run {
     /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
     /// first one ends the run as a crash.
     pub findings: Option<PathBuf>,
-    /// Past a sanitizer report it gets past, a process ends at once
-    /// (`ALLOCSOAK_END_IN_DOUBT`): for `-fork` runs, whose parent starts a
-    /// fresh child with a fresh allocator.
+    /// Past a violation that leaves memory in doubt, a process ends at
+    /// once (`ALLOCSOAK_END_IN_DOUBT`): for `-fork` runs that go on past
+    /// crashes, whose parent starts a fresh child with a fresh allocator.
     pub end_in_doubt: bool,
     /// libFuzzer's leak pass: an input after which mallocs outnumber
     /// frees runs again, then LeakSanitizer looks. Off for `mt_ops`,

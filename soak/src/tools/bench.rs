@@ -51,7 +51,8 @@ impl Row {
     }
 }
 
-/// Keeps every core but one busy (a spinning thread each) until dropped.
+/// Keeps every core but one busy (a spinning thread each, at least one)
+/// until dropped.
 struct BusyCores {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
