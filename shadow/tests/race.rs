@@ -385,7 +385,8 @@ fn a_single_threaded_allocator_is_never_called_from_another_thread() {
 }
 
 /// What fuzzing's `mt_ops` programs do, over random inputs: at least a
-/// quarter of their allocator calls are inside race sections. 150 inputs
+/// quarter of their allocator calls are inside race sections, and on two
+/// cores or more two workers are inside the allocator at once. 150 inputs
 /// make some 450,000 calls, half of them raced (400 took a minute of
 /// `just test` for the same ratio).
 #[test]
@@ -410,8 +411,19 @@ fn a_quarter_of_mt_ops_calls_race() {
             race_calls * 4 >= calls,
             "{allocator}: {race_calls} of {calls} calls raced"
         );
+        // Raced for real: on two cores or more, workers were inside the
+        // allocator together (3 or 4 at most, over these inputs).
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+            assert!(
+                most >= INSIDE_TOGETHER,
+                "{allocator}: at most {most} inside the allocator at once, never two"
+            );
+        }
     }
 }
+
+/// Workers inside the allocator at once that a race must reach.
+const INSIDE_TOGETHER: usize = 2;
 
 /// A heap's blocks reallocated from other threads (where the heap API has
 /// a plain realloc any thread may make) and freed through other threads'
