@@ -33,6 +33,7 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         std::fs::create_dir_all(scratch.join(sub))
             .with_context(|| format!("failed to create {}", scratch.join(sub).display()))?;
     }
+    let engine = Engine::parse(&slot.engine)?;
     let (keys, saved_past, ending) = {
         let store = soak.lock_store();
         (
@@ -52,7 +53,7 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         target: slot.target.clone(),
         allocator: slot.allocator.clone(),
         engine: slot.engine.clone(),
-        forked: Engine::parse(&slot.engine)? == Engine::LibFuzzer && (cores > 1 || fork_past),
+        forked: engine == Engine::LibFuzzer && (cores > 1 || fork_past),
     };
     crate::foundation::state::write_atomic(
         &scratch.join("slice.toml"),
@@ -116,7 +117,6 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
                 command.get_program().to_string_lossy()
             )
         })?;
-    let engine = Engine::parse(&slot.engine)?;
     let (stopped, parked, status, fuzzing) = wait(soak, child, secs, slice_id, &scratch, engine)?;
     // A harness that did not start fuzzed nothing: the slice is recorded
     // and its scratch goes as any other's, and the soak hears why.
