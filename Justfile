@@ -19,9 +19,9 @@ build *ARGS: setup
 # State in ./soak-state, reports in soak-state/crashes/*/REPORT.md; more flags after
 # SECS (`--allocator zoo:double-issue`).
 # The main job: soak every slot in soak.toml for SECS seconds (`just soak 28800` overnight).
+# It fuzzes as soon as the first target's binary links and builds the rest beside it.
 soak SECS="600" *ARGS: setup
-    {{allocsoak}} build
-    {{allocsoak}} soak --duration {{SECS}} {{ARGS}}
+    {{allocsoak}} soak --build --duration {{SECS}} {{ARGS}}
 
 # A running (or finished) soak's progress, from its state dir.
 status STATE="soak-state":

@@ -129,29 +129,69 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
     );
 }
 
+/// Also `--build` (what `just soak` runs): the binaries are fresh here,
+/// so each part's build is cargo finding it so, but the order holds. The
+/// first target's binary is built before the workers start, the others on
+/// the builder's core beside the first slice, and every slot runs, none
+/// before its binary's build ended.
 #[test]
 fn a_correct_allocator_files_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    soak(
+    let out = soak(
         &state,
         &[
             "--target",
             "alloc_ops",
             "--target",
             "heap_api",
+            "--target",
+            "mt_ops",
             "--allocator",
             "system",
             "--jobs",
             "2",
             "--duration",
             "20",
+            "--slice-secs",
+            "5",
+            "--build",
         ],
     );
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(groups(&state), vec![]);
     assert!(count(&state, "SELECT COUNT(*) FROM slice WHERE ended IS NOT NULL") >= 2);
     assert!(count(&state, "SELECT MIN(execs) FROM slice") > 0);
+    assert!(
+        stdout.contains("allocsoak: building asan alloc_ops"),
+        "{stdout}"
+    );
+    for target in ["heap_api", "mt_ops"] {
+        assert!(
+            stdout.contains(&format!("allocsoak: built asan {target} beside the slices")),
+            "{stdout}"
+        );
+        let log = state.join(format!("logs/build-asan-{target}.log"));
+        let built = std::fs::metadata(&log)
+            .unwrap()
+            .modified()
+            .unwrap()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let first = count(
+            &state,
+            &format!(
+                "SELECT MIN(s.started) FROM slice s
+                 JOIN slot ON slot.id = s.slot_id WHERE slot.target = '{target}'"
+            ),
+        );
+        assert!(
+            first >= built,
+            "{target}: a slice at {first}, built at {built}"
+        );
+    }
     let status = allocsoak()
         .args(["status", "--state"])
         .arg(&state)

@@ -30,16 +30,8 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         engines.push(Engine::parse(&slot.engine)?);
         slotted.push(slot.allocator);
     }
-    let mut names = super::common::allocators(&config, args.allocators, &slotted)?;
-    names.extend(project.declared().iter().map(|d| d.name.clone()));
-    names.sort();
-    names.dedup();
-    let mut builds: Vec<Build> = names.iter().map(|a| Build::for_allocator(a)).collect();
-    builds.sort_by_key(|b| b.name());
-    builds.dedup();
-    for &build in &builds {
-        project.check_declared(build)?;
-    }
+    let names = super::common::allocators(&config, args.allocators, &slotted)?;
+    let (names, builds) = builds(&project, names)?;
     // With declared allocators the plain targets are built first (the glue
     // build reuses what they compiled): a config that declares none, such
     // as a test's or a `--config` of one slot, runs them.
@@ -58,17 +50,44 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     }
     // What each name runs, from the build that serves it (the glue's when
     // the config declares allocators).
-    let served = projects.last().expect("one project at least");
+    print_runs(
+        projects.last().expect("one project at least"),
+        &builds,
+        &names,
+    )?;
+    Ok(true)
+}
+
+/// The builds `names` and the config's declared allocators run in, each
+/// checked to build what the config declares ([`Project::check_declared`]),
+/// with every name.
+pub fn builds(project: &Project, mut names: Vec<String>) -> Result<(Vec<String>, Vec<Build>)> {
+    names.extend(project.declared().iter().map(|d| d.name.clone()));
+    names.sort();
+    names.dedup();
+    let mut builds: Vec<Build> = names.iter().map(|a| Build::for_allocator(a)).collect();
+    builds.sort_by_key(|b| b.name());
+    builds.dedup();
     for &build in &builds {
+        project.check_declared(build)?;
+    }
+    Ok((names, builds))
+}
+
+/// Prints what each of `names` runs in its build (`build asan:` then a
+/// line per name).
+pub fn print_runs(project: &Project, builds: &[Build], names: &[String]) -> Result<()> {
+    for &build in builds {
+        project.write_glue(build)?;
         let mine: Vec<String> = names
             .iter()
             .filter(|n| Build::for_allocator(n) == build)
             .cloned()
             .collect();
         println!("build {}:", build.name());
-        for line in served.provenance(build, &mine)? {
+        for line in project.provenance(build, &mine)? {
             println!("  {}: {}", line.name, line.runs);
         }
     }
-    Ok(true)
+    Ok(())
 }

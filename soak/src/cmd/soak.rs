@@ -31,6 +31,11 @@ pub struct Args {
     /// Replace the config's `[drift]` cpu_share (0 runs no drift workers).
     #[arg(long)]
     drift_share: Option<f64>,
+    /// Build what the slots run first, as `allocsoak build` would, but
+    /// start fuzzing as soon as the first target's binary links and build
+    /// the rest beside the slices on one core (`just soak`).
+    #[arg(long)]
+    build: bool,
 }
 
 pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
@@ -41,6 +46,11 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
     let slots = config.slots()?;
     for why in config.left_out() {
         eprintln!("allocsoak: {why}");
+    }
+    if args.build {
+        let names = slots.iter().map(|s| s.allocator.clone()).collect();
+        let (names, builds) = super::build::builds(&project, names)?;
+        super::build::print_runs(&project, &builds, &names)?;
     }
     let stop = super::common::stop_flag()?;
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
@@ -56,6 +66,7 @@ pub fn run(args: Args, project: Project, mut config: Config) -> Result<bool> {
         progress_secs: args.progress_secs.unwrap_or(if tty { 10 } else { 60 }),
         once: false,
         runs: None,
+        build: args.build,
     };
     let summary = daemon::run(project, options, stop)?;
     let (state, store) = super::common::open_state(&args.state)?;

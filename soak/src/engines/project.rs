@@ -61,6 +61,26 @@ impl Build {
     }
 }
 
+/// One thing a soak's slots run that a build makes: a target's fuzz
+/// binary in one build, every target's honggfuzz binary, or the drift
+/// replay binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    Fuzz(Build, Target),
+    Honggfuzz,
+    Drift,
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Part::Fuzz(build, target) => write!(f, "{} {}", build.name(), target.name()),
+            Part::Honggfuzz => f.write_str("honggfuzz"),
+            Part::Drift => f.write_str("drift"),
+        }
+    }
+}
+
 /// The flags every C allocator of the fuzz builds is compiled with:
 /// coverage, ASan in recover mode (a known report can be got past), and
 /// mimalloc's ASan tracking of its blocks.
@@ -257,14 +277,27 @@ impl Project {
     /// cargo finds it fresh), the C allocators compiled by nightly's clang
     /// with coverage in the form honggfuzz reads.
     pub fn build_honggfuzz(&self) -> Result<()> {
+        let status = self
+            .honggfuzz_command()?
+            .status()
+            .context("failed to run `cargo +nightly hfuzz`; run `just setup`")?;
+        if !status.success() {
+            bail!(
+                "building the honggfuzz fuzz targets failed ({status}); see the cargo output above"
+            );
+        }
+        Ok(())
+    }
+
+    /// `cargo hfuzz build` of every target, the glue written.
+    fn honggfuzz_command(&self) -> Result<Command> {
         let clang = clang()?;
         if let Some(d) = &self.declared {
             d.glue.write(&self.root, &d.base, &d.list)?;
         }
         let mut cmd = Command::new("cargo");
         let uncovered = self.uncover_harness(&mut cmd)?;
-        let status = cmd
-            .env("RUSTFLAGS", rustflags(&uncovered))
+        cmd.env("RUSTFLAGS", rustflags(&uncovered))
             .current_dir(self.fuzz_dir())
             .args(["+nightly", "hfuzz", "build", "--no-default-features"])
             .args(["--features", "honggfuzz,mimalloc"])
@@ -274,15 +307,8 @@ impl Project {
             .env(
                 format!("CFLAGS_{}", TRIPLE.replace('-', "_")),
                 "-fsanitize-coverage=trace-pc-guard,trace-cmp",
-            )
-            .status()
-            .context("failed to run `cargo +nightly hfuzz`; run `just setup`")?;
-        if !status.success() {
-            bail!(
-                "building the honggfuzz fuzz targets failed ({status}); see the cargo output above"
             );
-        }
-        Ok(())
+        Ok(cmd)
     }
 
     /// The RSS drift replay binary: a plain release build (no sanitizer,
@@ -300,24 +326,31 @@ impl Project {
 
     /// Builds [`Project::drift_binary`] (a no-op when cargo finds it fresh).
     pub fn build_drift(&self) -> Result<()> {
-        if let Some(d) = &self.declared {
-            d.glue.write(&self.root, &d.base, &d.list)?;
-        }
-        let status = Command::new("cargo")
-            .current_dir(self.fuzz_dir())
-            .args(["+nightly", "build", "--release", "--no-default-features"])
-            .args(["--features", "drift,mimalloc", "--bin"])
-            .arg(self.drift_binary().file_name().expect("a binary's name"))
-            .arg("--target-dir")
-            .arg(self.root.join("fuzz_targets/target/drift"))
-            .env_remove("RUSTFLAGS")
-            .env_remove("CFLAGS")
+        let status = self
+            .drift_command()?
             .status()
             .context("failed to run `cargo +nightly build`; run `just setup`")?;
         if !status.success() {
             bail!("building the drift replay binary failed ({status}); see the cargo output above");
         }
         Ok(())
+    }
+
+    /// `cargo build` of the drift replay binary, the glue written.
+    fn drift_command(&self) -> Result<Command> {
+        if let Some(d) = &self.declared {
+            d.glue.write(&self.root, &d.base, &d.list)?;
+        }
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir(self.fuzz_dir())
+            .args(["+nightly", "build", "--release", "--no-default-features"])
+            .args(["--features", "drift,mimalloc", "--bin"])
+            .arg(self.drift_binary().file_name().expect("a binary's name"))
+            .arg("--target-dir")
+            .arg(self.root.join("fuzz_targets/target/drift"))
+            .env_remove("RUSTFLAGS")
+            .env_remove("CFLAGS");
+        Ok(cmd)
     }
 
     /// The static archives of the bundled C allocators in `build`
@@ -382,16 +415,39 @@ impl Project {
         Ok(())
     }
 
-    /// Builds the fuzz binary of `target` alone for `build`, cargo's
-    /// output written to `log`; `Ok(false)` when it does not build.
-    pub fn build_one(&self, build: Build, target: Target, log: &Path) -> Result<bool> {
-        let out = self
-            .cargo_fuzz_build(build)?
-            .arg(self.binary_name(target))
+    /// Builds one [`Part`] (on at most `jobs` cores, or as many as cargo
+    /// takes), cargo's output written to `log` (else shown);
+    /// `Ok(false)` when it does not build.
+    pub fn build_part(&self, part: Part, jobs: Option<usize>, log: Option<&Path>) -> Result<bool> {
+        let mut cmd = self.part_command(part)?;
+        if let Some(jobs) = jobs {
+            cmd.env("CARGO_BUILD_JOBS", jobs.max(1).to_string());
+        }
+        let Some(log) = log else {
+            let status = cmd
+                .status()
+                .context("failed to run cargo; run `just setup`")?;
+            return Ok(status.success());
+        };
+        let out = cmd
             .output()
-            .context("failed to run `cargo +nightly fuzz`; run `just setup`")?;
+            .context("failed to run cargo; run `just setup`")?;
         crate::foundation::state::write_atomic(log, &[out.stdout, out.stderr].concat())?;
         Ok(out.status.success())
+    }
+
+    /// The cargo command that builds `part` (a no-op when cargo finds it
+    /// fresh), the glue written.
+    pub fn part_command(&self, part: Part) -> Result<Command> {
+        Ok(match part {
+            Part::Fuzz(build, target) => {
+                let mut cmd = self.cargo_fuzz_build(build)?;
+                cmd.arg(self.binary_name(target));
+                cmd
+            }
+            Part::Honggfuzz => self.honggfuzz_command()?,
+            Part::Drift => self.drift_command()?,
+        })
     }
 
     /// Where `build`'s coverage twin is made (`allocsoak coverage`):

@@ -143,6 +143,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
             progress_secs: 60,
             once: true,
             runs: options.runs,
+            build: false,
         },
         stop,
     )?;

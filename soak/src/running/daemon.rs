@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
-use crate::engines::project::{Build, Project};
+use crate::engines::project::{Build, Part, Project};
 use crate::engines::Engine;
 use crate::foundation::config::{Config, Slot};
 use crate::foundation::notify::Notifier;
@@ -29,7 +29,7 @@ use crate::rss;
 use crate::running::corpus::Corpus;
 use crate::running::scheduler::{self, Rng};
 use crate::running::soak::{filing_grace, Soak};
-use crate::running::{pending, slice, status, verify};
+use crate::running::{build, pending, slice, status, verify};
 
 /// What a soak is asked to do.
 pub struct Options {
@@ -48,14 +48,18 @@ pub struct Options {
     /// libFuzzer `-runs`, honggfuzz `--iterations`: each slice ends after this many inputs, or its
     /// seconds, whichever comes first.
     pub runs: Option<u64>,
+    /// Build what the slots run ([`build`]): the first binary before the
+    /// workers start, the rest beside the first slices.
+    pub build: bool,
 }
 
 impl Soak {
     /// The next slot to run: in a soak that runs each slot once, the
-    /// first that has not run (None when all have), else [`Soak::draw`].
+    /// first that has not run (None when all have), else [`Soak::draw`]
+    /// (None while no slot's parts are built).
     fn next(&self) -> Result<Option<i64>> {
         let Some(ran) = &self.ran else {
-            return self.draw().map(Some);
+            return self.draw();
         };
         let mut ran = ran.lock().unwrap();
         let next = self
@@ -70,8 +74,9 @@ impl Soak {
         Ok(next)
     }
 
-    /// Draws a slot by weight among those [`scheduler::drawable`].
-    fn draw(&self) -> Result<i64> {
+    /// Draws a slot by weight among those [`scheduler::drawable`]; None
+    /// when none is (its parts are still being built).
+    fn draw(&self) -> Result<Option<i64>> {
         let store = self.lock_store();
         let mut busy = self.busy.lock().unwrap();
         let mut candidates = Vec::new();
@@ -83,14 +88,17 @@ impl Soak {
                 weight: scheduler::weight(slot.weight, row.weight, slices),
                 ran: slices > 0,
                 busy: busy.contains(id),
+                built: self.unbuilt.ready(slot),
             });
         }
-        let pool = scheduler::drawable(&candidates);
+        let pool = scheduler::drawable(&candidates, self.unbuilt.building());
         let weights: Vec<f64> = pool.iter().map(|c| c.weight).collect();
         let roll = self.rng.lock().unwrap().roll();
-        let id = pool[scheduler::pick(&weights, roll).expect("at least one slot")].id;
-        busy.insert(id);
-        Ok(id)
+        let Some(at) = scheduler::pick(&weights, roll) else {
+            return Ok(None);
+        };
+        busy.insert(pool[at].id);
+        Ok(Some(pool[at].id))
     }
 
     fn remaining(&self) -> Duration {
@@ -139,6 +147,12 @@ impl Soak {
             return Ok(false);
         }
         let Some(slot_id) = self.next()? else {
+            // No slot's parts are built yet: wait for the builder (a soak
+            // whose builds all failed has nothing to run).
+            if self.ran.is_none() && self.unbuilt.building() {
+                self.pause(Duration::from_secs(1));
+                return Ok(true);
+            }
             return Ok(false);
         };
         let Some(cores) = self.cores.take(self.slot_cores(slot_id), &self.stop) else {
@@ -191,6 +205,12 @@ impl Soak {
     /// pause that doubles while failures repeat: a drift worker never ends
     /// the soak.
     fn drift_worker(&self, watch: &rss::Watch, series: &crate::foundation::config::Series) {
+        while !self.unbuilt.is_built(Part::Drift) {
+            if watch.stop.load(Ordering::Relaxed) || !self.unbuilt.building() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
         let mut backoff = FIRST_BACKOFF;
         while !watch.stop.load(Ordering::Relaxed) {
             match rss::watch(watch, series) {
@@ -233,7 +253,13 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         let row = store.slot(slot.target.name(), &slot.allocator, &slot.engine, 1.0)?;
         slots.push((slot.clone(), row.id));
     }
-    check_binaries(&project, &options.slots)?;
+    let drift_series = options.config.drift_series(&options.slots)?;
+    let later = match options.build {
+        true => build_first(&project, &state, &store, &options, !drift_series.is_empty())?,
+        false => Vec::new(),
+    };
+    let unbuilt = build::Unbuilt::new(&later);
+    check_binaries(&project, &options.slots, &unbuilt)?;
     for target in Target::ALL {
         Corpus::new(&state, target).recover()?;
     }
@@ -245,8 +271,10 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
             println!("verify {}: {} -> {}", v.id, v.before, v.after);
         }
     }
-    let drift_series = options.config.drift_series(&options.slots)?;
-    if !drift_series.is_empty() && !project.drift_binary().is_file() {
+    if !drift_series.is_empty()
+        && unbuilt.is_built(Part::Drift)
+        && !project.drift_binary().is_file()
+    {
         bail!(
             "the drift replay binary {} is missing; build it with `allocsoak build` (or set [drift] cpu_share = 0)",
             project.drift_binary().display()
@@ -292,6 +320,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         parking: Mutex::new(()),
         unfiled: Mutex::default(),
         slice_secs,
+        unbuilt,
     };
     pending::recover(&soak.state)?;
     finish_leftover_slices(&soak)?;
@@ -314,7 +343,16 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         filed: &soak.new_groups,
         filing: soak.budget(),
     };
+    // The builder holds its core before any worker can take it.
+    let builder = match later.is_empty() {
+        true => None,
+        false => soak.cores.take(1, &soak.stop),
+    };
     std::thread::scope(|s| {
+        if let Some(cores) = builder {
+            let (soak, later) = (&soak, &later);
+            s.spawn(move || build::beside(soak, later, cores));
+        }
         for series in &drift_series {
             let (watch, soak) = (&watch, &soak);
             s.spawn(move || soak.drift_worker(watch, series));
@@ -352,6 +390,11 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
                     &soak.config.drift.trend(),
                 ) {
                     println!("{text}");
+                    let left = soak.unbuilt.left();
+                    if !left.is_empty() && soak.unbuilt.building() {
+                        let left: Vec<String> = left.iter().map(Part::to_string).collect();
+                        println!("  building on one core: {}", left.join(", "));
+                    }
                     notifier.status(text.lines().next().unwrap_or(""));
                 }
             }
@@ -388,12 +431,11 @@ fn default_slice_secs(options: &Options) -> u64 {
 
 /// Every slot's fuzz binary must exist before the soak starts (the
 /// libFuzzer build for every slot: findings are replayed on it; a
-/// honggfuzz slot's own binary and driver too), and a library allocator
-/// must load in it (else every slice would "crash" at its first input
-/// and file that as a finding).
-fn check_binaries(project: &Project, slots: &[Slot]) -> Result<()> {
-    let empty = std::env::temp_dir().join(format!("allocsoak-empty-{}", std::process::id()));
-    for slot in slots {
+/// honggfuzz slot's own binary and driver too), but for what is still
+/// `unbuilt` (the builder checks those), and a library allocator must
+/// load in it ([`check_loads`]).
+fn check_binaries(project: &Project, slots: &[Slot], unbuilt: &build::Unbuilt) -> Result<()> {
+    for slot in slots.iter().filter(|s| unbuilt.ready(s)) {
         if slot.engine == Engine::Honggfuzz.name() {
             for file in [
                 project.honggfuzz_driver(),
@@ -420,29 +462,77 @@ fn check_binaries(project: &Project, slots: &[Slot]) -> Result<()> {
                 binary.display()
             );
         }
-        if crate::foundation::declared::is_library(project.declared(), &slot.allocator) {
-            std::fs::write(&empty, b"")?;
-            let out = triage::replay::engine_command(&binary)
-                .env("ALLOCSOAK_ALLOCATOR", &slot.allocator)
-                .arg(&empty)
-                .output()
-                .with_context(|| format!("failed to run {}", binary.display()))?;
-            let _ = std::fs::remove_file(&empty);
-            let log = String::from_utf8_lossy(&out.stderr);
-            let error = log.lines().find(|l| {
-                l.starts_with("allocsoak: ALLOCSOAK_ALLOCATOR") || l.contains("symbol lookup error")
-            });
-            if let Some(line) = error {
-                bail!(
-                    "allocator {} does not load in {}: {}",
-                    slot.allocator,
-                    binary.display(),
-                    line.trim()
-                );
-            }
-        }
+        check_loads(project, slot)?;
     }
     Ok(())
+}
+
+/// A library allocator must load in its slot's fuzz binary, else every
+/// slice would "crash" at its first input and file that as a finding.
+pub(crate) fn check_loads(project: &Project, slot: &Slot) -> Result<()> {
+    if !crate::foundation::declared::is_library(project.declared(), &slot.allocator) {
+        return Ok(());
+    }
+    let binary = project.binary(Build::for_allocator(&slot.allocator), slot.target);
+    let empty = std::env::temp_dir().join(format!(
+        "allocsoak-empty-{}-{}",
+        std::process::id(),
+        slot.target
+    ));
+    std::fs::write(&empty, b"")?;
+    let out = triage::replay::engine_command(&binary)
+        .env("ALLOCSOAK_ALLOCATOR", &slot.allocator)
+        .arg(&empty)
+        .output()
+        .with_context(|| format!("failed to run {}", binary.display()));
+    let _ = std::fs::remove_file(&empty);
+    let out = out?;
+    let log = String::from_utf8_lossy(&out.stderr);
+    let error = log.lines().find(|l| {
+        l.starts_with("allocsoak: ALLOCSOAK_ALLOCATOR") || l.contains("symbol lookup error")
+    });
+    if let Some(line) = error {
+        bail!(
+            "allocator {} does not load in {}: {}",
+            slot.allocator,
+            binary.display(),
+            line.trim()
+        );
+    }
+    Ok(())
+}
+
+/// `--build`'s first step, before anything else boots: what the workers
+/// need first, built on every core with cargo's output shown. That is
+/// the fuzz binary most slots run, or everything when the state dir
+/// holds groups to verify or work a killed soak left (their replays may
+/// need any binary), or when the soak has one job (a builder beside the
+/// slices would hold its only core). Returns what is left to build.
+fn build_first(
+    project: &Project,
+    state: &StateDir,
+    store: &Store,
+    options: &Options,
+    drift: bool,
+) -> Result<Vec<Part>> {
+    let parts = build::parts(&options.slots, drift);
+    let left_work = |dir: PathBuf| -> Result<bool> {
+        Ok(std::fs::read_dir(&dir)
+            .with_context(|| format!("failed to read {}", dir.display()))?
+            .next()
+            .is_some())
+    };
+    let everything = options.jobs <= 1
+        || !store.groups()?.is_empty()
+        || left_work(state.slices())?
+        || left_work(state.pending())?;
+    let first = if everything {
+        parts.len()
+    } else {
+        1.min(parts.len())
+    };
+    build::now(project, &parts[..first])?;
+    Ok(parts[first..].to_vec())
 }
 
 /// Finishes slices a kill interrupted: their new inputs are merged and

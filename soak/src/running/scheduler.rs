@@ -141,19 +141,25 @@ pub struct Candidate {
     pub ran: bool,
     /// A slice of it is running now.
     pub busy: bool,
+    /// Every part it runs is built (`--build` builds beside the slices).
+    pub built: bool,
 }
 
-/// The slots a draw picks from: the idle ones that never ran while there
-/// are any (so a first soak shorter than its slots' turns still runs each
-/// one, whatever the first slices filed), else the idle ones, else all.
-pub fn drawable(candidates: &[Candidate]) -> Vec<Candidate> {
-    let idle = candidates.iter().filter(|c| !c.busy);
+/// The slots a draw picks from, among the built ones: the idle ones that
+/// never ran while there are any (so a first soak shorter than its slots'
+/// turns still runs each one, whatever the first slices filed), else the
+/// idle ones, else all; none while parts are still `building` and every
+/// built slot is busy (a second slice of a busy slot waits for them).
+pub fn drawable(candidates: &[Candidate], building: bool) -> Vec<Candidate> {
+    let built: Vec<Candidate> = candidates.iter().filter(|c| c.built).copied().collect();
+    let idle = built.iter().filter(|c| !c.busy);
     let unran: Vec<Candidate> = idle.clone().filter(|c| !c.ran).copied().collect();
     let idle: Vec<Candidate> = idle.copied().collect();
     match (unran.is_empty(), idle.is_empty()) {
         (false, _) => unran,
         (true, false) => idle,
-        (true, true) => candidates.to_vec(),
+        (true, true) if building => Vec::new(),
+        (true, true) => built,
     }
 }
 
@@ -246,6 +252,7 @@ mod tests {
             weight,
             ran,
             busy,
+            built: true,
         };
         // A slot whose first slice filed bugs weighs 4; one that never ran
         // goes first all the same.
@@ -254,11 +261,28 @@ mod tests {
             slot(2, 2.0, false, false),
             slot(3, 2.0, false, true),
         ];
-        assert_eq!(drawable(&slots), [slots[1]]);
+        assert_eq!(drawable(&slots, false), [slots[1]]);
         let ran = [slot(1, 4.0, true, false), slot(2, 1.0, true, true)];
-        assert_eq!(drawable(&ran), [ran[0]]);
+        assert_eq!(drawable(&ran, false), [ran[0]]);
         let busy = [slot(1, 4.0, true, true), slot(2, 1.0, false, true)];
-        assert_eq!(drawable(&busy), busy);
+        assert_eq!(drawable(&busy, false), busy);
+    }
+
+    #[test]
+    fn a_slot_is_drawn_once_built_and_a_busy_one_waits_for_the_build() {
+        let slot = |id, busy, built| Candidate {
+            id,
+            weight: 1.0,
+            ran: false,
+            busy,
+            built,
+        };
+        let slots = [slot(1, false, false), slot(2, false, true)];
+        assert_eq!(drawable(&slots, true), [slots[1]]);
+        let busy = [slot(1, false, false), slot(2, true, true)];
+        assert_eq!(drawable(&busy, true), []);
+        assert_eq!(drawable(&busy, false), [busy[1]]);
+        assert_eq!(drawable(&[slot(1, false, false)], false), []);
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct Soak {
     /// once filed.
     pub(crate) unfiled: Mutex<HashMap<String, BTreeSet<report::Ending>>>,
     pub(crate) slice_secs: u64,
+    /// What `--build` still builds beside the slices ([`crate::running::build`]).
+    pub(crate) unbuilt: crate::running::build::Unbuilt,
 }
 
 /// How long after its deadline a soak still files what its last slices

@@ -18,7 +18,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::engines::project::{Build, Project};
+use crate::engines::project::{Build, Part, Project};
 use crate::foundation::config::Config;
 use crate::foundation::state::StateDir;
 use crate::foundation::store::{self, BisectionRow, Store};
@@ -212,7 +212,7 @@ fn test(
 ) -> Result<Seen> {
     let build = Build::for_allocator(&group.slot.allocator);
     let log = work.join("build.log");
-    match project.build_one(build, case.target, &log) {
+    match project.build_part(Part::Fuzz(build, case.target), None, Some(&log)) {
         Ok(true) => {}
         Ok(false) => {
             return Ok(Seen::Skipped(format!(

@@ -291,7 +291,7 @@ fn wait(
 
 /// Sends `signal` to the engine `child` and every process it started (its
 /// process group, which it leads).
-fn signal_group(child: &Child, signal: libc::c_int) {
+pub(crate) fn signal_group(child: &Child, signal: libc::c_int) {
     // SAFETY: a plain signal to the group our own child leads; the child
     // has not been waited for, so its pid (the group's id) is not reused.
     unsafe { libc::kill(-(child.id() as i32), signal) };

@@ -1,0 +1,259 @@
+//! Building beside the slices (`allocsoak soak --build`, what `just soak`
+//! runs). A soak that builds what its slots run starts fuzzing as soon
+//! as the first target's binary links: the daemon builds that one on
+//! every core before its workers start, and the rest one [`Part`] at a
+//! time on one core it holds as a slice would. The duty cycle counts
+//! that core as not fuzzing. A slot is drawn only once every part it
+//! runs is built; a part that does not build keeps its slots out of this
+//! soak and says where its cargo log is.
+
+use std::collections::HashSet;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use shadow::Target;
+
+use crate::engines::project::{Build, Part, Project};
+use crate::engines::Engine;
+use crate::foundation::config::Slot;
+use crate::running::slice::signal_group;
+use crate::running::soak::Soak;
+
+/// The parts `slot` runs: its target's fuzz binary in its allocator's
+/// build (a honggfuzz slot's findings are replayed on it too), and
+/// honggfuzz's binaries for a honggfuzz slot.
+pub fn needs(slot: &Slot) -> Vec<Part> {
+    let mut parts = vec![Part::Fuzz(
+        Build::for_allocator(&slot.allocator),
+        slot.target,
+    )];
+    if slot.engine == Engine::Honggfuzz.name() {
+        parts.push(Part::Honggfuzz);
+    }
+    parts
+}
+
+/// What `slots` run, in the order a soak builds it: the fuzz binary most
+/// slots run first, then the other fuzz binaries (the most slots first),
+/// then the drift replay binary when `drift`, then honggfuzz's (a build
+/// of everything again, and a few slots' worth).
+pub fn parts(slots: &[Slot], drift: bool) -> Vec<Part> {
+    let mut fuzz: Vec<(Part, usize)> = Vec::new();
+    for slot in slots {
+        let part = needs(slot)[0];
+        match fuzz.iter_mut().find(|(p, _)| *p == part) {
+            Some((_, n)) => *n += 1,
+            None => fuzz.push((part, 1)),
+        }
+    }
+    // Stable: equal counts keep the order of the build, then the target.
+    fuzz.sort_by_key(|&(part, n)| {
+        let Part::Fuzz(build, target) = part else {
+            unreachable!("fuzz parts only")
+        };
+        let at = Target::ALL.iter().position(|t| *t == target);
+        (std::cmp::Reverse(n), build.name(), at)
+    });
+    let mut parts: Vec<Part> = fuzz.into_iter().map(|(p, _)| p).collect();
+    if drift {
+        parts.push(Part::Drift);
+    }
+    if slots.iter().any(|s| s.engine == Engine::Honggfuzz.name()) {
+        parts.push(Part::Honggfuzz);
+    }
+    parts
+}
+
+/// The parts a soak still builds beside its slices.
+#[derive(Default)]
+pub struct Unbuilt {
+    parts: Mutex<HashSet<Part>>,
+    /// Whether the builder still runs (a part left once it ended did not
+    /// build).
+    building: std::sync::atomic::AtomicBool,
+}
+
+impl Unbuilt {
+    pub fn new(parts: &[Part]) -> Unbuilt {
+        Unbuilt {
+            parts: Mutex::new(parts.iter().copied().collect()),
+            building: (!parts.is_empty()).into(),
+        }
+    }
+
+    /// Whether every part `slot` runs is built.
+    pub fn ready(&self, slot: &Slot) -> bool {
+        let parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        needs(slot).iter().all(|p| !parts.contains(p))
+    }
+
+    pub fn is_built(&self, part: Part) -> bool {
+        !self
+            .parts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&part)
+    }
+
+    /// Whether the builder still runs.
+    pub fn building(&self) -> bool {
+        self.building.load(Ordering::Relaxed)
+    }
+
+    /// What is left to build, for the progress print.
+    pub fn left(&self) -> Vec<Part> {
+        let mut left: Vec<Part> = self
+            .parts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        left.sort_by_key(|p| p.to_string());
+        left
+    }
+
+    fn built(&self, part: Part) {
+        self.parts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&part);
+    }
+}
+
+/// Builds `parts` in order, shown, on every core, before the soak's
+/// workers start.
+pub fn now(project: &Project, parts: &[Part]) -> Result<()> {
+    for &part in parts {
+        println!("allocsoak: building {part}");
+        if !project.build_part(part, None, None)? {
+            anyhow::bail!("building {part} failed; see the cargo output above");
+        }
+    }
+    Ok(())
+}
+
+/// Builds what [`Soak::unbuilt`] holds, in `order`, on the one core
+/// `cores` the daemon took for it (given back at the end), each part's
+/// cargo output in the state's `logs/build-<part>.log`. Stops, killing
+/// cargo, when the soak does.
+pub fn beside(soak: &Soak, order: &[Part], cores: usize) {
+    for &part in order {
+        if soak.stop.load(Ordering::Relaxed) || soak.past_deadline(Duration::ZERO) {
+            break;
+        }
+        let log = soak
+            .state
+            .logs()
+            .join(format!("build-{}.log", part.to_string().replace(' ', "-")));
+        let started = Instant::now();
+        match build_one(soak, part, cores, &log) {
+            Ok(Some(true)) => match check_loads(soak, part) {
+                Ok(()) => {
+                    soak.unbuilt.built(part);
+                    println!(
+                        "allocsoak: built {part} beside the slices in {} s",
+                        started.elapsed().as_secs()
+                    );
+                }
+                Err(e) => eprintln!("allocsoak: {e:#}; its slots do not run this soak"),
+            },
+            Ok(Some(false)) => eprintln!(
+                "allocsoak: building {part} failed (see {}); its slots do not run this soak",
+                log.display()
+            ),
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("allocsoak: building {part}: {e:#}; its slots do not run this soak")
+            }
+        }
+    }
+    soak.unbuilt.building.store(false, Ordering::Relaxed);
+    soak.cores.give(cores);
+}
+
+/// Runs `part`'s cargo on `cores` jobs in its own process group;
+/// `None` when the soak stopped or ended first (cargo and the compilers
+/// it started are killed).
+fn build_one(soak: &Soak, part: Part, cores: usize, log: &std::path::Path) -> Result<Option<bool>> {
+    let file = std::fs::File::create(log)
+        .with_context(|| format!("failed to create {}", log.display()))?;
+    let mut child = soak
+        .project
+        .part_command(part)?
+        .env("CARGO_BUILD_JOBS", cores.to_string())
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .process_group(0)
+        .spawn()
+        .context("failed to run cargo; run `just setup`")?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status.success()));
+        }
+        if soak.stop.load(Ordering::Relaxed) || soak.past_deadline(Duration::ZERO) {
+            signal_group(&child, libc::SIGKILL);
+            child.wait()?;
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A library allocator must load in the fuzz binary `part` is (the same
+/// check the daemon makes at boot for what was built before it).
+fn check_loads(soak: &Soak, part: Part) -> Result<()> {
+    for (slot, _) in &soak.slots {
+        if needs(slot)[0] == part {
+            super::daemon::check_loads(&soak.project, slot)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(target: Target, allocator: &str, engine: Engine) -> Slot {
+        Slot {
+            target,
+            allocator: allocator.into(),
+            engine: engine.name().into(),
+            weight: 1.0,
+            cores: 1,
+        }
+    }
+
+    #[test]
+    fn the_binary_most_slots_run_is_built_first_and_honggfuzz_last() {
+        let slots = [
+            slot(Target::HeapApi, "system", Engine::LibFuzzer),
+            slot(Target::AllocOps, "mimalloc-debug", Engine::LibFuzzer),
+            slot(Target::MtOps, "system", Engine::LibFuzzer),
+            slot(Target::MtOps, "mimalloc", Engine::Honggfuzz),
+        ];
+        let order = parts(&slots, true);
+        assert_eq!(
+            order,
+            vec![
+                Part::Fuzz(Build::Asan, Target::MtOps),
+                Part::Fuzz(Build::Asan, Target::HeapApi),
+                Part::Fuzz(Build::AsanMimallocDebug, Target::AllocOps),
+                Part::Drift,
+                Part::Honggfuzz,
+            ]
+        );
+        let unbuilt = Unbuilt::new(&order[1..]);
+        assert!(unbuilt.ready(&slots[2]));
+        assert!(!unbuilt.ready(&slots[3]), "honggfuzz is not built yet");
+        assert!(!unbuilt.ready(&slots[0]));
+        unbuilt.built(Part::Fuzz(Build::Asan, Target::HeapApi));
+        assert!(unbuilt.ready(&slots[0]));
+    }
+}
