@@ -38,6 +38,7 @@ pub mod pattern;
 pub mod poison;
 pub mod sanitizer;
 pub mod settings;
+pub mod tally;
 pub mod tolerance;
 pub mod violation;
 mod workers;

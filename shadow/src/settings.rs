@@ -63,6 +63,10 @@ pub enum Mode {
 ///   the last inputs the process ran, for a crash that needs them (`{pid}`
 ///   in it is the process id; see [`crate::history`]). Default: none; a
 ///   file that cannot be made ends the process.
+/// - `ALLOCSOAK_TALLY` ([`tally`](Self::tally)): where the process's race
+///   sections are counted for the soak's status and `allocsoak bench`
+///   (`<path>-<pid>`; see [`crate::tally`]). Default: none; unset or
+///   empty, nothing is written.
 ///
 /// A bad value (`ALLOCSOAK_MODE=fast`, `ALLOCSOAK_TEXT_INPUTS=yes`) ends
 /// the process with exit status 2 and a one-line `allocsoak: …` message
@@ -94,6 +98,8 @@ pub struct Settings {
     /// `ALLOCSOAK_HISTORY`: the history ring's file, `{pid}` not yet
     /// replaced.
     pub history: Option<PathBuf>,
+    /// `ALLOCSOAK_TALLY`: where the race tally goes, `-<pid>` not yet added.
+    pub tally: Option<PathBuf>,
 }
 
 /// The allocator a process runs, by name, and where the name came from
@@ -160,6 +166,7 @@ impl Default for Settings {
             findings: None,
             record: None,
             history: None,
+            tally: None,
         }
     }
 }
@@ -222,6 +229,7 @@ impl Settings {
             findings: nonempty_path("ALLOCSOAK_FINDINGS"),
             record: nonempty_path("ALLOCSOAK_RECORD"),
             history: path("ALLOCSOAK_HISTORY"),
+            tally: nonempty_path("ALLOCSOAK_TALLY"),
         })
     }
 }
@@ -274,6 +282,7 @@ mod tests {
                 ("ALLOCSOAK_FINDINGS", "/t/findings"),
                 ("ALLOCSOAK_RECORD", "/t/record.json"),
                 ("ALLOCSOAK_HISTORY", "/t/history-{pid}"),
+                ("ALLOCSOAK_TALLY", "/t/tally"),
             ],
             Some("alloc_ops__mimalloc"),
         )
@@ -291,6 +300,7 @@ mod tests {
                 findings: Some("/t/findings".into()),
                 record: Some("/t/record.json".into()),
                 history: Some("/t/history-{pid}".into()),
+                tally: Some("/t/tally".into()),
             }
         );
         let zeros = parse(
@@ -326,18 +336,20 @@ mod tests {
     }
 
     #[test]
-    fn empty_findings_and_record_are_unset_empty_tolerate_and_history_are_not() {
+    fn empty_findings_record_and_tally_are_unset_empty_tolerate_and_history_are_not() {
         let settings = parse(
             &[
                 ("ALLOCSOAK_FINDINGS", ""),
                 ("ALLOCSOAK_RECORD", ""),
                 ("ALLOCSOAK_TOLERATE", ""),
                 ("ALLOCSOAK_HISTORY", ""),
+                ("ALLOCSOAK_TALLY", ""),
             ],
             None,
         )
         .unwrap();
         assert_eq!((settings.findings, settings.record), (None, None));
+        assert_eq!(settings.tally, None);
         assert_eq!(settings.tolerate, Some(PathBuf::new()));
         assert_eq!(settings.history, Some(PathBuf::new()));
     }

@@ -202,6 +202,23 @@ fn a_correct_allocator_files_nothing() {
         status.status.success() && text.contains("alloc_ops/system"),
         "{text}"
     );
+    // mt_ops' race sections are counted by its fuzzing processes and
+    // shown (`races`: the share with two or more inside, the most);
+    // alloc_ops has none.
+    let sections = count(
+        &state,
+        "SELECT COALESCE(SUM(s.race_sections), 0) FROM slice s
+         JOIN slot ON slot.id = s.slot_id WHERE slot.target = 'mt_ops'",
+    );
+    assert!(sections > 0, "no race section counted\n{text}");
+    let row = text.lines().find(|l| l.starts_with("mt_ops/system"));
+    assert!(row.is_some_and(|r| r.contains("%/")), "{text}");
+    let others = count(
+        &state,
+        "SELECT COALESCE(SUM(s.race_sections), 0) FROM slice s
+         JOIN slot ON slot.id = s.slot_id WHERE slot.target = 'alloc_ops'",
+    );
+    assert_eq!(others, 0);
 }
 
 /// Runs a soak expected to refuse; returns its stderr.

@@ -47,6 +47,8 @@ pub struct Run {
     /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
     /// first one ends the run as a crash.
     pub findings: Option<PathBuf>,
+    /// Where each process counts its race sections (`ALLOCSOAK_TALLY`).
+    pub tally: Option<PathBuf>,
 }
 
 /// The `--statsfile` of a run in `scratch`.
@@ -141,6 +143,9 @@ impl Run {
         }
         if let Some(f) = &self.findings {
             cmd.env("ALLOCSOAK_FINDINGS", f);
+        }
+        if let Some(t) = &self.tally {
+            cmd.env("ALLOCSOAK_TALLY", t);
         }
         cmd.arg("--").arg(&self.binary);
         cmd

@@ -34,6 +34,8 @@ pub struct Run {
     /// once (`ALLOCSOAK_END_IN_DOUBT`): for `-fork` runs that go on past
     /// crashes, whose parent starts a fresh child with a fresh allocator.
     pub end_in_doubt: bool,
+    /// Where each process counts its race sections (`ALLOCSOAK_TALLY`).
+    pub tally: Option<PathBuf>,
     /// libFuzzer's leak pass: an input after which mallocs outnumber
     /// frees runs again, then LeakSanitizer looks. Off for `mt_ops`,
     /// whose binaries run without LeakSanitizer
@@ -82,6 +84,7 @@ impl Run {
             history: None,
             findings: None,
             end_in_doubt: false,
+            tally: None,
             leaks: target != Target::MtOps,
             args: Vec::new(),
         }
@@ -117,6 +120,9 @@ impl Run {
         }
         if self.end_in_doubt {
             cmd.env("ALLOCSOAK_END_IN_DOUBT", "1");
+        }
+        if let Some(t) = &self.tally {
+            cmd.env("ALLOCSOAK_TALLY", t);
         }
         cmd.args(&self.args);
         cmd

@@ -51,6 +51,11 @@ pub struct SlotStatus {
     pub corpus: i64,
     pub groups: i64,
     pub crashes: i64,
+    /// Of its race sections (`mt_ops`', `heap_api`'s) in every ended slice, the share
+    /// with two or more workers inside the allocator at once (None
+    /// without any), and the most inside at once.
+    pub race_share: Option<f64>,
+    pub most_inside: i64,
     /// The drift column: `flat`, `drifts`, `filed`, `-` or empty.
     pub drift: String,
     /// A slice of it is running now.
@@ -108,14 +113,20 @@ pub fn render(
     writeln!(out)?;
     writeln!(
         out,
-        "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8}  {:<6} now",
-        "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "drift"
+        "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8} {:>8}  {:<6} now",
+        "slot", "weight", "slices", "exec/s", "cov", "ft", "corpus", "findings", "races", "drift"
     )?;
     for r in &o.slots {
         let slot = shown_label(&r.label, &r.engine);
+        // `41%/4`: 41 % of its race sections had two or more workers inside
+        // the allocator at once, 4 at most.
+        let races = r
+            .race_share
+            .map(|s| format!("{:.0}%/{}", s * 100.0, r.most_inside))
+            .unwrap_or_default();
         writeln!(
             out,
-            "{:<34} {:>6.2} {:>7} {:>8.0} {:>6} {:>7} {:>7} {:>8}  {:<6} {}",
+            "{:<34} {:>6.2} {:>7} {:>8.0} {:>6} {:>7} {:>7} {:>8} {:>8}  {:<6} {}",
             slot,
             r.weight,
             r.slices,
@@ -124,12 +135,13 @@ pub fn render(
             r.ft,
             r.corpus,
             format!("{}/{}", r.groups, r.crashes),
+            races,
             r.drift,
             if r.fuzzing { "fuzzing" } else { "" }
         )?;
     }
     for (label, verdict) in &o.drift_only {
-        writeln!(out, "{label:<34} {:>59}  {verdict:<6} drift only", "")?;
+        writeln!(out, "{label:<34} {:>68}  {verdict:<6} drift only", "")?;
     }
     Ok(out)
 }
@@ -224,6 +236,13 @@ pub fn overview(
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .ok();
+        let (sections, together, most_inside): (i64, i64, i64) = conn.query_row(
+            "SELECT COALESCE(SUM(race_sections), 0), COALESCE(SUM(races_together), 0),
+                    COALESCE(MAX(most_inside), 0)
+             FROM slice WHERE slot_id = ?1 AND ended IS NOT NULL",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
         let live_slice: Option<i64> = if running {
             conn.query_row(
                 "SELECT id FROM slice WHERE slot_id = ?1 AND ended IS NULL ORDER BY id DESC LIMIT 1",
@@ -262,6 +281,8 @@ pub fn overview(
             corpus,
             groups,
             crashes,
+            race_share: (sections > 0).then(|| together as f64 / sections as f64),
+            most_inside,
             fuzzing: live_slice.is_some(),
         });
     }

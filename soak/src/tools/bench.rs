@@ -11,6 +11,7 @@
 //! said little about the model.
 
 use anyhow::Result;
+use shadow::tally::Tally;
 use shadow::Target;
 
 use crate::engines::libfuzzer::{Outcome, Run};
@@ -31,6 +32,9 @@ pub struct Row {
     pub execs_per_s: f64,
     /// The same from the same seeds, with every other core busy.
     pub busy_execs_per_s: f64,
+    /// The race sections of each of those two runs (`mt_ops`', `heap_api`').
+    pub races: Tally,
+    pub busy_races: Tally,
     /// Inputs each replay ran: the ones the fuzzing run kept, and the seeds.
     pub inputs: u64,
     /// Median seconds of a checked replay of them, process start included.
@@ -107,6 +111,7 @@ pub fn run(
                 let run = Run {
                     bare,
                     secs,
+                    tally: Some(dir.join(out).join("tally")),
                     args: args.iter().map(|a| a.to_string()).collect(),
                     ..Run::new(project, target, allocator, dir.join(corpus), dir.join(out))
                 };
@@ -137,6 +142,8 @@ pub fn run(
                 allocator: allocator.clone(),
                 execs_per_s: fuzzed.execs_per_sec(),
                 busy_execs_per_s: busy.execs_per_sec(),
+                races: Tally::read(&dir.join("fuzz/tally")),
+                busy_races: Tally::read(&dir.join("busy/tally")),
                 inputs,
                 checked_s: median(checked),
                 bare_s: median(bare),
@@ -153,6 +160,14 @@ pub fn run(
                 row.bare_s,
                 row.ratio()
             );
+            // Race sections with two or more workers inside the allocator
+            // at once, alone and beside busy cores; the most inside.
+            if let (Some(alone), Some(busy)) = (row.races.share(), row.busy_races.share()) {
+                println!(
+                    "bench {} {} race_share={alone:.2} most_inside={} busy_race_share={busy:.2} busy_most_inside={}",
+                    row.target, row.allocator, row.races.most_inside, row.busy_races.most_inside
+                );
+            }
             rows.push(row);
         }
     }

@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0006_merged_groups.sql"),
     include_str!("../../../migrations/0007_group_paths.sql"),
     include_str!("../../../migrations/0008_bisections.sql"),
+    include_str!("../../../migrations/0009_race_tally.sql"),
 ];
 
 pub struct Store {
@@ -46,6 +47,8 @@ pub struct SliceStats {
     pub peak_rss_mb: u64,
     pub findings: u64,
     pub tolerated: u64,
+    /// Its race sections (`mt_ops`' and `heap_api`'s; zero for the others).
+    pub races: shadow::tally::Tally,
     pub outcome: String,
 }
 
@@ -268,7 +271,8 @@ impl Store {
             // finish knew (its engine time, what ended it).
             "UPDATE slice SET ended = ?2, fuzz_secs = MAX(COALESCE(fuzz_secs, 0), ?3), execs = ?4, execs_per_sec = MAX(COALESCE(execs_per_sec, 0), ?5), cov = ?6, ft = ?7,
                 corpus_size = ?8, new_units = ?9, merged_units = ?10, peak_rss_mb = ?11, findings = ?12,
-                tolerated = ?13, outcome = COALESCE(outcome, ?14)
+                tolerated = ?13, outcome = COALESCE(outcome, ?14), race_sections = ?15,
+                races_together = ?16, most_inside = ?17
              WHERE id = ?1",
             params![
                 slice_id,
@@ -285,6 +289,9 @@ impl Store {
                 s.findings as i64,
                 s.tolerated as i64,
                 s.outcome,
+                s.races.sections as i64,
+                s.races.together as i64,
+                s.races.most_inside as i64,
             ],
         )?;
         Ok(())
@@ -303,7 +310,8 @@ impl Store {
     fn ended_slices(&self, slot_id: i64, run_id: Option<i64>, n: usize) -> Result<Vec<SliceStats>> {
         let mut stmt = self.conn.prepare(
             "SELECT fuzz_secs, execs, cov, ft, corpus_size, new_units, merged_units, peak_rss_mb,
-                    findings, tolerated, outcome
+                    findings, tolerated, outcome, COALESCE(race_sections, 0),
+                    COALESCE(races_together, 0), COALESCE(most_inside, 0)
              FROM slice WHERE slot_id = ?1 AND ended IS NOT NULL AND (?3 IS NULL OR run_id = ?3)
              ORDER BY id DESC LIMIT ?2",
         )?;
@@ -320,6 +328,11 @@ impl Store {
                 findings: r.get::<_, i64>(8)? as u64,
                 tolerated: r.get::<_, i64>(9)? as u64,
                 outcome: r.get(10)?,
+                races: shadow::tally::Tally {
+                    sections: r.get::<_, i64>(11)? as u64,
+                    together: r.get::<_, i64>(12)? as u64,
+                    most_inside: r.get::<_, i64>(13)? as u64,
+                },
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

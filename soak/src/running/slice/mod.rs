@@ -187,6 +187,7 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 history: Some(history),
                 findings: Some(scratch.join("findings")),
                 end_in_doubt: run.fork_past,
+                tally: Some(scratch.join("tally")),
                 args: [
                     format!("-timeout={}", config.timeout_secs),
                     format!("-rss_limit_mb={}", config.rss_limit_mb),
@@ -223,6 +224,7 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 tolerate,
                 history,
                 findings: Some(scratch.join("findings")),
+                tally: Some(scratch.join("tally")),
             };
             hf.prepare()?;
             hf.command()
@@ -436,6 +438,7 @@ pub fn finish(
     let progress = engine.progress(scratch).unwrap_or_default();
     // libFuzzer's final stats (none in a honggfuzz log: 0).
     let final_execs = libfuzzer::final_stat(&log, "stat::number_of_executed_units");
+    let races = shadow::tally::Tally::read(&scratch.join("tally"));
     let stats = SliceStats {
         fuzz_secs: fuzz_secs.unwrap_or(0.0),
         execs: final_execs.max(progress.execs),
@@ -447,6 +450,7 @@ pub fn finish(
         peak_rss_mb: libfuzzer::final_stat(&log, "stat::peak_rss_mb").max(progress.rss_mb),
         findings: found.len() as u64 + parked,
         tolerated: tolerated.values().sum(),
+        races,
         outcome: if fuzz_secs.is_none() {
             "killed".into()
         } else if stopped {
