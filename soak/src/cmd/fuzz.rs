@@ -1,5 +1,7 @@
 //! `allocsoak fuzz`: a short pass over targets × allocators.
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 use shadow::Target;
 use soak::engines::project::Project;
@@ -14,6 +16,10 @@ pub struct Args {
     /// Pairs run at once. Default: one per core.
     #[arg(long)]
     jobs: Option<usize>,
+    /// The corpus the pass grows, a folder per target. Default:
+    /// target/allocsoak/fuzz/corpus in the checkout, which every pass shares.
+    #[arg(long, env = "ALLOCSOAK_FUZZ_CORPUS")]
+    corpus: Option<PathBuf>,
     /// Default allocators: every bundled one.
     #[command(flatten)]
     pairs: super::common::Pairs,
@@ -21,9 +27,13 @@ pub struct Args {
 
 /// Succeeds when nothing was found.
 pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
+    let corpus = args
+        .corpus
+        .unwrap_or_else(|| project.work_dir("fuzz").join("corpus"));
     let findings = pass::run(
         &project,
         &config,
+        &corpus,
         &super::common::or_all(args.pairs.targets, &Target::ALL),
         &super::common::allocators(&config, args.pairs.allocators, &config.allocators())?,
         args.secs,

@@ -23,14 +23,16 @@ use crate::foundation::config::Slot;
 use crate::running::slice::signal_group;
 use crate::running::soak::Soak;
 
-/// The parts `slot` runs: its target's fuzz binary in its allocator's
-/// build (a honggfuzz slot's findings are replayed on it too), and
-/// honggfuzz's binaries for a honggfuzz slot.
-pub fn needs(slot: &Slot) -> Vec<Part> {
-    let mut parts = vec![Part::Fuzz(
-        Build::for_allocator(&slot.allocator),
-        slot.target,
-    )];
+/// The fuzz binary `slot` runs: its target's in its allocator's build
+/// (a honggfuzz slot's findings are replayed on it too).
+fn fuzz_part(slot: &Slot) -> Part {
+    Part::Fuzz(Build::for_allocator(&slot.allocator), slot.target)
+}
+
+/// The parts `slot` runs: [`fuzz_part`], and honggfuzz's binaries for a
+/// honggfuzz slot.
+fn needs(slot: &Slot) -> Vec<Part> {
+    let mut parts = vec![fuzz_part(slot)];
     if slot.engine == Engine::Honggfuzz.name() {
         parts.push(Part::Honggfuzz);
     }
@@ -44,7 +46,7 @@ pub fn needs(slot: &Slot) -> Vec<Part> {
 pub fn parts(slots: &[Slot], drift: bool) -> Vec<Part> {
     let mut fuzz: Vec<(Part, usize)> = Vec::new();
     for slot in slots {
-        let part = needs(slot)[0];
+        let part = fuzz_part(slot);
         match fuzz.iter_mut().find(|(p, _)| *p == part) {
             Some((_, n)) => *n += 1,
             None => fuzz.push((part, 1)),
@@ -209,7 +211,7 @@ fn build_one(soak: &Soak, part: Part, cores: usize, log: &std::path::Path) -> Re
 /// check the daemon makes at boot for what was built before it).
 fn check_loads(soak: &Soak, part: Part) -> Result<()> {
     for (slot, _) in &soak.slots {
-        if needs(slot)[0] == part {
+        if fuzz_part(slot) == part {
             super::daemon::check_loads(&soak.project, slot)?;
         }
     }

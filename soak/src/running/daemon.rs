@@ -1,7 +1,9 @@
 //! The soak daemon: boot, workers, stop.
 //!
 //! [`run`] reads top to bottom: open the state dir and its store, register
-//! the slots, check the fuzz binaries, finish what a previous run left
+//! the slots, build what the workers need first (with `--build`; the
+//! [`build`] worker makes the rest beside the slices), check the fuzz
+//! binaries, finish what a previous run left
 //! (corpus generations, slice scratch, group folders), verify the known
 //! crash groups on this build, then `jobs` workers
 //! each loop draw a slot → run a slice → merge and file → reweigh, until

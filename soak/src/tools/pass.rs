@@ -11,12 +11,13 @@ use crate::engines::project::{Build, Project};
 use crate::foundation::config::Config;
 
 /// Runs each (target, allocator) for `secs`, `jobs` pairs at a time,
-/// growing a corpus per target under the work dir, but the pairs `config`
-/// leaves out, with a line saying why. Each pair's lines are printed as it
-/// ends. Returns the number of findings.
+/// growing a corpus per target in `corpus`, but the pairs `config` leaves
+/// out, with a line saying why. Each pair's lines are printed as it ends.
+/// Returns the number of findings.
 pub fn run(
     project: &Project,
     config: &Config,
+    corpus: &Path,
     targets: &[Target],
     allocators: &[String],
     secs: u64,
@@ -34,10 +35,9 @@ pub fn run(
             }
         }
     }
-    let corpus = project.work_dir("fuzz").join("corpus");
     let results: Vec<Result<bool>> =
         crate::running::scheduler::in_parallel(&pairs, jobs, |&(target, allocator)| {
-            let found = fuzz_pair(project, &corpus, target, allocator, secs)?;
+            let found = fuzz_pair(project, corpus, target, allocator, secs)?;
             // Each pair's lines together, whichever pair ends first.
             print!("{}", found.text);
             Ok(found.found)

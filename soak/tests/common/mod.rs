@@ -12,8 +12,27 @@ use rusqlite::Connection;
 /// Soaks run one at a time: two at once would share two cores.
 pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// The `allocsoak` binary. Its fuzz passes grow a corpus of this test
+/// binary's own, new at each run, not the checkout's shared one: what ran
+/// there before would change what a test's pass runs.
 pub fn allocsoak() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_allocsoak"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_allocsoak"));
+    cmd.env("ALLOCSOAK_FUZZ_CORPUS", fuzz_corpus());
+    cmd
+}
+
+/// `target/tmp/fuzz-corpus-<test binary>`, emptied when this process
+/// first asks for it.
+fn fuzz_corpus() -> &'static Path {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let name = exe.file_stem().unwrap().to_string_lossy();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-corpus-{name}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    })
 }
 
 /// `allocsoak --config <config> <args>`, run to its end: its output, and
