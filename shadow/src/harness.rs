@@ -120,7 +120,7 @@ pub fn fuzz(target: Target, data: &[u8]) {
     };
     crate::findings::with_input(data, || {
         crate::tolerance::tolerate(|| {
-            crate::tally::add(&run_program(&program, alloc, settings.mode));
+            crate::tally::count(&run_program(&program, alloc, settings.mode));
             // In a replay: a leak of a block the program gave back is
             // keyed by the call that lost it.
             if let Some(leak) = crate::sanitizer::lost_block() {

@@ -116,10 +116,10 @@ static RUNNING: Mutex<Running> = Mutex::new(Running {
     written: None,
 });
 
-/// Adds a program's counts to the process's tally and writes it when
-/// `ALLOCSOAK_TALLY` is set and a second has passed since the last write
-/// (the first time, it also has the tally written at exit).
-pub fn add(stats: &Stats) {
+/// Counts a program's race sections in the process's tally and writes
+/// it when `ALLOCSOAK_TALLY` is set and a second has passed since the last
+/// write (the first time, it also has the tally written at exit).
+pub fn count(stats: &Stats) {
     let Some(path) = crate::settings::get().tally.as_deref() else {
         return;
     };

@@ -415,14 +415,10 @@ impl Project {
         Ok(())
     }
 
-    /// Builds one [`Part`] (on at most `jobs` cores, or as many as cargo
-    /// takes), cargo's output written to `log` (else shown);
+    /// Builds one [`Part`], cargo's output written to `log` (else shown);
     /// `Ok(false)` when it does not build.
-    pub fn build_part(&self, part: Part, jobs: Option<usize>, log: Option<&Path>) -> Result<bool> {
+    pub fn build_part(&self, part: Part, log: Option<&Path>) -> Result<bool> {
         let mut cmd = self.part_command(part)?;
-        if let Some(jobs) = jobs {
-            cmd.env("CARGO_BUILD_JOBS", jobs.max(1).to_string());
-        }
         let Some(log) = log else {
             let status = cmd
                 .status()

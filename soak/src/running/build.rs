@@ -132,7 +132,7 @@ impl Unbuilt {
 pub fn now(project: &Project, parts: &[Part]) -> Result<()> {
     for &part in parts {
         println!("allocsoak: building {part}");
-        if !project.build_part(part, None, None)? {
+        if !project.build_part(part, None)? {
             anyhow::bail!("building {part} failed; see the cargo output above");
         }
     }

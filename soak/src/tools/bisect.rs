@@ -212,7 +212,7 @@ fn test(
 ) -> Result<Seen> {
     let build = Build::for_allocator(&group.slot.allocator);
     let log = work.join("build.log");
-    match project.build_part(Part::Fuzz(build, case.target), None, Some(&log)) {
+    match project.build_part(Part::Fuzz(build, case.target), Some(&log)) {
         Ok(true) => {}
         Ok(false) => {
             return Ok(Seen::Skipped(format!(
