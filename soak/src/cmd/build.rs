@@ -59,8 +59,8 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
 }
 
 /// The builds `names` and the config's declared allocators run in, each
-/// checked to build what the config declares ([`Project::check_declared`]),
-/// with every name.
+/// checked to build what the config declares and its glue written
+/// ([`Project::write_glue`]), with every name.
 pub fn builds(project: &Project, mut names: Vec<String>) -> Result<(Vec<String>, Vec<Build>)> {
     names.extend(project.declared().iter().map(|d| d.name.clone()));
     names.sort();
@@ -69,16 +69,15 @@ pub fn builds(project: &Project, mut names: Vec<String>) -> Result<(Vec<String>,
     builds.sort_by_key(|b| b.name());
     builds.dedup();
     for &build in &builds {
-        project.check_declared(build)?;
+        project.write_glue(build)?;
     }
     Ok((names, builds))
 }
 
 /// Prints what each of `names` runs in its build (`build asan:` then a
-/// line per name).
+/// line per name), from the glue [`builds`] wrote.
 pub fn print_runs(project: &Project, builds: &[Build], names: &[String]) -> Result<()> {
     for &build in builds {
-        project.write_glue(build)?;
         let mine: Vec<String> = names
             .iter()
             .filter(|n| Build::for_allocator(n) == build)

@@ -71,7 +71,6 @@ pub fn parts(slots: &[Slot], drift: bool) -> Vec<Part> {
 }
 
 /// The parts a soak still builds beside its slices.
-#[derive(Default)]
 pub struct Unbuilt {
     parts: Mutex<HashSet<Part>>,
     /// Whether the builder still runs (a part left once it ended did not

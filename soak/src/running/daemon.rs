@@ -518,16 +518,15 @@ fn build_first(
     drift: bool,
 ) -> Result<Vec<Part>> {
     let parts = build::parts(&options.slots, drift);
-    let left_work = |dir: PathBuf| -> Result<bool> {
-        Ok(std::fs::read_dir(&dir)
-            .with_context(|| format!("failed to read {}", dir.display()))?
-            .next()
-            .is_some())
-    };
+    let slices = state.slices();
+    let interrupted = std::fs::read_dir(&slices)
+        .with_context(|| format!("failed to read {}", slices.display()))?
+        .next()
+        .is_some();
     let everything = options.jobs <= 1
         || !store.groups()?.is_empty()
-        || left_work(state.slices())?
-        || left_work(state.pending())?;
+        || interrupted
+        || pending::count(state) > 0;
     let first = if everything {
         parts.len()
     } else {

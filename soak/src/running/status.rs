@@ -236,12 +236,18 @@ pub fn overview(
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .ok();
-        let (sections, together, most_inside): (i64, i64, i64) = conn.query_row(
+        let races = conn.query_row(
             "SELECT COALESCE(SUM(race_sections), 0), COALESCE(SUM(races_together), 0),
                     COALESCE(MAX(most_inside), 0)
              FROM slice WHERE slot_id = ?1 AND ended IS NOT NULL",
             params![id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| {
+                Ok(shadow::tally::Tally {
+                    sections: r.get::<_, i64>(0)? as u64,
+                    together: r.get::<_, i64>(1)? as u64,
+                    most_inside: r.get::<_, i64>(2)? as u64,
+                })
+            },
         )?;
         let live_slice: Option<i64> = if running {
             conn.query_row(
@@ -281,8 +287,8 @@ pub fn overview(
             corpus,
             groups,
             crashes,
-            race_share: (sections > 0).then(|| together as f64 / sections as f64),
-            most_inside,
+            race_share: races.share(),
+            most_inside: races.most_inside as i64,
             fuzzing: live_slice.is_some(),
         });
     }
