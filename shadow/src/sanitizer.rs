@@ -52,9 +52,9 @@ use crate::Target;
 ///   RSS-drift monitor's. And detecting a use of a stack frame after its
 ///   function returned gives every thread a fake stack, mapped when it
 ///   starts and unmapped when it exits: a third of what a worker's start
-///   and exit cost, which `mt_ops` pays about once a program (BENCHMARKS.md,
-///   stop 52). Allocator code only `mt_ops` runs (a thread's exit, its
-///   remote frees) goes without that check.
+///   and exit cost, which `mt_ops` pays about once a program
+///   (docs/benchmarks/2026-11-29-stop-52.md). Allocator code only `mt_ops`
+///   runs (a thread's exit, its remote frees) goes without that check.
 pub fn asan_defaults(target: Target) -> &'static CStr {
     match target {
         Target::MtOps => c"allocator_may_return_null=1:max_allocation_size_mb=256:halt_on_error=0:suppress_equal_pcs=0:detect_leaks=0:detect_stack_use_after_return=0",

@@ -79,8 +79,8 @@ enum Place {
     /// On the calling thread's CPU: a serial job, for which the caller
     /// only waits. Handing a job to a thread asleep on another CPU and
     /// being woken by it again took 60 µs in a fuzz binary on 2 vCPUs,
-    /// 10-13 µs on the caller's (BENCHMARKS.md, stop 50): more than most
-    /// allocator calls take.
+    /// 10-13 µs on the caller's (docs/benchmarks/2026-11-29-stop-50.md):
+    /// more than most allocator calls take.
     Beside,
     /// On the `index`-th of the CPUs the process may run on (round
     /// robin): a race section's workers run on different cores from its
