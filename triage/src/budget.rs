@@ -18,7 +18,11 @@ pub struct Budget<'a> {
 impl Budget<'_> {
     /// Whether the time is over.
     pub fn over(&self) -> bool {
-        self.until.is_some_and(|t| Instant::now() >= t)
-            || self.stop.is_some_and(|s| s.load(Ordering::Relaxed))
+        self.until.is_some_and(|t| Instant::now() >= t) || self.stopped()
+    }
+
+    /// Whether the soak was asked to stop.
+    pub fn stopped(&self) -> bool {
+        self.stop.is_some_and(|s| s.load(Ordering::Relaxed))
     }
 }

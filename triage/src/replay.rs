@@ -73,6 +73,10 @@ fn record_path() -> PathBuf {
 /// what it has), not to hang on.
 pub const PAST_BUDGET: Duration = Duration::from_secs(10);
 
+/// How long a run may go on once the soak was asked to stop (SIGINT,
+/// SIGTERM): the user is waiting, and what the run serves stays pending.
+pub const PAST_STOP: Duration = Duration::from_secs(2);
+
 /// Runs `cmd` to its end and returns its output, as [`Command::output`]
 /// does, but kills it once it runs past `limit`: a replay or merge that
 /// hangs (a sanitizer waiting on a symbolizer that died) must not hold up
@@ -81,7 +85,8 @@ pub const PAST_BUDGET: Duration = Duration::from_secs(10);
 /// It runs in a process group of its own, and whatever it started that
 /// outlives it (libFuzzer's merge child, a sanitizer's symbolizer) is
 /// killed with it, so its pipes close. A run still going [`PAST_BUDGET`]
-/// after `budget` is over is killed too, and the answer is an
+/// after `budget` is over ([`PAST_STOP`] after a stop) is killed too, and
+/// the answer is an
 /// [`io::ErrorKind::Interrupted`] error: a run cut short shows nothing
 /// about its inputs.
 pub fn output_within(cmd: &mut Command, limit: Duration, budget: &Budget) -> io::Result<Output> {
@@ -123,7 +128,11 @@ pub fn output_within(cmd: &mut Command, limit: Duration, budget: &Budget) -> io:
         }
         if budget.over() {
             let since = *over_since.get_or_insert_with(Instant::now);
-            if !killed && !cancelled && since.elapsed() > PAST_BUDGET {
+            let grace = match budget.stopped() {
+                true => PAST_STOP,
+                false => PAST_BUDGET,
+            };
+            if !killed && !cancelled && since.elapsed() > grace {
                 kill_group(&child);
                 cancelled = true;
             }

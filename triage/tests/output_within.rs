@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use triage::budget::Budget;
-use triage::replay::{output_within, PAST_BUDGET};
+use triage::replay::{output_within, PAST_BUDGET, PAST_STOP};
 
 /// A shell that starts a `sleep` holding its stdout and stderr (for two
 /// minutes: a run that waits for it fails the tests' 30-s bound), writes
@@ -73,6 +73,22 @@ fn a_run_past_its_limit_is_killed_with_what_it_started() {
 
 #[test]
 fn a_run_whose_budget_is_over_is_killed_and_shows_nothing() {
+    let budget = Budget {
+        until: Some(Instant::now() + Duration::from_millis(500)),
+        stop: None,
+    };
+    let (out, took, dead) = run("exec sleep 120", Duration::from_secs(60), &budget);
+    // Given time to end as usual first (a replay nearly done when filing
+    // closes), then killed.
+    assert!(took >= PAST_BUDGET, "{took:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let e = out.unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::Interrupted, "{e}");
+    assert!(dead, "the child it started still runs");
+}
+
+#[test]
+fn a_run_the_soak_was_asked_to_stop_is_killed_sooner() {
     let stop = AtomicBool::new(false);
     let budget = Budget {
         until: None,
@@ -85,10 +101,8 @@ fn a_run_whose_budget_is_over_is_killed_and_shows_nothing() {
         });
         run("exec sleep 120", Duration::from_secs(60), &budget)
     });
-    // Given time to end as usual first (a replay nearly done when filing
-    // closes), then killed.
-    assert!(took >= PAST_BUDGET, "{took:?}");
-    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert!(took >= PAST_STOP, "{took:?}");
+    assert!(took < PAST_BUDGET, "{took:?}");
     let e = out.unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::Interrupted, "{e}");
     assert!(dead, "the child it started still runs");

@@ -110,6 +110,12 @@ pub fn render(
     if pending > 0 {
         write!(out, ", {pending} filings pending")?;
     }
+    // A stop leaves its slices' new inputs in their scratch; the next
+    // soak on the state dir merges them first.
+    let unmerged = std::fs::read_dir(state.slices()).map_or(0, |d| d.count());
+    if o.state != "running" && unmerged > 0 {
+        write!(out, ", {unmerged} slices to merge at the next start")?;
+    }
     writeln!(out)?;
     writeln!(
         out,

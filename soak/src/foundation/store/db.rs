@@ -267,12 +267,19 @@ impl Store {
 
     pub fn end_slice(&self, slice_id: i64, s: &SliceStats) -> Result<()> {
         self.conn.execute(
-            // A slice finished again after a restart keeps what its first
-            // finish knew (its engine time, what ended it).
-            "UPDATE slice SET ended = ?2, fuzz_secs = MAX(COALESCE(fuzz_secs, 0), ?3), execs = ?4, execs_per_sec = MAX(COALESCE(execs_per_sec, 0), ?5), cov = ?6, ft = ?7,
-                corpus_size = ?8, new_units = ?9, merged_units = ?10, peak_rss_mb = ?11, findings = ?12,
-                tolerated = ?13, outcome = COALESCE(outcome, ?14), race_sections = ?15,
-                races_together = ?16, most_inside = ?17
+            // A slice finished again after a restart (or, after a stop,
+            // for its merge) keeps what its first finish knew from the
+            // engine's log and folders (read once): its time, counts and
+            // what ended it.
+            "UPDATE slice SET ended = ?2, fuzz_secs = MAX(COALESCE(fuzz_secs, 0), ?3),
+                execs = MAX(COALESCE(execs, 0), ?4), execs_per_sec = MAX(COALESCE(execs_per_sec, 0), ?5),
+                cov = MAX(COALESCE(cov, 0), ?6), ft = MAX(COALESCE(ft, 0), ?7),
+                corpus_size = ?8, new_units = ?9, merged_units = MAX(COALESCE(merged_units, 0), ?10),
+                peak_rss_mb = MAX(COALESCE(peak_rss_mb, 0), ?11), findings = MAX(COALESCE(findings, 0), ?12),
+                tolerated = MAX(COALESCE(tolerated, 0), ?13), outcome = COALESCE(outcome, ?14),
+                race_sections = MAX(COALESCE(race_sections, 0), ?15),
+                races_together = MAX(COALESCE(races_together, 0), ?16),
+                most_inside = MAX(COALESCE(most_inside, 0), ?17)
              WHERE id = ?1",
             params![
                 slice_id,

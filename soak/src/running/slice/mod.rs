@@ -237,8 +237,9 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
 /// a few seconds past the soak's deadline (libFuzzer counts its time from
 /// after it has run its corpus: a slice of a big corpus would end late);
 /// SIGKILL if it hangs far past its time, or still runs an input's
-/// timeout (and time to report) after its SIGINT: a process stuck in its
-/// crash report (its symbolizer killed) ignores SIGINT. Every few seconds
+/// timeout (and time to report) after its SIGINT at the deadline
+/// ([`STOP_GRACE`] at a stop): a process stuck in its crash report (its
+/// symbolizer killed) ignores SIGINT. Every few seconds
 /// it parks the sound violations the slice saved, so they are filed while
 /// it runs.
 /// Whether the soak asked it to stop, how many findings it parked, how
@@ -257,8 +258,10 @@ fn wait(
     let start = Instant::now();
     let (mut parked, mut last_park) = (0, Instant::now());
     let hard = Duration::from_secs(secs + 120 + 2 * soak.config.timeout_secs);
-    // After SIGINT: an input may run to its timeout, then be reported.
-    let after_sigint = Duration::from_secs(soak.config.timeout_secs + 10);
+    // After SIGINT at the deadline: an input may run to its timeout, then
+    // be reported. At a stop, the user waits: what the slice found is
+    // already in its folders, and an input still running is not a finding.
+    let at_deadline = Duration::from_secs(soak.config.timeout_secs + 10);
     let mut stopped = false;
     let mut signalled: Option<Instant> = None;
     let mut fuzzing: Option<Instant> = None;
@@ -284,12 +287,17 @@ fn wait(
             signal_group(&child, libc::SIGINT);
             signalled = Some(Instant::now());
         }
+        let after_sigint = if stopped { STOP_GRACE } else { at_deadline };
         if start.elapsed() > hard || signalled.is_some_and(|t| t.elapsed() > after_sigint) {
             signal_group(&child, libc::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// How long an engine has after its SIGINT at a stop (SIGINT or SIGTERM
+/// to the soak) before SIGKILL: a stop ends the soak within seconds.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Sends `signal` to the engine `child` and every process it started (its
 /// process group, which it leads).
@@ -377,7 +385,10 @@ pub fn finish(
     // What went wrong here keeps the scratch for the next start to retry;
     // the soak goes on (one bad merge must not end a night's run).
     let mut problems: Vec<anyhow::Error> = Vec::new();
-    {
+    // At a stop the user waits: the merge is left to the next start,
+    // which finishes the slice again from its scratch.
+    let merge_later = stopped && new_units > 0;
+    if !stopped {
         let _merging = soak.merge_lock(target);
         if new_units > 0 {
             match corpus.merge(&how, &scratch.join("new"), &scratch.join("merge.ctl")) {
@@ -495,9 +506,13 @@ pub fn finish(
     }
     let kept_log = soak.state.logs().join(format!("slice-{slice_id}.log"));
     if scratch.join("fuzz.log").is_file() {
+        // Read once: a finish again (for the merge) must not take an
+        // input it reports, already parked, for a lost one.
         std::fs::rename(scratch.join("fuzz.log"), &kept_log)?;
     }
-    crate::foundation::state::remove_scratch(scratch)?;
+    if !merge_later {
+        crate::foundation::state::remove_scratch(scratch)?;
+    }
     Ok(())
 }
 
