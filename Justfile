@@ -61,13 +61,16 @@ zoo SECS="60": setup
 # ClusterFuzzLite's build scripts in a simulated OSS-Fuzz environment, the plain
 # reproductions of corpus/findings (no allocsoak in them), then the zoo.
 # The tests build in release, as `allocsoak build` did (overflow checks and
-# debug assertions on: Cargo.toml), so its whole dependency tree is reused.
+# debug assertions on: Cargo.toml), so its whole dependency tree is reused;
+# shadow's own tests run apart, with its C allocators, which the CLI is
+# built without (a workspace-wide run would build the CLI's tree again).
 # All the tests.
 test: setup-test
     {{allocsoak}} build
     cargo fmt --all --check
     cargo clippy --release --workspace --all-targets -- -D warnings
-    cargo test --release --workspace
+    cargo test --release --workspace --exclude shadow
+    cargo test --release -p shadow
     cargo test --release -p shadow --features mimalloc-secure --test clean mimalloc
     cargo test --release -p shadow --features mimalloc-debug --test clean --test mimalloc_debug mimalloc
     cargo test --release -p shadow --no-default-features --features jemalloc,mimalloc-v3 --test clean --test mimalloc_v3 mimalloc

@@ -472,6 +472,21 @@ pub fn bundled_names() -> Vec<&'static str> {
     bundled().into_iter().map(|(n, _)| n).collect()
 }
 
+/// The bundled allocators of the default fuzz build, whatever this build
+/// has: the `allocsoak` CLI runs no allocator (it is built without the
+/// C allocators), and checks names against this list.
+pub const BUNDLED: [&str; 4] = ["system", "arena", "mimalloc", "jemalloc"];
+
+/// Whether `name` is one of [`BUNDLED`], a mimalloc flavor or declared in
+/// this process, without making it; `zoo:` and `dylib:` names are their
+/// own to check.
+pub fn check_name(name: &str) -> Result<(), String> {
+    match BUNDLED.contains(&name) || MIMALLOC_FLAVORS.contains(&name) || declared(name).is_some() {
+        true => Ok(()),
+        false => Err(unknown(name)),
+    }
+}
+
 /// Looks an allocator up by name, creating it on first use. The same name
 /// always returns the same instance.
 pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
@@ -524,7 +539,7 @@ fn unknown(name: &str) -> String {
         ),
         None => format!(
             "unknown allocator `{name}`; expected one of {}, dylib:/path/lib.so[:prefix] or zoo:<bug>[@<base>] ({}); an allocator of your own is declared in a config's [[allocator]] (see docs/allocators.md)",
-            bundled_names().into_iter().chain(declared_names()).collect::<Vec<_>>().join(", "),
+            BUNDLED.into_iter().chain(declared_names()).collect::<Vec<_>>().join(", "),
             ZOO.get().map_or(&[][..], |(_, bugs)| bugs).join(", ")
         ),
     }

@@ -207,10 +207,7 @@ impl Config {
             None if !self.declared.is_empty() => {
                 self.declared.iter().map(|d| d.name.clone()).collect()
             }
-            None => shadow::allocator::bundled_names()
-                .into_iter()
-                .map(String::from)
-                .collect(),
+            None => shadow::allocator::BUNDLED.map(String::from).to_vec(),
         }
     }
 
@@ -418,7 +415,8 @@ impl Config {
     }
 }
 
-/// Checks an allocator name without loading it where it cannot load: an
+/// Checks an allocator name without making the allocator: the CLI is
+/// built without the C allocators (the fuzz builds have them), an
 /// ASan-instrumented library loads only into the (ASan) fuzz binary, and
 /// the mimalloc flavors live in builds of their own.
 fn check_allocator(name: &str) -> Result<()> {
@@ -427,9 +425,15 @@ fn check_allocator(name: &str) -> Result<()> {
         if !Path::new(path).is_file() {
             bail!("allocator library {path} does not exist; give an absolute path to a .so");
         }
-    } else if !MIMALLOC_FLAVORS.contains(&name) {
-        ::zoo::register();
-        shadow::allocator::by_name(name).map_err(anyhow::Error::msg)?;
+    } else if let Some(spec) = name.strip_prefix("zoo:") {
+        let (bugs, base) = spec
+            .split_once('@')
+            .unwrap_or((spec, ::zoo::default_base(spec)));
+        ::zoo::parse_bugs(bugs).map_err(anyhow::Error::msg)?;
+        check_allocator(base)?;
+    } else {
+        ::zoo::register(); // its bugs' names, for the error
+        shadow::allocator::check_name(name).map_err(anyhow::Error::msg)?;
     }
     Ok(())
 }

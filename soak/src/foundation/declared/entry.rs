@@ -158,7 +158,7 @@ impl Declared {
         {
             return Err(bad("a name is letters, digits, `-`, `_` and `.` only"));
         }
-        if shadow::allocator::bundled_names().contains(&name.as_str())
+        if shadow::allocator::BUNDLED.contains(&name.as_str())
             || shadow::allocator::MIMALLOC_FLAVORS.contains(&name.as_str())
         {
             return Err(bad("the name is a bundled allocator's; pick another"));
