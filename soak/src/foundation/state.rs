@@ -7,7 +7,9 @@
 //! <state>/corpus/<target>       persistent corpus: a symlink to the current
 //!                               generation `.<target>.g<N>`, swapped atomically
 //! <state>/crashes/<signature>/  one folder per crash group, REPORT.md inside
-//! <state>/logs/                 engine logs of finished slices
+//! <state>/logs/                 engine logs of finished slices and drift
+//!                               segments (the oldest pruned past `logs_mb`),
+//!                               build logs, drift's input rings
 //! <state>/slices/<id>/          a running slice's scratch: new/, artifacts/, findings/
 //! <state>/pending/<id>/         what a slice left to file when the soak ended
 //!                               (artifacts/, its slice.toml, tolerate and history)
@@ -15,7 +17,8 @@
 //! ```
 //! Nothing here is deleted except a slice's scratch once everything in it
 //! has been merged, filed or moved to `pending/`, a pending folder once
-//! everything in it is filed, and corpus generations the symlink left.
+//! everything in it is filed, corpus generations the symlink left, and
+//! the oldest engine logs past their cap ([`StateDir::prune_logs`]).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -170,6 +173,47 @@ impl StateDir {
     pub fn pending_slice(&self, id: i64) -> PathBuf {
         self.pending().join(id.to_string())
     }
+
+    /// Removes the oldest engine logs in `logs/` (`slice-<id>.log`, one
+    /// per finished slice, and `drift-<slot>-<segment>.log`) until they
+    /// take at most `cap` bytes; a slice's log stays while its pending
+    /// folder waits to be filed (the filing reads it). Build logs and the
+    /// drift rings (fixed sizes) are not counted. Returns the bytes
+    /// removed.
+    pub fn prune_logs(&self, cap: u64) -> Result<u64> {
+        let dir = self.logs();
+        let mut logs = Vec::new();
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("failed to read {}", dir.display()))?
+        {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(stem) = name.strip_suffix(".log") else {
+                continue;
+            };
+            let held = match stem.strip_prefix("slice-") {
+                Some(id) => id.parse().is_ok_and(|id| self.pending_slice(id).exists()),
+                None => !stem.starts_with("drift-"),
+            };
+            let meta = entry.metadata()?;
+            if !held && meta.is_file() {
+                logs.push((meta.modified()?, meta.len(), entry.path()));
+            }
+        }
+        logs.sort();
+        let mut total: u64 = logs.iter().map(|(_, len, _)| len).sum();
+        let mut removed = 0;
+        for (_, len, path) in logs {
+            if total <= cap {
+                break;
+            }
+            std::fs::remove_file(&path)
+                .with_context(|| format!("failed to remove {}", path.display()))?;
+            total -= len;
+            removed += len;
+        }
+        Ok(removed)
+    }
 }
 
 /// Writes `data` to a temporary file next to `path`, syncs it and renames it
@@ -277,5 +321,34 @@ mod tests {
         let err = StateDir::open_for_soak(&root).err().unwrap().to_string();
         assert!(err.contains("in use by another soak"), "{err}");
         assert!(StateDir::open_to_read(&root).is_ok());
+    }
+
+    #[test]
+    fn the_oldest_engine_logs_go_past_the_cap_but_not_one_a_filing_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open_for_soak(&dir.path().join("state")).unwrap();
+        let logs = state.logs();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        // Oldest first: the order they go in.
+        let files = [
+            ("slice-1.log", true),
+            ("slice-2.log", false), // its pending folder waits: kept
+            ("drift-7-1.log", true),
+            ("slice-3.log", false), // within the cap
+            ("build-drift.log", false),
+            ("drift-7.history", false),
+        ];
+        for (i, (name, _)) in files.iter().enumerate() {
+            std::fs::write(logs.join(name), [b'x'; 100]).unwrap();
+            let file = File::options().write(true).open(logs.join(name)).unwrap();
+            file.set_modified(old + std::time::Duration::from_secs(i as u64))
+                .unwrap();
+        }
+        std::fs::create_dir_all(state.pending_slice(2)).unwrap();
+        assert_eq!(state.prune_logs(150).unwrap(), 200);
+        for (name, removed) in files {
+            assert_eq!(!logs.join(name).exists(), removed, "{name}");
+        }
+        assert_eq!(state.prune_logs(150).unwrap(), 0, "under the cap");
     }
 }

@@ -42,6 +42,11 @@ pub struct Config {
     /// `--rlimit_rss` (default 2048).
     #[serde(default = "rss")]
     pub rss_limit_mb: u64,
+    /// What the engine logs of finished slices and drift segments may take
+    /// in the state's `logs/`, in MiB (default 1024); the oldest go first
+    /// ([`crate::foundation::state::StateDir::prune_logs`]).
+    #[serde(default = "logs_mb")]
+    pub logs_mb: u64,
     /// Extra slots, or weights for crossed ones; an entry may cross lists
     /// of targets and allocators itself.
     #[serde(default, rename = "slot")]
@@ -129,6 +134,9 @@ fn ten() -> u64 {
 }
 fn rss() -> u64 {
     2048
+}
+fn logs_mb() -> u64 {
+    1024
 }
 fn one() -> f64 {
     1.0
