@@ -456,6 +456,11 @@ pub fn linked_c(name: &'static str, fns: CFunctions) -> Dylib {
 /// The bundled allocators by name. An author's allocator is declared in a
 /// config instead (see the docs/allocators.md, "Plug in your allocator").
 fn bundled() -> Vec<(&'static str, Make)> {
+    // Without a C allocator (the CLI's build) nothing is pushed.
+    #[cfg_attr(
+        not(any(feature = "mimalloc-c", feature = "jemalloc")),
+        allow(unused_mut)
+    )]
     let mut list: Vec<(&'static str, Make)> = vec![
         ("system", || Box::new(system::System)),
         ("arena", || Box::new(arena::FixedArena::new())),
