@@ -21,7 +21,9 @@ use crate::running::pending::{self, Found, SliceFile};
 use crate::running::scheduler::{self, Yield};
 use crate::running::soak::Soak;
 
+mod log_tail;
 mod lost;
+use log_tail::LogTail;
 use lost::{lost_in_children, lost_input};
 
 /// Runs slot `slot_id` for `secs` on `cores` as slice `slice_id`, then
@@ -307,34 +309,6 @@ pub(crate) fn signal_group(child: &Child, signal: libc::c_int) {
     unsafe { libc::kill(-(child.id() as i32), signal) };
 }
 
-/// What a log has grown by since the last read, with the end of the read
-/// before it (so a line split between two reads is whole in the second).
-#[derive(Default)]
-struct LogTail {
-    offset: u64,
-    carry: String,
-}
-
-impl LogTail {
-    fn read(&mut self, path: &Path) -> String {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut new = Vec::new();
-        if let Ok(mut file) = std::fs::File::open(path) {
-            if file.seek(SeekFrom::Start(self.offset)).is_ok() {
-                let _ = file.read_to_end(&mut new);
-            }
-        }
-        self.offset += new.len() as u64;
-        let text = format!("{}{}", self.carry, String::from_utf8_lossy(&new));
-        let keep = text.len().saturating_sub(64);
-        let keep = (keep..=text.len())
-            .find(|i| text.is_char_boundary(*i))
-            .unwrap_or(text.len());
-        self.carry = text[keep..].to_string();
-        text
-    }
-}
-
 /// Merges a slice's new inputs, files its artifacts, records it and
 /// removes its scratch. Safe to repeat: a kill anywhere in here leaves
 /// the scratch for the next start to finish again. `fuzz_secs`: its time
@@ -553,26 +527,6 @@ fn went_past(dir: &Path) -> Result<HashMap<String, u64>> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_seeds_are_read_when_the_engine_says_so_even_across_two_reads() {
-        use super::{Engine, LogTail};
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("fuzz.log");
-        let mut tail = LogTail::default();
-        let engine = Engine::LibFuzzer;
-        assert!(!engine.past_seeds(&tail.read(&path)), "no log yet");
-        std::fs::write(&path, "INFO: seed corpus: files: 500\n#512\tIN").unwrap();
-        assert!(!engine.past_seeds(&tail.read(&path)));
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap();
-        std::io::Write::write_all(&mut file, b"ITED cov: 7 ft: 9\n").unwrap();
-        assert!(engine.past_seeds(&tail.read(&path)));
-        let forked = "INFO: -fork=2: 57 seed inputs, starting to fuzz in /tmp/x\n";
-        assert!(engine.past_seeds(forked));
-    }
-
     #[test]
     fn findings_are_the_saved_inputs_and_counts_add_up_over_processes() {
         let dir = tempfile::tempdir().unwrap();
