@@ -32,7 +32,7 @@ mod slow_leak;
 mod thread_slot;
 
 pub use bug::{default_base, parse_bugs, Bug};
-pub use name::register;
+pub use name::{register, split_spec};
 
 use exit_reclaim::ExitCaches;
 use heaps::ZooHeaps;

@@ -15,10 +15,16 @@ pub fn register() {
     shadow::allocator::declare_zoo(make, names);
 }
 
+/// A zoo spec `<bug>[+<bug>...][@<base>]` (the name without `zoo:`) as
+/// its bugs and its base's name: the one given, else the first bug's.
+pub fn split_spec(spec: &str) -> (&str, &str) {
+    spec.split_once('@').unwrap_or((spec, default_base(spec)))
+}
+
 /// `zoo:<bug>[+<bug>...][@<base>]`, its base made by name.
 fn make(name: &str) -> Result<Box<dyn Allocator>, String> {
     let spec = name.strip_prefix("zoo:").unwrap_or(name);
-    let (bugs, base) = spec.split_once('@').unwrap_or((spec, default_base(spec)));
+    let (bugs, base) = split_spec(spec);
     Ok(Box::new(Zoo::new(
         name,
         bugs,

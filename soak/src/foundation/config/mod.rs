@@ -434,9 +434,7 @@ fn check_allocator(name: &str) -> Result<()> {
             bail!("allocator library {path} does not exist; give an absolute path to a .so");
         }
     } else if let Some(spec) = name.strip_prefix("zoo:") {
-        let (bugs, base) = spec
-            .split_once('@')
-            .unwrap_or((spec, ::zoo::default_base(spec)));
+        let (bugs, base) = ::zoo::split_spec(spec);
         ::zoo::parse_bugs(bugs).map_err(anyhow::Error::msg)?;
         check_allocator(base)?;
     } else {
