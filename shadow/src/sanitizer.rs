@@ -256,6 +256,7 @@ fn handle(text: &str) {
                     path_kind: None,
                 });
             }
+            crate::tally::flush();
             eprint!("{text}");
             std::process::abort()
         }

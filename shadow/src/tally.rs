@@ -1,7 +1,8 @@
-//! What a fuzzing process's race sections did, for the soak's status
-//! table and `allocsoak bench`: sections run, those in which two or more
-//! workers were inside the allocator at once, and the most inside at
-//! once. With `ALLOCSOAK_TALLY` set ([`crate::settings::Settings::tally`]),
+//! What a fuzzing process ran, for the soak's status table and
+//! `allocsoak bench`: programs, and race sections, those in which two or
+//! more workers were inside the allocator at once, and the most inside at
+//! once (libFuzzer's `-fork` parent counts none of its children's
+//! executions; their tallies do). With `ALLOCSOAK_TALLY` set ([`crate::settings::Settings::tally`]),
 //! the harness adds up each program's [`Stats`] and writes the process's
 //! [`Tally`] to `<that path>-<pid>` (each of libFuzzer's `-fork`
 //! children its own), whole by way of a temporary name, at most once a
@@ -13,21 +14,24 @@ use std::time::{Duration, Instant};
 
 use crate::executor::Stats;
 
-/// A process's (or a run's) race sections.
+/// A process's (or a run's) programs and race sections.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
+    /// Programs run.
+    pub programs: u64,
     pub sections: u64,
     /// Sections with two or more workers inside the allocator at once.
     pub together: u64,
     pub most_inside: u64,
 }
 
-/// Bytes of a tally file: three little-endian `u64`s.
-const SIZE: usize = 24;
+/// Bytes of a tally file: four little-endian `u64`s.
+const SIZE: usize = 32;
 
 impl Tally {
     /// Adds one program's counts.
     pub fn add(&mut self, stats: &Stats) {
+        self.programs += 1;
         self.sections += stats.race_sections as u64;
         self.together += stats.races as u64;
         self.most_inside = self.most_inside.max(stats.most_inside as u64);
@@ -35,6 +39,7 @@ impl Tally {
 
     /// Adds another process's tally.
     pub fn merge(&mut self, other: &Tally) {
+        self.programs += other.programs;
         self.sections += other.sections;
         self.together += other.together;
         self.most_inside = self.most_inside.max(other.most_inside);
@@ -47,9 +52,14 @@ impl Tally {
 
     fn to_bytes(self) -> [u8; SIZE] {
         let mut out = [0; SIZE];
-        for (i, n) in [self.sections, self.together, self.most_inside]
-            .into_iter()
-            .enumerate()
+        for (i, n) in [
+            self.programs,
+            self.sections,
+            self.together,
+            self.most_inside,
+        ]
+        .into_iter()
+        .enumerate()
         {
             out[i * 8..i * 8 + 8].copy_from_slice(&n.to_le_bytes());
         }
@@ -64,9 +74,10 @@ impl Tally {
         };
         (bytes.len() == SIZE).then_some(())?;
         Some(Tally {
-            sections: n(0)?,
-            together: n(1)?,
-            most_inside: n(2)?,
+            programs: n(0)?,
+            sections: n(1)?,
+            together: n(2)?,
+            most_inside: n(3)?,
         })
     }
 
@@ -109,6 +120,7 @@ struct Running {
 
 static RUNNING: Mutex<Running> = Mutex::new(Running {
     tally: Tally {
+        programs: 0,
         sections: 0,
         together: 0,
         most_inside: 0,
@@ -116,16 +128,13 @@ static RUNNING: Mutex<Running> = Mutex::new(Running {
     written: None,
 });
 
-/// Counts a program's race sections in the process's tally and writes
+/// Counts a program and its race sections in the process's tally and writes
 /// it when `ALLOCSOAK_TALLY` is set and a second has passed since the last
 /// write (the first time, it also has the tally written at exit).
 pub fn count(stats: &Stats) {
     let Some(path) = crate::settings::get().tally.as_deref() else {
         return;
     };
-    if stats.race_sections == 0 {
-        return;
-    }
     let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
     running.tally.add(stats);
     if running.written.is_none() {
@@ -143,6 +152,13 @@ pub fn count(stats: &Stats) {
 }
 
 extern "C" fn write_at_exit() {
+    flush();
+}
+
+/// Writes the process's tally now: at exit, and where a program ends the
+/// process at a violation (a `-fork` child that dies of it may live less
+/// than the second between writes).
+pub(crate) fn flush() {
     let Some(path) = crate::settings::get().tally.as_deref() else {
         return;
     };
@@ -178,11 +194,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tally");
         let a = Tally {
+            programs: 7,
             sections: 10,
             together: 4,
             most_inside: 3,
         };
         let b = Tally {
+            programs: 5,
             sections: 6,
             together: 6,
             most_inside: 2,
@@ -195,6 +213,7 @@ mod tests {
         assert_eq!(
             sum,
             Tally {
+                programs: 12,
                 sections: 16,
                 together: 10,
                 most_inside: 3

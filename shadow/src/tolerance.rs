@@ -202,6 +202,7 @@ fn went_past(report: &Report, patterns: bool) -> bool {
 /// Leaves what the pipeline needs of a violation that ends the process:
 /// its record (in a replay) and its ending (while fuzzing).
 fn ends(report: &Report) {
+    crate::tally::flush();
     crate::findings::write_record(report);
     let violation = &report.violation;
     crate::findings::write_ending(&report::Ending {

@@ -252,6 +252,7 @@ pub fn overview(
                     sections: r.get::<_, i64>(0)? as u64,
                     together: r.get::<_, i64>(1)? as u64,
                     most_inside: r.get::<_, i64>(2)? as u64,
+                    ..Default::default() // the slot's execs say how many ran
                 })
             },
         )?;

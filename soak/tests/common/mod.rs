@@ -76,7 +76,10 @@ pub fn found(text: &str) -> Vec<(String, String, String)> {
 /// own): soak.toml's would replay each test's zoo allocator beside its
 /// fuzz slices and file what they find there too.
 pub fn soak(state: &Path, args: &[&str]) -> Output {
-    succeeded(soak_command(state, args).output().unwrap())
+    counted(
+        state,
+        succeeded(soak_command(state, args).output().unwrap()),
+    )
 }
 
 /// [`soak`], stopped as a user stops it (SIGINT) as soon as `done` holds
@@ -105,11 +108,12 @@ pub fn soak_until(state: &Path, args: &[&str], done: impl Fn(&Path) -> bool) -> 
             break child.wait().unwrap();
         }
     };
-    succeeded(Output {
+    let out = succeeded(Output {
         status,
         stdout: std::fs::read(stdout).unwrap(),
         stderr: std::fs::read(stderr).unwrap(),
-    })
+    });
+    counted(state, out)
 }
 
 /// `allocsoak soak` on `state` with `args`. Drift workers are off unless
@@ -131,6 +135,24 @@ fn soak_command(state: &Path, args: &[&str]) -> Command {
         })
         .args(args);
     command
+}
+
+/// A soak's output, once every slice of it that fuzzed for seconds counted
+/// executions (a `-fork` slice's parent counts none of a child that died).
+fn counted(state: &Path, out: Output) -> Output {
+    if state.join("store.sqlite").exists() {
+        let idle = count(
+            state,
+            "SELECT COUNT(*) FROM slice WHERE fuzz_secs > 10 AND COALESCE(execs, 0) = 0",
+        );
+        assert_eq!(
+            idle,
+            0,
+            "slices fuzzed with no execution counted\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    out
 }
 
 /// A soak's output, which must say it succeeded.
@@ -194,25 +216,6 @@ pub fn kinds(state: &Path) -> Vec<String> {
     let mut kinds: Vec<String> = groups(state).into_iter().map(|g| g.1).collect();
     kinds.dedup();
     kinds
-}
-
-/// The last run's duty cycle, as `allocsoak status` computes it.
-pub fn duty_cycle(state: &Path) -> f64 {
-    let (started, until, jobs): (i64, i64, i64) = db(state)
-        .query_row(
-            "SELECT started, MIN(ended, deadline), jobs FROM run ORDER BY id DESC LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .unwrap();
-    let engine: f64 = db(state)
-        .query_row(
-            "SELECT SUM(fuzz_secs) FROM slice WHERE run_id = (SELECT MAX(id) FROM run)",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    engine / ((until - started) as f64 * jobs as f64)
 }
 
 /// Runs a repro command as a user would paste it.

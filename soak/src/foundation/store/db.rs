@@ -339,6 +339,7 @@ impl Store {
                     sections: r.get::<_, i64>(11)? as u64,
                     together: r.get::<_, i64>(12)? as u64,
                     most_inside: r.get::<_, i64>(13)? as u64,
+                    ..Default::default() // `execs` says how many ran
                 },
             })
         })?;

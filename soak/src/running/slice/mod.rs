@@ -426,7 +426,9 @@ pub fn finish(
     let races = shadow::tally::Tally::read(&scratch.join("tally"));
     let stats = SliceStats {
         fuzz_secs: fuzz_secs.unwrap_or(0.0),
-        execs: final_execs.max(progress.execs),
+        // libFuzzer's `-fork` parent counts no execution of a child that
+        // ended at a crash; the children's tallies do.
+        execs: final_execs.max(progress.execs).max(races.programs),
         cov: progress.cov,
         ft: progress.ft,
         corpus_size: corpus.count()? as u64,
