@@ -96,12 +96,7 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
     let programs = read_programs(case.target, &case.inputs)?;
     let slot = format!("{}/{}", case.target, case.allocator);
     let signature = replay.signature(&slot);
-    let files = case
-        .inputs
-        .iter()
-        .map(|i| i.display().to_string())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let files = crate::pipeline::sequence::shell_args(&case.inputs);
 
     let mut text = String::new();
     writeln!(text, "repro: {files} on {slot}")?;

@@ -161,6 +161,27 @@ pub fn file_name(i: usize) -> String {
     format!("{i:06}")
 }
 
+/// `inputs` as a shell command's arguments: a group's history, past a few
+/// files, as the glob `<group>/history/*` (the shell sorts its names in
+/// replay order, and leaves out the `.tmp` files a copy may have left),
+/// then the crash input.
+pub fn shell_args(inputs: &[PathBuf]) -> String {
+    let (before, last) = match inputs.split_last() {
+        Some((last, before)) => (before, last),
+        None => return String::new(),
+    };
+    let history = before.first().and_then(|f| f.parent());
+    let globbed = before.len() > 3
+        && history.is_some_and(|h| h.ends_with("history"))
+        && before.iter().all(|f| f.parent() == history);
+    let mut words: Vec<String> = match (globbed, history) {
+        (true, Some(h)) => vec![h.join("*").display().to_string()],
+        _ => before.iter().map(|f| f.display().to_string()).collect(),
+    };
+    words.push(last.display().to_string());
+    words.join(" ")
+}
+
 /// The history files of a group folder, in replay order (none for a
 /// crash that reproduces alone).
 pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -196,6 +217,39 @@ fn replay(replayer: &Replayer, before: &[PathBuf], artifact: &Path) -> Result<Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Past three history files, the command names the folder's glob, and
+    /// the shell expands it to the same files in the same order.
+    #[test]
+    fn a_long_history_is_a_glob_the_shell_expands_in_replay_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let history = tmp.path().join("history");
+        std::fs::create_dir(&history).unwrap();
+        let mut inputs: Vec<PathBuf> = (0..12).map(|i| history.join(file_name(i))).collect();
+        for f in &inputs {
+            std::fs::write(f, "").unwrap();
+        }
+        std::fs::write(history.join(".tmp-000012"), "").unwrap();
+        inputs.push(tmp.path().join("original"));
+        let args = shell_args(&inputs);
+        assert!(args.contains("/history/* "), "{args}");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s\\n' {args}"))
+            .output()
+            .unwrap();
+        let expanded: Vec<PathBuf> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(expanded, inputs);
+        let short = shell_args(&inputs[9..]);
+        assert!(
+            short.contains("history/000009 ") && !short.contains('*'),
+            "{short}"
+        );
+    }
 
     /// A history of 100,000 small inputs (a finding made that far into a
     /// process) is replayed from its newest inputs, as many as one command

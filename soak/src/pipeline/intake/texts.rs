@@ -32,15 +32,10 @@ pub(super) fn repro_command(
     sig: &Signature,
 ) -> Result<Repro> {
     let file = dir.join(if minimized { "minimized" } else { "original" });
-    let mut files: Vec<String> = (0..before.len())
-        .map(|i| {
-            dir.join("history")
-                .join(sequence::file_name(i))
-                .display()
-                .to_string()
-        })
+    let files: Vec<PathBuf> = (0..before.len())
+        .map(|i| dir.join("history").join(sequence::file_name(i)))
+        .chain([file])
         .collect();
-    files.push(file.display().to_string());
     let inputs: Vec<&Path> = before.iter().map(PathBuf::as_path).chain([input]).collect();
     let plain = src.replay(&inputs, false)?;
     let plain_same = plain
@@ -61,7 +56,7 @@ pub(super) fn repro_command(
             "{tolerate}{text}ALLOCSOAK_ALLOCATOR='{}' {} {}",
             src.allocator,
             src.binary.display(),
-            files.join(" ")
+            sequence::shell_args(&files)
         ),
         needs_tolerate,
     })
