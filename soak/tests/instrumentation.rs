@@ -176,5 +176,6 @@ fn each_fuzz_binary_runs_with_its_targets_asan_defaults() {
             "{target}"
         );
         assert_eq!(value("allocator_may_return_null"), "true", "{target}");
+        assert_eq!(value("quarantine_size_mb"), "64", "{target}");
     }
 }
