@@ -1,11 +1,11 @@
 //! What a fuzzing process ran, for the soak's status table and
-//! `allocsoak bench`: programs, and race sections, those in which two or
-//! more workers were inside the allocator at once, and the most inside at
-//! once (libFuzzer's `-fork` parent counts none of its children's
-//! executions; their tallies do). With `ALLOCSOAK_TALLY` set ([`crate::settings::Settings::tally`]),
-//! the harness adds up each program's [`Stats`] and writes the process's
-//! [`Tally`] to `<that path>-<pid>` (each of libFuzzer's `-fork`
-//! children its own), whole by way of a temporary name, at most once a
+//! `allocsoak bench`: programs (libFuzzer's `-fork` parent counts none
+//! of its children's executions; their tallies do), and race sections,
+//! those in which two or more workers were inside the allocator at once,
+//! and the most inside at once. With `ALLOCSOAK_TALLY` set
+//! ([`crate::settings::Settings::tally`]), the harness adds up each
+//! program's [`Stats`] and writes the process's [`Tally`] to
+//! `<that path>-<pid>` (each of libFuzzer's `-fork` children its own), whole by way of a temporary name, at most once a
 //! second and when the process exits; [`Tally::read`] sums a run's files.
 
 use std::path::{Path, PathBuf};

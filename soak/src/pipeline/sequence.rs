@@ -162,9 +162,9 @@ pub fn file_name(i: usize) -> String {
 }
 
 /// `inputs` as a shell command's arguments: a group's history, past a few
-/// files, as the glob `<group>/history/*` (the shell sorts its names in
-/// replay order, and leaves out the `.tmp` files a copy may have left),
-/// then the crash input.
+/// files and when they are the whole of its folder, as the glob
+/// `<group>/history/*` (the shell sorts its names in replay order, and
+/// leaves out the `.tmp` files a copy may have left), then the crash input.
 pub fn shell_args(inputs: &[PathBuf]) -> String {
     let (before, last) = match inputs.split_last() {
         Some((last, before)) => (before, last),
@@ -173,7 +173,10 @@ pub fn shell_args(inputs: &[PathBuf]) -> String {
     let history = before.first().and_then(|f| f.parent());
     let globbed = before.len() > 3
         && history.is_some_and(|h| h.ends_with("history"))
-        && before.iter().all(|f| f.parent() == history);
+        && before.iter().all(|f| f.parent() == history)
+        && history.is_some_and(|h| {
+            files(h.parent().unwrap_or(h)).map(|f| f.len()).ok() == Some(before.len())
+        });
     let mut words: Vec<String> = match (globbed, history) {
         (true, Some(h)) => vec![h.join("*").display().to_string()],
         _ => before.iter().map(|f| f.display().to_string()).collect(),
@@ -244,6 +247,9 @@ mod tests {
             .map(PathBuf::from)
             .collect();
         assert_eq!(expanded, inputs);
+        // A part of the folder is named file by file.
+        let part: Vec<PathBuf> = inputs[1..].to_vec();
+        assert!(!shell_args(&part).contains('*'), "{}", shell_args(&part));
         let short = shell_args(&inputs[9..]);
         assert!(
             short.contains("history/000009 ") && !short.contains('*'),
