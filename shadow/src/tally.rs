@@ -5,8 +5,9 @@
 //! and the most inside at once. With `ALLOCSOAK_TALLY` set
 //! ([`crate::settings::Settings::tally`]), the harness adds up each
 //! program's [`Stats`] and writes the process's [`Tally`] to
-//! `<that path>-<pid>` (each of libFuzzer's `-fork` children its own), whole by way of a temporary name, at most once a
-//! second and when the process exits; [`Tally::read`] sums a run's files.
+//! `<that path>-<pid>` (each of libFuzzer's `-fork` children its own),
+//! whole by way of a temporary name, at most once a second and when the
+//! process exits; [`Tally::read`] sums a run's files.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

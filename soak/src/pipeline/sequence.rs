@@ -170,16 +170,16 @@ pub fn shell_args(inputs: &[PathBuf]) -> String {
         Some((last, before)) => (before, last),
         None => return String::new(),
     };
-    let history = before.first().and_then(|f| f.parent());
-    let globbed = before.len() > 3
-        && history.is_some_and(|h| h.ends_with("history"))
-        && before.iter().all(|f| f.parent() == history)
-        && history.is_some_and(|h| {
-            files(h.parent().unwrap_or(h)).map(|f| f.len()).ok() == Some(before.len())
-        });
-    let mut words: Vec<String> = match (globbed, history) {
-        (true, Some(h)) => vec![h.join("*").display().to_string()],
-        _ => before.iter().map(|f| f.display().to_string()).collect(),
+    // The folder's files, in the order `files` (and the shell) sort them,
+    // are exactly `before`.
+    let history = before
+        .first()
+        .and_then(|f| f.parent())
+        .filter(|h| before.len() > 3 && h.ends_with("history"))
+        .filter(|h| h.parent().and_then(|group| files(group).ok()).as_deref() == Some(before));
+    let mut words: Vec<String> = match history {
+        Some(h) => vec![h.join("*").display().to_string()],
+        None => before.iter().map(|f| f.display().to_string()).collect(),
     };
     words.push(last.display().to_string());
     words.join(" ")
