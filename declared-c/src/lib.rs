@@ -23,7 +23,7 @@ use std::process::Command;
 /// order (its `more` last); `usable_size` is the first of two names the
 /// allocator defines. A declaration's `[allocator.c.functions]` maps one
 /// by its first name to a symbol of any name.
-pub const FUNCTIONS: [&[&str]; 30] = [
+pub const FUNCTIONS: [&[&str]; 31] = [
     &["malloc"],
     &["free"],
     &["calloc"],
@@ -54,6 +54,7 @@ pub const FUNCTIONS: [&[&str]; 30] = [
     &["heap_visit_blocks"],
     &["heap_rezalloc"],
     &["heap_rezalloc_aligned"],
+    &["heap_check"],
 ];
 
 /// Builds the allocator `ident` from `sources` with `base` (includes,

@@ -31,6 +31,15 @@ fn loaded() -> &'static dyn Allocator {
             eprintln!("allocsoak: {}: {e}", choice.from.describe());
             std::process::exit(crate::sanitizer::EXIT_STARTUP)
         });
+        // A check that fails before any program ran is read wrongly, or
+        // is not a heap check: every op would be a finding of its own.
+        if let Err(e) = alloc.heap_check() {
+            eprintln!(
+                "allocsoak: allocator `{}`: its heap check fails on a fresh heap ({e}): declare what it returns when the heap is sound (heap_check_returns, docs/allocators.md)",
+                choice.name
+            );
+            std::process::exit(crate::sanitizer::EXIT_STARTUP)
+        }
         crate::sanitizer::starting(false);
         // The serial replay: the same race sections, one worker at a time.
         if settings.serial_races {

@@ -114,6 +114,9 @@ pub enum Violation {
     AllocatorError { detail: String },
     /// The allocator's consistency check failed.
     Validator { detail: String },
+    /// The allocator's own heap check, run right after the op's calls,
+    /// found the heap broken ([`crate::allocator::Allocator::heap_check`]).
+    HeapCheck { detail: String },
     /// The allocator under test and the reference disagree.
     Diff { detail: String },
     /// The allocator panicked inside a call; `location` is the panicking
@@ -183,6 +186,7 @@ impl Violation {
             Violation::HeapOwned { .. } => "heap-owned",
             Violation::AllocatorError { .. } => "allocator-error",
             Violation::Validator { .. } => "validator",
+            Violation::HeapCheck { .. } => "heap-check",
             Violation::Diff { .. } => "diff",
             Violation::Panic { .. } => "panic",
             Violation::CapacityLeak { .. } => "capacity-leak",
@@ -205,10 +209,11 @@ impl Violation {
     /// Whether this violation is of what the op's own allocator calls
     /// returned or did (a block, a size, an error callback), so the code
     /// those calls ran is where the bug is: its key is that path
-    /// ([`Report::path`]), as are contents the op's calls broke. Contents
-    /// broken since an earlier op, a heap
-    /// walk, a validator, a comparison with the reference, a panic (its
-    /// frame names it) and capacity lost over a whole program are not.
+    /// ([`Report::path`]), as are contents the op's calls broke and a
+    /// heap the allocator's own check finds broken right after them.
+    /// Contents broken since an earlier op, a heap walk, a validator, a
+    /// comparison with the reference, a panic (its frame names it) and
+    /// capacity lost over a whole program are not.
     pub fn is_of_a_call(&self) -> bool {
         matches!(
             self,
@@ -225,6 +230,7 @@ impl Violation {
                 | Violation::AllocatorError { .. }
                 | Violation::Leak { .. }
                 | Violation::RemoteFreeLost { .. }
+                | Violation::HeapCheck { .. }
                 | Violation::Contents { by_call: true, .. }
         )
     }
@@ -374,6 +380,7 @@ impl fmt::Display for Violation {
             }
             Violation::AllocatorError { detail }
             | Violation::Validator { detail }
+            | Violation::HeapCheck { detail }
             | Violation::Diff { detail } => f.write_str(detail),
             Violation::Panic { message, location } => {
                 write!(f, "allocator panicked: {message}{KEEP}{location}")

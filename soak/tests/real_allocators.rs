@@ -339,58 +339,27 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
     let _one = common::ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let umm = registry_crate("umm-malloc-sys", "0.3.2");
     let repo = tempfile::tempdir().unwrap();
-    std::fs::write(
-        repo.path().join("shim.c"),
-        "#include <stddef.h>\n#include \"umm_malloc.h\"\n\
-         static _Alignas(16) unsigned char arena[128 * 1024];\n\
-         static int ready;\n\
-         static void init(void) { if (!ready) { umm_init_heap(arena, sizeof arena); ready = 1; } }\n\
-         void *uh_malloc(size_t n) { init(); return umm_malloc(n); }\n\
-         void *uh_calloc(size_t n, size_t s) { init(); return umm_calloc(n, s); }\n\
-         void *uh_realloc(void *p, size_t n) { init(); return umm_realloc(p, n); }\n\
-         void uh_free(void *p) { init(); umm_free(p); }\n\
-         void *UMM_MALLOC_CFG_HEAP_ADDR = arena;\n\
-         unsigned UMM_MALLOC_CFG_HEAP_SIZE = sizeof arena;\n",
-    )
-    .unwrap();
-    let src = umm.join("umm_malloc/src");
-    let sources: Vec<PathBuf> = std::iter::once(repo.path().join("shim.c"))
-        .chain(
-            [
-                "umm_malloc.c",
-                "umm_info.c",
-                "umm_integrity.c",
-                "umm_poison.c",
-            ]
-            .map(|f| src.join(f)),
-        )
-        .collect();
-    let include = [
-        umm.join("src"),
-        src.clone(),
-        umm.join("umm_malloc/test/support"),
-    ];
-    let includes: Vec<String> = include
+    let umm = Umm::fetch(repo.path(), false);
+    let mut includes: Vec<String> = umm
+        .include
         .iter()
         .map(|d| format!("-I{}", d.display()))
         .collect();
+    includes.push(format!("-D{}", Umm::CHECK_DEFINE));
     let includes: Vec<&str> = includes.iter().map(String::as_str).collect();
     let library = repo.path().join("libumm.so");
-    let files: Vec<&Path> = sources.iter().map(PathBuf::as_path).collect();
+    let files: Vec<&Path> = umm.sources.iter().map(PathBuf::as_path).collect();
     common::instrumented_dylib(&library, &files, &includes);
-    // Its blocks are 8 bytes with a 4-byte header; it has no locks of its
-    // own (a critical section the firmware supplies).
-    let limits = "threads = 1\narena = 131072\nmax_align = 4\n";
     let config = repo.path().join("allocsoak.toml");
     std::fs::write(
         &config,
         format!(
-            "targets = [\"alloc_ops\"]\n\n\
-             [[allocator]]\nname = \"umm\"\n{limits}[allocator.c]\nsources = {sources:?}\n\
-             include = {include:?}\nprefix = \"uh_\"\n\n\
-             [[allocator]]\nname = \"umm-so\"\n{limits}[allocator.dylib]\npath = \"libumm.so\"\nprefix = \"uh_\"\n"
+            "targets = [\"alloc_ops\"]\n\n{}\n\
+             [[allocator]]\nname = \"umm-so\"\n{}[allocator.dylib]\npath = \"libumm.so\"\nprefix = \"uh_\"\n{}",
+            umm.declared("umm"),
+            Umm::LIMITS,
+            Umm::HEAP_CHECK,
         ),
     )
     .unwrap();
@@ -419,4 +388,138 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
         );
     }
     assert_eq!(groups.len(), 2, "{groups:?}");
+}
+
+/// umm_malloc 2.x from umm-malloc-sys 0.3.2 behind a firmware-style init
+/// shim over a static 128 KiB arena (`uh_malloc`, `uh_free`, ...), its
+/// own integrity check compiled in.
+struct Umm {
+    sources: Vec<PathBuf>,
+    include: Vec<PathBuf>,
+}
+
+impl Umm {
+    /// Its blocks are 8 bytes with a 4-byte header; it has no locks of its
+    /// own (a critical section the firmware supplies).
+    const LIMITS: &'static str = "threads = 1\narena = 131072\nmax_align = 4\n";
+    /// umm's own check of its free list and block chain.
+    const HEAP_CHECK: &'static str =
+        "heap_check = \"umm_integrity_check\"\nheap_check_returns = \"bool\"\n";
+    const CHECK_DEFINE: &'static str = "UMM_INTEGRITY_CHECK";
+
+    /// The registry's sources and the shim, written into `dir`;
+    /// `umm_malloc.c` includes umm's other three files. A `planted` shim
+    /// tells umm when a plain free is of the last block of 77 to 96 bytes
+    /// it handed out (`planted_free`).
+    fn fetch(dir: &Path, planted: bool) -> Umm {
+        let umm = registry_crate("umm-malloc-sys", "0.3.2");
+        let src = umm.join("umm_malloc/src");
+        std::fs::write(
+            dir.join("shim.c"),
+            format!(
+                "#include <stddef.h>\n#include \"umm_malloc.h\"\n\
+                 static _Alignas(16) unsigned char arena[128 * 1024];\n\
+                 static int ready;\n\
+                 static void init(void) {{ if (!ready) {{ umm_init_heap(arena, sizeof arena); ready = 1; }} }}\n\
+                 void *uh_calloc(size_t n, size_t s) {{ init(); return umm_calloc(n, s); }}\n\
+                 void *UMM_MALLOC_CFG_HEAP_ADDR = arena;\n\
+                 unsigned UMM_MALLOC_CFG_HEAP_SIZE = sizeof arena;\n{}",
+                match planted {
+                    false => "void *uh_malloc(size_t n) { init(); return umm_malloc(n); }\n\
+                              void *uh_realloc(void *p, size_t n) { init(); return umm_realloc(p, n); }\n\
+                              void uh_free(void *p) { init(); umm_free(p); }\n",
+                    true => "static void *planted;\nint planted_free;\n\
+                             void *uh_malloc(size_t n) { init(); void *p = umm_malloc(n); if (n >= 77 && n <= 96) planted = p; return p; }\n\
+                             void *uh_realloc(void *p, size_t n) { init(); if (p == planted) planted = 0; return umm_realloc(p, n); }\n\
+                             void uh_free(void *p) { init(); planted_free = p && p == planted; if (planted_free) planted = 0; umm_free(p); planted_free = 0; }\n",
+                }
+            ),
+        )
+        .unwrap();
+        Umm {
+            sources: vec![dir.join("shim.c"), src.join("umm_malloc.c")],
+            include: vec![umm.join("src"), src, umm.join("umm_malloc/test/support")],
+        }
+    }
+
+    /// Its `[[allocator]]` entry from its sources, under `name`, with its
+    /// limits and its heap check.
+    fn declared(&self, name: &str) -> String {
+        format!(
+            "[[allocator]]\nname = \"{name}\"\n{}[allocator.c]\nsources = {:?}\n\
+             include = {:?}\ndefines = [\"{}\"]\nprefix = \"uh_\"\n{}",
+            Umm::LIMITS,
+            self.sources,
+            self.include,
+            Umm::CHECK_DEFINE,
+            Umm::HEAP_CHECK,
+        )
+    }
+}
+
+/// A bug that breaks a fixed heap's free list without a crash shows
+/// later as whatever the broken list does next (capacity lost at a
+/// program's end, a block handed out twice, a list walked forever). With
+/// the allocator's own heap check declared, it is found at the call that
+/// broke the list and filed once, keyed by that call's path. The bug is
+/// planted in umm_malloc's real sources: a plain free of a block of 77 to
+/// 96 bytes, put at the head of the free list, leaves the old head's back
+/// link as it was.
+#[test]
+fn a_declared_heap_check_files_a_bug_that_breaks_the_heap_at_its_call() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let repo = tempfile::tempdir().unwrap();
+    let mut umm = Umm::fetch(repo.path(), true);
+    let original = std::fs::read_to_string(&umm.sources[1]).unwrap();
+    let push = "        UMM_PFREE(UMM_NFREE(0)) = c;\n";
+    assert_eq!(original.matches(push).count(), 1, "umm_free_core's push");
+    let planted = original.replace(
+        push,
+        "        extern int planted_free;\n\
+         if (!(planted_free && UMM_NFREE(0) != 0))\n\
+         UMM_PFREE(UMM_NFREE(0)) = c;\n",
+    );
+    // Its own copy, found first: the other files come from the registry.
+    let own = repo.path().join("umm");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::write(own.join("umm_malloc.c"), planted).unwrap();
+    for file in ["umm_info.c", "umm_integrity.c", "umm_poison.c"] {
+        let from = umm.sources[1].with_file_name(file);
+        std::fs::copy(from, own.join(file)).unwrap();
+    }
+    umm.sources[1] = own.join("umm_malloc.c");
+    umm.include.insert(0, own);
+    let config = repo.path().join("allocsoak.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "targets = [\"alloc_ops\"]\n\n{}",
+            umm.declared("umm-planted")
+        ),
+    )
+    .unwrap();
+    let (out, text) = with_config(&config, &["build"]);
+    assert!(out.status.success(), "{text}");
+    let state = repo.path().join("state");
+    common::soak(
+        &state,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--duration",
+            "60",
+            "--jobs",
+            "2",
+        ],
+    );
+    // The planted bug once, at the free; and umm's own calloc bug.
+    let groups = common::groups(&state);
+    let kinds: Vec<&str> = groups.iter().map(|g| g.1.as_str()).collect();
+    assert_eq!(kinds, ["calloc-overflow", "heap-check"], "{groups:?}");
+    assert!(
+        groups[1].4.contains("uh_free") && groups[1].4.contains("umm_free_core"),
+        "{groups:?}"
+    );
 }

@@ -24,7 +24,7 @@ mod system;
 
 pub use api2::Api2Adapter;
 pub use arena::FixedArena;
-pub use dylib::{split_spec as split_dylib_spec, CFunctions, CHeapApi, Dylib};
+pub use dylib::{split_spec as split_dylib_spec, CFunctions, CHeapApi, Dylib, HeapCheckReturns};
 pub use extras::{Extras, GoodSize, InPlace, PurgeDelay, ZeroedFrom};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
@@ -219,6 +219,20 @@ pub trait Allocator: Send + Sync {
     /// Runs the allocator's consistency checks against the live blocks.
     /// `Err` carries the violation detail.
     fn validate(&self, _live: &[LiveBlock]) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Runs the allocator's own check of its whole heap, when it has one
+    /// (a declared C allocator's `heap_check`, such as umm_malloc's
+    /// `umm_integrity_check`): after every op's calls and before the
+    /// first program, on the main thread while no other thread is in the
+    /// allocator. `Err` says what the check answered. Default: none.
+    ///
+    /// A heap the check finds broken right after an op's calls was broken
+    /// by those calls, so the finding is keyed by their code path: one bug
+    /// that corrupts the heap is one group, whichever symptom (a timeout, a
+    /// read past the heap, a block handed out twice) it would show later.
+    fn heap_check(&self) -> Result<(), String> {
         Ok(())
     }
 
@@ -518,7 +532,9 @@ pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
     } else if let Some(how) = declared(name) {
         match how {
             Declared::Linked(make) => make(),
-            Declared::Library { spec, with } => Box::new(with(dylib::Dylib::open_as(name, spec)?)),
+            Declared::Library { spec, with } => {
+                Box::new(with(dylib::Dylib::open_as(name, spec)?).declared()?)
+            }
         }
     } else {
         return Err(unknown(name));

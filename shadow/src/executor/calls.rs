@@ -175,6 +175,13 @@ impl CallGuard {
             .unwrap_or_else(|p| self.panicked(p))
     }
 
+    /// Runs `f`, the allocator's check of its own heap, as
+    /// [`CallGuard::asked`] but off the op's path: what it finds is keyed
+    /// by the calls it checks after, not by its own code.
+    pub(super) fn asked_off_path<R>(&self, f: impl FnOnce() -> R) -> R {
+        writer::stepped(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
+    }
+
     /// Runs `f`, a query a check makes of what the op's calls returned (a
     /// usable size, a good size), as [`CallGuard::guarded`]; its code is in
     /// the path only of a violation of its answer.

@@ -260,6 +260,7 @@ impl Executor {
             if let Some(detail) = self.guard.asked(|| self.alloc.take_error()) {
                 self.guard.fail(Violation::AllocatorError { detail });
             }
+            self.heap_check();
             if index % VALIDATE_EVERY == VALIDATE_EVERY - 1 {
                 self.validate();
             }
@@ -429,6 +430,9 @@ impl Executor {
                 self.guard.verify_after_call(b, "by the closing frees");
             }
             self.free_block(last, On::Main);
+            if self.checked {
+                self.heap_check();
+            }
         }
         self.guard.set_site(Site::bare("end"));
         for h in self.heaps.take_ids() {
@@ -440,6 +444,7 @@ impl Executor {
             if let Some(detail) = self.guard.asked(|| self.alloc.take_error()) {
                 self.guard.fail(Violation::AllocatorError { detail });
             }
+            self.heap_check();
         }
         self.guard.asked(|| self.alloc.reset());
         if self.checked {

@@ -29,6 +29,20 @@ pub type ReallocAligned = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mu
 pub type FreeSize = unsafe extern "C" fn(*mut c_void, usize);
 pub type FreeSizeAligned = unsafe extern "C" fn(*mut c_void, usize, usize);
 pub type GoodSizeFn = unsafe extern "C" fn(usize) -> usize;
+/// `heap_check()`, read as [`HeapCheckReturns`] says.
+pub type HeapCheckFn = unsafe extern "C" fn() -> i32;
+
+/// What a C allocator's `heap_check()` returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HeapCheckReturns {
+    /// An `int`: 0 when the heap is sound, else what is wrong (a count of
+    /// errors, as TLSF's `tlsf_check`).
+    #[default]
+    Errors,
+    /// A C `bool`: true when the heap is sound (umm_malloc's
+    /// `umm_integrity_check`).
+    Bool,
+}
 
 /// How the library allocates with alignment, best first.
 enum AlignedApi {
@@ -56,8 +70,14 @@ pub struct Dylib {
     more: CExtras,
     /// What a config declared of it (`with_*`); a library has none.
     properties: Properties,
-    /// The loaded library; `None` when the functions are linked in.
-    _lib: Option<Library>,
+    /// The loaded library and its file; `None` when the functions are
+    /// linked in.
+    library: Option<(Library, std::path::PathBuf)>,
+    /// What a declaration named that the library lacks (`with_heap_check`):
+    /// [`Dylib::declared`] says so.
+    missing: Option<String>,
+    /// Set up by a malloc and a free before its heap is first checked.
+    set_up: std::sync::Once,
 }
 
 /// A linked C allocator's declared properties, as a `GlobalAlloc`'s are.
@@ -70,6 +90,7 @@ struct Properties {
     /// The largest request whose usable size `good_size` gives exactly
     /// (0: none; above it, at least the request).
     good_size_exact_up_to: usize,
+    heap_check_returns: HeapCheckReturns,
 }
 
 /// A C allocator's functions, linked into the binary: what the glue crate
@@ -120,6 +141,9 @@ pub struct CExtras {
     pub good_size: Option<GoodSizeFn>,
     /// mimalloc's heap API (`heap_new`, `heap_malloc`, ...).
     pub heap: CHeapApi,
+    /// `heap_check()`: the allocator's own check of its whole heap
+    /// ([`Allocator::heap_check`]).
+    pub heap_check: Option<HeapCheckFn>,
 }
 
 /// What a library without an aligned API can still serve.
@@ -236,10 +260,11 @@ impl Dylib {
                     rezalloc: symbol!("heap_rezalloc"),
                     rezalloc_aligned: symbol!("heap_rezalloc_aligned"),
                 },
+                heap_check: symbol!("heap_check"),
             },
         };
         Ok(Dylib {
-            _lib: Some(lib),
+            library: Some((lib, own)),
             ..Dylib::linked(name, fns)
         })
     }
@@ -267,8 +292,45 @@ impl Dylib {
             aligned,
             more: fns.more,
             properties: Properties::default(),
-            _lib: None,
+            library: None,
+            missing: None,
+            set_up: std::sync::Once::new(),
         }
+    }
+
+    /// Itself, or what its declaration named that the library lacks.
+    pub fn declared(self) -> Result<Dylib, String> {
+        match self.missing {
+            Some(missing) => Err(missing),
+            None => Ok(self),
+        }
+    }
+
+    /// Declares the library's heap check: its function `symbol` (else
+    /// `<prefix>heap_check` is, where the library has one).
+    pub fn with_heap_check(mut self, symbol: &str) -> Self {
+        let Some((lib, own)) = &self.library else {
+            return self;
+        };
+        // SAFETY: as for every symbol `open_as` resolves: pointer-sized,
+        // and assumed to have the C signature its declaration gives.
+        match unsafe { own_symbol::<HeapCheckFn>(lib, own, "", symbol) } {
+            Some(f) => self.more.heap_check = Some(f),
+            None => {
+                self.missing = Some(format!(
+                    "`{}` defines no `{symbol}`, its declared heap_check",
+                    own.display()
+                ))
+            }
+        }
+        self
+    }
+
+    /// Declares what its heap check returns (default
+    /// [`HeapCheckReturns::Errors`]).
+    pub fn with_heap_check_returns(mut self, returns: HeapCheckReturns) -> Self {
+        self.properties.heap_check_returns = returns;
+        self
     }
 
     /// Declares it a port of another allocator's size classes
@@ -413,6 +475,41 @@ impl Allocator for Dylib {
 
     fn extras(&self) -> Option<&dyn Extras> {
         Some(self)
+    }
+
+    /// Its `heap_check()`, read as declared ([`HeapCheckReturns`]).
+    fn heap_check(&self) -> Result<(), String> {
+        let Some(f) = self.more.heap_check else {
+            return Ok(());
+        };
+        // A heap its first malloc sets up (a firmware shim's lazy init)
+        // has nothing to check before it.
+        self.set_up.call_once(|| {
+            // SAFETY: one byte from the allocator's own malloc, given back
+            // to its free (null is a valid argument to free).
+            unsafe { (self.free)((self.malloc)(1)) }
+        });
+        match self.properties.heap_check_returns {
+            HeapCheckReturns::Errors => {
+                // SAFETY: the allocator's own check, declared as `int
+                // f(void)`; called between ops, when no other thread is in
+                // the allocator.
+                match unsafe { f() } {
+                    0 => Ok(()),
+                    n => Err(format!("its heap check returned {n}")),
+                }
+            }
+            HeapCheckReturns::Bool => {
+                // SAFETY: as above, declared as `bool f(void)`: the same
+                // pointer read with that return type, which C's `_Bool`
+                // keeps to 0 or 1 as Rust's `bool` needs.
+                let f: unsafe extern "C" fn() -> bool = unsafe { std::mem::transmute(f) };
+                match unsafe { f() } {
+                    true => Ok(()),
+                    false => Err("its heap check returned false".into()),
+                }
+            }
+        }
     }
 
     /// Its own heap API when it has the whole of it ([`CHeapApi::whole`]).

@@ -120,6 +120,24 @@ pub struct CSources {
     /// mi_good_size(size)"), and only less than the request is a finding.
     #[serde(default)]
     pub good_size_exact_up_to: Option<usize>,
+    /// Its own check of its whole heap (`umm_integrity_check`), run after
+    /// every op; default `<prefix>heap_check` where it has one.
+    pub heap_check: Option<String>,
+    /// What the heap check returns.
+    #[serde(default)]
+    pub heap_check_returns: HeapCheckReturns,
+}
+
+/// What a declared C allocator's heap check returns.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum HeapCheckReturns {
+    /// An `int`, 0 when the heap is sound (TLSF's `tlsf_check`).
+    #[default]
+    Errors,
+    /// A `bool`, true when the heap is sound (umm_malloc's
+    /// `umm_integrity_check`).
+    Bool,
 }
 
 /// A C allocator's shared library (built as docs/allocators.md says),
@@ -135,6 +153,33 @@ pub struct CLibrary {
     pub prefix: String,
     /// As for C sources ([`CSources::good_size_exact_up_to`]).
     pub good_size_exact_up_to: Option<usize>,
+    /// As for C sources ([`CSources::heap_check`]).
+    pub heap_check: Option<String>,
+    /// As for C sources ([`CSources::heap_check_returns`]).
+    #[serde(default)]
+    pub heap_check_returns: HeapCheckReturns,
+}
+
+/// Whether `symbol` can name a C function.
+fn c_symbol(symbol: &str) -> bool {
+    !symbol.is_empty()
+        && !symbol.starts_with(|ch: char| ch.is_ascii_digit())
+        && symbol
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+}
+
+impl CSources {
+    /// The functions whose symbol does not follow the prefix, by the name
+    /// allocsoak knows them by: `functions` and the `heap_check`.
+    pub fn mapped(&self) -> Vec<(&str, &str)> {
+        let check = self.heap_check.as_deref().map(|s| ("heap_check", s));
+        self.functions
+            .iter()
+            .map(|(f, s)| (f.as_str(), s.as_str()))
+            .chain(check)
+            .collect()
+    }
 }
 
 impl CLibrary {
@@ -172,6 +217,13 @@ impl Declared {
                 return Err(bad("dylib.prefix is the functions' prefix (`my_` for my_malloc), letters, digits and `_`"));
             }
         }
+        let heap_check = (self.c.as_ref().and_then(|c| c.heap_check.as_ref()))
+            .or(self.dylib.as_ref().and_then(|l| l.heap_check.as_ref()));
+        if let Some(symbol) = heap_check.filter(|s| !c_symbol(s)) {
+            return Err(bad(&format!(
+                "heap_check = {symbol:?} is not a C symbol; name the function that checks the heap"
+            )));
+        }
         // C code, from sources or a library: its functions are found by name.
         let c_code = self.c.is_some() || self.dylib.is_some();
         if c_code
@@ -202,16 +254,14 @@ impl Declared {
                             known.join(", ")
                         )));
                     }
-                    let ident = !symbol.is_empty()
-                        && !symbol.starts_with(|ch: char| ch.is_ascii_digit())
-                        && symbol
-                            .chars()
-                            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
-                    if !ident {
+                    if !c_symbol(symbol) {
                         return Err(bad(&format!(
                             "[allocator.c.functions] {function} = {symbol:?} is not a C symbol"
                         )));
                     }
+                }
+                if c.heap_check.is_some() && c.functions.contains_key("heap_check") {
+                    return Err(bad("give heap_check once: as c.heap_check, or in [allocator.c.functions]"));
                 }
             }
             (None, Some(krate)) => {
@@ -394,6 +444,19 @@ impl Declared {
         if let Some(size) = exact {
             properties.push_str(&format!(".with_good_size_exact_up_to({size})"));
         }
+        let (check, returns) = match (&self.c, &self.dylib) {
+            (Some(c), _) => (None, c.heap_check_returns),
+            (None, Some(lib)) => (lib.heap_check.as_ref(), lib.heap_check_returns),
+            (None, None) => (None, HeapCheckReturns::Errors),
+        };
+        if let Some(symbol) = check {
+            properties.push_str(&format!(".with_heap_check({symbol:?})"));
+        }
+        if returns == HeapCheckReturns::Bool {
+            properties.push_str(
+                ".with_heap_check_returns(shadow::allocator::HeapCheckReturns::Bool)",
+            );
+        }
         if let Some(lib) = &self.dylib {
             return format!(
                 "    shadow::allocator::declare_library({name:?}, {:?}, |library| library{properties});\n",
@@ -510,10 +573,40 @@ mod tests {
                 "C allocator takes no",
             ),
             ("[dylib]\npath = \"a.so\"\nprefix = \"my-\"\n", "prefix"),
+            (
+                "[dylib]\npath = \"a.so\"\nheap_check = \"check()\"\n",
+                "not a C symbol",
+            ),
+            (
+                "[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\nheap_check = \"a\"\nfunctions = { heap_check = \"b\" }\n",
+                "give heap_check once",
+            ),
         ] {
             let e = entry(extra).check().unwrap_err().to_string();
             assert!(e.contains("`mine`") && e.contains(says), "{e}");
         }
+    }
+
+    /// A library's heap check is looked up by the name declared, a C
+    /// allocator's is mapped as its other functions are; either is read
+    /// as `bool` when declared so.
+    #[test]
+    fn a_declared_heap_check_reaches_the_adapter() {
+        let lib = entry("[dylib]\npath = \"libumm.so\"\nprefix = \"uh_\"\nheap_check = \"umm_integrity_check\"\nheap_check_returns = \"bool\"\n");
+        lib.check().unwrap();
+        let line = lib.registration(Path::new("/r"));
+        assert!(
+            line.contains("|library| library.with_heap_check(\"umm_integrity_check\").with_heap_check_returns(shadow::allocator::HeapCheckReturns::Bool))"),
+            "{line}"
+        );
+        let c = entry("[c]\nsources = [\"a.c\"]\nprefix = \"uh_\"\nheap_check = \"umm_integrity_check\"\n");
+        c.check().unwrap();
+        let src = c.c.as_ref().unwrap();
+        assert_eq!(src.mapped(), [("heap_check", "umm_integrity_check")]);
+        let line = c.registration(Path::new("/r"));
+        assert!(!line.contains("heap_check"), "the default reading: {line}");
+        let e = toml::from_str::<Declared>("name = \"mine\"\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\nheap_check_returns = \"yes\"\n").unwrap_err();
+        assert!(e.to_string().contains("expected `errors` or `bool`"), "{e}");
     }
 
     #[test]

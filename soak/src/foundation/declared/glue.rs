@@ -297,7 +297,7 @@ fn build_rs(root: &Path, base: &Path, c: &[&Declared]) -> String {
             d.ident(),
             src.prefix
         ));
-        for (function, symbol) in &src.functions {
+        for (function, symbol) in src.mapped() {
             text.push_str(&format!("({function:?}, {symbol:?}), "));
         }
         text.push_str("],\n");
