@@ -261,7 +261,9 @@ impl Declared {
                     }
                 }
                 if c.heap_check.is_some() && c.functions.contains_key("heap_check") {
-                    return Err(bad("give heap_check once: as c.heap_check, or in [allocator.c.functions]"));
+                    return Err(bad(
+                        "give heap_check once: as c.heap_check, or in [allocator.c.functions]",
+                    ));
                 }
             }
             (None, Some(krate)) => {
@@ -453,9 +455,8 @@ impl Declared {
             properties.push_str(&format!(".with_heap_check({symbol:?})"));
         }
         if returns == HeapCheckReturns::Bool {
-            properties.push_str(
-                ".with_heap_check_returns(shadow::allocator::HeapCheckReturns::Bool)",
-            );
+            properties
+                .push_str(".with_heap_check_returns(shadow::allocator::HeapCheckReturns::Bool)");
         }
         if let Some(lib) = &self.dylib {
             return format!(
@@ -599,7 +600,9 @@ mod tests {
             line.contains("|library| library.with_heap_check(\"umm_integrity_check\").with_heap_check_returns(shadow::allocator::HeapCheckReturns::Bool))"),
             "{line}"
         );
-        let c = entry("[c]\nsources = [\"a.c\"]\nprefix = \"uh_\"\nheap_check = \"umm_integrity_check\"\n");
+        let c = entry(
+            "[c]\nsources = [\"a.c\"]\nprefix = \"uh_\"\nheap_check = \"umm_integrity_check\"\n",
+        );
         c.check().unwrap();
         let src = c.c.as_ref().unwrap();
         assert_eq!(src.mapped(), [("heap_check", "umm_integrity_check")]);
