@@ -500,10 +500,11 @@ impl Allocator for Dylib {
                 }
             }
             HeapCheckReturns::Bool => {
-                // SAFETY: as above, declared as `bool f(void)`: the same
-                // pointer read with that return type, which C's `_Bool`
-                // keeps to 0 or 1 as Rust's `bool` needs.
+                // SAFETY: the same pointer with the return type declared,
+                // `bool f(void)`; both are pointer-sized `extern "C" fn`s.
                 let f: unsafe extern "C" fn() -> bool = unsafe { std::mem::transmute(f) };
+                // SAFETY: as above; C's `_Bool` is 0 or 1, as Rust's
+                // `bool` needs.
                 match unsafe { f() } {
                     true => Ok(()),
                     false => Err("its heap check returned false".into()),
