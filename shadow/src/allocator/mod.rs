@@ -236,6 +236,12 @@ pub trait Allocator: Send + Sync {
         Ok(())
     }
 
+    /// Whether it has a [`heap_check`](Allocator::heap_check) (the
+    /// executor asks nothing between ops of one that has none).
+    fn has_heap_check(&self) -> bool {
+        false
+    }
+
     /// Takes an error the allocator reported through a callback since the
     /// last call (mimalloc's `mi_register_error`), if any.
     fn take_error(&self) -> Option<String> {

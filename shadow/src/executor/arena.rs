@@ -95,6 +95,9 @@ impl ArenaProbe {
                 guard.guarded(|| unsafe { self.alloc.free(p, mid, align) });
                 lo = mid;
             }
+            // The probe's calls are the allocator's too: a heap they
+            // break is found here, not by the next program.
+            guard.heap_check();
         }
         lo
     }

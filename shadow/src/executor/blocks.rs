@@ -547,16 +547,6 @@ impl Executor {
         }
     }
 
-    /// Runs the allocator's own heap check
-    /// ([`crate::allocator::Allocator::heap_check`]): a heap broken now
-    /// was broken by the calls since the op began, so the finding is
-    /// keyed by their path.
-    pub(super) fn heap_check(&mut self) {
-        if let Err(detail) = self.guard.asked_off_path(|| self.alloc.heap_check()) {
-            self.guard.fail(Violation::HeapCheck { detail });
-        }
-    }
-
     /// Frees a block on the main thread without checking it (a panic in
     /// the allocator is ignored: the program is already over).
     pub(super) fn release(&self, b: Block) {

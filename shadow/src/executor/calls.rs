@@ -175,11 +175,18 @@ impl CallGuard {
             .unwrap_or_else(|p| self.panicked(p))
     }
 
-    /// Runs `f`, the allocator's check of its own heap, as
-    /// [`CallGuard::asked`] but off the op's path: what it finds is keyed
-    /// by the calls it checks after, not by its own code.
-    pub(super) fn asked_off_path<R>(&self, f: impl FnOnce() -> R) -> R {
-        writer::stepped(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
+    /// Runs the allocator's own heap check
+    /// ([`crate::allocator::Allocator::heap_check`]), off the op's path: a
+    /// heap broken now was broken by the calls since the op began, so the
+    /// finding is keyed by their path, not by the check's own code.
+    pub(super) fn heap_check(&self) {
+        if !self.alloc.has_heap_check() {
+            return;
+        }
+        let checked = writer::stepped(|| guard::call(|| self.alloc.heap_check()));
+        if let Err(detail) = checked.unwrap_or_else(|p| self.panicked(p)) {
+            self.fail(Violation::HeapCheck { detail });
+        }
     }
 
     /// Runs `f`, a query a check makes of what the op's calls returned (a

@@ -260,7 +260,7 @@ impl Executor {
             if let Some(detail) = self.guard.asked(|| self.alloc.take_error()) {
                 self.guard.fail(Violation::AllocatorError { detail });
             }
-            self.heap_check();
+            self.guard.heap_check();
             if index % VALIDATE_EVERY == VALIDATE_EVERY - 1 {
                 self.validate();
             }
@@ -431,7 +431,7 @@ impl Executor {
             }
             self.free_block(last, On::Main);
             if self.checked {
-                self.heap_check();
+                self.guard.heap_check();
             }
         }
         self.guard.set_site(Site::bare("end"));
@@ -444,7 +444,7 @@ impl Executor {
             if let Some(detail) = self.guard.asked(|| self.alloc.take_error()) {
                 self.guard.fail(Violation::AllocatorError { detail });
             }
-            self.heap_check();
+            self.guard.heap_check();
         }
         self.guard.asked(|| self.alloc.reset());
         if self.checked {

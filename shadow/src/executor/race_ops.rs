@@ -120,7 +120,7 @@ impl Executor {
         // right after they did it (not at the next 64th op).
         if self.checked {
             self.validate();
-            self.heap_check();
+            self.guard.heap_check();
         }
     }
 

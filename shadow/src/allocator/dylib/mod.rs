@@ -477,6 +477,10 @@ impl Allocator for Dylib {
         Some(self)
     }
 
+    fn has_heap_check(&self) -> bool {
+        self.more.heap_check.is_some()
+    }
+
     /// Its `heap_check()`, read as declared ([`HeapCheckReturns`]).
     fn heap_check(&self) -> Result<(), String> {
         let Some(f) = self.more.heap_check else {
