@@ -14,8 +14,10 @@ use super::{
     malloc_serves, Allocator, Extras, GoodSize, Heaps, InPlace, ReallocToZero, ZeroedFrom,
 };
 
+mod check;
 mod heaps;
 
+pub use check::{HeapCheckFn, HeapCheckReturns};
 pub use heaps::CHeapApi;
 
 pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
@@ -29,20 +31,6 @@ pub type ReallocAligned = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mu
 pub type FreeSize = unsafe extern "C" fn(*mut c_void, usize);
 pub type FreeSizeAligned = unsafe extern "C" fn(*mut c_void, usize, usize);
 pub type GoodSizeFn = unsafe extern "C" fn(usize) -> usize;
-/// `heap_check()`, read as [`HeapCheckReturns`] says.
-pub type HeapCheckFn = unsafe extern "C" fn() -> i32;
-
-/// What a C allocator's `heap_check()` returns.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum HeapCheckReturns {
-    /// An `int`: 0 when the heap is sound, else what is wrong (a count of
-    /// errors, as TLSF's `tlsf_check`).
-    #[default]
-    Errors,
-    /// A C `bool`: true when the heap is sound (umm_malloc's
-    /// `umm_integrity_check`).
-    Bool,
-}
 
 /// How the library allocates with alignment, best first.
 enum AlignedApi {
@@ -306,33 +294,6 @@ impl Dylib {
         }
     }
 
-    /// Declares the library's heap check: its function `symbol` (else
-    /// `<prefix>heap_check` is, where the library has one).
-    pub fn with_heap_check(mut self, symbol: &str) -> Self {
-        let Some((lib, own)) = &self.library else {
-            return self;
-        };
-        // SAFETY: as for every symbol `open_as` resolves: pointer-sized,
-        // and assumed to have the C signature its declaration gives.
-        match unsafe { own_symbol::<HeapCheckFn>(lib, own, "", symbol) } {
-            Some(f) => self.more.heap_check = Some(f),
-            None => {
-                self.missing = Some(format!(
-                    "`{}` defines no `{symbol}`, its declared heap_check",
-                    own.display()
-                ))
-            }
-        }
-        self
-    }
-
-    /// Declares what its heap check returns (default
-    /// [`HeapCheckReturns::Errors`]).
-    pub fn with_heap_check_returns(mut self, returns: HeapCheckReturns) -> Self {
-        self.properties.heap_check_returns = returns;
-        self
-    }
-
     /// Declares it a port of another allocator's size classes
     /// (`"mimalloc"`): `diff_mimalloc` then requires equal usable sizes.
     pub fn with_size_classes(mut self, of: &'static str) -> Self {
@@ -483,38 +444,7 @@ impl Allocator for Dylib {
 
     /// Its `heap_check()`, read as declared ([`HeapCheckReturns`]).
     fn heap_check(&self) -> Result<(), String> {
-        let Some(f) = self.more.heap_check else {
-            return Ok(());
-        };
-        // A heap its first malloc sets up (a firmware shim's lazy init)
-        // has nothing to check before it.
-        self.set_up.call_once(|| {
-            // SAFETY: one byte from the allocator's own malloc, given back
-            // to its free (null is a valid argument to free).
-            unsafe { (self.free)((self.malloc)(1)) }
-        });
-        match self.properties.heap_check_returns {
-            HeapCheckReturns::Errors => {
-                // SAFETY: the allocator's own check, declared as `int
-                // f(void)`; called between ops, when no other thread is in
-                // the allocator.
-                match unsafe { f() } {
-                    0 => Ok(()),
-                    n => Err(format!("its heap check returned {n}")),
-                }
-            }
-            HeapCheckReturns::Bool => {
-                // SAFETY: the same pointer with the return type declared,
-                // `bool f(void)`; both are pointer-sized `extern "C" fn`s.
-                let f: unsafe extern "C" fn() -> bool = unsafe { std::mem::transmute(f) };
-                // SAFETY: as above; C's `_Bool` is 0 or 1, as Rust's
-                // `bool` needs.
-                match unsafe { f() } {
-                    true => Ok(()),
-                    false => Err("its heap check returned false".into()),
-                }
-            }
-        }
+        self.check_heap()
     }
 
     /// Its own heap API when it has the whole of it ([`CHeapApi::whole`]).

@@ -1,0 +1,84 @@
+//! A C allocator's own check of its whole heap (`heap_check`), declared
+//! or found by name, and how its answer reads.
+
+use super::{own_symbol, Dylib};
+
+/// `heap_check()`, read as [`HeapCheckReturns`] says.
+pub type HeapCheckFn = unsafe extern "C" fn() -> i32;
+
+/// What a C allocator's `heap_check()` returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HeapCheckReturns {
+    /// An `int`: 0 when the heap is sound, else what is wrong (a count of
+    /// errors, as TLSF's `tlsf_check`).
+    #[default]
+    Errors,
+    /// A C `bool`: true when the heap is sound (umm_malloc's
+    /// `umm_integrity_check`).
+    Bool,
+}
+
+impl Dylib {
+    /// Declares the library's heap check: its function `symbol` (else
+    /// `<prefix>heap_check` is, where the library has one).
+    pub fn with_heap_check(mut self, symbol: &str) -> Self {
+        let Some((lib, own)) = &self.library else {
+            return self;
+        };
+        // SAFETY: as for every symbol `open_as` resolves: pointer-sized,
+        // and assumed to have the C signature its declaration gives.
+        match unsafe { own_symbol::<HeapCheckFn>(lib, own, "", symbol) } {
+            Some(f) => self.more.heap_check = Some(f),
+            None => {
+                self.missing = Some(format!(
+                    "`{}` defines no `{symbol}`, its declared heap_check",
+                    own.display()
+                ))
+            }
+        }
+        self
+    }
+
+    /// Declares what its heap check returns (default
+    /// [`HeapCheckReturns::Errors`]).
+    pub fn with_heap_check_returns(mut self, returns: HeapCheckReturns) -> Self {
+        self.properties.heap_check_returns = returns;
+        self
+    }
+
+    /// Runs its `heap_check()` (none: `Ok`), read as declared.
+    pub(super) fn check_heap(&self) -> Result<(), String> {
+        let Some(f) = self.more.heap_check else {
+            return Ok(());
+        };
+        // A heap its first malloc sets up (a firmware shim's lazy init)
+        // has nothing to check before it.
+        self.set_up.call_once(|| {
+            // SAFETY: one byte from the allocator's own malloc, given back
+            // to its free (null is a valid argument to free).
+            unsafe { (self.free)((self.malloc)(1)) }
+        });
+        match self.properties.heap_check_returns {
+            HeapCheckReturns::Errors => {
+                // SAFETY: the allocator's own check, declared as `int
+                // f(void)`; called between ops, when no other thread is in
+                // the allocator.
+                match unsafe { f() } {
+                    0 => Ok(()),
+                    n => Err(format!("its heap check returned {n}")),
+                }
+            }
+            HeapCheckReturns::Bool => {
+                // SAFETY: the same pointer with the return type declared,
+                // `bool f(void)`; both are pointer-sized `extern "C" fn`s.
+                let f: unsafe extern "C" fn() -> bool = unsafe { std::mem::transmute(f) };
+                // SAFETY: as above; C's `_Bool` is 0 or 1, as Rust's
+                // `bool` needs.
+                match unsafe { f() } {
+                    true => Ok(()),
+                    false => Err("its heap check returned false".into()),
+                }
+            }
+        }
+    }
+}
