@@ -309,6 +309,8 @@ mod tests {
                 "NULL,",
                 "NULL,",
                 "NULL,",
+                // The heap's own check.
+                "NULL,",
             ]
         );
     }
