@@ -46,6 +46,22 @@ pub fn is_sanitizer(key: &str) -> bool {
     key.starts_with(SANITIZER)
 }
 
+/// The violation kinds in which the allocator itself says its heap is
+/// broken: its own heap check's, its validator's.
+pub const BROKEN_HEAP_KINDS: [&str; 2] = ["heap-check", "validator"];
+
+/// Whether a tolerance key is of a bug that leaves the allocator's own
+/// heap broken: a sanitizer report's (memory it corrupted), or its own
+/// check's ([`BROKEN_HEAP_KINDS`]). No later program runs sound on that
+/// heap, so a process that gets past one must end and start afresh.
+pub fn breaks_heap(key: &str) -> bool {
+    is_sanitizer(key)
+        || BROKEN_HEAP_KINDS.iter().any(|kind| {
+            key.strip_prefix(kind)
+                .is_some_and(|r| r.starts_with(" in "))
+        })
+}
+
 /// The kind a code-path signature groups under ([`crate::Signature::contains_path`]):
 /// on one code path, a realloc whose new block lost bytes of the old one
 /// (`realloc-prefix`) is the bug a live block changed by a call
@@ -177,6 +193,24 @@ pub fn numbers_to_n(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heap_the_allocator_says_is_broken_is_told_from_a_sound_one() {
+        assert!(breaks_heap("asan: heap-use-after-free READ in umm_free"));
+        assert!(breaks_heap(
+            "heap-check in free size 65..4K align ..16: its heap check returned false"
+        ));
+        assert!(breaks_heap("validator in end: heap corrupt at N"));
+        assert!(!breaks_heap(
+            "calloc-overflow in calloc size impossible align ..16: count N"
+        ));
+        assert!(!breaks_heap(
+            "heap-checker in free: a kind that only starts like one"
+        ));
+        assert!(!breaks_heap(
+            "overlap in alloc size 0..64 align ..16: block N overlaps"
+        ));
+    }
 
     #[test]
     fn lines_without_a_site_key_on_the_op_family() {

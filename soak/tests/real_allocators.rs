@@ -525,6 +525,23 @@ fn a_declared_heap_check_files_a_bug_that_breaks_the_heap_at_its_call() {
         groups[1].1.contains("uh_free") && groups[1].1.contains("umm_free_core"),
         "{groups:?}"
     );
+    // Past the broken heap, slices fuzz on (forked: a fresh heap for each
+    // child), to their time, and reach code the first ones did not.
+    let first_cov = common::count(
+        &state,
+        "SELECT MAX(cov) FROM slice WHERE id <= (SELECT MIN(id) FROM slice WHERE outcome = 'heap-check')",
+    );
+    let past = "FROM slice WHERE id > (SELECT MIN(id) FROM slice WHERE outcome = 'heap-check') \
+                AND fuzz_secs > 20";
+    assert!(
+        common::count(
+            &state,
+            &format!("SELECT COUNT(*) {past} AND outcome = 'time'")
+        ) > 0,
+        "no slice fuzzed past the first heap-check to its time"
+    );
+    let later_cov = common::count(&state, &format!("SELECT MAX(cov) {past}"));
+    assert!(later_cov > first_cov, "cov {first_cov} -> {later_cov}");
 
     // Read as an error count, umm's `true` says every heap is broken: the
     // run stops before any program, in one line, and files nothing.

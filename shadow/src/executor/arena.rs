@@ -23,8 +23,9 @@
 //!   against its own start, so a replay in a fresh process sees what the
 //!   fuzz process saw, and a loss a tolerated finding left behind is not
 //!   charged to the programs after it. A program that keeps a block it
-//!   can never free (what an overflowing calloc or an impossible request
-//!   returned, already a finding) is not checked: its loss is that block.
+//!   can never free (what an impossible request returned, already a
+//!   finding) is not checked: its loss is that block. An overflowing
+//!   calloc's block is freed at once, at the size its product wrapped to.
 
 use super::calls::CallGuard;
 use crate::allocator::Allocator;

@@ -14,7 +14,7 @@ use crate::violation::{Report, Site, Violation};
 
 impl Executor {
     /// Keeps block `p` unfreed for good: one the harness cannot say what
-    /// it is (an impossible request's, an overflowing calloc's). Neither
+    /// it is (an impossible request's). Neither
     /// LeakSanitizer nor the arena's capacity check at the program's end
     /// counts it a second time.
     pub(super) fn never_freed(&mut self, p: usize) {

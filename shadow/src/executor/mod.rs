@@ -186,7 +186,11 @@ impl Executor {
         crate::sanitizer::clear();
         let checked = mode == Mode::Checked;
         let heaps = HeapTable::new(alloc);
-        let guard = CallGuard::new(alloc);
+        let mut guard = CallGuard::new(alloc);
+        // The start probe's calls are a path of their own: a heap they
+        // break is keyed by the code they ran, as an op's calls are.
+        guard.set_site(Site::bare("start"));
+        crate::coverage::begin_op();
         let arena = ArenaProbe::new(alloc, &guard, checked);
         Executor {
             alloc,
@@ -460,7 +464,11 @@ impl Executor {
 /// as the executor drops, without checks: its blocks and heaps go back to
 /// the allocator, so a soak that gets past a known bug does not leak. A
 /// block that overlaps a live one is forgotten instead, as freeing it
-/// would free the live one twice.
+/// would free the live one twice. An allocator with a heap check is
+/// asked after each free: one that broke the heap (a known bug met again
+/// here, where no finding can be raised) leaves the rest unreleased and
+/// the memory in doubt ([`tolerance::past_in_doubt`]), so no later
+/// program meets that heap in a process that starts fresh ones.
 impl Drop for Executor {
     fn drop(&mut self) {
         if self.finished || !tolerance::tolerating() {
@@ -474,9 +482,17 @@ impl Drop for Executor {
                 let _ = self.shadow.insert(b, true);
             }
         }
+        let broken = || {
+            self.alloc.has_heap_check()
+                && !matches!(guard::call(|| self.alloc.heap_check()), Ok(Ok(())))
+        };
         while !self.shadow.is_empty() {
             let b = self.shadow.remove(self.shadow.len() - 1);
             self.release(b);
+            if broken() {
+                tolerance::past_in_doubt();
+                return;
+            }
         }
         for h in self.heaps.take_ids() {
             // SAFETY: `h` was a live heap of the table, whose ids are taken here so it is not

@@ -235,11 +235,22 @@ impl Executor {
         match (total, p) {
             (None, 0) | (Some(0), 0) => Outcome::Failed,
             (None, p) if self.checked => {
-                self.never_freed(p);
                 self.guard.flag(Violation::CallocOverflow {
                     count,
                     size,
                     ptr: p,
+                });
+                // The block is the allocator's, of the size the product
+                // wrapped to: given back at once, as a program's failed
+                // calloc holds nothing. Kept, each such block would stay
+                // for the process's life, and a fixed region would fill
+                // over its programs until each one met a heap that the
+                // ones before it had shaped.
+                // SAFETY: `p` was just returned by this allocator's calloc
+                // and is not in the shadow; it is freed once, at calloc's
+                // alignment, with the size its overflowing product wrapped to.
+                self.guard.guarded(|| unsafe {
+                    self.alloc.free(p as *mut u8, count.wrapping_mul(size), 1)
                 });
                 Outcome::Failed
             }

@@ -44,12 +44,15 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
             store.ending_groups(&slot.allocator)?,
         )
     };
-    // [`EngineRun::fork_past`]; a sanitizer report that ended a slice
-    // and waits to be filed is got past from now on, as its group's is.
+    // [`EngineRun::fork_past`]; a bug that breaks the heap and waits to
+    // be filed (it ended a slice, or a slice saved it) is got past from
+    // now on, as its group's is.
     let unfiled = soak.unfiled(&slot.allocator);
+    let pending_keys = pending::saved_keys(&soak.state, &slot.allocator);
     let fork_past = ending > 0
-        || keys.iter().any(|(_, k)| report::key::is_sanitizer(k))
-        || unfiled.iter().any(|e| report::key::is_sanitizer(&e.key));
+        || keys.iter().any(|(_, k)| report::key::breaks_heap(k))
+        || unfiled.iter().any(|e| report::key::breaks_heap(&e.key))
+        || pending_keys.iter().any(|k| report::key::breaks_heap(k));
     let record = SliceFile {
         slot_id,
         target: slot.target.clone(),
@@ -83,9 +86,7 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         }
         // And the keys of its saved findings still pending: one input each
         // is enough.
-        pending::saved_keys(&soak.state, &slot.allocator)
-            .iter()
-            .for_each(|k| list(k));
+        pending_keys.iter().for_each(|k| list(k));
     }
     for kind in &saved_past {
         text.push_str(&format!("{}{kind} in *\n", shadow::tolerance::SAVE));
