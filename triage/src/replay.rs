@@ -255,6 +255,25 @@ impl Replayer<'_> {
         self.replay_as(cmd, inputs)
     }
 
+    /// Replays `inputs` in order in one process that goes past each sound
+    /// violation not listed in `tolerate`, saving the input and its
+    /// record, code path included, into `findings` (as a fuzz process
+    /// does, [`shadow::findings`]), and ends at the first violation that
+    /// leaves memory in doubt (what comes after it would run on a heap it
+    /// broke). `Err` only when the binary cannot run.
+    pub fn replay_saving(
+        &self,
+        inputs: &[&Path],
+        tolerate: &Path,
+        findings: &Path,
+    ) -> io::Result<()> {
+        let mut cmd = self.command(inputs, false);
+        cmd.env("ALLOCSOAK_TOLERATE", tolerate)
+            .env("ALLOCSOAK_FINDINGS", findings)
+            .env("ALLOCSOAK_END_IN_DOUBT", "1");
+        run(cmd, self.limit(inputs), &self.budget).map(|_| ())
+    }
+
     fn replay_as(&self, cmd: Command, inputs: &[&Path]) -> io::Result<Replay> {
         let (log, failed, record) = run(cmd, self.limit(inputs), &self.budget)?;
         let reproduced = failed && (record.is_some() || report::kind(&log).is_some());

@@ -330,11 +330,29 @@ fn file_claimed(soak: &Soak, id: i64) -> Result<()> {
             rss_limit_mb: soak.config.rss_limit_mb,
             budget: soak.budget(),
         };
-        for input in inputs(&dir.join(kind))? {
+        let inputs = inputs(&dir.join(kind))?;
+        // Saved findings of sound violations are shown again in batches,
+        // one process each, rather than one replay apiece.
+        let shown = match kind {
+            "findings" => intake::show_saved(&soak.store, &src, &inputs, &dir.join("batch"))
+                .unwrap_or_else(|e| {
+                    if !soak.filing_closed() {
+                        eprintln!("allocsoak: replaying saved findings together: {e:#}; each is replayed alone");
+                    }
+                    Default::default()
+                }),
+            _ => Default::default(),
+        };
+        for input in inputs {
             if soak.filing_closed() {
                 break 'kinds;
             }
-            let filed = intake::file(&soak.state, &soak.store, &src, &input, &log);
+            let filed = match shown.get(&input) {
+                Some(record) => {
+                    intake::file_shown(&soak.state, &soak.store, &src, &input, record, &log)
+                }
+                None => intake::file(&soak.state, &soak.store, &src, &input, &log),
+            };
             if filed.is_ok() {
                 let _ = std::fs::remove_file(intake::record_path(&input));
             }

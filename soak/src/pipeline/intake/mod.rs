@@ -19,9 +19,12 @@ use crate::foundation::store::{self, GroupRow, Store};
 use crate::pipeline::record::GroupFile;
 use crate::pipeline::sequence::{self, History};
 
+mod batch;
 mod groups;
 mod source;
 mod texts;
+
+pub use batch::show_saved;
 
 pub use source::{replay_error, Source};
 
@@ -145,6 +148,44 @@ fn unreproduced(
         .or_else(|| Signature::from_log(engine_log, slot))
 }
 
+/// One artifact at a time: two workers that hit one new bug at once must
+/// file one group, not race to build its folder.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Files a saved finding that [`show_saved`] showed again as `shown` (its
+/// record, code path included): a repeat of the known group that path
+/// belongs to, with no replay of its own; else as [`file`].
+pub fn file_shown(
+    state: &StateDir,
+    store: &std::sync::Mutex<Store>,
+    src: &Source,
+    artifact: &Path,
+    shown: &Record,
+    engine_log: &str,
+) -> Result<Filed> {
+    {
+        let _one = one_at_a_time();
+        let sig = Signature::from_record(shown);
+        let known = group_of(&lock(store), &sig)?;
+        if let Some(id) = known {
+            return file_repeat(
+                state,
+                store,
+                src,
+                artifact,
+                &id,
+                true,
+                Some(shown),
+                Some(&sig),
+            );
+        }
+    }
+    file(state, store, src, artifact, engine_log)
+}
+
 /// Files one artifact (a libFuzzer `crash-`, `leak-`, `timeout-` or `oom-`
 /// file, a honggfuzz `SIG*.fuzz`), replayed on `src.binary` (the libFuzzer
 /// build, whichever engine found it); `engine_log` is the log of the run
@@ -156,10 +197,7 @@ pub fn file(
     artifact: &Path,
     engine_log: &str,
 ) -> Result<Filed> {
-    // One artifact at a time: two workers that hit one new bug at once
-    // must file one group, not race to build its folder.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     // A saved finding of a known group is a repeat: the record the harness
     // wrote beside it says what it showed (a key the group was reached by
     // before), and counting it needs no replay.
