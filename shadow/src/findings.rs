@@ -6,8 +6,9 @@
 //!   violation that leaves the heap sound never ends the process. The
 //!   input that showed a key first is saved as `<dir>/<key hash>-<input
 //!   hash>` (the input's bytes) with its [`report::Record`] beside it
-//!   (`….json`), [`SAVED_PER_KEY`] input per key and process; every
-//!   later one is only counted. The counts of every key the process
+//!   (`….json`), [`SAVED_PER_KEY`] input per key and process, and with
+//!   `ALLOCSOAK_CLAIMS=<dir>` one per key among all the processes that
+//!   share that folder; every later one is only counted. The counts of every key the process
 //!   went on past (tolerated or saved) are in `<dir>/counts-<pid>.json`,
 //!   rewritten at each power of two. Each file is written aside and
 //!   renamed in, record before input, so a reader that sees an input sees
@@ -97,7 +98,7 @@ pub fn save(report: &Report, key: &str, seen: u64) {
     let (Some(dir), Some(input)) = (folder(), input()) else {
         return;
     };
-    if seen > SAVED_PER_KEY {
+    if seen > SAVED_PER_KEY || !claimed(key) {
         return;
     }
     let name = format!("{:016x}-{:016x}", hash(key.as_bytes()), hash(&input));
@@ -108,6 +109,32 @@ pub fn save(report: &Report, key: &str, seen: u64) {
     if let Err(e) = saved {
         complain("the finding", &dir.join(name), e);
     }
+}
+
+/// Claims `key` in the claims folder the settings name
+/// (`ALLOCSOAK_CLAIMS`), which every process fuzzing one allocator in a
+/// soak shares (its slices side by side, libFuzzer's `-fork` children):
+/// false when another process saved it first, and this one only counts
+/// it (one saved input per key is what filing it takes). Without the
+/// folder, or when the claim cannot be written, the key is this
+/// process's to save: nothing is lost for a claim.
+fn claimed(key: &str) -> bool {
+    claimed_in(crate::settings::get().claims.as_deref(), key)
+}
+
+fn claimed_in(dir: Option<&Path>, key: &str) -> bool {
+    let Some(dir) = dir else {
+        return true;
+    };
+    let claim = dir.join(format!("{:016x}", hash(key.as_bytes())));
+    if std::fs::create_dir_all(dir).is_err() {
+        return true;
+    }
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&claim);
+    !matches!(made, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists)
 }
 
 /// Rewrites this process's counts file in the findings folder, if any.
@@ -182,4 +209,23 @@ pub fn endings(dir: &Path) -> Vec<report::Ending> {
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|text| serde_json::from_str(&text).ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_saved_by_the_first_process_to_claim_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let claims = dir.path().join("claims");
+        assert!(claimed_in(Some(&claims), "alignment in alloc: a"));
+        assert!(!claimed_in(Some(&claims), "alignment in alloc: a"));
+        assert!(claimed_in(Some(&claims), "alignment in alloc: b"));
+        assert!(claimed_in(None, "alignment in alloc: a"));
+        // A claim that cannot be written loses nothing: the key is saved.
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, "").unwrap();
+        assert!(claimed_in(Some(&file), "alignment in alloc: a"));
+    }
 }

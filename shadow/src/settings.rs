@@ -47,6 +47,11 @@ pub enum Mode {
 ///   violation that leaves the heap sound is saved with its input, and the
 ///   process goes on; unset (or empty), it panics unless tolerated (see
 ///   [`crate::findings`]).
+/// - `ALLOCSOAK_CLAIMS` ([`claims`](Self::claims)): a folder shared by
+///   every process that fuzzes one allocator in a soak, where the first
+///   to save a key claims it: the others count it without saving another
+///   input (see [`crate::findings`]). Default: none; each process saves
+///   its own first input per key.
 /// - `ALLOCSOAK_RECORD` ([`record`](Self::record)): a file the violation
 ///   that ends the run is written to, typed (replays set it; unset or
 ///   empty, none is written). It also turns on the coverage probe that keys
@@ -93,6 +98,8 @@ pub struct Settings {
     pub tolerate: Option<PathBuf>,
     /// `ALLOCSOAK_FINDINGS`: the findings folder.
     pub findings: Option<PathBuf>,
+    /// `ALLOCSOAK_CLAIMS`: the folder of keys saved by any process.
+    pub claims: Option<PathBuf>,
     /// `ALLOCSOAK_RECORD`: where the ending violation's record goes.
     pub record: Option<PathBuf>,
     /// `ALLOCSOAK_HISTORY`: the history ring's file, `{pid}` not yet
@@ -164,6 +171,7 @@ impl Default for Settings {
             end_in_doubt: false,
             tolerate: None,
             findings: None,
+            claims: None,
             record: None,
             history: None,
             tally: None,
@@ -227,6 +235,7 @@ impl Settings {
             end_in_doubt: switch("ALLOCSOAK_END_IN_DOUBT")?,
             tolerate: path("ALLOCSOAK_TOLERATE"),
             findings: nonempty_path("ALLOCSOAK_FINDINGS"),
+            claims: nonempty_path("ALLOCSOAK_CLAIMS"),
             record: nonempty_path("ALLOCSOAK_RECORD"),
             history: path("ALLOCSOAK_HISTORY"),
             tally: nonempty_path("ALLOCSOAK_TALLY"),
@@ -280,6 +289,7 @@ mod tests {
                 ("ALLOCSOAK_END_IN_DOUBT", "1"),
                 ("ALLOCSOAK_TOLERATE", "/t/tolerate"),
                 ("ALLOCSOAK_FINDINGS", "/t/findings"),
+                ("ALLOCSOAK_CLAIMS", "/t/claims"),
                 ("ALLOCSOAK_RECORD", "/t/record.json"),
                 ("ALLOCSOAK_HISTORY", "/t/history-{pid}"),
                 ("ALLOCSOAK_TALLY", "/t/tally"),
@@ -298,6 +308,7 @@ mod tests {
                 end_in_doubt: true,
                 tolerate: Some("/t/tolerate".into()),
                 findings: Some("/t/findings".into()),
+                claims: Some("/t/claims".into()),
                 record: Some("/t/record.json".into()),
                 history: Some("/t/history-{pid}".into()),
                 tally: Some("/t/tally".into()),

@@ -47,6 +47,9 @@ pub struct Run {
     /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
     /// first one ends the run as a crash.
     pub findings: Option<PathBuf>,
+    /// The folder where every process fuzzing the allocator claims the
+    /// keys it saves (`ALLOCSOAK_CLAIMS`): one input per key in the soak.
+    pub claims: Option<PathBuf>,
     /// Where each process counts its race sections (`ALLOCSOAK_TALLY`).
     pub tally: Option<PathBuf>,
 }
@@ -143,6 +146,9 @@ impl Run {
         }
         if let Some(f) = &self.findings {
             cmd.env("ALLOCSOAK_FINDINGS", f);
+        }
+        if let Some(c) = &self.claims {
+            cmd.env("ALLOCSOAK_CLAIMS", c);
         }
         if let Some(t) = &self.tally {
             cmd.env("ALLOCSOAK_TALLY", t);

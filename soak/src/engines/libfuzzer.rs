@@ -30,6 +30,9 @@ pub struct Run {
     /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
     /// first one ends the run as a crash.
     pub findings: Option<PathBuf>,
+    /// The folder where every process fuzzing the allocator claims the
+    /// keys it saves (`ALLOCSOAK_CLAIMS`): one input per key in the soak.
+    pub claims: Option<PathBuf>,
     /// Past a violation that leaves memory in doubt, a process ends at
     /// once (`ALLOCSOAK_END_IN_DOUBT`): for `-fork` runs that go on past
     /// crashes, whose parent starts a fresh child with a fresh allocator.
@@ -83,6 +86,7 @@ impl Run {
             tolerate: None,
             history: None,
             findings: None,
+            claims: None,
             end_in_doubt: false,
             tally: None,
             leaks: target != Target::MtOps,
@@ -117,6 +121,9 @@ impl Run {
         }
         if let Some(f) = &self.findings {
             cmd.env("ALLOCSOAK_FINDINGS", f);
+        }
+        if let Some(c) = &self.claims {
+            cmd.env("ALLOCSOAK_CLAIMS", c);
         }
         if self.end_in_doubt {
             cmd.env("ALLOCSOAK_END_IN_DOUBT", "1");

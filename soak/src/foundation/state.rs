@@ -165,6 +165,20 @@ impl StateDir {
         self.slices().join(id.to_string())
     }
 
+    /// Where the processes fuzzing `allocator` claim the keys they save
+    /// (`ALLOCSOAK_CLAIMS`): `claims/<hash of its name>/`, emptied as a
+    /// soak starts (what waits in `pending/` then is listed in the new
+    /// slices' tolerate files instead).
+    pub fn claims(&self, allocator: &str) -> PathBuf {
+        self.all_claims()
+            .join(format!("{:016x}", stable_hash(allocator.as_bytes())))
+    }
+
+    /// Every allocator's [`claims`](Self::claims).
+    pub fn all_claims(&self) -> PathBuf {
+        self.root.join("claims")
+    }
+
     /// Filings a soak left for the next one: `pending/<slice>/`.
     pub fn pending(&self) -> PathBuf {
         self.root.join("pending")

@@ -265,6 +265,11 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     for target in Target::ALL {
         Corpus::new(&state, target).recover()?;
     }
+    // The last soak's claims: what it saved waits in `pending/`, and the
+    // new slices list those keys instead.
+    if state.all_claims().exists() {
+        crate::foundation::state::remove_scratch(&state.all_claims())?;
+    }
     intake::refill_all(&state, &store)?;
     // Known groups first: a fix since the last soak is marked fixed (and
     // no longer tolerated), a fixed group that is back is regressed.

@@ -189,6 +189,7 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 tolerate,
                 history: Some(history),
                 findings: Some(scratch.join("findings")),
+                claims: Some(soak.state.claims(&slot.allocator)),
                 end_in_doubt: run.fork_past,
                 tally: Some(scratch.join("tally")),
                 args: [
@@ -227,6 +228,7 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 tolerate,
                 history,
                 findings: Some(scratch.join("findings")),
+                claims: Some(soak.state.claims(&slot.allocator)),
                 tally: Some(scratch.join("tally")),
             };
             hf.prepare()?;
