@@ -8,11 +8,12 @@
 //!   hash>` (the input's bytes) with its [`report::Record`] beside it
 //!   (`….json`), [`SAVED_PER_KEY`] input per key and process, and with
 //!   `ALLOCSOAK_CLAIMS=<dir>` one per key among all the processes that
-//!   share that folder; every later one is only counted. The counts of every key the process
-//!   went on past (tolerated or saved) are in `<dir>/counts-<pid>.json`,
-//!   rewritten at each power of two. Each file is written aside and
-//!   renamed in, record before input, so a reader that sees an input sees
-//!   its record, and a kill leaves no half-written file.
+//!   share that folder; every later one is only counted. The counts of
+//!   every key the process went on past (tolerated or saved) are in
+//!   `<dir>/counts-<pid>.json`, rewritten at each power of two. Each file
+//!   is written aside and renamed in, record before input, so a reader
+//!   that sees an input sees its record, and a kill leaves no
+//!   half-written file.
 //!   What ends the process, if anything does (a violation, or a sanitizer
 //!   report with a tolerance key), leaves its key (and, for a violation of
 //!   a call, its kind) as `<dir>/ending-<pid>.json` ([`report::Ending`]).
