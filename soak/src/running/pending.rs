@@ -25,7 +25,7 @@ use shadow::Target;
 
 use crate::engines::project::Build;
 use crate::foundation::state::{self, StateDir};
-use crate::pipeline::intake::{self, Source};
+use crate::pipeline::intake::{self, inputs, Source};
 use crate::running::soak::Soak;
 
 /// A slice's scratch folder names its slot, so a restart can finish it
@@ -189,27 +189,6 @@ pub fn recover(state: &StateDir) -> Result<()> {
         state::remove_scratch(&tmp)?;
     }
     Ok(())
-}
-
-/// The inputs in `dir` (a slice's `findings/`, a pending folder's
-/// `artifacts/` or `findings/`), sorted: every file but the records beside
-/// them and those still being written (`.tmp-…`); none when it is missing.
-pub fn inputs(dir: &Path) -> Result<Vec<PathBuf>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("failed to read {}", dir.display())),
-    };
-    let mut files = Vec::new();
-    for entry in entries {
-        let path = entry?.path();
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        if !(name.starts_with('.') || name.ends_with(".json")) {
-            files.push(path);
-        }
-    }
-    files.sort();
-    Ok(files)
 }
 
 /// The keys of the saved findings of `allocator` waiting to be filed: a

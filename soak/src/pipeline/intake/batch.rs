@@ -95,12 +95,7 @@ fn show_chunk(
         .map_err(|e| super::replay_error(e, src.binary))?;
     // What the replay saved, by the input's bytes.
     let mut by_input: HashMap<Vec<u8>, Vec<Record>> = HashMap::new();
-    for entry in std::fs::read_dir(&findings)? {
-        let path = entry?.path();
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        if name.starts_with('.') || name.ends_with(".json") {
-            continue;
-        }
+    for path in super::inputs(&findings)? {
         if let (Some(record), Ok(bytes)) = (saved_record(&path), std::fs::read(&path)) {
             by_input.entry(bytes).or_default().push(record);
         }

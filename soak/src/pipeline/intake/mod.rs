@@ -21,10 +21,12 @@ use crate::pipeline::sequence::{self, History};
 
 mod batch;
 mod groups;
+mod saved;
 mod source;
 mod texts;
 
 pub use batch::show_saved;
+pub use saved::{inputs, record_path, saved_record};
 
 pub use source::{replay_error, Source};
 
@@ -364,20 +366,6 @@ pub fn file(
         group_id: id,
         new: true,
     })
-}
-
-/// The record the harness saved beside a finding's input
-/// (`<input>.json`, see `shadow::findings`), if there is one that reads.
-pub fn saved_record(input: &Path) -> Option<report::Record> {
-    let text = std::fs::read_to_string(record_path(input)).ok()?;
-    report::Record::from_json(&text).ok()
-}
-
-/// Where the harness keeps the record of a saved finding `input`.
-pub fn record_path(input: &Path) -> PathBuf {
-    let mut name = input.file_name().unwrap_or_default().to_os_string();
-    name.push(".json");
-    input.with_file_name(name)
 }
 
 /// Files `artifact` into the known group `id`: kept in its `inputs/`,

@@ -412,7 +412,7 @@ pub fn finish(
     // violations the engine went on past: the next slice starts now.
     let found = Found {
         artifacts,
-        findings: pending::inputs(&scratch.join("findings"))?,
+        findings: crate::pipeline::intake::inputs(&scratch.join("findings"))?,
     };
     let crashes = found.artifacts.len() as u64;
     if let Err(e) = pending::park_in(soak, slice_id, scratch, &found) {
@@ -547,12 +547,12 @@ mod tests {
         }
         std::fs::write(f.join("counts-1.json"), r#"{"a":4,"b":1}"#).unwrap();
         std::fs::write(f.join("counts-2.json"), r#"{"a":2}"#).unwrap();
-        let inputs = crate::running::pending::inputs(f).unwrap();
+        let inputs = crate::pipeline::intake::inputs(f).unwrap();
         assert_eq!(inputs, [f.join("aa-11"), f.join("bb-22")]);
         let counts = super::went_past(f).unwrap();
         assert_eq!(counts["a"], 6);
         assert_eq!(counts["b"], 1);
-        assert!(crate::running::pending::inputs(&f.join("none"))
+        assert!(crate::pipeline::intake::inputs(&f.join("none"))
             .unwrap()
             .is_empty());
     }
