@@ -272,6 +272,22 @@ impl Violation {
         }
     }
 
+    /// What a call returned that it must not have: a misaligned block, a
+    /// block for a request that has to fail, a null for one that has to
+    /// succeed. In a C allocator the function that chose it keys it
+    /// ([`crate::writer::returner_of`]). A calloc's block for an
+    /// overflowing product is not one: the core that chose it served the
+    /// size it was given, and the path names the code that multiplied.
+    pub fn wrong_answer(&self) -> Option<usize> {
+        match self {
+            Violation::Alignment { ptr, .. } | Violation::ImpossibleSuccess { ptr, .. } => {
+                Some(*ptr)
+            }
+            Violation::Null { .. } => Some(0),
+            _ => None,
+        }
+    }
+
     /// Which of the op's allocator code its path is
     /// ([`crate::coverage::op_path`]): for a wrong answer the checks asked
     /// for (a usable size, a good size), the code of those queries alone,

@@ -121,7 +121,7 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
     // Once filed, the panic no longer ends slices: a second soak on the
     // state counts it as tolerated, and its slices all run their time.
     let slices_before = count(&state, "SELECT MAX(id) FROM slice");
-    let out = soak_alloc_ops(&state, allocator, "25", &["--slice-secs", "25"]);
+    let out = soak_alloc_ops(&state, allocator, "15", &["--slice-secs", "15"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     got_past(&state, panic, slices_before, &stdout);
     let outcomes = strings(

@@ -262,26 +262,38 @@ pub fn op_path_now() -> Vec<String> {
 }
 
 fn path(of: PathOf, now: bool) -> Vec<String> {
+    names_of(moved(of, now), |_, _| true)
+}
+
+/// The snapshot places of the counters the op moved so far (see
+/// [`path`]).
+fn moved(of: PathOf, now: bool) -> Vec<usize> {
     let Some(probe) = probe() else {
         return Vec::new();
     };
-    let moved: Vec<usize> = {
-        let op = OP.lock().unwrap_or_else(|e| e.into_inner());
-        op.as_ref().map_or_else(Vec::new, |op| {
-            let queries = match of {
-                PathOf::Queries if op.queried.is_empty() => PathOf::Calls,
-                of => of,
-            };
-            let calls = op.moved.iter().filter(|_| queries != PathOf::Queries);
-            let queried = op.queried.iter().filter(|_| queries != PathOf::Calls);
-            let mut moved: Vec<usize> = calls.chain(queried).copied().collect();
-            if now && op.calling {
-                let mut counters = Vec::new();
-                probe.snapshot(&mut counters);
-                moved.extend(Probe::moved(&op.before, &counters));
-            }
-            moved
-        })
+    let op = OP.lock().unwrap_or_else(|e| e.into_inner());
+    op.as_ref().map_or_else(Vec::new, |op| {
+        let queries = match of {
+            PathOf::Queries if op.queried.is_empty() => PathOf::Calls,
+            of => of,
+        };
+        let calls = op.moved.iter().filter(|_| queries != PathOf::Queries);
+        let queried = op.queried.iter().filter(|_| queries != PathOf::Calls);
+        let mut moved: Vec<usize> = calls.chain(queried).copied().collect();
+        if now && op.calling {
+            let mut counters = Vec::new();
+            probe.snapshot(&mut counters);
+            moved.extend(Probe::moved(&op.before, &counters));
+        }
+        moved
+    })
+}
+
+/// The functions the counters at snapshot places `moved` are in, those
+/// `within` keeps (an object and a function of its symbol table), sorted.
+fn names_of(moved: Vec<usize>, within: impl Fn(&objects::Object, usize) -> bool) -> Vec<String> {
+    let Some(probe) = probe() else {
+        return Vec::new();
     };
     // Each counter names its function and the helpers inlined into it
     // that its code came from, as a stack names inlined frames.
@@ -290,12 +302,38 @@ fn path(of: PathOf, now: bool) -> Vec<String> {
         let Some((object, pc)) = objects::at(probe.pc(i)) else {
             continue;
         };
-        if let Some(f) = object.symbols.function_at(pc) {
+        if let Some(f) = object
+            .symbols
+            .function_at(pc)
+            .filter(|&f| within(object, f))
+        {
             names.insert(object.symbols.name(f));
             names.extend(inlined::names_at(object, pc));
         }
     }
     names.into_iter().collect()
+}
+
+/// The path of the op's calls within the allocator's C function whose
+/// `ret` is at runtime PC `ret` (see [`crate::writer::returner_of`]): the
+/// function that returned, and the helpers inlined into it that ran.
+/// Empty for a Rust function, whose helpers are inlined into its entry
+/// points (the whole path's inlined names say more of it), and for code
+/// not the allocator's.
+pub fn returner_path(ret: usize) -> Vec<String> {
+    let Some((object, at)) = objects::at(ret) else {
+        return Vec::new();
+    };
+    let Some(returner) = object.symbols.function_at(at) else {
+        return Vec::new();
+    };
+    let name = object.symbols.name(returner);
+    if !is_allocator_code(&name) || name.contains("::") {
+        return Vec::new();
+    }
+    names_of(moved(PathOf::Calls, false), |o, f| {
+        std::ptr::eq(o, object) && f == returner
+    })
 }
 
 /// The allocator function a frame's runtime PC is in (a store's own PC,

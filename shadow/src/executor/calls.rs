@@ -87,8 +87,9 @@ impl CallGuard {
     /// calls ran when it is of a call ([`Violation::is_of_a_call`]).
     /// A byte its calls broke is keyed by the allocator function whose
     /// store broke it, a wrong value they answered by the one that
-    /// computed it, when the replay's child saw one in allocator code
-    /// ([`crate::writer`]).
+    /// computed it, a wrong block or null a C allocator's call returned by
+    /// the path within the function that chose it, when the replay's
+    /// child saw one in allocator code ([`crate::writer`]).
     pub(super) fn report(&self, violation: Violation) -> Report {
         if writer::in_child() {
             // The locating child keys nothing: a violation only ends it
@@ -96,16 +97,23 @@ impl CallGuard {
             return self.report_with(violation, Vec::new());
         }
         let (op, reference) = (self.op_index, self.reference);
-        let culprit = match (violation.wrong_byte(), violation.wrong_value()) {
-            (Some(wrong), _) => writer::writer_of(op, reference, wrong)
-                .and_then(|stack| crate::coverage::writer(&stack)),
-            (None, Some(value)) => {
-                writer::producer_of(op, reference, value).and_then(|s| computed_by(&s))
-            }
-            (None, None) => None,
+        let culprit = if let Some(wrong) = violation.wrong_byte() {
+            writer::writer_of(op, reference, wrong)
+                .and_then(|stack| crate::coverage::writer(&stack))
+                .map(|f| vec![f])
+        } else if let Some(value) = violation.wrong_value() {
+            writer::producer_of(op, reference, value)
+                .and_then(|s| computed_by(&s))
+                .map(|f| vec![f])
+        } else if let Some(answer) = violation.wrong_answer() {
+            writer::returner_of(op, reference, answer)
+                .map(crate::coverage::returner_path)
+                .filter(|path| !path.is_empty())
+        } else {
+            None
         };
         let path = match (violation.is_of_a_call(), culprit) {
-            (true, Some(culprit)) => vec![culprit],
+            (true, Some(culprit)) => culprit,
             (true, None) => crate::coverage::op_path(violation.path_of()),
             (false, _) => Vec::new(),
         };

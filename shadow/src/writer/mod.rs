@@ -28,6 +28,12 @@
 //! `allocate` and `allocate_zeroed` alike), and it keys the violation as
 //! a writer does (the executor's call guard decides).
 //!
+//! A wrong block or null a call returned has, in a C allocator, a
+//! function that chose it: the child steps the op's calls keeping every
+//! return ([`returner_of`]), and the innermost function whose return the
+//! answer was passed on from keys it (`umm_malloc_core`'s null, whether
+//! `malloc`, `calloc` or `realloc` asked).
+//!
 //! The child never writes a file, a finding or a line: it ends with
 //! `_exit` as soon as its op is done, or at its first violation.
 
@@ -42,6 +48,7 @@ use std::time::Duration;
 
 use crate::op::Program;
 use crate::violation::WrongByte;
+use stepper::{Return, Seek};
 use trap::Trap;
 
 /// How long the parent waits for the child's answer: it runs the program
@@ -77,6 +84,8 @@ enum Sought {
     Stores(usize),
     /// Where this value appears in a register.
     Value(usize),
+    /// Every return the op's calls made.
+    Returns,
 }
 
 impl Question {
@@ -84,6 +93,7 @@ impl Question {
         let (kind, operand) = match self.sought {
             Sought::Stores(addr) => (0, addr),
             Sought::Value(value) => (1, value),
+            Sought::Returns => (2, 0),
         };
         [
             self.op_index as u64,
@@ -99,7 +109,8 @@ impl Question {
         };
         let sought = match kind {
             0 => Sought::Stores(operand),
-            _ => Sought::Value(operand),
+            1 => Sought::Value(operand),
+            _ => Sought::Returns,
         };
         Some(Question {
             op_index,
@@ -157,11 +168,11 @@ pub fn drop_child() {
 /// page purged, a copy that never reached the byte). The child is asked
 /// once.
 pub fn writer_of(op_index: usize, reference: bool, wrong: WrongByte) -> Option<Vec<usize>> {
-    let stores = ask(Question {
+    let stores = traps(&ask(Question {
         op_index,
         reference,
         sought: Sought::Stores(wrong.addr),
-    })?;
+    })?);
     breaker(&stores, wrong).map(|store| store.stack)
 }
 
@@ -171,16 +182,70 @@ pub fn writer_of(op_index: usize, reference: bool, wrong: WrongByte) -> Option<V
 /// first violation, newest first. `None` without a child. The child is
 /// asked once.
 pub fn producer_of(op_index: usize, reference: bool, value: usize) -> Option<Vec<Vec<usize>>> {
-    let appeared = ask(Question {
+    let appeared = traps(&ask(Question {
         op_index,
         reference,
         sought: Sought::Value(value),
-    })?;
+    })?);
     Some(appeared.into_iter().rev().map(|t| t.stack).collect())
 }
 
-/// Asks the child `question`: its traps, `None` when it gave no answer.
-fn ask(question: Question) -> Option<Vec<Trap>> {
+/// The `ret` (its runtime PC) of the innermost allocator function whose
+/// return value the call of op `op_index` of one side (`reference`)
+/// answered with `value`, as the child saw it stepping the op's calls:
+/// the function that chose the answer, where the entry points that pass
+/// it on meet. `None` without a child, or when the answer came from no
+/// allocator function's return ([`answered_by`]). The child is asked
+/// once.
+pub fn returner_of(op_index: usize, reference: bool, value: usize) -> Option<usize> {
+    let words = ask(Question {
+        op_index,
+        reference,
+        sought: Sought::Returns,
+    })?;
+    let returns: Vec<Return> = words
+        .chunks_exact(4)
+        .filter_map(Return::from_words)
+        .collect();
+    answered_by(&returns, value)
+}
+
+/// Of `returns` (oldest first), the innermost function's `ret` in the
+/// chain that handed `value` out: from the last return out of the
+/// allocator's code with that value, back to the last of the returning
+/// function's own callees (the returns inside its call, at the level of
+/// the last of them) that returned the same value, and so on inward. A
+/// callee outside the allocator's code that returned it (`memset`,
+/// `memcpy`, which return what they were given) is passed over; one
+/// called after the value was chosen (a free of the old block) is no
+/// reason to stop. The function with no such callee chose the value.
+fn answered_by(returns: &[Return], value: usize) -> Option<usize> {
+    let mut at = returns.iter().rposition(|r| r.out && r.value == value)?;
+    loop {
+        let caller = returns[at].depth;
+        // Its own call: the returns just before its own, deeper than it.
+        let start = returns[..at]
+            .iter()
+            .rposition(|r| r.depth >= caller)
+            .map_or(0, |i| i + 1);
+        if start == at {
+            break;
+        }
+        let level = returns[at - 1].depth;
+        let chosen = (start..at).rev().find(|&i| {
+            returns[i].depth == level && returns[i].value == value && returns[i].at != 0
+        });
+        match chosen {
+            Some(i) => at = i,
+            None => break,
+        }
+    }
+    Some(returns[at].at).filter(|&pc| pc != 0)
+}
+
+/// Asks the child `question`: the words of its answer, `None` when it
+/// gave none.
+fn ask(question: Question) -> Option<Vec<usize>> {
     let mut child = lock().take()?;
     let asked = child.ask.write_all(as_bytes(&question.to_words())).is_ok();
     drop(child.ask);
@@ -232,6 +297,7 @@ pub fn arm(op_index: usize, reference: bool) {
                 .ok()
                 .map(|_watch| Armed::Watch { _watch }),
             Sought::Value(value) => Some(Armed::Value(value)),
+            Sought::Returns => Some(Armed::Returns),
         };
     }
 }
@@ -243,12 +309,14 @@ pub fn stepped<R>(f: impl FnOnce() -> R) -> R {
     if ASKED.get().is_none() {
         return f();
     }
-    let Some(Armed::Value(value)) = *armed() else {
-        return f();
+    let seek = match *armed() {
+        Some(Armed::Value(value)) => Seek::Appearances(value),
+        Some(Armed::Returns) => Seek::Returns,
+        _ => return f(),
     };
     static CODE: OnceLock<Vec<std::ops::Range<usize>>> = OnceLock::new();
     let code = CODE.get_or_init(crate::coverage::allocator_code);
-    let steps = stepper::Steps::start(value, code).ok();
+    let steps = stepper::Steps::start(seek, code).ok();
     let result = f();
     drop(steps);
     result
@@ -259,7 +327,7 @@ pub fn stepped<R>(f: impl FnOnce() -> R) -> R {
 /// Elsewhere, and in a child watching a word (which watches to the op's
 /// end), it returns.
 pub fn sound_violation_in_child() {
-    if matches!(*armed(), Some(Armed::Value(_))) {
+    if matches!(*armed(), Some(Armed::Value(_) | Armed::Returns)) {
         end_in_child();
     }
 }
@@ -281,14 +349,22 @@ pub fn end_in_child() {
     }
     let armed = armed().take();
     let mut words: Vec<u64> = Vec::new();
-    if let Some(armed) = armed {
-        // Disarmed before the traps are read.
-        drop(armed);
-        for trap in trap::kept() {
-            words.push(trap.stack.len() as u64);
-            words.push(trap.saw as u64);
-            words.extend(trap.stack.iter().map(|&pc| pc as u64));
+    match armed {
+        Some(Armed::Returns) => {
+            for r in stepper::returns() {
+                words.extend(r.to_words());
+            }
         }
+        Some(armed) => {
+            // Disarmed before the traps are read.
+            drop(armed);
+            for trap in trap::kept() {
+                words.push(trap.stack.len() as u64);
+                words.push(trap.saw as u64);
+                words.extend(trap.stack.iter().map(|&pc| pc as u64));
+            }
+        }
+        None => {}
     }
     if let Some(mut out) = ANSWER.get().and_then(|f| f.try_clone().ok()) {
         let _ = out.write_all(as_bytes(&words));
@@ -306,6 +382,8 @@ enum Armed {
     Watch { _watch: watchpoint::Watch },
     /// The value the op's calls are stepped for.
     Value(usize),
+    /// The op's calls are stepped for their returns.
+    Returns,
 }
 
 fn armed() -> std::sync::MutexGuard<'static, Option<Armed>> {
@@ -347,9 +425,9 @@ fn silence() {
     }
 }
 
-/// The child's answer: the traps it sent, `None` when it sent nothing
+/// The child's answer: the words it sent, `None` when it sent nothing
 /// in [`PATIENCE`].
-fn read_answer(answer: &mut std::fs::File) -> Option<Vec<Trap>> {
+fn read_answer(answer: &mut std::fs::File) -> Option<Vec<usize>> {
     let mut bytes = Vec::new();
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
@@ -371,9 +449,13 @@ fn read_answer(answer: &mut std::fs::File) -> Option<Vec<Trap>> {
             Err(_) => return None,
         }
     }
-    let words = words(&bytes);
+    Some(words(&bytes))
+}
+
+/// The traps an answer's words carry (see [`end_in_child`]).
+fn traps(words: &[usize]) -> Vec<Trap> {
     let mut traps = Vec::new();
-    let mut rest = &words[..];
+    let mut rest = words;
     while let [len, saw, tail @ ..] = rest {
         let len = (*len).min(tail.len());
         traps.push(Trap {
@@ -382,7 +464,7 @@ fn read_answer(answer: &mut std::fs::File) -> Option<Vec<Trap>> {
         });
         rest = &tail[len..];
     }
-    Some(traps)
+    traps
 }
 
 /// Ends the child (it may still be running the program) and waits for it.
@@ -455,5 +537,77 @@ mod tests {
         // Filled and never copied: no store broke what it never held.
         assert_eq!(breaker(&[store(0xbe, 1)], COPIED), None);
         assert_eq!(breaker(&[], LIVE), None);
+    }
+
+    fn ret(at: usize, value: usize, depth: usize, out: bool) -> Return {
+        Return {
+            at,
+            value,
+            depth,
+            out,
+        }
+    }
+
+    #[test]
+    fn the_answer_is_keyed_where_it_was_chosen() {
+        const NULL: usize = 0;
+        let p = 0x7f00_1234;
+        // calloc: a size helper (returns 8), the core's null, calloc's
+        // own return out: the core chose it.
+        let calloc = [
+            ret(0x10, 8, 100, false),
+            ret(0x20, NULL, 100, false),
+            ret(0x30, NULL, 200, true),
+        ];
+        assert_eq!(answered_by(&calloc, NULL), Some(0x20));
+        // malloc over a wrapper: wrapper and core pass the core's on; a
+        // helper the core called first answered something else.
+        let malloc = [
+            ret(0x18, 3, 80, false),
+            ret(0x20, p, 90, false),
+            ret(0x40, p, 100, false),
+            ret(0x50, p, 200, true),
+        ];
+        assert_eq!(answered_by(&malloc, p), Some(0x20));
+        // calloc's memset (other code) returns the block it was given,
+        // realloc frees the old block after taking a new one: the core's.
+        let zeroed = [
+            ret(0x20, p, 100, false),
+            ret(0, p, 100, false),
+            ret(0x60, 1, 100, false),
+            ret(0x30, p, 200, true),
+        ];
+        assert_eq!(answered_by(&zeroed, p), Some(0x20));
+        // The same value deep inside a later callee is no callee's answer.
+        let deep = [
+            ret(0x20, p, 100, false),
+            ret(0x80, p, 50, false),
+            ret(0x90, 7, 100, false),
+            ret(0x30, p, 200, true),
+        ];
+        assert_eq!(answered_by(&deep, p), Some(0x20));
+        // A block the caller made itself, or took from other code
+        // (mmap), with no callee of its own answering it: the caller's.
+        let own = [ret(0x20, 5, 100, false), ret(0x30, p, 200, true)];
+        assert_eq!(answered_by(&own, p), Some(0x30));
+        let mapped = [ret(0, p, 100, false), ret(0x30, p, 200, true)];
+        assert_eq!(answered_by(&mapped, p), Some(0x30));
+        // The latest call out with the value counts (a query came after);
+        // a return before the call began (as shallow as its own) is no
+        // callee's.
+        let queried = [
+            ret(0x20, p, 100, false),
+            ret(0x30, p, 200, true),
+            ret(0x70, 64, 200, true),
+        ];
+        assert_eq!(answered_by(&queried, p), Some(0x20));
+        let before = [
+            ret(0x20, p, 100, false),
+            ret(0x21, 9, 200, true),
+            ret(0x30, p, 200, true),
+        ];
+        assert_eq!(answered_by(&before, p), Some(0x30));
+        assert_eq!(answered_by(&queried, 5), None);
+        assert_eq!(answered_by(&[], p), None);
     }
 }

@@ -1,10 +1,12 @@
 //! Single steps this thread (x86-64's trap flag: a `SIGTRAP`,
-//! `TRAP_TRACE`, after every instruction) and keeps each instruction after
-//! which a register held a value that none held just before: where the
-//! value was computed (or loaded back), with its stack ([`super::trap`]),
-//! as a watchpoint keeps where a word was stored. A move from a register
-//! that held it already is no new appearance. Only the locating child of
-//! [`super`] steps, through one op's calls.
+//! `TRAP_TRACE`, after every instruction) and keeps what it is asked to
+//! ([`Seek`]): each instruction after which a register held a value that
+//! none held just before (where the value was computed, or loaded back),
+//! with its stack ([`super::trap`]), as a watchpoint keeps where a word was
+//! stored (a move from a register that held it already is no new
+//! appearance); or each return, with the value it returned
+//! ([`Return`]). Only the locating child of [`super`] steps, through one
+//! op's calls.
 //!
 //! It steps through the allocator's code only: a call from it into other
 //! code (the sanitizer's `calloc` zeroing 32 MiB, libc's `memset`) runs at
@@ -36,6 +38,99 @@ static OVER: AtomicI32 = AtomicI32::new(-1);
 static OVER_AT: AtomicUsize = AtomicUsize::new(0);
 /// The single steps taken.
 static STEPS: AtomicUsize = AtomicUsize::new(0);
+/// Whether returns are kept (else appearances), and the PC of the
+/// instruction the last step ran (0: one not seen).
+static RETURNS: AtomicBool = AtomicBool::new(false);
+static LAST_PC: AtomicUsize = AtomicUsize::new(0);
+
+/// What the steps keep.
+#[derive(Clone, Copy, Debug)]
+pub enum Seek {
+    /// Each instruction after which a register held this value that none
+    /// held just before ([`super::trap::kept`]).
+    Appearances(usize),
+    /// Each return from the allocator's code, and each return into it from
+    /// other code ([`returns`]).
+    Returns,
+}
+
+/// A return a step saw: the allocator's `ret` at `at` (0 for a return
+/// into its code from other code), the value it returned (`rax`), the
+/// stack pointer after it (a smaller one is a deeper call), and whether
+/// it left the allocator's code (an entry point returning to its caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Return {
+    pub at: usize,
+    pub value: usize,
+    pub depth: usize,
+    pub out: bool,
+}
+
+impl Return {
+    /// Its words on a pipe, and back.
+    pub fn to_words(self) -> [u64; 4] {
+        [
+            self.at as u64,
+            self.value as u64,
+            self.depth as u64,
+            self.out as u64,
+        ]
+    }
+
+    pub fn from_words(words: &[usize]) -> Option<Return> {
+        let [at, value, depth, out] = *words else {
+            return None;
+        };
+        Some(Return {
+            at,
+            value,
+            depth,
+            out: out != 0,
+        })
+    }
+}
+
+/// The returns kept, as a ring (see [`super::trap`]'s): the last
+/// [`RETURNS_KEPT`] are what the last call returned through.
+const RETURNS_KEPT: usize = 256;
+static RETURN_COUNT: AtomicUsize = AtomicUsize::new(0);
+static RETURN_WORDS: [[AtomicUsize; 4]; RETURNS_KEPT] =
+    [const { [const { AtomicUsize::new(0) }; 4] }; RETURNS_KEPT];
+
+/// The returns kept so far, oldest first.
+pub fn returns() -> Vec<Return> {
+    let seen = RETURN_COUNT.load(Ordering::Acquire);
+    (seen.saturating_sub(RETURNS_KEPT)..seen)
+        .filter_map(|n| {
+            let words = RETURN_WORDS[n % RETURNS_KEPT].each_ref();
+            Return::from_words(&words.map(|w| w.load(Ordering::Relaxed)))
+        })
+        .collect()
+}
+
+/// Keeps `r`; only from the handler, which never runs twice at once.
+fn keep_return(r: Return) {
+    let n = RETURN_COUNT.load(Ordering::Relaxed);
+    for (word, value) in RETURN_WORDS[n % RETURNS_KEPT].iter().zip(r.to_words()) {
+        word.store(value as usize, Ordering::Relaxed);
+    }
+    RETURN_COUNT.store(n + 1, Ordering::Release);
+}
+
+/// Whether the instruction at `pc`, one this thread just ran, is a near
+/// return (`ret`, `ret imm16`, and either with a `rep` or `bnd` prefix).
+fn is_return(pc: usize) -> bool {
+    // SAFETY: `pc` is the address of an instruction the thread just ran,
+    // so its first byte is mapped and readable; the second is read only
+    // when the first is a prefix, which is part of the same instruction.
+    unsafe {
+        match *(pc as *const u8) {
+            0xc3 | 0xc2 => true,
+            0xf3 | 0xf2 => *((pc + 1) as *const u8) == 0xc3,
+            _ => false,
+        }
+    }
+}
 
 /// The general registers a value is computed into (not the stack
 /// pointer).
@@ -63,10 +158,16 @@ pub struct Steps(());
 
 impl Steps {
     /// Steps this thread from now on through `code` (the allocator's, see
-    /// the module's doc), keeping where `value` appears. `Err` when the
+    /// the module's doc), keeping what `seek` asks for. `Err` when the
     /// trap handler cannot be installed.
-    pub fn start(value: usize, code: &'static [Range<usize>]) -> io::Result<Steps> {
+    pub fn start(seek: Seek, code: &'static [Range<usize>]) -> io::Result<Steps> {
+        let (value, returns) = match seek {
+            Seek::Appearances(value) => (value, false),
+            Seek::Returns => (0, true),
+        };
         SOUGHT.store(value, Ordering::Release);
+        RETURNS.store(returns, Ordering::Release);
+        LAST_PC.store(0, Ordering::Release);
         HELD.store(false, Ordering::Release);
         IN_CODE.store(false, Ordering::Release);
         CODE.store(code.as_ptr().cast_mut(), Ordering::Release);
@@ -143,22 +244,44 @@ extern "C" fn on_step(
         }
         registers[libc::REG_EFL as usize] |= TRAP_FLAG;
         IN_CODE.store(true, Ordering::Release);
+        if RETURNS.load(Ordering::Relaxed) {
+            // The callee's return, as one into the allocator's code.
+            keep_return(Return {
+                at: 0,
+                value: registers[libc::REG_RAX as usize] as usize,
+                depth: registers[libc::REG_RSP as usize] as usize,
+                out: false,
+            });
+            LAST_PC.store(pc, Ordering::Relaxed);
+        }
         return;
     }
     if code != trap::TRAP_TRACE {
         return;
     }
     STEPS.fetch_add(1, Ordering::Relaxed);
-    let sought = SOUGHT.load(Ordering::Relaxed);
-    let held = REGISTERS
-        .iter()
-        .any(|&r| registers[r as usize] as usize == sought);
-    if held && !HELD.swap(held, Ordering::Relaxed) {
-        trap::keep(pc, sought);
-    } else {
-        HELD.store(held, Ordering::Relaxed);
-    }
     let here = in_code(pc);
+    if RETURNS.load(Ordering::Relaxed) {
+        let last = LAST_PC.swap(pc, Ordering::Relaxed);
+        if last != 0 && (here || in_code(last)) && is_return(last) {
+            keep_return(Return {
+                at: if in_code(last) { last } else { 0 },
+                value: registers[libc::REG_RAX as usize] as usize,
+                depth: registers[libc::REG_RSP as usize] as usize,
+                out: !here,
+            });
+        }
+    } else {
+        let sought = SOUGHT.load(Ordering::Relaxed);
+        let held = REGISTERS
+            .iter()
+            .any(|&r| registers[r as usize] as usize == sought);
+        if held && !HELD.swap(held, Ordering::Relaxed) {
+            trap::keep(pc, sought);
+        } else {
+            HELD.store(held, Ordering::Relaxed);
+        }
+    }
     if !here && IN_CODE.load(Ordering::Acquire) {
         // SAFETY: the stack pointer of this thread, which points into its
         // mapped stack.
@@ -218,7 +341,7 @@ mod tests {
         let (before, steps_before) = (trap::count(), steps());
         // The value sought is only passed on: no register of this
         // function's holds it while `computes` computes it again.
-        let stepping = Steps::start(computes(x), code).unwrap();
+        let stepping = Steps::start(Seek::Appearances(computes(x)), code).unwrap();
         let got = computes(x);
         drop(stepping);
         assert_eq!(got, computes(x));
@@ -234,5 +357,31 @@ mod tests {
         // `outside` ran unstepped: its loop alone is 100,000 iterations.
         let taken = steps() - steps_before;
         assert!(taken < 5_000, "{taken} steps");
+    }
+
+    #[test]
+    fn a_return_out_of_the_code_is_kept_with_its_value() {
+        let _one = trap::tests::ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let x = std::hint::black_box(0x1234_5678_9abc);
+        let code = code_of_computes();
+        let before = RETURN_COUNT.load(Ordering::Acquire);
+        let stepping = Steps::start(Seek::Returns, code).unwrap();
+        let got = computes(x);
+        drop(stepping);
+        let new = &returns()[..];
+        let new = &new[new.len() - (RETURN_COUNT.load(Ordering::Acquire) - before)..];
+        // `outside`'s return into `computes`, then `computes`' own out.
+        let out: Vec<&Return> = new.iter().filter(|r| r.out).collect();
+        assert!(
+            out.len() == 1 && out[0].value == got && code[0].contains(&out[0].at),
+            "{new:x?}"
+        );
+        let into = new
+            .iter()
+            .position(|r| r.at == 0)
+            .expect("the callee's return");
+        assert!(new[into].depth < out[0].depth, "{new:x?}");
     }
 }
