@@ -21,6 +21,7 @@ use crate::pipeline::sequence::{self, History};
 
 mod batch;
 mod groups;
+mod repeat;
 mod saved;
 mod source;
 mod texts;
@@ -30,7 +31,8 @@ pub use saved::{inputs, record_path, saved_record};
 
 pub use source::{replay_error, Source};
 
-use groups::{add_other_signature, add_variant, group_of, group_of_record, merge_bridged};
+use groups::{add_variant, group_of, group_of_record};
+use repeat::{file_repeat, Repeat};
 use texts::{program_text, repro_command, stack_text};
 
 /// Replays per artifact before it is called flaky.
@@ -173,16 +175,8 @@ pub fn file_shown(
         let sig = Signature::from_record(shown);
         let known = group_of(&lock(store), &sig)?;
         if let Some(id) = known {
-            return file_repeat(
-                state,
-                store,
-                src,
-                artifact,
-                &id,
-                true,
-                Some(shown),
-                Some(&sig),
-            );
+            let repeat = Repeat::shown(&id, shown, &sig);
+            return file_repeat(state, store, src, artifact, repeat);
         }
     }
     file(state, store, src, artifact, engine_log)
@@ -207,7 +201,8 @@ pub fn file(
     if let Some(record) = &saved {
         let known = group_of_record(&lock(store), record)?;
         if let Some(id) = known {
-            return file_repeat(state, store, src, artifact, &id, true, Some(record), None);
+            let repeat = Repeat::saved(&id, record);
+            return file_repeat(state, store, src, artifact, repeat);
         }
     }
     // One replay first: what shows a known group's signature is a repeat
@@ -220,8 +215,13 @@ pub fn file(
         if let Some(id) =
             known.or_else(|| Some(sig.id()).filter(|id| state.crash_group(id).is_dir()))
         {
-            let record = first.record.as_ref();
-            return file_repeat(state, store, src, artifact, &id, true, record, Some(&sig));
+            let repeat = Repeat {
+                id: &id,
+                reproduced: true,
+                record: first.record.as_ref(),
+                sig: Some(&sig),
+            };
+            return file_repeat(state, store, src, artifact, repeat);
         }
     }
     let mut reproduction = reproduce(src, artifact, first)?;
@@ -245,16 +245,13 @@ pub fn file(
     let known = group_of(&lock(store), &sig)?;
     let id = known.clone().unwrap_or_else(|| sig.id());
     if known.is_some() || state.crash_group(&id).is_dir() {
-        return file_repeat(
-            state,
-            store,
-            src,
-            artifact,
-            &id,
+        let repeat = Repeat {
+            id: &id,
             reproduced,
             record,
-            Some(&sig),
-        );
+            sig: Some(&sig),
+        };
+        return file_repeat(state, store, src, artifact, repeat);
     }
 
     // A new group: build its folder aside, then rename it into place.
@@ -365,71 +362,6 @@ pub fn file(
     Ok(Filed {
         group_id: id,
         new: true,
-    })
-}
-
-/// Files `artifact` into the known group `id`: kept in its `inputs/`,
-/// counted (as a variant, when its `record` says how it was reached, or
-/// its signature `sig` differs from the group's), a fixed group marked
-/// regressed and a new one flaky when this one did not reproduce.
-#[allow(clippy::too_many_arguments)]
-fn file_repeat(
-    state: &StateDir,
-    store: &std::sync::Mutex<Store>,
-    src: &Source,
-    artifact: &Path,
-    id: &str,
-    reproduced: bool,
-    record: Option<&report::Record>,
-    sig: Option<&Signature>,
-) -> Result<Filed> {
-    let dest = state.crash_group(id).join("inputs");
-    std::fs::create_dir_all(&dest)?;
-    let name = format!(
-        "{}-{}",
-        src.slice_id
-            .map_or_else(|| "x".to_string(), |s| s.to_string()),
-        artifact
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-    );
-    let kept = dest.join(name);
-    move_file(artifact, &kept)?;
-    let mut store = lock(store);
-    // Merged into another since `group_of` named it (another intake
-    // worker's filing): that one.
-    let merged = store.merged_into(id)?;
-    let id = merged.as_deref().unwrap_or(id);
-    refill(state, &store, id)?;
-    store.add_crash(
-        id,
-        src.slot_id,
-        src.slice_id,
-        &kept.to_string_lossy(),
-        reproduced,
-    )?;
-    add_variant(&store, src, id, record, &kept.to_string_lossy())?;
-    if let Some(sig) = sig {
-        store.add_group_path(id, sig)?;
-        add_other_signature(&store, src, id, sig, &kept.to_string_lossy())?;
-        for from in merge_bridged(state, &mut store, id, sig)? {
-            eprintln!("allocsoak: group {from} merged into {id}: one bug, its code reached from two entry points");
-        }
-    }
-    if let Some(g) = store.group(id)? {
-        if g.status == "fixed" {
-            // Marked fixed by `triage verify`, and here it is again.
-            store.set_status(id, "regressed")?;
-        } else if !reproduced && g.status == "new" {
-            store.set_status(id, "flaky")?;
-        }
-    }
-    if let Some(g) = store.group(id)? {
-        crate::pipeline::page::write_report(state, &store, &g)?;
-    }
-    Ok(Filed {
-        group_id: id.to_string(),
-        new: false,
     })
 }
 
