@@ -402,9 +402,10 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
         );
     }
     // umm_realloc places a block itself when it moves one down into a
-    // free neighbour: a second alignment site, apart until a call that ran
-    // both (a program with other threads' ops has no stepping child and
-    // keys by its whole path) joins them (2 runs of 3 here).
+    // free neighbour: a second alignment site, one group with the first
+    // when a call that ran both (a program with other threads' ops has no
+    // stepping child and keys by its whole path) was filed between them
+    // (2 runs of 3 here).
     let bare: Vec<_> = groups.iter().filter(|g| g.3.contains(&of(&bare))).collect();
     let count = |kind: &str| bare.iter().filter(|g| g.1 == kind).count();
     assert!(
