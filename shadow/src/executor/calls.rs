@@ -179,7 +179,7 @@ impl CallGuard {
     /// (an error it reported, its region, its validator), as
     /// [`CallGuard::guarded`] but not counted as one of the program's calls.
     pub(super) fn asked<R>(&self, f: impl FnOnce() -> R) -> R {
-        crate::coverage::around(|| writer::stepped(|| guard::call(f)))
+        crate::coverage::around(|| writer::stepped_aside(|| guard::call(f)))
             .unwrap_or_else(|p| self.panicked(p))
     }
 
@@ -191,7 +191,7 @@ impl CallGuard {
         if !self.alloc.has_heap_check() {
             return;
         }
-        let checked = writer::stepped(|| guard::call(|| self.alloc.heap_check()));
+        let checked = writer::stepped_aside(|| guard::call(|| self.alloc.heap_check()));
         if let Err(detail) = checked.unwrap_or_else(|p| self.panicked(p)) {
             self.fail(Violation::HeapCheck { detail });
         }

@@ -44,6 +44,7 @@ mod watchpoint;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -85,8 +86,9 @@ enum Sought {
     Stores(usize),
     /// Where this value appears in a register.
     Value(usize),
-    /// Every return the op's calls made.
-    Returns,
+    /// Every return the op's call of this ordinal (1 for its first call
+    /// through [`stepped`]) made.
+    Returns(usize),
 }
 
 impl Question {
@@ -94,7 +96,7 @@ impl Question {
         let (kind, operand) = match self.sought {
             Sought::Stores(addr) => (0, addr),
             Sought::Value(value) => (1, value),
-            Sought::Returns => (2, 0),
+            Sought::Returns(call) => (2, call),
         };
         [
             self.op_index as u64,
@@ -111,7 +113,7 @@ impl Question {
         let sought = match kind {
             0 => Sought::Stores(operand),
             1 => Sought::Value(operand),
-            _ => Sought::Returns,
+            _ => Sought::Returns(operand),
         };
         Some(Question {
             op_index,
@@ -199,10 +201,13 @@ pub fn producer_of(op_index: usize, reference: bool, value: usize) -> Option<Vec
 /// allocator function's return ([`answer::answered_by`]). The child is asked
 /// once.
 pub fn returner_of(op_index: usize, reference: bool, value: usize) -> Option<usize> {
+    // The op's last call is the one whose answer is wrong: the checks
+    // flag it before they query the block.
+    let call = CALLS.load(Ordering::Relaxed);
     let words = ask(Question {
         op_index,
         reference,
-        sought: Sought::Returns,
+        sought: Sought::Returns(call),
     })?;
     let returns: Vec<Return> = words
         .chunks_exact(4)
@@ -259,27 +264,49 @@ fn asked_about(op_index: usize, reference: bool) -> Option<&'static Question> {
 /// it), or readies [`stepped`] for the op's calls. The child's answer goes
 /// at [`end_in_child_after`].
 pub fn arm(op_index: usize, reference: bool) {
+    CALLS.store(0, Ordering::Relaxed);
     if let Some(q) = asked_about(op_index, reference) {
         *armed() = match q.sought {
             Sought::Stores(addr) => watchpoint::Watch::arm(addr)
                 .ok()
                 .map(|_watch| Armed::Watch { _watch }),
             Sought::Value(value) => Some(Armed::Value(value)),
-            Sought::Returns => Some(Armed::Returns),
+            Sought::Returns(call) => Some(Armed::Returns(call)),
         };
     }
 }
 
-/// Runs `f`, one of the op's allocator calls on this thread: in the child
+/// The op's calls through [`stepped`] so far (since its [`arm`]), counted
+/// alike in the parent and the child: the parent asks about the returns
+/// of its last one, and the child steps that one alone (a bulk op's
+/// thousand calls, stepped whole, took 20 s). A question the harness asks
+/// aside ([`stepped_aside`]) is not one.
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f`, one of the op's allocator calls on this thread (counted: a
+/// call the op makes, or a query of what it answered): in the child
 /// seeking a value, at its op, single stepped ([`stepper`]), so only the
-/// calls' own instructions are seen (not the harness's around them).
+/// calls' own instructions are seen (not the harness's around them); in
+/// the child seeking returns, only the call asked about.
 pub fn stepped<R>(f: impl FnOnce() -> R) -> R {
+    let call = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+    stepped_as(Some(call), f)
+}
+
+/// [`stepped`], for a question the harness asks the allocator aside from
+/// the op's calls (its region, its heap check): not counted, and never
+/// stepped for returns.
+pub fn stepped_aside<R>(f: impl FnOnce() -> R) -> R {
+    stepped_as(None, f)
+}
+
+fn stepped_as<R>(call: Option<usize>, f: impl FnOnce() -> R) -> R {
     if ASKED.get().is_none() {
         return f();
     }
     let seek = match *armed() {
         Some(Armed::Value(value)) => Seek::Appearances(value),
-        Some(Armed::Returns) => Seek::Returns,
+        Some(Armed::Returns(asked)) if call == Some(asked) => Seek::Returns,
         _ => return f(),
     };
     static CODE: OnceLock<Vec<std::ops::Range<usize>>> = OnceLock::new();
@@ -291,11 +318,19 @@ pub fn stepped<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// In the child seeking a value, at a violation that leaves the heap
-/// sound: the value's (its op's first), so it answers and exits.
-/// Elsewhere, and in a child watching a word (which watches to the op's
-/// end), it returns.
+/// sound: the value's (its op's first), so it answers and exits; so does
+/// a child seeking returns once the call asked about has run. Elsewhere,
+/// and in a child watching a word (which watches to the op's end), it
+/// returns.
 pub fn sound_violation_in_child() {
-    if matches!(*armed(), Some(Armed::Value(_) | Armed::Returns)) {
+    let answered = match *armed() {
+        Some(Armed::Value(_)) => true,
+        // A violation before the call asked about (tolerated in the
+        // parent, which went on to that call) is not its answer.
+        Some(Armed::Returns(asked)) => CALLS.load(Ordering::Relaxed) >= asked,
+        _ => false,
+    };
+    if answered {
         end_in_child();
     }
 }
@@ -318,7 +353,7 @@ pub fn end_in_child() {
     let armed = armed().take();
     let mut words: Vec<u64> = Vec::new();
     match armed {
-        Some(Armed::Returns) => {
+        Some(Armed::Returns(_)) => {
             for r in stepper::returns() {
                 words.extend(r.to_words());
             }
@@ -350,8 +385,8 @@ enum Armed {
     Watch { _watch: watchpoint::Watch },
     /// The value the op's calls are stepped for.
     Value(usize),
-    /// The op's calls are stepped for their returns.
-    Returns,
+    /// The op's call of this ordinal is stepped for its returns.
+    Returns(usize),
 }
 
 fn armed() -> std::sync::MutexGuard<'static, Option<Armed>> {
