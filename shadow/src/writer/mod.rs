@@ -29,7 +29,7 @@
 //! a writer does (the executor's call guard decides).
 //!
 //! A wrong block or null a call returned has, in a C allocator, a
-//! function that chose it: the child steps the op's calls keeping every
+//! function that chose it: the child steps that call keeping every
 //! return ([`returner_of`]), and the innermost function whose return the
 //! answer was passed on from keys it (`umm_malloc_core`'s null, whether
 //! `malloc`, `calloc` or `realloc` asked).
@@ -195,7 +195,8 @@ pub fn producer_of(op_index: usize, reference: bool, value: usize) -> Option<Vec
 
 /// The `ret` (its runtime PC) of the innermost allocator function whose
 /// return value the call of op `op_index` of one side (`reference`)
-/// answered with `value`, as the child saw it stepping the op's calls:
+/// answered with `value`, as the child saw it stepping that call (the
+/// op's last):
 /// the function that chose the answer, where the entry points that pass
 /// it on meet. `None` without a child, or when the answer came from no
 /// allocator function's return ([`answer::answered_by`]). The child is asked

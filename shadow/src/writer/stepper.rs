@@ -108,8 +108,16 @@ pub fn returns() -> Vec<Return> {
         .collect()
 }
 
-/// Keeps `r`; only from the handler, which never runs twice at once.
-fn keep_return(r: Return) {
+/// Keeps the return the thread just made, from the `ret` at `at` (0: in
+/// other code) with the registers it resumes with; only from the handler,
+/// which never runs twice at once.
+fn keep_return(registers: &[libc::greg_t], at: usize, out: bool) {
+    let r = Return {
+        at,
+        value: registers[libc::REG_RAX as usize] as usize,
+        depth: registers[libc::REG_RSP as usize] as usize,
+        out,
+    };
     let n = RETURN_COUNT.load(Ordering::Relaxed);
     for (word, value) in RETURN_WORDS[n % RETURNS_KEPT].iter().zip(r.to_words()) {
         word.store(value as usize, Ordering::Relaxed);
@@ -246,12 +254,7 @@ extern "C" fn on_step(
         IN_CODE.store(true, Ordering::Release);
         if RETURNS.load(Ordering::Relaxed) {
             // The callee's return, as one into the allocator's code.
-            keep_return(Return {
-                at: 0,
-                value: registers[libc::REG_RAX as usize] as usize,
-                depth: registers[libc::REG_RSP as usize] as usize,
-                out: false,
-            });
+            keep_return(registers, 0, false);
             LAST_PC.store(pc, Ordering::Relaxed);
         }
         return;
@@ -263,13 +266,9 @@ extern "C" fn on_step(
     let here = in_code(pc);
     if RETURNS.load(Ordering::Relaxed) {
         let last = LAST_PC.swap(pc, Ordering::Relaxed);
-        if last != 0 && (here || in_code(last)) && is_return(last) {
-            keep_return(Return {
-                at: if in_code(last) { last } else { 0 },
-                value: registers[libc::REG_RAX as usize] as usize,
-                depth: registers[libc::REG_RSP as usize] as usize,
-                out: !here,
-            });
+        let from_code = last != 0 && in_code(last);
+        if last != 0 && (here || from_code) && is_return(last) {
+            keep_return(registers, if from_code { last } else { 0 }, !here);
         }
     } else {
         let sought = SOUGHT.load(Ordering::Relaxed);
