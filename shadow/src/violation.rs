@@ -53,6 +53,20 @@ pub enum Violation {
         size: usize,
         align: usize,
     },
+    /// A block that misses even plain malloc's alignment, as did every
+    /// plain block a probe got right after it
+    /// ([`crate::executor`]'s `misaligned`): the allocator's block layout
+    /// (a 4-byte header that puts every block 4 off), not one call's
+    /// choice. Its key names the blocks' alignment alone, `natural` (the
+    /// lowest of theirs): no path, no tiers, so every entry point that
+    /// hands out a block (malloc, calloc, a realloc that moved it) files
+    /// it once.
+    Underaligned {
+        ptr: usize,
+        size: usize,
+        align: usize,
+        natural: usize,
+    },
     /// A new block overlaps a live one.
     Overlap {
         ptr: usize,
@@ -174,7 +188,7 @@ impl Violation {
             Violation::Null { .. } => "null",
             Violation::ImpossibleSuccess { .. } => "impossible-success",
             Violation::CallocOverflow { .. } => "calloc-overflow",
-            Violation::Alignment { .. } => "alignment",
+            Violation::Alignment { .. } | Violation::Underaligned { .. } => "alignment",
             Violation::Overlap { .. } => "overlap",
             Violation::UsableSize { .. } => "usable-size",
             Violation::Contents { .. } => "contents",
@@ -204,6 +218,14 @@ impl Violation {
     /// that stopped mid-call) and end the program.
     pub fn leaves_heap_sound(&self) -> bool {
         report::key::SOUND_KINDS.contains(&self.kind())
+    }
+
+    /// Whether this violation is of every block the allocator hands out,
+    /// not of the call that met it ([`Violation::Underaligned`]): it is
+    /// reported at [`Site::any_call`], so its key names no call and no
+    /// tier.
+    pub fn is_of_every_call(&self) -> bool {
+        matches!(self, Violation::Underaligned { .. })
     }
 
     /// Whether this violation is of what the op's own allocator calls
@@ -325,6 +347,18 @@ impl fmt::Display for Violation {
             }
             Violation::Alignment { ptr, size, align } => {
                 write!(f, "block {ptr:#x} (size {size}) is not aligned to {align}")
+            }
+            Violation::Underaligned {
+                ptr,
+                size,
+                align,
+                natural,
+            } => {
+                use report::key::KEEP;
+                write!(
+                    f,
+                    "block {ptr:#x} (size {size}) is not aligned to {align}, as no plain block is: all{KEEP}{natural}-aligned"
+                )
             }
             Violation::Overlap {
                 ptr,

@@ -45,6 +45,38 @@ fn a_planted_bug_in_a_shared_library_is_found() {
     assert_eq!(common::kind(&program, &name).as_deref(), Some("alignment"));
 }
 
+/// A block layout that puts every block off malloc's alignment (a 20-byte
+/// header, as umm_malloc's 4-byte one) is one bug whichever call met it:
+/// a small malloc, a large realloc of null, a block that fills a fixed
+/// region, have one key, with no call and no tier in it. A bug of some
+/// sizes only keeps its call's key.
+#[test]
+fn every_block_off_alignment_is_one_key_for_every_call() {
+    let key = |lib: &PathBuf, text: &str| {
+        let name = format!("dylib:{}:t_", lib.display());
+        let line = common::violation(&common::program(text), &name).expect("a violation");
+        report::key::key_of(&line).expect("a violation line")
+    };
+    let layout = build("tiny_alloc_header20", &["-DHEADER=20"]);
+    let small = key(&layout, "target alloc_ops\nalloc size=40 align=16\n");
+    let large = key(&layout, "target alloc_ops\nrealloc-null size=5000\n");
+    assert_eq!(small, large);
+    // A block that took the whole region leaves no room to probe: a
+    // misalignment below a word is judged the layout's from it alone.
+    let full = build("tiny_alloc_header20_full", &["-DHEADER=20", "-DBUDGET=4096"]);
+    assert_eq!(key(&full, "target alloc_ops\nalloc size=4090 align=16\n"), small);
+    assert!(
+        small.starts_with("alignment in any-call: ") && small.ends_with("all @ 4-aligned"),
+        "{small}"
+    );
+    let some_sizes = build("tiny_alloc_bug", &["-DPLANTED_BUG"]);
+    let planted = key(&some_sizes, "target alloc_ops\nalloc size=24 align=16\n");
+    assert!(
+        planted.starts_with("alignment in alloc size 0..64"),
+        "{planted}"
+    );
+}
+
 #[test]
 fn a_missing_library_or_symbol_is_a_clear_error() {
     let err = shadow::allocator::by_name("dylib:/nonexistent/liballoc.so")

@@ -170,11 +170,8 @@ impl Executor {
         let stayed =
             matches!(&origin, Origin::Realloc { old, .. } if old.ptr == p && old.align == align);
         if !stayed && !p.is_multiple_of(align) {
-            self.guard.flag(Violation::Alignment {
-                ptr: p,
-                size,
-                align,
-            });
+            self.guard
+                .flag(self.guard.misaligned(p, size, align, self.shadow.blocks()));
         }
         block.usable = sanitizer::given(p, || {
             // SAFETY: `p` is the non-null block the allocator just returned for `size` and

@@ -26,7 +26,7 @@ pub(super) enum On {
 /// test, or the reference of a differential run), the op running and the
 /// allocator call that op is making.
 pub(super) struct CallGuard {
-    alloc: &'static dyn Allocator,
+    pub(super) alloc: &'static dyn Allocator,
     /// The reference side of a differential run: its violations name the
     /// reference allocator, not the allocator under test.
     reference: bool,
@@ -37,6 +37,10 @@ pub(super) struct CallGuard {
     site: Site,
     /// Allocator calls made outside race sections so far.
     calls: Cell<usize>,
+    /// What a probe of plain blocks found, once per program
+    /// ([`CallGuard::misaligned`]): the lowest alignment among them when
+    /// every one missed malloc's.
+    pub(super) plain_misaligned: Cell<Option<Option<usize>>>,
 }
 
 impl CallGuard {
@@ -48,6 +52,7 @@ impl CallGuard {
             op: None,
             site: Site::bare("none"),
             calls: Cell::new(0),
+            plain_misaligned: Cell::new(None),
         }
     }
 
@@ -134,7 +139,11 @@ impl CallGuard {
         Report {
             op_index: self.op_index,
             op,
-            site: self.site,
+            site: if violation.is_of_every_call() {
+                Site::any_call()
+            } else {
+                self.site
+            },
             path,
             violation,
             by: if self.reference {

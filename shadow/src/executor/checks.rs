@@ -10,9 +10,108 @@ use crate::sanitizer;
 use crate::tolerance;
 use crate::violation::Violation;
 
+/// The plain requests [`CallGuard::misaligned`] probes with, all held at
+/// once: sizes malloc serves at its own alignment, across its small
+/// classes, none large enough to fail in a small fixed region.
+const PLAIN_PROBES: [usize; 6] = [16, 24, 48, 96, 200, 512];
+
+/// The fewest plain blocks (probed or held) that must be seen for a
+/// misalignment to read as the allocator's layout.
+const PLAIN_SEEN: usize = 3;
+
 /// The checks of what a call handed out or left, each reported through the
 /// guard, at the op and call it names.
 impl CallGuard {
+    /// The violation of block `ptr` (`size` asked for) not aligned to
+    /// `align`, with `live` the program's blocks. When it misses even
+    /// plain malloc's alignment (16, or the allocator's largest when that
+    /// is less), and so does every plain block a probe gets right after
+    /// and every one the program holds (at least [`PLAIN_SEEN`] in all),
+    /// the misalignment is the allocator's block layout, not the choice of
+    /// the call that met it: [`Violation::Underaligned`], one group
+    /// whichever entry point met it. A block only some sizes get
+    /// misaligned (one size class's bug), or an over-aligned request served
+    /// at malloc's alignment, stays an [`Violation::Alignment`] of its
+    /// call, keyed by its path. Judged once per program (again while too
+    /// few blocks were seen), so a replay makes the same calls as the run
+    /// it repeats.
+    pub(super) fn misaligned(
+        &self,
+        ptr: usize,
+        size: usize,
+        align: usize,
+        live: &[Block],
+    ) -> Violation {
+        let plain = 16.min(self.alloc.max_align());
+        let natural = if ptr.is_multiple_of(plain) {
+            None
+        } else {
+            self.plain_layout(plain, ptr, live)
+                .map(|n| n.min(1 << ptr.trailing_zeros()))
+        };
+        match natural {
+            Some(natural) => Violation::Underaligned {
+                ptr,
+                size,
+                align,
+                natural,
+            },
+            None => Violation::Alignment { ptr, size, align },
+        }
+    }
+
+    /// The lowest alignment among the allocator's plain blocks (of
+    /// [`PLAIN_PROBES`]' sizes, and those `live` asked for at `plain`) when
+    /// enough were seen and none is aligned to `plain`. When too few were
+    /// (a full region: the program's one block took it all, which is where
+    /// minimizing such a finding ends), the held blocks and `ptr` judge
+    /// alone, and only a misalignment below a word (8), which no size
+    /// class's rounding makes, reads as the layout.
+    fn plain_layout(&self, plain: usize, ptr: usize, live: &[Block]) -> Option<usize> {
+        if let Some(judged) = self.plain_misaligned.get() {
+            return judged;
+        }
+        let held = live.iter().filter(|b| b.align == plain).map(|b| b.ptr);
+        let seen: Vec<usize> = self.probe_plain(plain).into_iter().chain(held).collect();
+        let lowest = |seen: &[usize]| {
+            seen.iter()
+                .all(|p| !p.is_multiple_of(plain))
+                .then(|| seen.iter().map(|p| 1 << p.trailing_zeros()).min())
+                .flatten()
+        };
+        if seen.len() < PLAIN_SEEN {
+            let mut seen = seen;
+            seen.push(ptr);
+            return lowest(&seen).filter(|&n| n < 8);
+        }
+        let judged = lowest(&seen);
+        self.plain_misaligned.set(Some(judged));
+        judged
+    }
+
+    /// The addresses of the blocks [`PLAIN_PROBES`] were served at
+    /// `plain` alignment, each freed once all are made (questions asked
+    /// aside: not the program's calls).
+    fn probe_plain(&self, plain: usize) -> Vec<usize> {
+        let blocks: Vec<(usize, usize)> = PLAIN_PROBES
+            .iter()
+            // SAFETY: no block is passed; `plain` is a power of two no larger than
+            // `max_align()`.
+            .map(|&n| {
+                (
+                    self.asked(|| unsafe { self.alloc.alloc(n, plain, false) }) as usize,
+                    n,
+                )
+            })
+            .filter(|&(p, _)| p != 0)
+            .collect();
+        for &(p, n) in &blocks {
+            // SAFETY: `p` was just returned, non-null, for `n` bytes and `plain`; freed once.
+            self.asked(|| unsafe { self.alloc.free(p as *mut u8, n, plain) });
+        }
+        blocks.into_iter().map(|(p, _)| p).collect()
+    }
+
     /// The call that returned block `p` (`size` asked for) read or wrote
     /// past it before returning it (ASan's `report`, held by
     /// [`sanitizer::making`]). When the block is cut short (`usable`),

@@ -167,7 +167,10 @@ impl Executor {
             });
         }
         if let Some(&ptr) = ptrs.iter().find(|p| !p.is_multiple_of(align)) {
-            self.guard.flag(Violation::Alignment { ptr, size, align });
+            self.guard.flag(
+                self.guard
+                    .misaligned(ptr, size, align, self.shadow.blocks()),
+            );
         }
         let unjudged = frees && self.alloc.arena().is_some();
         if refused > 0 && !unjudged && !self.arena.refused_fairly(&self.guard, size, align) {

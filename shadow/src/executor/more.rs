@@ -377,11 +377,10 @@ impl Executor {
 
     fn touch_huge(&mut self, b: &Block, zeroed: bool) {
         if !b.ptr.is_multiple_of(b.align) {
-            self.guard.flag(Violation::Alignment {
-                ptr: b.ptr,
-                size: b.size,
-                align: b.align,
-            });
+            self.guard.flag(
+                self.guard
+                    .misaligned(b.ptr, b.size, b.align, self.shadow.blocks()),
+            );
         }
         let p = b.ptr as *mut u8;
         let claimed = sanitizer::given(b.ptr, || {

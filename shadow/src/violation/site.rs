@@ -30,6 +30,12 @@ impl Site {
     pub fn bare(api: &'static str) -> Site {
         Site { api, block: None }
     }
+
+    /// The site of a violation of every block the allocator hands out
+    /// ([`super::Violation::is_of_every_call`]).
+    pub fn any_call() -> Site {
+        Site::bare("any-call")
+    }
 }
 
 /// The size tier of a request, where allocators switch strategy: tiny
