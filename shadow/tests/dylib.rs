@@ -63,8 +63,14 @@ fn every_block_off_alignment_is_one_key_for_every_call() {
     assert_eq!(small, large);
     // A block that took the whole region leaves no room to probe: a
     // misalignment below a word is judged the layout's from it alone.
-    let full = build("tiny_alloc_header20_full", &["-DHEADER=20", "-DBUDGET=4096"]);
-    assert_eq!(key(&full, "target alloc_ops\nalloc size=4090 align=16\n"), small);
+    let full = build(
+        "tiny_alloc_header20_full",
+        &["-DHEADER=20", "-DBUDGET=4096"],
+    );
+    assert_eq!(
+        key(&full, "target alloc_ops\nalloc size=4090 align=16\n"),
+        small
+    );
     assert!(
         small.starts_with("alignment in any-call: ") && small.ends_with("all @ 4-aligned"),
         "{small}"

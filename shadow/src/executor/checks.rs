@@ -93,23 +93,20 @@ impl CallGuard {
     /// `plain` alignment, each freed once all are made (questions asked
     /// aside: not the program's calls).
     fn probe_plain(&self, plain: usize) -> Vec<usize> {
-        let blocks: Vec<(usize, usize)> = PLAIN_PROBES
-            .iter()
+        let mut blocks = Vec::with_capacity(PLAIN_PROBES.len());
+        for n in PLAIN_PROBES {
             // SAFETY: no block is passed; `plain` is a power of two no larger than
             // `max_align()`.
-            .map(|&n| {
-                (
-                    self.asked(|| unsafe { self.alloc.alloc(n, plain, false) }) as usize,
-                    n,
-                )
-            })
-            .filter(|&(p, _)| p != 0)
-            .collect();
+            let p = self.asked(|| unsafe { self.alloc.alloc(n, plain, false) });
+            if !p.is_null() {
+                blocks.push((p, n));
+            }
+        }
         for &(p, n) in &blocks {
             // SAFETY: `p` was just returned, non-null, for `n` bytes and `plain`; freed once.
-            self.asked(|| unsafe { self.alloc.free(p as *mut u8, n, plain) });
+            self.asked(|| unsafe { self.alloc.free(p, n, plain) });
         }
-        blocks.into_iter().map(|(p, _)| p).collect()
+        blocks.into_iter().map(|(p, _)| p as usize).collect()
     }
 
     /// The call that returned block `p` (`size` asked for) read or wrote
