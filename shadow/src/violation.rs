@@ -53,8 +53,8 @@ pub enum Violation {
         size: usize,
         align: usize,
     },
-    /// A block that misses even plain malloc's alignment, as did every
-    /// plain block a probe got right after it
+    /// A block that misses even plain malloc's alignment, as does every
+    /// plain block the allocator gives beside it
     /// ([`crate::executor`]'s `misaligned`): the allocator's block layout
     /// (a 4-byte header that puts every block 4 off), not one call's
     /// choice. Its key names the blocks' alignment alone, `natural` (the
@@ -354,7 +354,6 @@ impl fmt::Display for Violation {
                 align,
                 natural,
             } => {
-                use report::key::KEEP;
                 write!(
                     f,
                     "block {ptr:#x} (size {size}) is not aligned to {align}, as no plain block is: all{KEEP}{natural}-aligned"
