@@ -31,17 +31,14 @@ use super::calls::CallGuard;
 use crate::allocator::Allocator;
 use crate::violation::Violation;
 
-/// Alignment of the blocks the capacity check probes with: malloc's, or
-/// the allocator's largest when that is less (an embedded heap that
-/// serves 8-aligned blocks only would refuse every probe, and its
-/// capacity would read 0 at the start and the end alike).
-const PROBE_ALIGN: usize = 16;
-
 /// What an arena allocator can serve, measured when a program starts and
 /// once it has freed everything.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Capacity {
-    /// The largest block it serves, of [`PROBE_ALIGN`] or its `max_align`.
+    /// The largest block it serves, of a plain request's alignment
+    /// ([`super::plain_align`]: an embedded heap that serves 8-aligned
+    /// blocks only would refuse every 16-aligned probe, and its capacity
+    /// would read 0 at the start and the end alike).
     largest: usize,
     /// Its own count of free bytes, if it keeps one.
     free: Option<usize>,
@@ -86,8 +83,8 @@ impl ArenaProbe {
         let (mut lo, mut hi) = (0usize, limit.saturating_add(1));
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            // SAFETY: no block is passed; `align` is `PROBE_ALIGN.min(max_align())` (from
-            // `capacity`, the only caller), a power of two no larger than `max_align()`.
+            // SAFETY: no block is passed; `align` is `plain_align` (from `capacity`, the
+            // only caller), a power of two no larger than `max_align()`.
             let p = guard.guarded(|| unsafe { self.alloc.alloc(mid, align, false) });
             if p.is_null() {
                 hi = mid;
@@ -136,11 +133,7 @@ impl ArenaProbe {
         // The count is read before the probes, none of them live.
         let arena = guard.asked(|| self.alloc.arena())?;
         Some(Capacity {
-            largest: self.largest_servable(
-                guard,
-                arena.size,
-                PROBE_ALIGN.min(self.alloc.max_align()),
-            ),
+            largest: self.largest_servable(guard, arena.size, super::plain_align(self.alloc)),
             free: arena.free,
         })
     }

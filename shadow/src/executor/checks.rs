@@ -42,7 +42,7 @@ impl CallGuard {
         align: usize,
         live: &[Block],
     ) -> Violation {
-        let plain = 16.min(self.alloc.max_align());
+        let plain = super::plain_align(self.alloc);
         let natural = if ptr.is_multiple_of(plain) {
             None
         } else {

@@ -148,6 +148,14 @@ impl Seeds {
 
 /// A fresh seed base for each program, so memory a previous program left
 /// behind never already holds the pattern this one expects.
+/// The alignment a plain request gets: malloc's (16), or the allocator's
+/// largest when that is less (an embedded heap that serves 8-aligned
+/// blocks only). The capacity check probes with it, and a misalignment
+/// below it may be the allocator's layout ([`CallGuard`]'s `misaligned`).
+fn plain_align(alloc: &dyn Allocator) -> usize {
+    16.min(alloc.max_align())
+}
+
 fn next_seed_base() -> u64 {
     static PROGRAMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = PROGRAMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
