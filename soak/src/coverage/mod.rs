@@ -166,15 +166,19 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
         allocators: Vec::new(),
         skipped: Vec::new(),
     };
+    // jemalloc is built in only when covered (a zoo on it too).
+    let jemalloc = allocators
+        .iter()
+        .any(|a| a.rsplit('@').next() == Some("jemalloc"));
     for allocator in allocators {
         let build = Build::for_allocator(&allocator);
         let graph = match graphs.entry(build) {
             Entry::Occupied(graph) => graph.into_mut(),
             Entry::Vacant(slot) => {
-                project.build_coverage(build)?;
+                project.build_coverage(build, jemalloc)?;
                 slot.insert(crate::foundation::cargo::resolve(
                     &project.fuzz_dir().join("Cargo.toml"),
-                    Some(build.features()),
+                    Some(build.coverage_features(jemalloc)),
                 )?)
             }
         };

@@ -49,14 +49,27 @@ impl Build {
         }
     }
 
-    /// The fuzz package's features (its defaults off): the engine and the
-    /// one mimalloc this build links.
+    /// The fuzz package's features (its defaults off): the engine, the
+    /// one mimalloc this build links, and jemalloc.
     pub fn features(self) -> &'static str {
         match self {
-            Build::Asan => "libfuzzer,mimalloc",
-            Build::AsanMimallocSecure => "libfuzzer,mimalloc-secure",
-            Build::AsanMimallocDebug => "libfuzzer,mimalloc-debug",
-            Build::AsanMimallocV3 => "libfuzzer,mimalloc-v3",
+            Build::Asan => "libfuzzer,mimalloc,jemalloc",
+            Build::AsanMimallocSecure => "libfuzzer,mimalloc-secure,jemalloc",
+            Build::AsanMimallocDebug => "libfuzzer,mimalloc-debug,jemalloc",
+            Build::AsanMimallocV3 => "libfuzzer,mimalloc-v3,jemalloc",
+        }
+    }
+
+    /// [`Build::features`] of the coverage twin: without jemalloc unless
+    /// it is among the allocators covered, as its C build is the longest
+    /// of a cold coverage build (minutes on two cores).
+    pub fn coverage_features(self, jemalloc: bool) -> &'static str {
+        match jemalloc {
+            true => self.features(),
+            false => self
+                .features()
+                .strip_suffix(",jemalloc")
+                .expect("every build's features end in jemalloc"),
         }
     }
 }
@@ -300,7 +313,7 @@ impl Project {
         cmd.env("RUSTFLAGS", rustflags(&uncovered))
             .current_dir(self.fuzz_dir())
             .args(["+nightly", "hfuzz", "build", "--no-default-features"])
-            .args(["--features", "honggfuzz,mimalloc"])
+            .args(["--features", "honggfuzz,mimalloc,jemalloc"])
             .env("CARGO_TARGET_DIR", self.hfuzz_dir())
             .env("CXX", clang.replace("clang", "clang++"))
             .env("CC", &clang)
@@ -344,7 +357,7 @@ impl Project {
         let mut cmd = Command::new("cargo");
         cmd.current_dir(self.fuzz_dir())
             .args(["+nightly", "build", "--release", "--no-default-features"])
-            .args(["--features", "drift,mimalloc", "--bin"])
+            .args(["--features", "drift,mimalloc,jemalloc", "--bin"])
             .arg(self.drift_binary().file_name().expect("a binary's name"))
             .arg("--target-dir")
             .arg(self.root.join("fuzz_targets/target/drift"))
@@ -465,9 +478,10 @@ impl Project {
     }
 
     /// Builds every fuzz target of `build` (its mimalloc, the config's
-    /// own allocators) once more with the toolchains' source-based
-    /// coverage and no sanitizer (a no-op when cargo finds it fresh).
-    pub fn build_coverage(&self, build: Build) -> Result<()> {
+    /// own allocators, jemalloc when `jemalloc`) once more with the
+    /// toolchains' source-based coverage and no sanitizer (a no-op when
+    /// cargo finds it fresh).
+    pub fn build_coverage(&self, build: Build, jemalloc: bool) -> Result<()> {
         let clang = clang()?;
         self.write_glue(build)?;
         let status = Command::new("cargo")
@@ -476,7 +490,8 @@ impl Project {
             .arg(self.fuzz_dir())
             .args(["-O", "--sanitizer", "none", "--target-dir"])
             .arg(self.coverage_dir(build))
-            .args(["--no-default-features", "--features", build.features()])
+            .args(["--no-default-features", "--features"])
+            .arg(build.coverage_features(jemalloc))
             .env("CC", &clang)
             .env(
                 format!("CFLAGS_{}", TRIPLE.replace('-', "_")),

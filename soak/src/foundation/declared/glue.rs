@@ -156,7 +156,7 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
     }
     declared_dependencies(&mut deps, base, declared)?;
     let features: toml::Table = toml::toml! {
-        default = ["libfuzzer", "mimalloc"]
+        default = ["libfuzzer", "mimalloc", "jemalloc"]
         libfuzzer = ["dep:libfuzzer-sys", "allocsoak-fuzz/libfuzzer"]
         honggfuzz = ["dep:honggfuzz", "allocsoak-fuzz/honggfuzz"]
         mimalloc = ["allocsoak-fuzz/mimalloc"]
@@ -164,6 +164,7 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
         mimalloc-debug = ["allocsoak-fuzz/mimalloc-debug"]
         mimalloc-v3 = ["allocsoak-fuzz/mimalloc-v3"]
         drift = ["allocsoak-fuzz/drift"]
+        jemalloc = ["allocsoak-fuzz/jemalloc"]
     };
     let mut doc = toml::Table::new();
     doc.insert(
