@@ -101,6 +101,36 @@ pub fn kind_of(line: &str) -> Option<&str> {
 /// Lines from before sites existed key on the op family instead: the op's
 /// name with its `worker-`/`heap-` variant folded in.
 pub fn key_of(line: &str) -> Option<String> {
+    let (kind, site, message, reference) = parts(line)?;
+    Some(key(kind, &site, message, reference))
+}
+
+/// The family key of a violation line ([`family`]): its key with the
+/// call alone for its site.
+pub fn family_of(line: &str) -> Option<String> {
+    let (kind, site, message, reference) = parts(line)?;
+    Some(family(kind, call_of(&site), message, reference))
+}
+
+/// The key of a violation with its call alone for its site, no size or
+/// alignment tiers (`alignment in realloc: block N (size N) is not aligned
+/// to N`): what a signature without a code path keys on. The tiers tell
+/// where the harness's sizes fell, not which code ran, so one bug of one
+/// call is one group whatever sizes met it (the keys, tiers and all, stay
+/// what tolerance lists: the group's variants).
+pub fn family(kind: &str, call: &str, message: &str, reference: Option<&str>) -> String {
+    key(kind, call, message, reference)
+}
+
+/// The call of a site as a line prints it (`alloc size 0..64 align ..16`
+/// is `alloc`; a site without a block is its call).
+fn call_of(site: &str) -> &str {
+    site.split_once(" size ").map_or(site, |(call, _)| call)
+}
+
+/// A violation line's kind, site, message (without who raised it) and
+/// reference.
+fn parts(line: &str) -> Option<(&str, String, &str, Option<&str>)> {
     let rest = &line[line.find(MARK)? + MARK.len()..];
     let (kind, rest) = rest.split_once(": ")?;
     let (site, message) = match rest.strip_prefix("op #") {
@@ -119,7 +149,7 @@ pub fn key_of(line: &str) -> Option<String> {
         (None, Some(i)) => (&message[..i], None),
         (None, None) => (message, None),
     };
-    Some(key(kind, &site, message, reference))
+    Some((kind, site, message, reference))
 }
 
 /// The key of a violation from its parts: its kind, its site, its message
@@ -138,8 +168,26 @@ pub fn key(kind: &str, site: &str, message: &str, reference: Option<&str>) -> St
 /// The key of a violation without its site, `<kind>: <message>`: what a
 /// signature keyed on the allocator's code path keeps, so that one path
 /// reached through several calls, size tiers and targets is one group.
-pub fn what(kind: &str, message: &str, reference: Option<&str>) -> String {
-    format!("{kind}: {}", normalized(message, reference))
+/// A violation met in a race section keeps that much of where
+/// (`<kind> in a race section: <message>`, [`in_race`]): its path is all
+/// the code every thread ran, which contains a serial bug's path without
+/// being that bug.
+pub fn what(kind: &str, message: &str, reference: Option<&str>, race: bool) -> String {
+    match race {
+        true => key(kind, RACE_SECTION, message, reference),
+        false => format!("{kind}: {}", normalized(message, reference)),
+    }
+}
+
+/// The site of [`what`] for a violation met in a race section.
+const RACE_SECTION: &str = "a race section";
+
+/// Whether a path signature's message ([`what`]) is of a violation met
+/// in a race section.
+pub fn in_race(kind: &str, what: &str) -> bool {
+    what.strip_prefix(kind)
+        .and_then(|r| r.strip_prefix(" in "))
+        .is_some_and(|r| r.starts_with(RACE_SECTION))
 }
 
 /// A message with numbers as `N` (but what follows [`KEEP`]) and, for the

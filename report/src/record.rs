@@ -43,6 +43,12 @@ pub struct Record {
     /// raised it, for the reference), what a path-keyed signature keeps.
     #[serde(default)]
     pub what: String,
+    /// The key with the call alone for its site (`<kind> in <call>:
+    /// <message>`, [`crate::key::family`]): what a signature without a
+    /// code path keeps, so one call's bug met at several sizes is one
+    /// group. Empty in records from before it.
+    #[serde(default)]
+    pub family: String,
 }
 
 impl Record {

@@ -48,12 +48,14 @@ use crate::record::Record;
 ///   another (`calloc` over `alloc`, `realloc` that allocates), or a
 ///   first call that also set the allocator up.
 /// - **Violation** (`allocsoak violation: <kind>: op #N ...`): the kind and
-///   the shadow's key, [`key::key_of`] (`<kind> in <op family>:
-///   <message with numbers as N>`); no frames. The line already names the
-///   check and the op, and frames would split one bug reached through two
-///   targets (`alloc` in `alloc_ops` and `worker-alloc` in `mt_ops` run
-///   different harness code). The harness tolerates known bugs by that same
-///   key, so a filed group and a tolerated bug are one thing.
+///   the shadow's family key, [`key::family_of`] (`<kind> in <call>:
+///   <message with numbers as N>`: the key without the size and alignment
+///   tiers, which say where the harness's sizes fell, not which code ran);
+///   no frames. The line already names the check and the call, and frames
+///   would split one bug reached through two targets (`alloc` in
+///   `alloc_ops` and `worker-alloc` in `mt_ops` run different harness
+///   code). The harness tolerates known bugs by their full keys, the
+///   group's variants, as for a path.
 /// - **Sanitizer error** (`ERROR: AddressSanitizer: <type>`): the error type
 ///   (the SUMMARY line's, which is `double-free` where the ERROR line says
 ///   `attempting double-free`) and the access (`heap-use-after-free READ`),
@@ -153,7 +155,7 @@ impl Signature {
             Class::Violation => {
                 // A line without `: ` after the kind has no key; keep it whole.
                 let key =
-                    key::key_of(after[0]).unwrap_or_else(|| key::numbers_to_n(after[0].trim()));
+                    key::family_of(after[0]).unwrap_or_else(|| key::numbers_to_n(after[0].trim()));
                 (key, Vec::new())
             }
             Class::Engine => (slot.to_string(), Vec::new()),
@@ -186,11 +188,16 @@ impl Signature {
 
     /// The signature of a violation the harness recorded: with its code
     /// path when the record has one (kind, allocator, the key without the
-    /// site, the path as frames), else its kind, its allocator and its key,
-    /// no frames: the same signature [`from_log`](Signature::from_log)
-    /// reads from the record's line.
+    /// site, the path as frames), else its kind, its allocator and its
+    /// family key (the key without the size tiers, [`key::family`]), no
+    /// frames: the same signature [`from_log`](Signature::from_log) reads
+    /// from the record's line.
     pub fn from_record(record: &Record) -> Signature {
         let path = !record.path.is_empty() && !record.what.is_empty();
+        let family = match record.family.is_empty() {
+            true => &record.key,
+            false => &record.family,
+        };
         Signature {
             kind: record.kind.clone(),
             allocator: record.allocator.clone(),
@@ -202,7 +209,7 @@ impl Signature {
             message: if path {
                 record.what.clone()
             } else {
-                record.key.clone()
+                family.clone()
             },
             path,
             alt: Vec::new(),
@@ -221,12 +228,15 @@ impl Signature {
 
     /// Whether this code-path signature runs every function `other` runs,
     /// of one kind (or kind family, [`crate::key::path_family`]) and one
-    /// allocator: `other` is the path this one wraps.
+    /// allocator, both met in a race section or neither: `other` is the
+    /// path this one wraps. A race section's path is all its threads ran,
+    /// so it contains a serial path without being that bug.
     pub fn contains_path(&self, other: &Signature) -> bool {
-        use crate::key::path_family;
+        use crate::key::{in_race, path_family};
         self.path
             && other.path
             && path_family(&self.kind) == path_family(&other.kind)
+            && in_race(&self.kind, &self.message) == in_race(&other.kind, &other.message)
             && self.allocator == other.allocator
             && other
                 .frames

@@ -334,6 +334,58 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     assert_eq!(common::checkout_status(), before, "the checkout changed");
 }
 
+/// A wrapper crate's one bug, met at every size, is one group: libc_alloc
+/// 1.0.4's realloc loses an over-aligned block's alignment. Its code is
+/// inlined into the harness's adapter, so no counters give a path, and
+/// each size tier the harness drew was a group of its own (4 in 2 minutes).
+#[test]
+fn a_wrapper_crates_one_bug_at_every_size_is_one_group() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let repo = author_repo();
+    let config = repo.join("allocsoak.toml");
+    let (out, text) = with_config(&config, &["build"]);
+    assert!(out.status.success(), "build failed:\n{text}");
+    assert!(
+        text.contains("  libc-alloc: crate libc_alloc 1.0.4"),
+        "{text}"
+    );
+
+    let state = repo.join("state-libc-alloc");
+    let sites = |state: &Path| common::count(state, "SELECT COUNT(DISTINCT site) FROM variant");
+    let out = common::soak_until(
+        &state,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--duration",
+            "150",
+            "--jobs",
+            "2",
+            "--drift-share",
+            "0",
+            "--target",
+            "alloc_ops",
+            "--allocator",
+            "libc-alloc",
+        ],
+        |state| sites(state) >= 2,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let groups = common::groups(&state);
+    assert_eq!(groups.len(), 1, "{groups:?}\n{text}");
+    assert_eq!(
+        (groups[0].1.as_str(), groups[0].4.as_str()),
+        (
+            "alignment",
+            "alignment in realloc: block N (size N) is not aligned to N"
+        ),
+        "{text}"
+    );
+    assert!(sites(&state) >= 2, "one size tier only:\n{text}");
+}
+
 #[test]
 fn a_bad_declaration_is_a_one_line_error() {
     let dir = std::env::temp_dir().join("allocsoak-test-declared-bad");

@@ -47,6 +47,7 @@ fn a_record_signs_as_its_line_does() {
         line: line.into(),
         path: Vec::new(),
         what: String::new(),
+        family: key::family_of(line).unwrap(),
     };
     let from_log = Signature::from_log(line, "alloc_ops/zoo:x").unwrap();
     assert_eq!(Signature::from_record(&record), from_log);
@@ -68,6 +69,7 @@ fn a_path_keys_the_group_whichever_site_reached_it() {
         line: String::new(),
         path: path.iter().map(|f| f.to_string()).collect(),
         what: "alignment: block N (size N) is not aligned to N".into(),
+        family: String::new(),
     };
     let alloc = Signature::from_record(&record(
         "alloc size 0..64 align 32..",
@@ -119,11 +121,103 @@ fn a_path_keys_the_group_whichever_site_reached_it() {
         "a block changed by a call and a realloc's lost prefix: one family"
     );
     assert!(!kind(&alloc, "overlap").same_path(&realloced), "two kinds");
+    // A race section's path is all its threads ran: it contains a serial
+    // path without being that bug, and never joins it.
+    let raced = Signature {
+        message: key::what(
+            "alignment",
+            "block 0x10 (size 1) is not aligned to 64",
+            None,
+            true,
+        ),
+        ..wrapped.clone()
+    };
+    assert_eq!(
+        raced.message,
+        "alignment in a race section: block N (size N) is not aligned to N"
+    );
+    assert!(
+        key::in_race("alignment", &raced.message) && !key::in_race("alignment", &wrapped.message)
+    );
+    assert!(!raced.same_path(&alloc) && !alloc.same_path(&raced));
+    let raced_more = Signature {
+        frames: vec![
+            "port::aligned".into(),
+            "port::alloc".into(),
+            "port::calloc".into(),
+            "port::free".into(),
+        ],
+        ..raced.clone()
+    };
+    assert!(
+        raced_more.same_path(&raced),
+        "two race sections, one path in the other"
+    );
     assert!(alloc.same_bug(&wrapped) && alloc.same_bug(&alloc));
     assert_eq!(Signature::from_key(&wrapped.key(), true), Some(wrapped));
     let no_path = Signature::from_record(&record("alloc size 0..64 align 32..", &[]));
     assert!(!no_path.path && no_path.violation_key().is_some());
     assert!(!no_path.same_path(&no_path));
+}
+
+#[test]
+fn without_a_path_one_calls_bug_is_one_group_at_every_size() {
+    // A wrapped C library's realloc, inlined into the harness: no counters,
+    // so no path. Its one bug met at four sizes was four groups.
+    let line = |op: &str, site: &str| {
+        format!("allocsoak violation: alignment: op #2 `{op}` ({site}): block 0x18 (size 100) is not aligned to 32 [allocator port]")
+    };
+    let record = |op: &str, site: &str| {
+        let line = line(op, site);
+        Record {
+            kind: "alignment".into(),
+            key: key::key_of(&line).unwrap(),
+            allocator: "port".into(),
+            reference: false,
+            op_index: 2,
+            op: op.into(),
+            site: site.into(),
+            sound: true,
+            line: line.clone(),
+            path: Vec::new(),
+            what: "alignment: block N (size N) is not aligned to N".into(),
+            family: key::family_of(&line).unwrap(),
+        }
+    };
+    let small = record(
+        "realloc slot=0 size=100 align=32",
+        "realloc size 65..4K align 32..",
+    );
+    let large = record(
+        "realloc slot=1 size=9000 align=64",
+        "realloc size 4K..256K align 32..",
+    );
+    let (a, b) = (
+        Signature::from_record(&small),
+        Signature::from_record(&large),
+    );
+    assert_ne!(small.key, large.key, "their keys keep the tiers");
+    assert_eq!(a.id(), b.id(), "one call, one group");
+    assert_eq!(
+        a.title(),
+        "alignment in realloc: block N (size N) is not aligned to N"
+    );
+    assert_eq!(
+        Signature::from_log(&small.line, "alloc_ops/port"),
+        Some(a.clone())
+    );
+    let alloc = record("alloc size=100 align=32", "alloc size 65..4K align 32..");
+    assert_ne!(
+        Signature::from_record(&alloc).id(),
+        a.id(),
+        "two calls, two groups"
+    );
+    // A record from before the family key signs by its key.
+    let old = Record {
+        family: String::new(),
+        ..small.clone()
+    };
+    assert_eq!(Signature::from_record(&old).message, small.key);
 }
 
 #[test]

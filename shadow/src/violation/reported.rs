@@ -83,6 +83,13 @@ impl Report {
                 self.violation.kind(),
                 &self.violation.to_string(),
                 self.reference(),
+                self.site.in_race_section(),
+            ),
+            family: report::key::family(
+                self.violation.kind(),
+                self.site.api,
+                &self.violation.to_string(),
+                self.reference(),
             ),
         }
     }

@@ -403,6 +403,7 @@ mod tests {
             line: String::new(),
             path: Vec::new(),
             what: String::new(),
+            family: String::new(),
         };
         std::fs::write(intake::record_path(&input), record.to_json()).unwrap();
         let found = Found {

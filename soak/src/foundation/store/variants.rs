@@ -59,11 +59,14 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// The groups a violation key is a variant of (of any allocator: the
-    /// caller checks whose, a reference's key names the reference).
+    /// The groups a violation key is a variant of, or the tolerance key
+    /// of (a group filed before signatures dropped the size tiers was
+    /// keyed by it), of any allocator: the caller checks whose, a
+    /// reference's key names the reference.
     pub fn groups_of_variant(&self, key: &str) -> Result<Vec<GroupRow>> {
         let mut stmt = self.conn.prepare(&format!(
-            "{GROUP_SELECT} WHERE id IN (SELECT group_id FROM variant WHERE key = ?1) ORDER BY id"
+            "{GROUP_SELECT} WHERE id IN (SELECT group_id FROM variant WHERE key = ?1)
+               OR tolerance_key = ?1 ORDER BY id"
         ))?;
         let rows = stmt.query_map([key], group_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

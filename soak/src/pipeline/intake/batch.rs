@@ -132,6 +132,7 @@ mod tests {
             line: String::new(),
             path: Vec::new(),
             what: "alignment: block N".into(),
+            family: String::new(),
         }
     }
 

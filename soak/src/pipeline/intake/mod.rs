@@ -152,6 +152,15 @@ fn unreproduced(
         .or_else(|| Signature::from_log(engine_log, slot))
 }
 
+/// The group a signed replay files into ([`group_of`]), else the group
+/// its violation's key is a variant of ([`group_of_record`]).
+fn known_group(store: &Store, sig: &Signature, record: Option<&Record>) -> Result<Option<String>> {
+    match (group_of(store, sig)?, record) {
+        (None, Some(r)) => group_of_record(store, r),
+        (known, _) => Ok(known),
+    }
+}
+
 /// One artifact at a time: two workers that hit one new bug at once must
 /// file one group, not race to build its folder.
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
@@ -173,7 +182,7 @@ pub fn file_shown(
     {
         let _one = one_at_a_time();
         let sig = Signature::from_record(shown);
-        let known = group_of(&lock(store), &sig)?;
+        let known = known_group(&lock(store), &sig, Some(shown))?;
         if let Some(id) = known {
             let repeat = Repeat::shown(&id, shown, &sig);
             return file_repeat(state, store, src, artifact, repeat);
@@ -211,7 +220,7 @@ pub fn file(
     let first = src.replay(&[artifact], true)?;
     if first.reproduced {
         let sig = sign(src, &first, saved.as_ref(), engine_log);
-        let known = group_of(&lock(store), &sig)?;
+        let known = known_group(&lock(store), &sig, first.record.as_ref())?;
         if let Some(id) =
             known.or_else(|| Some(sig.id()).filter(|id| state.crash_group(id).is_dir()))
         {
@@ -242,7 +251,7 @@ pub fn file(
     };
     let saved_line = saved.as_ref().map(|r| format!("{}\n", r.line));
     let unreproduced_log = saved_line.as_deref().unwrap_or(engine_log);
-    let known = group_of(&lock(store), &sig)?;
+    let known = known_group(&lock(store), &sig, record)?;
     let id = known.clone().unwrap_or_else(|| sig.id());
     if known.is_some() || state.crash_group(&id).is_dir() {
         let repeat = Repeat {
@@ -315,9 +324,10 @@ pub fn file(
         signature: sig.key(),
         kind: sig.kind.clone(),
         title: sig.title(),
-        // A path's group is tolerated by the keys of its variants.
+        // A violation's group is tolerated by the keys of its variants
+        // (its signature has no size tiers, or no site at all for a path).
         tolerance_key: match record {
-            Some(r) if sig.path => Some(r.key.clone()),
+            Some(r) if sig.path || sig.violation_key().is_some() => Some(r.key.clone()),
             _ => sig.tolerance_key(),
         },
         target: src.target.name().to_string(),
@@ -492,6 +502,7 @@ mod tests {
             line: "allocsoak violation: remote-free-lost: op #0 ...".into(),
             path: Vec::new(),
             what: String::new(),
+            family: String::new(),
         }
     }
 
