@@ -502,6 +502,7 @@ impl Project {
                 "RUSTFLAGS",
                 rustflags("-Cinstrument-coverage -Zcoverage-options=branch"),
             )
+            .envs(prebuilt_libfuzzer(&clang))
             .status()
             .context("failed to run `cargo +nightly fuzz`; run `just setup`")?;
         if !status.success() {
@@ -534,6 +535,32 @@ impl Project {
             rustflags(&format!("-Zsanitizer-recover=address {uncovered}")),
         );
         Ok(cmd)
+    }
+}
+
+/// What makes libfuzzer-sys link clang's own libFuzzer (as OSS-Fuzz
+/// links it) instead of compiling its sources again, a minute of a cold
+/// build: for the coverage twin, which only replays inputs. Nothing when
+/// clang has none (it is then compiled).
+fn prebuilt_libfuzzer(clang: &str) -> Vec<(&'static str, String)> {
+    let library = ["libclang_rt.fuzzer-x86_64.a", "libclang_rt.fuzzer.a"]
+        .into_iter()
+        .filter_map(|name| {
+            let out = Command::new(clang)
+                .arg(format!("-print-file-name={name}"))
+                .output()
+                .ok()?;
+            let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            path.is_file().then_some(path)
+        })
+        .next();
+    match library {
+        // Built against libstdc++ (apt's clang), as OSS-Fuzz's check says.
+        Some(path) => vec![
+            ("CUSTOM_LIBFUZZER_PATH", path.display().to_string()),
+            ("CUSTOM_LIBFUZZER_STD_CXX", "stdc++".into()),
+        ],
+        None => Vec::new(),
     }
 }
 
