@@ -192,6 +192,15 @@ impl CallGuard {
             .unwrap_or_else(|p| self.panicked(p))
     }
 
+    /// Runs `f`, calls the harness makes to learn how the allocator lays
+    /// out blocks in general (the layout probe), as [`CallGuard::asked`]
+    /// but off the op's path: they are no part of how the op met its bug,
+    /// and a bug they ran into (a small size's) would join its group to
+    /// the op's.
+    pub(super) fn probed<R>(&self, f: impl FnOnce() -> R) -> R {
+        writer::stepped_aside(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
+    }
+
     /// Runs the allocator's own heap check
     /// ([`crate::allocator::Allocator::heap_check`]), off the op's path: a
     /// heap broken now was broken by the calls since the op began, so the

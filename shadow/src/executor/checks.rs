@@ -90,21 +90,21 @@ impl CallGuard {
     }
 
     /// The addresses of the blocks [`PLAIN_PROBES`] were served at
-    /// `plain` alignment, each freed once all are made (questions asked
-    /// aside: not the program's calls).
+    /// `plain` alignment, each freed once all are made (probed: not the
+    /// program's calls, nor on its path).
     fn probe_plain(&self, plain: usize) -> Vec<usize> {
         let mut blocks = Vec::with_capacity(PLAIN_PROBES.len());
         for n in PLAIN_PROBES {
             // SAFETY: no block is passed; `plain` is a power of two no larger than
             // `max_align()`.
-            let p = self.asked(|| unsafe { self.alloc.alloc(n, plain, false) });
+            let p = self.probed(|| unsafe { self.alloc.alloc(n, plain, false) });
             if !p.is_null() {
                 blocks.push((p, n));
             }
         }
         for &(p, n) in &blocks {
             // SAFETY: `p` was just returned, non-null, for `n` bytes and `plain`; freed once.
-            self.asked(|| unsafe { self.alloc.free(p, n, plain) });
+            self.probed(|| unsafe { self.alloc.free(p, n, plain) });
         }
         blocks.into_iter().map(|(p, _)| p as usize).collect()
     }
