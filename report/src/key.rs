@@ -168,26 +168,8 @@ pub fn key(kind: &str, site: &str, message: &str, reference: Option<&str>) -> St
 /// The key of a violation without its site, `<kind>: <message>`: what a
 /// signature keyed on the allocator's code path keeps, so that one path
 /// reached through several calls, size tiers and targets is one group.
-/// A violation met in a race section keeps that much of where
-/// (`<kind> in a race section: <message>`, [`in_race`]): its path is all
-/// the code every thread ran, which contains a serial bug's path without
-/// being that bug.
-pub fn what(kind: &str, message: &str, reference: Option<&str>, race: bool) -> String {
-    match race {
-        true => key(kind, RACE_SECTION, message, reference),
-        false => format!("{kind}: {}", normalized(message, reference)),
-    }
-}
-
-/// The site of [`what`] for a violation met in a race section.
-const RACE_SECTION: &str = "a race section";
-
-/// Whether a path signature's message ([`what`]) is of a violation met
-/// in a race section.
-pub fn in_race(kind: &str, what: &str) -> bool {
-    what.strip_prefix(kind)
-        .and_then(|r| r.strip_prefix(" in "))
-        .is_some_and(|r| r.starts_with(RACE_SECTION))
+pub fn what(kind: &str, message: &str, reference: Option<&str>) -> String {
+    format!("{kind}: {}", normalized(message, reference))
 }
 
 /// A message with numbers as `N` (but what follows [`KEEP`]) and, for the

@@ -228,15 +228,12 @@ impl Signature {
 
     /// Whether this code-path signature runs every function `other` runs,
     /// of one kind (or kind family, [`crate::key::path_family`]) and one
-    /// allocator, both met in a race section or neither: `other` is the
-    /// path this one wraps. A race section's path is all its threads ran,
-    /// so it contains a serial path without being that bug.
+    /// allocator: `other` is the path this one wraps.
     pub fn contains_path(&self, other: &Signature) -> bool {
-        use crate::key::{in_race, path_family};
+        use crate::key::path_family;
         self.path
             && other.path
             && path_family(&self.kind) == path_family(&other.kind)
-            && in_race(&self.kind, &self.message) == in_race(&other.kind, &other.message)
             && self.allocator == other.allocator
             && other
                 .frames

@@ -121,38 +121,6 @@ fn a_path_keys_the_group_whichever_site_reached_it() {
         "a block changed by a call and a realloc's lost prefix: one family"
     );
     assert!(!kind(&alloc, "overlap").same_path(&realloced), "two kinds");
-    // A race section's path is all its threads ran: it contains a serial
-    // path without being that bug, and never joins it.
-    let raced = Signature {
-        message: key::what(
-            "alignment",
-            "block 0x10 (size 1) is not aligned to 64",
-            None,
-            true,
-        ),
-        ..wrapped.clone()
-    };
-    assert_eq!(
-        raced.message,
-        "alignment in a race section: block N (size N) is not aligned to N"
-    );
-    assert!(
-        key::in_race("alignment", &raced.message) && !key::in_race("alignment", &wrapped.message)
-    );
-    assert!(!raced.same_path(&alloc) && !alloc.same_path(&raced));
-    let raced_more = Signature {
-        frames: vec![
-            "port::aligned".into(),
-            "port::alloc".into(),
-            "port::calloc".into(),
-            "port::free".into(),
-        ],
-        ..raced.clone()
-    };
-    assert!(
-        raced_more.same_path(&raced),
-        "two race sections, one path in the other"
-    );
     assert!(alloc.same_bug(&wrapped) && alloc.same_bug(&alloc));
     assert_eq!(Signature::from_key(&wrapped.key(), true), Some(wrapped));
     let no_path = Signature::from_record(&record("alloc size 0..64 align 32..", &[]));

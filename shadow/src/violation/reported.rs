@@ -83,7 +83,6 @@ impl Report {
                 self.violation.kind(),
                 &self.violation.to_string(),
                 self.reference(),
-                self.site.in_race_section(),
             ),
             family: report::key::family(
                 self.violation.kind(),

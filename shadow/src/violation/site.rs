@@ -36,16 +36,6 @@ impl Site {
     pub fn any_call() -> Site {
         Site::bare("any-call")
     }
-
-    /// Whether the violation was met in a race section (a step's result,
-    /// or a block checked before or after one): its code path is all the
-    /// section's threads ran.
-    pub fn in_race_section(&self) -> bool {
-        matches!(
-            self.api,
-            "race" | "race-alloc" | "race-free" | "race-realloc" | "race-churn"
-        )
-    }
 }
 
 /// The size tier of a request, where allocators switch strategy: tiny
