@@ -192,11 +192,11 @@ impl CallGuard {
             .unwrap_or_else(|p| self.panicked(p))
     }
 
-    /// Runs `f`, calls the harness makes to learn how the allocator lays
-    /// out blocks in general (the layout probe), as [`CallGuard::asked`]
-    /// but off the op's path: they are no part of how the op met its bug,
-    /// and a bug they ran into (a small size's) would join its group to
-    /// the op's.
+    /// Runs `f`, calls the harness makes of its own accord (the layout
+    /// probe, the allocator's heap check), as [`CallGuard::asked`] but off
+    /// the op's path: they are no part of how the op met its bug, and a
+    /// bug they ran into (a small size's) would join its group to the
+    /// op's.
     pub(super) fn probed<R>(&self, f: impl FnOnce() -> R) -> R {
         writer::stepped_aside(|| guard::call(f)).unwrap_or_else(|p| self.panicked(p))
     }
@@ -209,8 +209,7 @@ impl CallGuard {
         if !self.alloc.has_heap_check() {
             return;
         }
-        let checked = writer::stepped_aside(|| guard::call(|| self.alloc.heap_check()));
-        if let Err(detail) = checked.unwrap_or_else(|p| self.panicked(p)) {
+        if let Err(detail) = self.probed(|| self.alloc.heap_check()) {
             self.fail(Violation::HeapCheck { detail });
         }
     }

@@ -167,9 +167,11 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
         skipped: Vec::new(),
     };
     // jemalloc is built in only when covered (a zoo on it too).
-    let jemalloc = allocators
-        .iter()
-        .any(|a| a.rsplit('@').next() == Some("jemalloc"));
+    let jemalloc = allocators.iter().any(|a| {
+        a.strip_prefix("zoo:")
+            .map_or(a.as_str(), |spec| ::zoo::split_spec(spec).1)
+            == "jemalloc"
+    });
     for allocator in allocators {
         let build = Build::for_allocator(&allocator);
         let graph = match graphs.entry(build) {

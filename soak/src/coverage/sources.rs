@@ -114,9 +114,7 @@ impl Project {
             };
         }
         if let Some(spec) = name.strip_prefix("zoo:") {
-            let base = spec
-                .split_once('@')
-                .map_or_else(|| ::zoo::default_base(spec), |(_, b)| b);
+            let (_, base) = ::zoo::split_spec(spec);
             let mut paths = vec![self.root().join("zoo/src")];
             // The base's sources too, where it has any: the zoo runs on it.
             if let Ok(more) = self.sources(graph, base) {

@@ -50,9 +50,7 @@ impl Project {
         }
         let (bugs, base) = match name.strip_prefix("zoo:") {
             Some(spec) => {
-                let (bugs, base) = spec
-                    .split_once('@')
-                    .unwrap_or((spec, ::zoo::default_base(spec)));
+                let (bugs, base) = ::zoo::split_spec(spec);
                 (Some(bugs), base)
             }
             None => (None, name),

@@ -94,13 +94,31 @@ pub(super) fn merge_bridged(
 }
 
 /// The group a saved finding's record already belongs to: the group of
-/// its signature, or the group its key is a variant of (for its
-/// allocator).
+/// its signature, or the group its key is a variant of ([`group_of_key`]).
 pub(super) fn group_of_record(store: &Store, record: &report::Record) -> Result<Option<String>> {
     let id = Signature::from_record(record).id();
     if store.group(&id)?.is_some() {
         return Ok(Some(id));
     }
+    group_of_key(store, record)
+}
+
+/// The group a replay signed `sig` files into ([`group_of`]), else the
+/// group its violation's key is a variant of ([`group_of_key`]).
+pub(super) fn known_group(
+    store: &Store,
+    sig: &Signature,
+    record: Option<&report::Record>,
+) -> Result<Option<String>> {
+    match (group_of(store, sig)?, record) {
+        (None, Some(r)) => group_of_key(store, r),
+        (known, _) => Ok(known),
+    }
+}
+
+/// The group of the record's allocator that its key is a variant (or
+/// the tolerance key) of.
+fn group_of_key(store: &Store, record: &report::Record) -> Result<Option<String>> {
     Ok(store
         .groups_of_variant(&record.key)?
         .into_iter()

@@ -31,7 +31,7 @@ pub use saved::{inputs, record_path, saved_record};
 
 pub use source::{replay_error, Source};
 
-use groups::{add_variant, group_of, group_of_record};
+use groups::{add_variant, group_of_record, known_group};
 use repeat::{file_repeat, Repeat};
 use texts::{program_text, repro_command, stack_text};
 
@@ -150,15 +150,6 @@ fn unreproduced(
     replayed
         .or_else(|| saved.map(Signature::from_record))
         .or_else(|| Signature::from_log(engine_log, slot))
-}
-
-/// The group a signed replay files into ([`group_of`]), else the group
-/// its violation's key is a variant of ([`group_of_record`]).
-fn known_group(store: &Store, sig: &Signature, record: Option<&Record>) -> Result<Option<String>> {
-    match (group_of(store, sig)?, record) {
-        (None, Some(r)) => group_of_record(store, r),
-        (known, _) => Ok(known),
-    }
 }
 
 /// One artifact at a time: two workers that hit one new bug at once must
