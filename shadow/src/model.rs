@@ -34,6 +34,12 @@ pub struct Block {
     pub seed: u64,
     /// The heap the block lives in; `None` for the default heap.
     pub heap: Option<HeapId>,
+    /// For a block of the zeroed family (see
+    /// [`crate::allocator::ZeroedFrom::Written`]): the end of the bytes
+    /// the program ever wrote in it. Past it, up to its usable size, the
+    /// block reads zero as its allocator left it. `None` for any other
+    /// block.
+    pub written: Option<usize>,
 }
 
 impl Block {
@@ -48,6 +54,7 @@ impl Block {
             extent: size,
             seed: 0,
             heap: None,
+            written: None,
         }
     }
 
@@ -203,6 +210,7 @@ mod tests {
             extent: size,
             seed: 0,
             heap: None,
+            written: None,
         }
     }
 

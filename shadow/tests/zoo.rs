@@ -45,6 +45,9 @@ fn reaching(bug: Bug) -> String {
         Bug::FullPageReissue => "target alloc_ops\nbulk-alloc size=56 align=8 count=600\n",
         Bug::RezallocDirty => "target alloc_ops\nalloc size=600 align=8\nrealloc-zeroed slot=0 to=2000\n",
         Bug::RegrowStale => "target alloc_ops\nalloc size=100 align=8\nusable-size slot=0\nrealloc-zeroed slot=0 to=120\n",
+        // A 256-byte room left dirty first, then a zeroed block moved
+        // into it and grown within it.
+        Bug::RezallocMovedSlack => "target alloc_ops\nalloc size=250 align=8\nfree slot=0\nalloc size=100 align=8 zeroed\nrealloc-zeroed slot=0 to=200\nrealloc-zeroed slot=0 to=250\n",
         Bug::LargeReuseDirty => "target alloc_ops\nalloc size=41943040 align=8\nfree slot=0\nalloc size=41943040 align=8 zeroed\n",
         Bug::InteriorClass => "target alloc_ops\nalloc size=300 align=1\n",
         Bug::HugeZeroedFooter => "target alloc_ops\nalloc size=134217727 align=8 zeroed\n",

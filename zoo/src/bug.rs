@@ -143,6 +143,18 @@ pub enum Bug {
     /// the zoo's, which is every byte past the old request), so the bytes
     /// between the old request and the new one keep what they held.
     RegrowStale,
+    /// mimalloc#763's shape: 65..=4096-byte blocks get room up to a
+    /// multiple of 64 bytes (as for `RegrowStale`); a zeroed realloc within
+    /// the room stays in place and zeroes nothing, and one that moves
+    /// zeroes the new block only up to the new request, leaving the rest
+    /// of its room as it was. While it is planted the zoo promises only
+    /// what mimalloc documents (`ZeroedFrom::Written`): a block allocated
+    /// zeroed keeps zero past what the program wrote. A zeroed block
+    /// grown by a moving zeroed realloc, then grown again within its new
+    /// room, shows the stale room: only a check that follows a zeroed
+    /// block through its reallocs sees it (the old usable size's promise
+    /// starts past the room).
+    RezallocMovedSlack,
     /// A freed block of more than 32 MiB is kept, and the next zeroed request
     /// that fits gets it back as it was left, not zeroed: only a program
     /// that frees one such block and asks for another reaches it (two are
@@ -167,7 +179,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 43] = [
+    pub const ALL: [Bug; 44] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -198,6 +210,7 @@ impl Bug {
         Bug::FullPageReissue,
         Bug::RezallocDirty,
         Bug::RegrowStale,
+        Bug::RezallocMovedSlack,
         Bug::LargeReuseDirty,
         Bug::HugeZeroedFooter,
         Bug::InteriorClass,
@@ -245,6 +258,7 @@ impl Bug {
             Bug::FullPageReissue => "full-page-reissue",
             Bug::RezallocDirty => "rezalloc-dirty",
             Bug::RegrowStale => "regrow-stale",
+            Bug::RezallocMovedSlack => "rezalloc-moved-slack",
             Bug::LargeReuseDirty => "large-reuse-dirty",
             Bug::HugeZeroedFooter => "huge-zeroed-footer",
             Bug::InteriorClass => "interior-class",
@@ -333,6 +347,7 @@ impl Bug {
             Bug::LargeDirtyZeroed
             | Bug::RezallocDirty
             | Bug::RegrowStale
+            | Bug::RezallocMovedSlack
             | Bug::LargeReuseDirty
             | Bug::HugeZeroedFooter => &["zeroed"],
             Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::InteriorClass => &["usable-size"],

@@ -4,7 +4,7 @@
 use std::ops::RangeInclusive;
 
 use super::{Bug, Zoo, SIZED_FREE};
-use shadow::allocator::{Allocator, Extras, GoodSize, InPlace, PurgeDelay};
+use shadow::allocator::{Allocator, Extras, GoodSize, InPlace, PurgeDelay, ZeroedFrom};
 
 const REZALLOC_DIRTY_MIN: usize = 1024;
 pub(super) const REGROW_STALE: RangeInclusive<usize> = 65..=4096;
@@ -29,6 +29,11 @@ impl Extras for Zoo {
                 return Some(q);
             }
         }
+        if self.has(Bug::RezallocMovedSlack) {
+            if let Some(q) = self.rezalloc_moved_slack(p, old, align, new_size) {
+                return Some(q);
+            }
+        }
         let q = self.realloc(p, old, align, new_size);
         if !q.is_null() && new_size > old {
             std::ptr::write_bytes(q.add(old), 0, new_size - old);
@@ -38,6 +43,15 @@ impl Extras for Zoo {
             }
         }
         Some(q)
+    }
+
+    /// The zoo's promise: every byte past the old request; with
+    /// `RezallocMovedSlack` planted, mimalloc's.
+    fn zeroed_from(&self) -> ZeroedFrom {
+        match self.has(Bug::RezallocMovedSlack) {
+            true => ZeroedFrom::Written,
+            false => ZeroedFrom::Request,
+        }
     }
 
     /// `mi_expand`'s contract: within the usable size, or unchanged.
@@ -150,5 +164,40 @@ impl Zoo {
     unsafe fn regrow_stale(&self, p: *mut u8, new_size: usize) -> Option<*mut u8> {
         let room = *self.state().rooms.get(&(p as usize))?;
         (new_size != 0 && new_size <= room).then_some(p)
+    }
+
+    /// `RezallocMovedSlack`: a zeroed realloc of block `p` within its
+    /// room stays in place; past it (to a size that gets room), the block
+    /// moves to a new one with room, zeroed as mimalloc's
+    /// `_mi_heap_realloc_zero` zeroes it: from the old room's last word up
+    /// to the new request, then the old room copied over. The new room's
+    /// bytes past the request are whatever the base left there. `None`
+    /// for a block without room, or another size: a real realloc then.
+    unsafe fn rezalloc_moved_slack(
+        &self,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let room = *self.state().rooms.get(&(p as usize))?;
+        if new_size != 0 && new_size <= room {
+            return Some(p);
+        }
+        if !REGROW_STALE.contains(&new_size) {
+            return None;
+        }
+        let q = self.with_room(new_size, align, false);
+        if !q.is_null() {
+            // SAFETY: `q` is a new block of at least `new_size` bytes, and
+            // `room - 8 < new_size` (`new_size > room >= 64`); `p` is the
+            // live block of `room` bytes the base gave it, not `q`.
+            unsafe {
+                std::ptr::write_bytes(q.add(room - 8), 0, new_size - (room - 8));
+                std::ptr::copy_nonoverlapping(p, q, room);
+            }
+            self.free(p, old, align);
+        }
+        Some(q)
     }
 }

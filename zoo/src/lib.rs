@@ -94,7 +94,8 @@ struct State {
     sized_cached: Vec<usize>,
     /// PurgeDropsLive: the newest live block of 4 KiB or more.
     last_large: Option<(usize, usize)>,
-    /// RegrowStale: blocks with room past their request -> their room.
+    /// RegrowStale, RezallocMovedSlack: blocks with room past their
+    /// request -> their room.
     rooms: HashMap<usize, usize>,
     /// LargeReuseDirty: a freed block of more than 32 MiB, and its size.
     large_freed: Option<(usize, usize)>,
@@ -540,7 +541,8 @@ impl Zoo {
         {
             return self.dirty_zeroed(size, align);
         }
-        if align <= 16 && self.has(Bug::RegrowStale) && extras::REGROW_STALE.contains(&size) {
+        let roomy = self.has(Bug::RegrowStale) || self.has(Bug::RezallocMovedSlack);
+        if align <= 16 && roomy && extras::REGROW_STALE.contains(&size) {
             return self.with_room(size, align, zeroed);
         }
         self.base.alloc(size, align, zeroed)

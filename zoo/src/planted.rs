@@ -41,7 +41,8 @@ impl Zoo {
         self.shifted(size, 4096, 2048, zeroed)
     }
 
-    /// `RegrowStale`: a block with room up to a multiple of 64 bytes.
+    /// `RegrowStale`, `RezallocMovedSlack`: a block with room up to a
+    /// multiple of 64 bytes.
     #[inline(never)]
     pub(super) unsafe fn with_room(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         let room = size.next_multiple_of(64);

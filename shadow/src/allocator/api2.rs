@@ -185,11 +185,11 @@ where
         Some(self.resize(p, old, align, new_size, true))
     }
 
-    /// `Allocator::grow_zeroed`'s documentation: from the old block's
-    /// size, which may be more than was asked.
+    /// `Allocator::grow_zeroed`'s documentation: "Bytes
+    /// old_layout.size()..old_size will either be preserved or zeroed
+    /// [...]. Bytes old_size..new_size are zeroed": of a block allocated
+    /// zeroed, preserved bytes are zero.
     fn zeroed_from(&self) -> ZeroedFrom {
-        ZeroedFrom::Usable {
-            quote: "Bytes old_layout.size()..old_size will either be preserved or zeroed, depending on the allocator implementation. old_size refers to the size of the memory block prior to the grow_zeroed call, which may be larger than the size that was originally requested when it was allocated. Bytes old_size..new_size are zeroed.",
-        }
+        ZeroedFrom::Written
     }
 }

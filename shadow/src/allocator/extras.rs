@@ -54,23 +54,38 @@ impl PurgeDelay {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ZeroedFrom {
     /// Past its requested size: a zeroed realloc to `n` of a block last
-    /// asked for `m` bytes leaves bytes `[m, n)` reading zero. The
-    /// contract the harness holds a zeroed realloc to, unless the
-    /// allocator documents less.
+    /// asked for `m` bytes leaves bytes `[m, n)` reading zero, whatever
+    /// the block went through. The strongest reading; the zoo keeps it.
     Request,
-    /// Past its usable size, as the allocator's documentation says
-    /// (`quote`): the bytes between the request and the usable size may
-    /// keep what they held.
+    /// Past the bytes the program wrote, for a block of the zeroed family
+    /// (allocated zeroed, resized since only by zeroed reallocs that grew
+    /// it or by calls that kept it where it was, in its usable size): the
+    /// allocator zeroed it whole, the program wrote only within its
+    /// requested sizes as they changed, so bytes `[m, n)` past the furthest
+    /// one it wrote must read zero after a zeroed realloc from `m` to `n`,
+    /// shrinks in between included. For any other block, past its usable
+    /// size. What a zeroed realloc whose zeroing starts at the old usable
+    /// size owes ("only valid on memory originally allocated with zero
+    /// initialization"): the precondition is about the block's origin. The
+    /// contract the harness holds every real allocator to unless it
+    /// declares less.
+    Written,
+    /// Past its usable size, for every block (`quote` says why): less
+    /// than [`ZeroedFrom::Written`], for a release known to keep stale
+    /// bytes in a zeroed block's slack.
     Usable { quote: &'static str },
 }
 
 impl ZeroedFrom {
-    /// mimalloc's documentation of its zeroed reallocs (the `zeroinit`
-    /// group): the bytes past the old request are zero only where the
-    /// block was allocated zeroed, so what it promises starts past the old
-    /// usable size.
+    /// mimalloc's zeroed reallocs as its releases up to 2.3.2 and 3.3.2
+    /// do them (mimalloc#763): one that moves a block zeroes the new block
+    /// only up to the new request, so a later zeroed realloc that grows it
+    /// within its usable size, in place, shows what the slack held. The
+    /// bundled mimalloc is held to its old usable size; a declared
+    /// mimalloc release is held to [`ZeroedFrom::Written`] and files the
+    /// bug (`corpus/findings/`), unless it declares `zeroed_realloc = "usable"`.
     pub const MIMALLOC: ZeroedFrom = ZeroedFrom::Usable {
-        quote: "The zero-initialized re-allocations are only valid on memory that was originally allocated with zero initialization too, e.g. mi_calloc, mi_zalloc, mi_zalloc_aligned etc.",
+        quote: "mimalloc#763: mi_rezalloc_aligned can fail to zero-init all data after several reallocations",
     };
 }
 

@@ -443,8 +443,9 @@ impl Extras for Mimalloc {
         Some(q.cast())
     }
 
-    /// mimalloc's "Re-allocation of zero initialized blocks": zeroes from
-    /// the old usable size on.
+    /// mimalloc's "Re-allocation of zero initialized blocks" zeroes from
+    /// the old usable size on; the bundled release has mimalloc#763, so it
+    /// is held to that for every block ([`ZeroedFrom::MIMALLOC`]).
     fn zeroed_from(&self) -> ZeroedFrom {
         ZeroedFrom::MIMALLOC
     }

@@ -194,6 +194,7 @@ impl Executor {
         if (1..size).contains(&usable) {
             block.size = usable;
         }
+        block.written = zeroed_family(&origin, p, size, usable).map(|w| w.max(block.extent));
         if let Some(report) = made {
             self.guard.made_short(p, size, usable, &report);
         }
@@ -463,8 +464,9 @@ impl Executor {
             ReallocCall::Plain => (b.align, None),
             ReallocCall::Zeroed => {
                 let from = match self.alloc.extras().map(|x| x.zeroed_from()) {
+                    Some(ZeroedFrom::Request) | None => b.size,
+                    Some(ZeroedFrom::Written) => b.written.map_or(b.usable, |w| w.max(b.size)),
                     Some(ZeroedFrom::Usable { .. }) => b.usable,
-                    _ => b.size,
                 };
                 (b.align, Some(from))
             }
@@ -473,7 +475,10 @@ impl Executor {
         self.adopt(q, new, align, b.heap, Origin::Realloc { old, zero_from })
     }
 
-    /// Asks for the usable size and writes all of it.
+    /// Asks for the usable size and writes all of it, but for a block of
+    /// the zeroed family: its slack stays as the allocator zeroed it, for
+    /// a later zeroed realloc to be held to (the zeroed realloc's
+    /// precondition is a block written only within its requests).
     pub(super) fn probe_usable(&mut self, i: usize) -> Outcome {
         let b = self.shadow.blocks()[i];
         self.guard
@@ -501,6 +506,9 @@ impl Executor {
         if b.size == 0 {
             // C leaves any access to a zero-size block undefined, and ASan
             // poisons it whatever malloc_usable_size says: nothing to write.
+            return Outcome::Live(i);
+        }
+        if b.written.is_some() {
             return Outcome::Live(i);
         }
         let base = b.ptr as *mut u8;
@@ -560,5 +568,25 @@ impl Executor {
             None => unsafe { self.alloc.free(b.ptr as *mut u8, b.size, b.align) },
         };
         let _ = sanitizer::given(b.ptr, || guard::call(free));
+    }
+}
+
+/// Whether a block of `size` bytes that came by `origin` to `p`, with
+/// `usable` bytes, is
+/// of the zeroed family ([`ZeroedFrom::Written`]), and if so, the end of
+/// what the program wrote in it before: allocated zeroed (nothing yet), or
+/// a family block resized by a zeroed realloc that grew it (the allocator
+/// zeroed what is new) or that kept it where it was, in its usable size. A
+/// block moved by a shrink, or grown by any other call, may hold stale
+/// bytes past its request.
+fn zeroed_family(origin: &Origin, p: usize, size: usize, usable: usize) -> Option<usize> {
+    match origin {
+        Origin::Fresh { zeroed: true } => Some(0),
+        Origin::Realloc { old, zero_from } => {
+            let stayed = old.ptr == p && usable <= old.usable;
+            let grew_zeroed = zero_from.is_some() && size > old.size;
+            old.written.filter(|_| stayed || grew_zeroed)
+        }
+        _ => None,
     }
 }

@@ -53,7 +53,8 @@ enum ReallocCall {
     /// [`crate::allocator::Allocator::realloc`] (or the heap's), which
     /// keeps the block's alignment.
     Plain,
-    /// The zeroed realloc: bytes past the old usable size read zero.
+    /// The zeroed realloc: bytes past where [`crate::allocator::ZeroedFrom`]
+    /// says read zero.
     Zeroed,
     /// C's plain realloc of a block of any alignment.
     Unaligned,

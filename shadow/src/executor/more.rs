@@ -363,6 +363,7 @@ impl Executor {
             extent: 0,
             seed,
             heap,
+            written: None,
         };
         if self.checked {
             // Freed unchecked by `Drop` if a violation ends the program.

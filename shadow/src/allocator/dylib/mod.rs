@@ -79,6 +79,9 @@ struct Properties {
     /// (0: none; above it, at least the request).
     good_size_exact_up_to: usize,
     heap_check_returns: HeapCheckReturns,
+    /// Where its zeroed realloc's zeroing starts, if it declares less
+    /// than [`ZeroedFrom::Written`].
+    zeroed_from: Option<ZeroedFrom>,
 }
 
 /// A C allocator's functions, linked into the binary: what the glue crate
@@ -321,6 +324,13 @@ impl Dylib {
         self
     }
 
+    /// Declares where its zeroed realloc's zero bytes start (see
+    /// [`ZeroedFrom`]).
+    pub fn with_zeroed_from(mut self, from: ZeroedFrom) -> Self {
+        self.properties.zeroed_from = Some(from);
+        self
+    }
+
     /// Declares it single-threaded (see [`Allocator::single_threaded`]).
     pub fn with_single_thread(mut self) -> Self {
         self.properties.single_threaded = true;
@@ -474,10 +484,11 @@ impl Extras for Dylib {
         true
     }
 
-    /// A C allocator's `rezalloc` is mimalloc's API, documented as
-    /// mimalloc documents it.
+    /// A C allocator's `rezalloc` is mimalloc's API, held to what
+    /// mimalloc documents of it ([`ZeroedFrom::Written`]) unless declared
+    /// otherwise.
     fn zeroed_from(&self) -> ZeroedFrom {
-        ZeroedFrom::MIMALLOC
+        self.properties.zeroed_from.unwrap_or(ZeroedFrom::Written)
     }
 
     unsafe fn realloc_zeroed(

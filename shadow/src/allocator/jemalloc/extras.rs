@@ -44,11 +44,12 @@ impl Extras for Jemalloc {
         Some(rezalloc(p, new_size, flags))
     }
 
-    /// jemalloc(3) on `MALLOCX_ZERO`: from the old real (usable) size on.
+    /// jemalloc(3) on `MALLOCX_ZERO`: "In the growing reallocation case,
+    /// the real size prior to reallocation defines the boundary between
+    /// untouched bytes and those that are initialized to contain zero
+    /// bytes"; the untouched bytes of a block allocated zeroed are zero.
     fn zeroed_from(&self) -> ZeroedFrom {
-        ZeroedFrom::Usable {
-            quote: "In the growing reallocation case, the real size prior to reallocation defines the boundary between untouched bytes and those that are initialized to contain zero bytes.",
-        }
+        ZeroedFrom::Written
     }
 
     /// `xallocx`: the real size it returns is at least `new_size` when the

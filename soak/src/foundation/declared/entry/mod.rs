@@ -126,6 +126,40 @@ pub struct CSources {
     /// What the heap check returns.
     #[serde(default)]
     pub heap_check_returns: HeapCheckReturns,
+    /// Where its zeroed realloc (`rezalloc`, mimalloc's API) zeroes from.
+    #[serde(default)]
+    pub zeroed_realloc: ZeroedRealloc,
+}
+
+/// Where a declared C allocator's zeroed realloc zeroes from
+/// ([`shadow::allocator::ZeroedFrom`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ZeroedRealloc {
+    /// Past what the program wrote, for a block allocated zeroed; past
+    /// the old usable size for any other: what mimalloc documents.
+    #[default]
+    Written,
+    /// Past the old usable size for every block: mimalloc's releases with
+    /// mimalloc#763, which leave a moved block's slack stale.
+    Usable,
+    /// Past the old request for every block.
+    Request,
+}
+
+impl ZeroedRealloc {
+    /// The builder call that declares it, if not the default.
+    fn property(self) -> Option<&'static str> {
+        match self {
+            ZeroedRealloc::Written => None,
+            ZeroedRealloc::Usable => Some(
+                ".with_zeroed_from(shadow::allocator::ZeroedFrom::Usable { quote: \"declared: zeroed_realloc = usable\" })",
+            ),
+            ZeroedRealloc::Request => {
+                Some(".with_zeroed_from(shadow::allocator::ZeroedFrom::Request)")
+            }
+        }
+    }
 }
 
 /// What a declared C allocator's heap check returns.
@@ -158,6 +192,9 @@ pub struct CLibrary {
     /// As for C sources ([`CSources::heap_check_returns`]).
     #[serde(default)]
     pub heap_check_returns: HeapCheckReturns,
+    /// As for C sources ([`CSources::zeroed_realloc`]).
+    #[serde(default)]
+    pub zeroed_realloc: ZeroedRealloc,
 }
 
 /// Whether `symbol` can name a C function.
@@ -445,6 +482,11 @@ impl Declared {
             .or(self.dylib.as_ref().and_then(|l| l.good_size_exact_up_to));
         if let Some(size) = exact {
             properties.push_str(&format!(".with_good_size_exact_up_to({size})"));
+        }
+        let zeroed = (self.c.as_ref().map(|c| c.zeroed_realloc))
+            .or(self.dylib.as_ref().map(|l| l.zeroed_realloc));
+        if let Some(property) = zeroed.and_then(ZeroedRealloc::property) {
+            properties.push_str(property);
         }
         let (check, returns) = match (&self.c, &self.dylib) {
             (Some(c), _) => (None, c.heap_check_returns),

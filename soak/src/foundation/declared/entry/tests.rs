@@ -56,6 +56,18 @@ fn a_c_allocator_gets_its_declared_properties() {
 }
 
 #[test]
+fn a_c_allocator_declares_where_its_zeroed_realloc_zeroes_from() {
+    let c = "[c]\nsources = [\"a.c\"]\nprefix = \"mi_\"\n";
+    let default = entry(c).registration(Path::new("/r"));
+    assert!(!default.contains("with_zeroed_from"), "{default}");
+    let usable = entry(&format!("{c}zeroed_realloc = \"usable\"\n")).registration(Path::new("/r"));
+    assert!(
+        usable.contains(".with_zeroed_from(shadow::allocator::ZeroedFrom::Usable {"),
+        "{usable}"
+    );
+}
+
+#[test]
 fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
     let d = entry("arena = 131072\nmax_align = 4\nthreads = 1\n[dylib]\npath = \"lib/libumm.so\"\nprefix = \"umm_\"\n");
     d.check().unwrap();
