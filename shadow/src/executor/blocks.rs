@@ -581,7 +581,8 @@ impl Executor {
 /// bytes past its request.
 fn zeroed_family(origin: &Origin, p: usize, size: usize, usable: usize) -> Option<usize> {
     match origin {
-        Origin::Fresh { zeroed: true } => Some(0),
+        // A zero-size block has no bytes to zero (C leaves them undefined).
+        Origin::Fresh { zeroed: true } if size > 0 => Some(0),
         Origin::Realloc { old, zero_from } => {
             let stayed = old.ptr == p && usable <= old.usable;
             let grew_zeroed = zero_from.is_some() && size > old.size;

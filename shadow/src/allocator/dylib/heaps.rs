@@ -100,7 +100,7 @@ impl Heaps for Dylib {
             (false, ..) => api.malloc_aligned.expect("whole heap API")(heap(h), size, align),
         };
         if zeroed && !p.is_null() {
-            ptr::write_bytes(p.cast::<u8>(), 0, size);
+            self.zero_whole(p.cast(), size, align);
         }
         p.cast()
     }

@@ -166,6 +166,23 @@ pub fn split_spec(spec: &str) -> (&str, &str) {
 }
 
 impl Dylib {
+    /// Zeroes block `p` (of `size` bytes, aligned to `align`) up to its
+    /// usable size, as a calloc would have, but never where ASan poisons
+    /// (an oversized answer is the executor's finding, not a write here).
+    ///
+    /// # Safety
+    /// `p` is a live block of this allocator, just allocated with `size`
+    /// and `align`, not yet handed out.
+    pub(super) unsafe fn zero_whole(&self, p: *mut u8, size: usize, align: usize) {
+        // SAFETY: as the caller says; the usable size is the block's own
+        // answer, cut where ASan's poison starts, and never less than
+        // `size`, the bytes the block was asked for.
+        unsafe {
+            let usable = self.usable_size(p, size, align).max(size);
+            let reach = crate::poison::poisoned_from(p, size, usable).unwrap_or(usable);
+            ptr::write_bytes(p, 0, reach);
+        }
+    }
     /// Opens `path[:prefix]` and resolves the malloc family, under the name
     /// `dylib:<spec>`.
     pub fn open(spec: &str) -> Result<Dylib, String> {
@@ -366,7 +383,9 @@ impl Allocator for Dylib {
     /// `calloc`, so a calloc that fails to zero is caught. C has no aligned
     /// calloc: an over-aligned zeroed request (or any, when the library has
     /// no `calloc`) is zeroed here, after its aligned allocation, and the
-    /// library's zeroing goes unchecked there.
+    /// library's zeroing goes unchecked there. Zeroed here, it is zeroed
+    /// whole, as a calloc zeroes it: a later zeroed realloc is held to the
+    /// block's slack reading zero ([`ZeroedFrom::Written`]).
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         let plain = malloc_serves(size, align);
         if let (true, true, Some(calloc)) = (zeroed, plain, self.calloc) {
@@ -378,7 +397,7 @@ impl Allocator for Dylib {
             self.aligned(size, align)
         };
         if zeroed && !p.is_null() {
-            ptr::write_bytes(p, 0, size);
+            self.zero_whole(p, size, align);
         }
         p
     }
