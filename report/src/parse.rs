@@ -294,6 +294,23 @@ pub(crate) fn freed_behind_harness(kind: &str, after: &[&str]) -> Option<String>
 /// then its address: the allocator had freed the block before.
 pub const HELD_BLOCK: &str = "allocsoak: the harness holds the block at";
 
+/// The line the harness prints after a sanitizer report raised during an
+/// op of `diff_mimalloc`'s reference allocator, before
+/// `[reference allocator <name>]`: the report is the reference's.
+pub const ON_REFERENCE: &str = "allocsoak: raised on the reference side";
+
+/// The reference allocator a sanitizer report (the first in `after`,
+/// which starts at it) was raised on, from the harness's line right after
+/// the report's SUMMARY ([`ON_REFERENCE`]).
+pub fn reference_side<'a>(after: &[&'a str]) -> Option<&'a str> {
+    let summary = after.iter().position(|l| l.starts_with("SUMMARY:"))?;
+    after[summary + 1..]
+        .iter()
+        .take(2)
+        .find(|l| l.starts_with(ON_REFERENCE))
+        .and_then(|l| crate::key::reference_of(l))
+}
+
 /// The address a sanitizer report is about, from its ERROR line
 /// (`attempting double-free on 0x...`, `heap-use-after-free on address
 /// 0x...`, `... which is not owned: 0x...`).

@@ -30,8 +30,11 @@ use crate::record::Record;
 /// allocator: the same symptom in two allocators (one planted bug in two
 /// bases, one crate declared under two names) is two groups, each with its
 /// own slot and repro command. The allocator is the slot's, or, for a
-/// violation the reference side of `diff_mimalloc` raised, the reference's
-/// (its bug is one group whichever slot compared against it). What goes
+/// violation or a sanitizer report the reference side of `diff_mimalloc`
+/// raised, the reference's (its bug is one group whichever slot compared
+/// against it; a report says so in the harness's line after it,
+/// [`crate::ON_REFERENCE`]). A timeout or a leak cannot tell the sides
+/// apart and stays the slot's. What goes
 /// into the other parts depends on what the log reports first (the
 /// precedence of [`kind`]):
 ///
@@ -144,12 +147,16 @@ impl Signature {
         let lines: Vec<&str> = log.lines().collect();
         let (at, class, kind) = finding(&lines)?;
         let after = &lines[at..];
-        let allocator = match class {
+        let reference = match class {
             Class::Violation => key::reference_of(after[0]),
-            _ => None,
-        }
-        .unwrap_or_else(|| slot_allocator(slot))
-        .to_string();
+            Class::Sanitizer | Class::Assertion | Class::Crash => {
+                crate::parse::reference_side(after)
+            }
+            Class::Engine | Class::Leak => None,
+        };
+        let allocator = reference
+            .unwrap_or_else(|| slot_allocator(slot))
+            .to_string();
         let mut alt = Vec::new();
         let (message, frames) = match class {
             Class::Violation => {
@@ -175,6 +182,12 @@ impl Signature {
             Class::Leak => (leak_message(after), top_frames(after, true)),
             Class::Assertion => (assertion_message(after), top_frames(after, false)),
             Class::Crash => (crash_message(after), top_frames(after, false)),
+        };
+        // A report the reference raised says so in its message, as a
+        // violation's key does: the store tolerates it in every slot.
+        let message = match (class, reference) {
+            (Class::Violation, _) | (_, None) => message,
+            (_, Some(r)) => format!("{message}{}{r}]", key::REFERENCE),
         };
         Some(Signature {
             kind,

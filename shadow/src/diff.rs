@@ -31,6 +31,7 @@
 use crate::allocator::{malloc_serves, Allocator};
 use crate::executor::{Executor, Mode, Outcome, Stats};
 use crate::op::{Op, Program, NEWEST};
+use crate::sanitizer::on_reference_side;
 use crate::violation::{By, Report, Violation};
 
 /// Largest size whose usable size is a pure function of the request in
@@ -60,7 +61,8 @@ pub fn run(
             stats.skipped += 1;
             continue;
         }
-        let (oa, ob) = (a.step(i, op), b.step(i, op));
+        let oa = a.step(i, op);
+        let ob = on_reference_side(reference.name(), || b.step(i, op));
         match oa {
             Outcome::Skipped => stats.skipped += 1,
             Outcome::Failed => stats.failed += 1,
@@ -109,7 +111,7 @@ pub fn run(
             (Outcome::Failed | Outcome::Done, Outcome::Live(y))
                 if b.shadow().blocks()[y].size == 0 =>
             {
-                b.step(i, &Op::Free { slot: NEWEST });
+                on_reference_side(reference.name(), || b.step(i, &Op::Free { slot: NEWEST }));
             }
             (x, y) if std::mem::discriminant(&x) == std::mem::discriminant(&y) => {}
             // One side failed a request it had to serve, and its `null`
@@ -118,7 +120,7 @@ pub fn run(
         }
     }
     a.finish(program.ops.len());
-    b.finish(program.ops.len());
+    on_reference_side(reference.name(), || b.finish(program.ops.len()));
     stats
 }
 

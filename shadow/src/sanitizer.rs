@@ -239,18 +239,43 @@ pub fn on_report(text: &str) {
     handle(text);
 }
 
+/// The reference allocator whose op is running (`diff_mimalloc`'s other
+/// side), if one is: set by [`on_reference_side`]. The two sides run one
+/// after the other, so one flag serves the process.
+static ON_REFERENCE: Mutex<Option<&'static str>> = Mutex::new(None);
+
+/// Runs `f`, an op of the reference allocator `name`: a sanitizer report
+/// raised meanwhile says so ([`report::ON_REFERENCE`]), and is the
+/// reference's bug, not the allocator under test's.
+pub fn on_reference_side<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
+    struct Off;
+    impl Drop for Off {
+        fn drop(&mut self) {
+            *ON_REFERENCE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+    *ON_REFERENCE.lock().unwrap_or_else(|e| e.into_inner()) = Some(name);
+    let _off = Off;
+    f()
+}
+
 /// [`on_report`] past the held reports: tolerated (the program ends at
 /// the next [`check`]) or printed, and the process aborts.
 fn handle(text: &str) {
     let given = GIVEN.get();
-    let held;
-    let text = match report::reported_address(text) {
-        Some(at) if given != 0 && at == given => {
-            held = format!("{text}{} {at:#x}\n", report::HELD_BLOCK);
-            held.as_str()
-        }
-        _ => text,
-    };
+    let mut text = text.to_string();
+    if let Some(at) = report::reported_address(&text).filter(|&at| given != 0 && at == given) {
+        text.push_str(&format!("{} {at:#x}\n", report::HELD_BLOCK));
+    }
+    // `try_lock`: a report may come while the flag changes hands.
+    if let Ok(Some(name)) = ON_REFERENCE.try_lock().map(|r| *r) {
+        text.push_str(&format!(
+            "{}{}{name}]\n",
+            report::ON_REFERENCE,
+            report::key::REFERENCE
+        ));
+    }
+    let text = text.as_str();
     let key = report::Signature::from_log(text, "").and_then(|s| s.tolerance_key());
     match key {
         Some(key) if tolerance::count_tolerated(&key) => {

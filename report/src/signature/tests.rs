@@ -1,4 +1,5 @@
 use super::*;
+use crate::ON_REFERENCE;
 
 #[test]
 fn an_rss_drift_is_one_group_per_series_and_never_tolerated() {
@@ -186,6 +187,24 @@ fn without_a_path_one_calls_bug_is_one_group_at_every_size() {
         ..small.clone()
     };
     assert_eq!(Signature::from_record(&old).message, small.key);
+}
+
+#[test]
+fn a_report_raised_on_the_reference_side_is_the_references() {
+    let report = "==1==ERROR: AddressSanitizer: heap-use-after-free on address 0x7b at pc 0x55\n\
+                  \x20   #0 0x55 in zoo::Zoo::free /w/zoo/src/lib.rs:330:9\n\
+                  SUMMARY: AddressSanitizer: heap-use-after-free /w/zoo/src/lib.rs:330:9 in free\n";
+    let marked = format!("{report}{ON_REFERENCE} [reference allocator zoo:x]\n");
+    let a = Signature::from_log(&marked, "diff_mimalloc/system").unwrap();
+    let b = Signature::from_log(&marked, "diff_mimalloc/jemalloc").unwrap();
+    assert_eq!(a.allocator, "zoo:x");
+    assert_eq!(a.id(), b.id(), "the reference's bug, whoever compared");
+    let key = a.tolerance_key().unwrap();
+    assert_eq!(crate::key::reference_of(&key), Some("zoo:x"), "{key}");
+    // Without the harness's line it is the slot's, as before.
+    let own = Signature::from_log(report, "diff_mimalloc/system").unwrap();
+    assert_eq!(own.allocator, "system");
+    assert_eq!(crate::key::reference_of(&own.title()), None);
 }
 
 #[test]
