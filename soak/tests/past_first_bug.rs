@@ -2,7 +2,8 @@
 //! it — a bug only reachable through a sound violation, a panic inside the
 //! allocator, a sanitizer report — and keys two bugs of one kind in two
 //! functions apart; a deadly signal that left no input is filed from the
-//! input history, and got past in libFuzzer's -fork. The real daemon and
+//! input history, and got past in libFuzzer's -fork; a bug of
+//! `diff_mimalloc`'s reference is one group, the reference's. The real daemon and
 //! fuzz binaries, as in `soak.rs`.
 
 mod common;
@@ -252,6 +253,42 @@ fn a_deadly_signal_is_filed_from_the_input_history_and_got_past() {
     assert!(long >= 2, "{long} slices fuzzed past 20 s\n{stdout}");
     // (The run's duty cycle is a figure of the machine's load:
     // BENCHMARKS.md has it.)
+}
+
+/// A bug of `diff_mimalloc`'s reference allocator (here the zoo's SEGV,
+/// a sanitizer report raised inside the reference's call), met by two
+/// slots that compare against it, is one group, the reference's, and its
+/// repro command runs the reference beside the slot's allocator. Before
+/// the harness marked the reference's reports, each slot filed it as a
+/// bug of its own allocator: two groups.
+#[test]
+fn a_reference_bug_met_by_two_slots_is_one_group_of_the_reference() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let both = |s: &Path| count(s, "SELECT COUNT(DISTINCT slot_id) FROM crash") >= 2;
+    let args = args(
+        "diff_mimalloc",
+        "system",
+        "150",
+        &["--allocator", "jemalloc"],
+    );
+    let env = [("ALLOCSOAK_REFERENCE", "zoo:wild-write")];
+    let out = common::soak_until_env(&state, &args, &env, both);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let filed = groups(&state);
+    assert!(both(&state), "{filed:?}\n{stdout}");
+    assert_eq!(filed.len(), 1, "{filed:?}\n{stdout}");
+    let (_, kind, _, repro, title) = &filed[0];
+    assert_eq!(kind, "SEGV");
+    assert!(
+        title.contains("[reference allocator zoo:wild-write]"),
+        "{title}"
+    );
+    assert!(
+        repro.contains("ALLOCSOAK_REFERENCE='zoo:wild-write'"),
+        "{repro}"
+    );
 }
 
 /// Two pairs of bugs of one kind in one allocator, each pair two groups:

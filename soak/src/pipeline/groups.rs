@@ -248,7 +248,7 @@ pub fn export(
          - `program.txt`: the op program (the failing op is marked); each op is one allocator call.\n\
          - `test.rs`: the program as a standalone Rust `#[test]` (its header says how to depend on allocsoak's `shadow` crate).\n\
          - `minimized` / `original`: the minimized program as text / the fuzz input{needs}; replay on allocsoak's fuzz binary:\n\n\
-         ```sh\n{build}{tolerate}ALLOCSOAK_TEXT_INPUTS=1 ALLOCSOAK_ALLOCATOR='{allocator}' {binary} {files}\n```\n",
+         ```sh\n{build}{tolerate}ALLOCSOAK_TEXT_INPUTS=1 {reference}ALLOCSOAK_ALLOCATOR='{allocator}' {binary} {files}\n```\n",
         id = g.row.id,
         title = g.row.title,
         target = g.slot.target,
@@ -260,6 +260,7 @@ pub fn export(
             String::new()
         },
         tolerate = if g.tolerate().is_some() { "ALLOCSOAK_TOLERATE=tolerate " } else { "" },
+        reference = crate::pipeline::intake::reference_setting(&g.row.title),
         needs = if history.is_empty() {
             String::new()
         } else {

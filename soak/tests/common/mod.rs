@@ -87,9 +87,21 @@ pub fn soak(state: &Path, args: &[&str]) -> Output {
 /// then the most it may take to get there, not what every run costs.
 /// `done` should ask for all the test then checks of what was filed.
 pub fn soak_until(state: &Path, args: &[&str], done: impl Fn(&Path) -> bool) -> Output {
+    soak_until_env(state, args, &[], done)
+}
+
+/// [`soak_until`], with `env` set for the soak (and so for its slices and
+/// replays).
+pub fn soak_until_env(
+    state: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    done: impl Fn(&Path) -> bool,
+) -> Output {
     let logs = tempfile::tempdir().unwrap();
     let (stdout, stderr) = (logs.path().join("stdout"), logs.path().join("stderr"));
     let mut child = soak_command(state, args)
+        .envs(env.iter().copied())
         .stdout(std::fs::File::create(&stdout).unwrap())
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()

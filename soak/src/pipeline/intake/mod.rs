@@ -28,6 +28,7 @@ mod texts;
 
 pub use batch::show_saved;
 pub use saved::{inputs, record_path, saved_record};
+pub(crate) use texts::reference_setting;
 
 pub use source::{replay_error, Source};
 

@@ -53,13 +53,23 @@ pub(super) fn repro_command(
     };
     Ok(Repro {
         command: format!(
-            "{tolerate}{text}ALLOCSOAK_ALLOCATOR='{}' {} {}",
+            "{tolerate}{text}{}ALLOCSOAK_ALLOCATOR='{}' {} {}",
+            reference_setting(&sig.title()),
             src.allocator,
             src.binary.display(),
             sequence::shell_args(&files)
         ),
         needs_tolerate,
     })
+}
+
+/// `ALLOCSOAK_REFERENCE='<name>' ` for a bug of `diff_mimalloc`'s
+/// reference (its title names it), which the replay must run beside: the
+/// soak's reference may not be the binary's default.
+pub(crate) fn reference_setting(title: &str) -> String {
+    report::key::reference_of(title)
+        .map(|r| format!("ALLOCSOAK_REFERENCE='{r}' "))
+        .unwrap_or_default()
 }
 
 /// The program the input decodes to, the failing op marked; after the
