@@ -50,7 +50,6 @@ fn reaching(bug: Bug) -> String {
         Bug::RezallocMovedSlack => "target alloc_ops\nalloc size=250 align=8\nfree slot=0\nalloc size=100 align=8 zeroed\nrealloc-zeroed slot=0 to=200\nrealloc-zeroed slot=0 to=250\n",
         Bug::LargeReuseDirty => "target alloc_ops\nalloc size=41943040 align=8\nfree slot=0\nalloc size=41943040 align=8 zeroed\n",
         Bug::InteriorClass => "target alloc_ops\nalloc size=300 align=1\n",
-        Bug::LargeInterior => "target alloc_ops\nalloc size=5000000 align=8\n",
         Bug::HugeZeroedFooter => "target alloc_ops\nalloc size=134217727 align=8 zeroed\n",
         Bug::ExpandOverclaims => "target alloc_ops\nalloc size=600 align=8\nresize-in-place slot=0 to=1000 extra=0\n",
         Bug::SizedFreeMisclass => "target alloc_ops\nalloc size=1500 align=8\nfree-sized slot=0\nalloc size=1700 align=8\n",

@@ -171,14 +171,6 @@ pub enum Bug {
     /// edge a program names (16·k ± 1, 2^e ± 1, quarter octaves) is within
     /// 1 of a multiple of 16.
     InteriorClass,
-    /// A plain malloc of more than 4 MiB, up to 64 MiB, that lies more than
-    /// 4 KiB from a multiple of 1 MiB (where the large-size table's entries
-    /// are) is served rounded down to 64 KiB, the entry below: only a size
-    /// drawn inside that range reaches it. Every edge a program names there
-    /// (2^e ± 1, quarter octaves, thresholds, and doubles and halves of
-    /// them) is within a few bytes of a multiple of 1 MiB; realloc and
-    /// calloc take the computed size.
-    LargeInterior,
     /// Every request aligned to 32 or more comes back 16 bytes past an
     /// aligned address, at every entry point (alloc, zeroed, realloc, the
     /// aligned optional calls) and every size: one line of the
@@ -187,7 +179,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 45] = [
+    pub const ALL: [Bug; 44] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -222,7 +214,6 @@ impl Bug {
         Bug::LargeReuseDirty,
         Bug::HugeZeroedFooter,
         Bug::InteriorClass,
-        Bug::LargeInterior,
         Bug::ExpandOverclaims,
         Bug::SizedFreeMisclass,
         Bug::PlainReallocMisaligns,
@@ -271,7 +262,6 @@ impl Bug {
             Bug::LargeReuseDirty => "large-reuse-dirty",
             Bug::HugeZeroedFooter => "huge-zeroed-footer",
             Bug::InteriorClass => "interior-class",
-            Bug::LargeInterior => "large-interior",
             Bug::ExpandOverclaims => "expand-overclaims",
             Bug::SizedFreeMisclass => "sized-free-misclass",
             Bug::PlainReallocMisaligns => "plain-realloc-misaligns",
@@ -360,9 +350,7 @@ impl Bug {
             | Bug::RezallocMovedSlack
             | Bug::LargeReuseDirty
             | Bug::HugeZeroedFooter => &["zeroed"],
-            Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::InteriorClass | Bug::LargeInterior => {
-                &["usable-size"]
-            }
+            Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::InteriorClass => &["usable-size"],
             // Or ASan's report of the harness writing the bytes it was
             // told it owns.
             Bug::HeapExpandOverclaims => &["usable-size", "heap-buffer-overflow"],

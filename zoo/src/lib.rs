@@ -239,12 +239,9 @@ impl Allocator for Zoo {
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         self.count_call();
         self.class_of(size);
-        let p = if self.is_interior(size, align, zeroed) {
-            self.interior_class(size, align)
-        } else if self.is_large_interior(size, zeroed) {
-            self.large_interior(size, align)
-        } else {
-            self.alloc_inner(size, align, zeroed)
+        let p = match self.is_interior(size, align, zeroed) {
+            true => self.interior_class(size, align),
+            false => self.alloc_inner(size, align, zeroed),
         };
         self.track_owner(p, size, align);
         if !p.is_null() {

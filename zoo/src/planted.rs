@@ -24,11 +24,6 @@ thread_local! {
 /// `InteriorClass`: the sizes, and how far past a multiple of 16 they are.
 const INTERIOR: RangeInclusive<usize> = 257..=4095;
 const INTERIOR_OFFSETS: RangeInclusive<usize> = 2..=14;
-const LARGE_INTERIOR: RangeInclusive<usize> = (4 << 20) + 1..=64 << 20;
-/// `LargeInterior`'s table: an entry every 1 MiB, each serving 4 KiB
-/// either side of it itself.
-const LARGE_ENTRY: usize = 1 << 20;
-const LARGE_NEAR: usize = 4096;
 
 impl Zoo {
     #[inline(never)]
@@ -67,24 +62,6 @@ impl Zoo {
             && INTERIOR.contains(&size)
             && INTERIOR_OFFSETS.contains(&(size % 16))
             && !COMPUTED_BIN.get()
-    }
-
-    /// `LargeInterior`: whether a malloc's large-size lookup rounds `size`
-    /// down (realloc and calloc take the computed size).
-    pub(super) fn is_large_interior(&self, size: usize, zeroed: bool) -> bool {
-        let off = size % LARGE_ENTRY;
-        !zeroed
-            && self.has(Bug::LargeInterior)
-            && LARGE_INTERIOR.contains(&size)
-            && (LARGE_NEAR..=LARGE_ENTRY - LARGE_NEAR).contains(&off)
-            && !COMPUTED_BIN.get()
-    }
-
-    /// `LargeInterior`: `size` rounded down to 64 KiB, as the table entry
-    /// below serves it.
-    #[inline(never)]
-    pub(super) unsafe fn large_interior(&self, size: usize, align: usize) -> *mut u8 {
-        self.base.alloc(size & !0xffff, align, false)
     }
 
     /// `InteriorClass`: the class below `size`, as a bin lookup that
