@@ -58,6 +58,10 @@ fn the_dashboard_shows_a_live_soak_and_its_groups_safely() {
     let (status, page) = http(port, "GET", "/");
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("running"), "the soak is running: {page}");
+    // Without a coverage report, the command that makes one, for this
+    // state dir (it once named the soak's state word instead).
+    let make = format!("allocsoak coverage --state {}", state.display());
+    assert!(page.contains(&make), "no `{make}` on the overview: {page}");
     let mut browser = Browser::open(&format!("{base}/"));
     let elapsed = "document.querySelector('[data-fact=elapsed]').textContent";
     let first: u64 = browser.wait_for(elapsed, |v| v.parse().ok());

@@ -224,6 +224,8 @@ pub fn overview(state: &StateDir, store: &Store, config: &drift::TrendConfig) ->
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SourceCoverage {
     pub rows: Vec<CoverageRow>,
+    /// The command that makes a report of this state dir.
+    pub make: String,
     /// The chart: one series per allocator, percent of regions covered.
     pub allocators: Vec<String>,
     pub times: Vec<i64>,
@@ -244,7 +246,13 @@ pub struct CoverageRow {
 }
 
 pub fn source_coverage(state: &StateDir) -> Result<SourceCoverage> {
-    let mut out = SourceCoverage::default();
+    let mut out = SourceCoverage {
+        make: format!(
+            "allocsoak coverage --state {}",
+            crate::pipeline::sequence::shell_args(&[state.root().to_path_buf()])
+        ),
+        ..SourceCoverage::default()
+    };
     if let Some(report) = crate::coverage::last(state)? {
         out.rows = report
             .allocators

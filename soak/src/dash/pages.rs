@@ -106,6 +106,7 @@ pub fn overview(
             recent => Value::from(Serde(recent)),
             drift => Value::from(Serde(drift.iter().map(|d| &d.row).collect::<Vec<_>>())),
             coverage => Value::from(Serde(&coverage.rows)),
+            coverage_make => &coverage.make,
         },
     )
 }
