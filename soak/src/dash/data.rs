@@ -247,10 +247,7 @@ pub struct CoverageRow {
 
 pub fn source_coverage(state: &StateDir) -> Result<SourceCoverage> {
     let mut out = SourceCoverage {
-        make: format!(
-            "allocsoak coverage --state {}",
-            crate::pipeline::sequence::shell_args(&[state.root().to_path_buf()])
-        ),
+        make: format!("allocsoak coverage --state {}", state.root().display()),
         ..SourceCoverage::default()
     };
     if let Some(report) = crate::coverage::last(state)? {
