@@ -61,7 +61,8 @@ fn the_dashboard_shows_a_live_soak_and_its_groups_safely() {
     // Without a coverage report, the command that makes one, for this
     // state dir (it once named the soak's state word instead).
     let make = format!("allocsoak coverage --state {}", state.display());
-    assert!(page.contains(&make), "no `{make}` on the overview: {page}");
+    let shown = page.replace("&#x2f;", "/");
+    assert!(shown.contains(&make), "no `{make}` on the overview: {page}");
     let mut browser = Browser::open(&format!("{base}/"));
     let elapsed = "document.querySelector('[data-fact=elapsed]').textContent";
     let first: u64 = browser.wait_for(elapsed, |v| v.parse().ok());
