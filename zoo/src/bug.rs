@@ -143,17 +143,17 @@ pub enum Bug {
     /// the zoo's, which is every byte past the old request), so the bytes
     /// between the old request and the new one keep what they held.
     RegrowStale,
-    /// mimalloc#763's shape: 65..=4096-byte blocks get room up to a
-    /// multiple of 64 bytes (as for `RegrowStale`); a zeroed realloc within
-    /// the room stays in place and zeroes nothing, and one that moves
-    /// zeroes the new block only up to the new request, leaving the rest
-    /// of its room as it was. While it is planted the zoo promises only
-    /// what mimalloc documents (`ZeroedFrom::Written`): a block allocated
-    /// zeroed keeps zero past what the program wrote. A zeroed block
-    /// grown by a moving zeroed realloc, then grown again within its new
-    /// room, shows the stale room: only a check that follows a zeroed
-    /// block through its reallocs sees it (the old usable size's promise
-    /// starts past the room).
+    /// mimalloc#63's and #763's shapes: 65..=4096-byte blocks get room up
+    /// to a multiple of 64 bytes (as for `RegrowStale`); a zeroed request
+    /// zeroes only the bytes asked for, not the rest of its room; a zeroed
+    /// realloc within the room stays in place and zeroes nothing, and one
+    /// that moves zeroes the new block only up to the new request. While
+    /// it is planted the zoo promises only what mimalloc documents
+    /// (`ZeroedFrom::Written`): a block allocated zeroed keeps zero past
+    /// what the program wrote. A zeroed block grown within its room shows
+    /// the stale room: only a check that follows a zeroed block past its
+    /// request sees it (the old usable size's promise starts past the
+    /// room).
     RezallocMovedSlack,
     /// A freed block of more than 32 MiB is kept, and the next zeroed request
     /// that fits gets it back as it was left, not zeroed: only a program

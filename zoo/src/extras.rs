@@ -167,12 +167,12 @@ impl Zoo {
     }
 
     /// `RezallocMovedSlack`: a zeroed realloc of block `p` within its
-    /// room stays in place; past it (to a size that gets room), the block
-    /// moves to a new one with room, zeroed as mimalloc's
-    /// `_mi_heap_realloc_zero` zeroes it: from the old room's last word up
-    /// to the new request, then the old room copied over. The new room's
-    /// bytes past the request are whatever the base left there. `None`
-    /// for a block without room, or another size: a real realloc then.
+    /// room stays in place and zeroes nothing; past it (to a size that
+    /// gets room), the block moves to a new one with room, zeroed as
+    /// mimalloc's `_mi_heap_realloc_zero` zeroes it: from the old room's
+    /// last word up to the new request, then the old room copied over.
+    /// `None` for a block without room, or another size: a real realloc
+    /// then.
     unsafe fn rezalloc_moved_slack(
         &self,
         p: *mut u8,

@@ -46,7 +46,20 @@ impl Zoo {
     #[inline(never)]
     pub(super) unsafe fn with_room(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         let room = size.next_multiple_of(64);
-        let p = self.base.alloc(room, align, zeroed);
+        // `RezallocMovedSlack`: a zeroed request zeroes only what was
+        // asked for (mimalloc#63's first shape), the rest of the room as
+        // the base left it.
+        let p = match zeroed && self.has(Bug::RezallocMovedSlack) {
+            true => {
+                let p = self.base.alloc(room, align, false);
+                if !p.is_null() {
+                    // SAFETY: `p` is a new block of `room >= size` bytes.
+                    unsafe { std::ptr::write_bytes(p, 0, size) };
+                }
+                p
+            }
+            false => self.base.alloc(room, align, zeroed),
+        };
         if !p.is_null() {
             self.state().rooms.insert(p as usize, room);
         }
