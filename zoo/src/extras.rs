@@ -24,7 +24,7 @@ impl Extras for Zoo {
         align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        if self.has(Bug::RegrowStale) {
+        if self.has_rooms() {
             if let Some(q) = self.regrow_stale(p, new_size) {
                 return Some(q);
             }
@@ -157,8 +157,9 @@ impl Extras for Zoo {
 }
 
 impl Zoo {
-    /// `RegrowStale`: a zeroed realloc of block `p` to `new_size` within
-    /// the room it got stays in place, zeroing from the room on: nothing.
+    /// `RegrowStale`, `RezallocMovedSlack`: a zeroed realloc of block `p`
+    /// to `new_size` within the room it got stays in place, zeroing from
+    /// the room on: nothing.
     /// `None` for a block without room, or a size past it: a real
     /// realloc then.
     unsafe fn regrow_stale(&self, p: *mut u8, new_size: usize) -> Option<*mut u8> {
@@ -166,13 +167,12 @@ impl Zoo {
         (new_size != 0 && new_size <= room).then_some(p)
     }
 
-    /// `RezallocMovedSlack`: a zeroed realloc of block `p` within its
-    /// room stays in place and zeroes nothing; past it (to a size that
-    /// gets room), the block moves to a new one with room, zeroed as
-    /// mimalloc's `_mi_heap_realloc_zero` zeroes it: from the old room's
-    /// last word up to the new request, then the old room copied over.
-    /// `None` for a block without room, or another size: a real realloc
-    /// then.
+    /// `RezallocMovedSlack`: a zeroed realloc of block `p` past its room
+    /// ([`Zoo::regrow_stale`] keeps it in place within it), to a size that
+    /// gets room, moves it to a new one with room, zeroed as mimalloc's
+    /// `_mi_heap_realloc_zero` zeroes it: from the old room's last word up
+    /// to the new request, then the old room copied over. `None` for a
+    /// block without room, or another size: a real realloc then.
     unsafe fn rezalloc_moved_slack(
         &self,
         p: *mut u8,
@@ -181,10 +181,7 @@ impl Zoo {
         new_size: usize,
     ) -> Option<*mut u8> {
         let room = *self.state().rooms.get(&(p as usize))?;
-        if new_size != 0 && new_size <= room {
-            return Some(p);
-        }
-        if !REGROW_STALE.contains(&new_size) {
+        if new_size <= room || !REGROW_STALE.contains(&new_size) {
             return None;
         }
         let q = self.with_room(new_size, align, false);

@@ -541,8 +541,7 @@ impl Zoo {
         {
             return self.dirty_zeroed(size, align);
         }
-        let roomy = self.has(Bug::RegrowStale) || self.has(Bug::RezallocMovedSlack);
-        if align <= 16 && roomy && extras::REGROW_STALE.contains(&size) {
+        if align <= 16 && self.has_rooms() && extras::REGROW_STALE.contains(&size) {
             return self.with_room(size, align, zeroed);
         }
         self.base.alloc(size, align, zeroed)

@@ -41,6 +41,12 @@ impl Zoo {
         self.shifted(size, 4096, 2048, zeroed)
     }
 
+    /// Whether 65..=4096-byte blocks get room past their request
+    /// (`RegrowStale`, `RezallocMovedSlack`).
+    pub(super) fn has_rooms(&self) -> bool {
+        self.has(Bug::RegrowStale) || self.has(Bug::RezallocMovedSlack)
+    }
+
     /// `RegrowStale`, `RezallocMovedSlack`: a block with room up to a
     /// multiple of 64 bytes.
     #[inline(never)]
