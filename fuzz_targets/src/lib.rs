@@ -33,6 +33,8 @@ extern "C" {
     fn __asan_set_error_report_callback(callback: unsafe extern "C" fn(*const std::ffi::c_char));
     /// The first poisoned byte of a region, or null.
     fn __asan_region_is_poisoned(beg: *mut std::ffi::c_void, size: usize) -> *mut std::ffi::c_void;
+    /// The shadow's scale and offset.
+    fn __asan_get_shadow_mapping(scale: *mut usize, offset: *mut usize);
     /// Tells LeakSanitizer a heap block is not a leak.
     fn __lsan_ignore_object(p: *const std::ffi::c_void);
     /// Where the sanitizer prints its reports.
@@ -83,6 +85,7 @@ pub fn init() {
         __asan_set_error_report_callback(on_asan_report);
         shadow::sanitizer::install(
             __asan_region_is_poisoned,
+            __asan_get_shadow_mapping,
             __lsan_ignore_object,
             __lsan_do_recoverable_leak_check,
             __sanitizer_get_ownership,

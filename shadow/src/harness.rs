@@ -13,12 +13,14 @@ use crate::settings::{self, AllocatorFrom};
 /// The allocator under test, loaded once per process from the name the
 /// settings give (a bad name ends the process); the serial replay's switch
 /// is thrown here too, and mimalloc's purge timer is stopped before the
-/// allocator loads ([`allocator::purge_when_asked`]).
+/// allocator loads ([`allocator::purge_when_asked`]), and the process
+/// bounds its resident size ([`crate::resident`]).
 fn loaded() -> &'static dyn Allocator {
     static ALLOC: OnceLock<&'static dyn Allocator> = OnceLock::new();
     *ALLOC.get_or_init(|| {
         let settings = settings::get();
         allocator::purge_when_asked();
+        crate::resident::bound_this_process();
         let choice = &settings.allocator;
         if choice.from == AllocatorFrom::BinaryName {
             eprintln!(

@@ -36,6 +36,7 @@ pub mod model;
 pub mod op;
 pub mod pattern;
 pub mod poison;
+pub mod resident;
 pub mod sanitizer;
 pub mod settings;
 pub mod tally;

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::LocalKey;
 
-use crate::poison::RegionIsPoisoned;
+use crate::poison::{RegionIsPoisoned, ShadowMapping};
 use crate::tolerance;
 use crate::violation::{By, Report, Violation};
 use crate::Target;
@@ -335,11 +335,12 @@ static LEAKS: OnceLock<(LeakCheck, Owns)> = OnceLock::new();
 /// ([`given_back`]).
 pub fn install(
     is_poisoned: RegionIsPoisoned,
+    mapping: ShadowMapping,
     ignore_object: IgnoreObject,
     leak_check: LeakCheck,
     owns: Owns,
 ) {
-    crate::poison::install(is_poisoned);
+    crate::poison::install(is_poisoned, mapping);
     let _ = IGNORE_OBJECT.set(ignore_object);
     let _ = LEAKS.set((leak_check, owns));
 }

@@ -148,14 +148,15 @@ fn child_prints_mimallocs_purge_delay() {
     println!("{PRINTED}purge_delay={delay}");
 }
 
-/// A fuzzing process's mimalloc purges when a program asks, not on its
-/// 10-ms timer (a replay would otherwise take the path the clock gave it),
-/// unless the user's `MIMALLOC_PURGE_DELAY` says otherwise.
+/// A fuzzing process's mimalloc purges when a program asks or the process
+/// has grown, not on its 10-ms timer (a replay would otherwise take the
+/// path the clock gave it): its delay is an hour, unless the user's
+/// `MIMALLOC_PURGE_DELAY` says otherwise.
 #[test]
 fn a_fuzzing_process_purges_when_a_program_asks() {
     let vars = [("ALLOCSOAK_ALLOCATOR", "mimalloc")];
     let out = child("child_prints_mimallocs_purge_delay", &vars);
-    assert_eq!(printed(&out).as_deref(), Some("purge_delay=-1"), "{out:?}");
+    assert_eq!(printed(&out).as_deref(), Some("purge_delay=3600000"), "{out:?}");
     let mut cmd_vars = vars.to_vec();
     cmd_vars.push(("MIMALLOC_PURGE_DELAY", "25"));
     let out = child("child_prints_mimallocs_purge_delay", &cmd_vars);

@@ -252,6 +252,12 @@ pub trait Allocator: Send + Sync {
     /// the next program starts as a fresh process would (zoo caches).
     fn reset(&self) {}
 
+    /// Gives back to the OS what the allocator holds free, as a real
+    /// process's purge timer would have by now. Called between programs
+    /// when a fuzzing process has grown ([`crate::resident`]). Default:
+    /// nothing.
+    fn trim(&self) {}
+
     /// The fixed region the allocator serves every block from, if it has
     /// one (a static pool, a TLSF over a buffer). Default: `None`, the
     /// allocator grows as it needs, and a null for a request that must

@@ -463,6 +463,8 @@ impl Executor {
         if self.checked {
             self.arena.check_capacity(&self.guard);
         }
+        self.guard
+            .asked(|| crate::resident::after_program(self.alloc));
         crate::sanitizer::check();
         self.stats.calls += self.guard.take_calls() + self.stats.race_calls;
         self.finished = true;

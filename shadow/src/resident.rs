@@ -1,0 +1,69 @@
+//! A fuzzing process's resident size, kept near what its programs need.
+//!
+//! One process runs hundreds of thousands of programs, and libFuzzer ends
+//! it when its resident size passes the RSS limit, as an `oom` finding of
+//! the input it ran last. What a correct allocator holds free, and what
+//! ASan's shadow keeps of the regions it maps, grows with the process, not
+//! with any program: so between programs, when the process has grown by
+//! [`GROWTH`] since it last looked, the allocator gives back what it holds
+//! free ([`Allocator::trim`]) and the shadow's all-zero pages go back to
+//! the OS ([`poison::release_zero_shadow`]).
+//!
+//! Only a fuzzing process does this ([`bound_this_process`], from the
+//! harness); a program's own growth is never trimmed, so an allocator that
+//! keeps memory it should not is still seen by the drift replay, which
+//! runs without it.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use crate::allocator::Allocator;
+use crate::poison;
+
+/// Programs between two reads of the process's resident size.
+const EVERY: u32 = 64;
+/// How far the resident size may grow past what the last trim left
+/// before the next one.
+const GROWTH: u64 = 256 << 20;
+
+static BOUNDED: AtomicBool = AtomicBool::new(false);
+
+/// Makes this process bound its resident size between programs, and turns
+/// transparent huge pages off for it: with them a block touched in three
+/// places (a huge request's head, tail and a window) costs 6 MiB, and
+/// pages an allocator gives back lazily (`MADV_FREE`) stay counted whole
+/// (mimalloc asks for huge pages on its arenas: 1.5 GiB of a `heap_api`
+/// process's 3 GiB). The allocator's code runs the same with or without
+/// them.
+pub fn bound_this_process() {
+    BOUNDED.store(true, Ordering::Relaxed);
+    // SAFETY: no pointer involved; `PR_SET_THP_DISABLE` only sets a flag of this process.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
+/// Called after each program, once it has freed everything: every
+/// [`EVERY`]th program, trims when the process has grown [`GROWTH`] past
+/// what the last trim left.
+pub fn after_program(alloc: &dyn Allocator) {
+    static PROGRAMS: AtomicU32 = AtomicU32::new(0);
+    static LEFT: AtomicU64 = AtomicU64::new(0);
+    if !BOUNDED.load(Ordering::Relaxed) || PROGRAMS.fetch_add(1, Ordering::Relaxed) % EVERY != 0 {
+        return;
+    }
+    let Some(now) = resident_bytes() else { return };
+    let left = LEFT.load(Ordering::Relaxed);
+    if left == 0 || now >= left + GROWTH {
+        if left != 0 {
+            alloc.trim();
+            poison::release_zero_shadow();
+        }
+        LEFT.store(resident_bytes().unwrap_or(now), Ordering::Relaxed);
+    }
+}
+
+/// The process's resident size, from `/proc/self/statm` (its second
+/// field, in pages).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096) // x86-64 Linux's page, the only host the fuzz builds target
+}
