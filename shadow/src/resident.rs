@@ -46,7 +46,11 @@ pub fn bound_this_process() {
 pub fn after_program(alloc: &dyn Allocator) {
     static PROGRAMS: AtomicU32 = AtomicU32::new(0);
     static LEFT: AtomicU64 = AtomicU64::new(0);
-    if !BOUNDED.load(Ordering::Relaxed) || PROGRAMS.fetch_add(1, Ordering::Relaxed) % EVERY != 0 {
+    if !BOUNDED.load(Ordering::Relaxed)
+        || !PROGRAMS
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(EVERY)
+    {
         return;
     }
     let Some(now) = resident_bytes() else { return };

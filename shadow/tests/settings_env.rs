@@ -156,7 +156,11 @@ fn child_prints_mimallocs_purge_delay() {
 fn a_fuzzing_process_purges_when_a_program_asks() {
     let vars = [("ALLOCSOAK_ALLOCATOR", "mimalloc")];
     let out = child("child_prints_mimallocs_purge_delay", &vars);
-    assert_eq!(printed(&out).as_deref(), Some("purge_delay=3600000"), "{out:?}");
+    assert_eq!(
+        printed(&out).as_deref(),
+        Some("purge_delay=3600000"),
+        "{out:?}"
+    );
     let mut cmd_vars = vars.to_vec();
     cmd_vars.push(("MIMALLOC_PURGE_DELAY", "25"));
     let out = child("child_prints_mimallocs_purge_delay", &cmd_vars);
