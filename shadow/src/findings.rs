@@ -125,8 +125,8 @@ pub fn save(report: &Report, key: &str, seen: u64) {
 
 /// The families ([`report::key::family`]: a key without its size tiers)
 /// of sound violations this process saved a finding of. One process
-/// saves one key per family
-/// (its first); the others of the family are counted. A bug met over
+/// saves one key per family (its first); the others of the family are
+/// counted. A bug met over
 /// many size tiers and calls saved one input per key, and a soak's first
 /// minute parked 77 findings of 54 keys, 71 keys of 30 families in all
 /// (docs/benchmarks/2026-12-04-stop-67.md): each waits for a replay

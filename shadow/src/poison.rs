@@ -72,8 +72,7 @@ pub fn poisoned_from(base: *const u8, from: usize, to: usize) -> Option<usize> {
 
 /// Gives back to the OS every resident page of ASan's shadow that reads
 /// all zero (the 32 KiB of memory it covers are all addressable), over
-/// the shadow of every mapping of the process; returns the bytes given
-/// back. A page given back reads zero again when next touched, so the
+/// the shadow of every mapping of the process. A page given back reads zero again when next touched, so the
 /// shadow says what it said: nothing ASan knows is lost.
 ///
 /// Why: ASan unpoisons a range by writing zeros over its shadow, and an
@@ -88,18 +87,17 @@ pub fn poisoned_from(base: *const u8, from: usize, to: usize) -> Option<usize> {
 /// poisoning meanwhile between the check and the release of its page
 /// would be lost (a report missed, never a report made up). Without ASan
 /// it does nothing.
-pub fn release_zero_shadow() -> usize {
+pub fn release_zero_shadow() {
     let (Some(is_poisoned), Some(&(scale, offset))) = (IS_POISONED.get(), MAPPING.get()) else {
-        return 0;
+        return;
     };
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return 0;
+        return;
     };
     let page = 4096; // x86-64 Linux's page, the only host the fuzz builds target
     let shadow = |a: usize| (a >> scale) + offset;
     // The shadow and ASan's own regions in it are not application memory.
     let shadow_end = shadow(1 << 47);
-    let mut released = 0;
     for range in maps.lines().filter_map(|l| l.split(' ').next()) {
         let Some((lo, hi)) = range.split_once('-') else {
             continue;
@@ -114,10 +112,9 @@ pub fn release_zero_shadow() -> usize {
         let from = shadow(lo).next_multiple_of(page);
         let to = shadow(hi) / page * page;
         if from < to {
-            released += release_zero_pages(from, to, page, scale, offset, is_poisoned);
+            release_zero_pages(from, to, page, scale, offset, is_poisoned);
         }
     }
-    released
 }
 
 /// [`release_zero_shadow`] over the shadow pages `[from, to)`.
@@ -128,14 +125,14 @@ fn release_zero_pages(
     scale: usize,
     offset: usize,
     is_poisoned: &RegionIsPoisoned,
-) -> usize {
+) {
     let pages = (to - from) / page;
     let mut resident = vec![0u8; pages];
     // SAFETY: `[from, to)` is page-aligned shadow, which ASan maps for the whole address
     // space; `mincore` only writes `resident`, one byte per page. Called by number, so no
     // sanitizer interceptor reads the range.
     if unsafe { libc::syscall(libc::SYS_mincore, from, to - from, resident.as_mut_ptr()) } != 0 {
-        return 0;
+        return;
     }
     let covered = page << scale;
     let zero = |i: usize| {
@@ -143,23 +140,21 @@ fn release_zero_pages(
         // SAFETY: ASan reads only the shadow of `[app, app + covered)`, the resident page `i`.
         resident[i] & 1 == 1 && unsafe { is_poisoned(app, covered) }.is_null()
     };
-    let mut released = 0;
+    // Each run of zero pages goes back in one call; page `i` after a run
+    // is not zero (or is past the end).
     let mut i = 0;
     while i < pages {
-        if !zero(i) {
-            i += 1;
-            continue;
-        }
         let start = i;
         while i < pages && zero(i) {
             i += 1;
         }
-        let (at, len) = (from + start * page, (i - start) * page);
-        // SAFETY: pages `[start, i)` are shadow that reads all zero, and an anonymous page
-        // given back reads zero when touched again; called by number, past any interceptor.
-        if unsafe { libc::syscall(libc::SYS_madvise, at, len, libc::MADV_DONTNEED) } == 0 {
-            released += len;
+        if i > start {
+            let (at, len) = (from + start * page, (i - start) * page);
+            // SAFETY: pages `[start, i)` are shadow that reads all zero, and an anonymous
+            // page given back reads zero when touched again; called by number, past any
+            // interceptor.
+            unsafe { libc::syscall(libc::SYS_madvise, at, len, libc::MADV_DONTNEED) };
         }
+        i += 1;
     }
-    released
 }
