@@ -61,7 +61,6 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
     for file in [
         "REPORT.md",
         "original",
-        "minimized",
         "program.txt",
         "stack.txt",
         "replay.log",
@@ -72,7 +71,25 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
             group.display()
         );
     }
-    assert!(command.contains("minimized"), "{command}");
+    // Minimized as a program: text, down to the one misaligned request.
+    // An original already that small (a fuzz process saves the first
+    // input of a family, often a one-op seed) has no minimized copy:
+    // intake writes one only when a smaller program fails the same way.
+    let minimized = group.join("minimized");
+    let shown = match std::fs::read_to_string(&minimized) {
+        Ok(text) => {
+            assert!(command.contains("minimized"), "{command}");
+            text
+        }
+        Err(_) => {
+            let out = allocsoak()
+                .args(["print", "alloc_ops"])
+                .arg(group.join("original"))
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
     let replay = repro(command);
     assert!(!replay.status.success());
     assert!(
@@ -81,12 +98,13 @@ fn one_bug_is_one_group_and_a_restart_gets_past_it() {
     );
     let program = std::fs::read_to_string(group.join("program.txt")).unwrap();
     assert!(program.contains("fails here"), "{program}");
-    // Minimized as a program: text, down to the one misaligned request.
-    let minimized = std::fs::read_to_string(group.join("minimized")).unwrap();
-    let minimized: shadow::Program = minimized.parse().expect("minimized is op program text");
-    assert!(minimized.ops.len() <= 2, "{minimized}");
+    let shown: shadow::Program = shown.parse().expect("an op program's text");
+    assert!(shown.ops.len() <= 2, "{shown}");
     let report = std::fs::read_to_string(group.join("REPORT.md")).unwrap();
-    assert!(report.contains("| minimized | "), "{report}");
+    assert!(
+        !minimized.is_file() || report.contains("| minimized | "),
+        "{report}"
+    );
     assert!(
         report.contains("## Variants") && report.contains("| `alloc-zeroed size "),
         "{report}"
