@@ -274,14 +274,9 @@ fn list(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-/// Resident bytes of this process.
+/// Resident bytes of this process (0 when unread).
 fn rss() -> u64 {
-    // SAFETY: `sysconf` takes no pointers and `_SC_PAGESIZE` is a valid name.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * page)
+    shadow::resident::resident_bytes().unwrap_or(0)
 }
 
 /// Anonymous resident bytes of this process (0 when unread).

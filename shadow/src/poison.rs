@@ -94,7 +94,7 @@ pub fn release_zero_shadow() {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return;
     };
-    let page = 4096; // x86-64 Linux's page, the only host the fuzz builds target
+    let page = crate::resident::page_size();
     let shadow = |a: usize| (a >> scale) + offset;
     // The shadow and ASan's own regions in it are not application memory.
     let shadow_end = shadow(1 << 47);

@@ -65,9 +65,15 @@ pub fn after_program(alloc: &dyn Allocator) {
 }
 
 /// The process's resident size, from `/proc/self/statm` (its second
-/// field, in pages).
-fn resident_bytes() -> Option<u64> {
+/// field, in pages); `None` when it does not read.
+pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096) // x86-64 Linux's page, the only host the fuzz builds target
+    Some(pages * page_size() as u64)
+}
+
+/// The OS's page size.
+pub fn page_size() -> usize {
+    // SAFETY: `sysconf` takes no pointers and `_SC_PAGESIZE` is a valid name.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize
 }

@@ -574,11 +574,10 @@ impl Executor {
 /// Whether a block of `size` bytes that came by `origin` to `p`, with
 /// `usable` bytes, is of the zeroed family ([`ZeroedFrom::Written`]), and
 /// if so, the end of what the program wrote in it before: allocated
-/// zeroed (nothing yet), or
-/// a family block resized by a zeroed realloc that grew it (the allocator
-/// zeroed what is new) or that kept it where it was, in its usable size. A
-/// block moved by a shrink, or grown by any other call, may hold stale
-/// bytes past its request.
+/// zeroed (nothing yet), or a family block resized by a zeroed realloc
+/// that grew it (the allocator zeroed what is new) or that kept it where
+/// it was, in its usable size. A block moved by a shrink, or grown by any
+/// other call, may hold stale bytes past its request.
 fn zeroed_family(origin: &Origin, p: usize, size: usize, usable: usize) -> Option<usize> {
     match origin {
         // A zero-size block has no bytes to zero (C leaves them undefined).
