@@ -176,10 +176,15 @@ pub enum Bug {
     /// aligned optional calls) and every size: one line of the
     /// allocator, reached by every op family, size tier and target.
     AlignIgnored,
+    /// A zeroed request of 6145..=8192 bytes on any thread but the one
+    /// that made the allocator is served from that thread's free list
+    /// and zeroed all but the list's link in its first word: only a
+    /// zeroed request on another thread (a race section's) reaches it.
+    XthreadZeroedLink,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 44] = [
+    pub const ALL: [Bug; 45] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -224,6 +229,7 @@ impl Bug {
         Bug::CapacityLeak,
         Bug::SlowLeak,
         Bug::AlignIgnored,
+        Bug::XthreadZeroedLink,
     ];
 
     pub fn name(self) -> &'static str {
@@ -272,6 +278,7 @@ impl Bug {
             Bug::CapacityLeak => "capacity-leak",
             Bug::SlowLeak => "slow-leak",
             Bug::AlignIgnored => "align-ignored",
+            Bug::XthreadZeroedLink => "xthread-zeroed-link",
         }
     }
 
@@ -300,7 +307,8 @@ impl Bug {
             Bug::XthreadWrongFree
             | Bug::RacyFreeList
             | Bug::LostRemoteFree
-            | Bug::ExitReclaimRace => shadow::Target::MtOps,
+            | Bug::ExitReclaimRace
+            | Bug::XthreadZeroedLink => shadow::Target::MtOps,
             Bug::HeapDeleteDrops
             | Bug::HeapSizedFreeTwice
             | Bug::HeapRezallocFreesTwice
@@ -349,7 +357,8 @@ impl Bug {
             | Bug::RegrowStale
             | Bug::RezallocMovedSlack
             | Bug::LargeReuseDirty
-            | Bug::HugeZeroedFooter => &["zeroed"],
+            | Bug::HugeZeroedFooter
+            | Bug::XthreadZeroedLink => &["zeroed"],
             Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::InteriorClass => &["usable-size"],
             // Or ASan's report of the harness writing the bytes it was
             // told it owns.

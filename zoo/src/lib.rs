@@ -118,6 +118,8 @@ pub struct Zoo {
     latent: AtomicU8,
     /// `SlowLeak`'s counter and the blocks it keeps.
     slow_leak: SlowLeak,
+    /// The thread that made the zoo (`XthreadZeroedLink` spares it).
+    home: ThreadId,
 }
 
 impl Zoo {
@@ -140,6 +142,7 @@ impl Zoo {
             exits: Arc::new(ExitCaches::new(base)),
             latent: AtomicU8::new(CLEAN),
             slow_leak: SlowLeak::new(),
+            home: std::thread::current().id(),
         })
     }
 
@@ -521,6 +524,9 @@ impl Zoo {
                 std::ptr::write_bytes(p, 0, size);
             }
             return p;
+        }
+        if zeroed && self.is_zeroed_link(size, align) {
+            return self.xthread_zeroed_link(size, align);
         }
         if zeroed && self.has(Bug::HugeZeroedFooter) && size > shadow::model::MAX_BLOCK {
             return self.huge_zeroed_footer(size, align);

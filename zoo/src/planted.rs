@@ -21,6 +21,9 @@ thread_local! {
     pub(super) static COMPUTED_BIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// `XthreadZeroedLink`: the sizes.
+const ZEROED_LINK: RangeInclusive<usize> = 6145..=8192;
+
 /// `InteriorClass`: the sizes, and how far past a multiple of 16 they are.
 const INTERIOR: RangeInclusive<usize> = 257..=4095;
 const INTERIOR_OFFSETS: RangeInclusive<usize> = 2..=14;
@@ -173,6 +176,27 @@ impl Zoo {
     #[inline(never)]
     pub(super) unsafe fn dirty_zeroed(&self, size: usize, align: usize) -> *mut u8 {
         self.base.alloc(size, align, false)
+    }
+
+    /// Whether a zeroed request is `XthreadZeroedLink`'s: its size, made
+    /// on another thread than the zoo's.
+    pub(super) fn is_zeroed_link(&self, size: usize, align: usize) -> bool {
+        self.has(Bug::XthreadZeroedLink)
+            && align <= 16
+            && ZEROED_LINK.contains(&size)
+            && std::thread::current().id() != self.home
+    }
+
+    /// A zeroed block whose first word still holds the link to the next
+    /// free block of its list.
+    #[inline(never)]
+    pub(super) unsafe fn xthread_zeroed_link(&self, size: usize, align: usize) -> *mut u8 {
+        let p = self.base.alloc(size, align, false);
+        if !p.is_null() {
+            std::ptr::write_bytes(p, 0, size);
+            (p as *mut usize).write_unaligned(p as usize + size);
+        }
+        p
     }
 
     /// Grows a block of 64 KiB or more leaving a hole in the copy.

@@ -7,6 +7,7 @@
 use super::checks::contents;
 use super::claims::Claims;
 use super::race::{Step, MAX_STEPS};
+use super::race_ops::Change;
 use super::{Executor, On, Origin, Outcome};
 use crate::allocator::Allocator;
 use crate::edges::IMPOSSIBLE_FROM;
@@ -70,7 +71,7 @@ impl Executor {
             }
         }
         for _ in 0..owned.len() {
-            self.queue_alloc(owner, size, align);
+            self.queue_alloc(owner, size, align, false);
         }
         self.run_race();
         self.check_reuse(owner, &freed, size, align);
@@ -97,7 +98,7 @@ impl Executor {
         let half = owned.len() / 2;
         self.free_on(owner, &owned[..half]);
         for n in 0..owned.len() {
-            self.queue_alloc(others[n % others.len()], size, align);
+            self.queue_alloc(others[n % others.len()], size, align, false);
         }
         for (n, b) in owned[half..].iter().enumerate() {
             self.queue_free(others[n % others.len()], b.ptr);
@@ -272,7 +273,7 @@ impl Executor {
         let Some(i) = self.shadow.blocks().iter().position(|b| b.ptr == ptr) else {
             return false;
         };
-        self.queue_resize(worker, i, None) == Outcome::Done
+        self.queue_change(worker, i, Change::Free { sized: false }) == Outcome::Done
     }
 
     /// After a remote-free race: each block freed on another thread than

@@ -19,6 +19,7 @@ mod huge;
 mod more;
 mod race;
 mod race_ops;
+mod race_steps;
 mod untracked;
 
 use arena::ArenaProbe;
@@ -27,6 +28,7 @@ use heap_table::HeapTable;
 use huge::HugeBudget;
 pub use race::serial_races;
 use race::Section;
+use race_ops::Change;
 use untracked::Untracked;
 
 /// Validators run after every this many ops, and at the end.
@@ -395,15 +397,33 @@ impl Executor {
                 worker,
                 size,
                 align,
-            } => self.queue_alloc(worker, size, align),
-            Op::RaceFree { worker, slot: s } => {
-                slot(self, s).map_or(Outcome::Skipped, |i| self.queue_resize(worker, i, None))
-            }
+                zeroed,
+            } => self.queue_alloc(worker, size, align, zeroed),
+            Op::RaceFree {
+                worker,
+                slot: s,
+                sized,
+            } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.queue_change(worker, i, Change::Free { sized })
+            }),
             Op::RaceRealloc {
                 worker,
                 slot: s,
                 to,
-            } => slot(self, s).map_or(Outcome::Skipped, |i| self.queue_resize(worker, i, Some(to))),
+            } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.queue_change(worker, i, Change::Realloc(to))
+            }),
+            Op::RaceResize {
+                worker,
+                slot: s,
+                to,
+                extra,
+            } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.queue_change(worker, i, Change::Resize(to, extra))
+            }),
+            Op::RaceUsableSize { worker, slot: s } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.queue_change(worker, i, Change::Usable)
+            }),
             Op::RaceRemoteFree {
                 freer,
                 owner,

@@ -136,18 +136,7 @@ impl Executor {
             None => Outcome::Skipped,
             Some(InPlace::Unchanged) => {
                 if self.checked {
-                    let usable =
-                        // SAFETY: the failed resize left `b` as it was: live, with its
-                        // tracked size and alignment.
-                        self.guard.queried(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
-                    if usable != b.usable {
-                        self.guard.flag(Violation::UsableSize {
-                            ptr: b.ptr,
-                            size: b.size,
-                            usable,
-                            why: "changed by an in-place resize that failed",
-                        });
-                    }
+                    self.usable_unchanged(&b, "changed by an in-place resize that failed");
                     self.guard
                         .verify_after_call(&b, "after a failed in-place resize");
                 }
@@ -172,6 +161,25 @@ impl Executor {
                 };
                 self.adopt(b.ptr, owned, b.align, b.heap, origin)
             }
+        }
+    }
+
+    /// Flags a usable size of live block `b` other than the one it came
+    /// with; `why` the call that changed it.
+    pub(super) fn usable_unchanged(&self, b: &Block, why: &'static str) {
+        let p = b.ptr as *mut u8;
+        // SAFETY: `b` is live (a failed call left it as it was), passed with its tracked
+        // size and alignment.
+        let usable = self
+            .guard
+            .queried(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
+        if usable != b.usable {
+            self.guard.flag(Violation::UsableSize {
+                ptr: b.ptr,
+                size: b.size,
+                usable,
+                why,
+            });
         }
     }
 

@@ -19,10 +19,10 @@ use std::sync::{Arc, Mutex};
 
 use super::claims::{Claims, Held};
 use super::heap_table::HeapCalls;
-use crate::allocator::{Allocator, Heaps};
-use crate::guard::{self, Panicked};
+use crate::allocator::{Allocator, InPlace};
+use crate::guard::Panicked;
 use crate::model::Block;
-use crate::pattern::{self, Mismatch};
+use crate::pattern::Mismatch;
 use crate::workers::{WorkerPool, WORKERS};
 
 /// Most steps one worker's script holds; further race ops are skipped.
@@ -31,17 +31,30 @@ pub const MAX_STEPS: usize = 32;
 /// One allocator call a worker makes in a race.
 #[derive(Clone, Copy, Debug)]
 pub enum Step {
-    /// Allocate and write the pattern of `seed`.
+    /// Allocate (`zeroed`: check it reads zero) and write the pattern of
+    /// `seed`.
     Alloc {
         size: usize,
         align: usize,
+        zeroed: bool,
         seed: u64,
     },
-    /// Free a block that was live before the section.
-    Free { block: Block },
+    /// Free a block that was live before the section (`sized`: with the
+    /// sized call where the allocator has one and the block is in no heap).
+    Free { block: Block, sized: bool },
     /// Realloc a block that was live before the section, check the kept
     /// prefix, then write the pattern of `seed`.
     Realloc { block: Block, new: usize, seed: u64 },
+    /// Resize a block that was live before the section in place (asking
+    /// for `extra` bytes more on top).
+    Resize {
+        block: Block,
+        new: usize,
+        extra: usize,
+    },
+    /// Ask a block that was live before the section its usable size, and
+    /// write its pattern over the usable bytes it had when it came.
+    Usable { block: Block },
     /// Allocate `count` blocks, writing the pattern of `seed + i` into the
     /// `i`-th, then free them oldest first, each checked before its free.
     Churn {
@@ -55,13 +68,19 @@ pub enum Step {
 /// What a step did.
 #[derive(Clone, Debug)]
 pub enum Done {
-    /// The new block (0: the request failed); for a realloc, the prefix
-    /// mismatch its worker saw, if any.
+    /// The new block (0: the request failed) and the first byte its
+    /// worker found wrong, if any: in the kept prefix of a realloc or
+    /// resize, not zero in a zeroed block.
     Block {
         ptr: usize,
-        lost_prefix: Option<Mismatch>,
+        broken: Option<Mismatch>,
     },
     Freed,
+    /// What an in-place resize did (`None`: not in the API); the block
+    /// was not written.
+    Resized(Option<InPlace>),
+    /// The usable size the worker was told.
+    Usable(usize),
     /// A churn's blocks (each freed again), the first whose pattern broke
     /// while it was live, and how many requests were refused.
     Churned {
@@ -122,25 +141,29 @@ impl Section {
     /// end)` of each, as [`Claims`] take them.
     fn held(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.scripts.iter().flatten().filter_map(|s| match s {
-            Step::Free { block } | Step::Realloc { block, .. } => Some((block.ptr, block.end())),
+            Step::Free { block, .. }
+            | Step::Realloc { block, .. }
+            | Step::Resize { block, .. }
+            | Step::Usable { block } => Some((block.ptr, block.end())),
             Step::Alloc { .. } | Step::Churn { .. } => None,
         })
     }
 
-    /// Whether a step frees a block (a free, or a realloc that may move):
-    /// the section can then make room after a refusal in it.
+    /// Whether a step frees bytes (a free, a realloc that may move, a
+    /// resize that may shrink, a churn): the section can then make room
+    /// after a refusal in it.
     pub fn frees(&self) -> bool {
         self.scripts
             .iter()
             .flatten()
-            .any(|s| !matches!(s, Step::Alloc { .. }))
+            .any(|s| !matches!(s, Step::Alloc { .. } | Step::Usable { .. }))
     }
 }
 
 /// How many of a section's workers are inside the allocator now, and the
 /// most there were at once: whether the section really raced.
 #[derive(Default)]
-struct Inside {
+pub(super) struct Inside {
     now: AtomicUsize,
     most: AtomicUsize,
     calls: AtomicUsize,
@@ -148,7 +171,7 @@ struct Inside {
 
 impl Inside {
     /// Runs `f`, an allocator call, counted as inside.
-    fn during<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub(super) fn during<R>(&self, f: impl FnOnce() -> R) -> R {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let n = self.now.fetch_add(1, Ordering::AcqRel) + 1;
         self.most.fetch_max(n, Ordering::AcqRel);
@@ -234,7 +257,7 @@ pub fn run(
             wait_for_all(&gate, together);
             let mut done = Vec::with_capacity(script.len());
             for s in script {
-                let d = step(alloc, heaps.get(), &s, &inside, &claims);
+                let d = super::race_steps::step(alloc, heaps.get(), &s, &inside, &claims);
                 let overlapped = matches!(d, Done::Overlap { .. });
                 done.push((s, d));
                 if overlapped {
@@ -296,148 +319,14 @@ fn wait_for_all(gate: &AtomicUsize, n: usize) {
     }
 }
 
-fn step(
-    alloc: &'static dyn Allocator,
-    heaps: &dyn Heaps,
-    step: &Step,
-    inside: &Inside,
-    claims: &Claims,
-) -> Done {
-    // SAFETY: a Free or Realloc step's block was live and left the shadow when queued, so
-    // only this step uses it (its heap is live: a section runs before any heap op);
-    // a new block is claimed without overlap before its `size`/`new` bytes are
-    // written; `align <= max_align()` (checked when queued), a power of two as drawn.
-    let result = guard::call(|| unsafe {
-        match *step {
-            Step::Alloc { size, align, seed } => {
-                let p = inside.during(|| alloc.alloc(size, align, false));
-                if !p.is_null() {
-                    if let Err(held) = claims.claim(p as usize, size) {
-                        return Done::Overlap {
-                            ptr: p as usize,
-                            len: size,
-                            held,
-                        };
-                    }
-                    pattern::fill(p, size, seed);
-                }
-                Done::Block {
-                    ptr: p as usize,
-                    lost_prefix: None,
-                }
-            }
-            Step::Free { block: b } => {
-                let p = b.ptr as *mut u8;
-                claims.release(b.ptr);
-                crate::sanitizer::given(b.ptr, || {
-                    inside.during(|| match b.heap {
-                        Some(h) => heaps.remote_free_in(h, p, b.size, b.align),
-                        None => alloc.free(p, b.size, b.align),
-                    });
-                });
-                Done::Freed
-            }
-            Step::Realloc {
-                block: b,
-                new,
-                seed,
-            } => {
-                let p = b.ptr as *mut u8;
-                claims.release(b.ptr);
-                let q = crate::sanitizer::given(b.ptr, || {
-                    inside.during(|| match b.heap {
-                        Some(h) => heaps
-                            .remote_realloc_in(h, p, b.size, b.align, new)
-                            .unwrap_or(std::ptr::null_mut()),
-                        None => alloc.realloc(p, b.size, b.align, new),
-                    })
-                });
-                // A refused realloc leaves the old block live.
-                let (ptr, len) = match q.is_null() {
-                    true => (b.ptr, b.end() - b.ptr),
-                    false => (q as usize, new),
-                };
-                if let Err(held) = claims.claim(ptr, len) {
-                    return Done::Overlap { ptr, len, held };
-                }
-                let mut lost_prefix = None;
-                if !q.is_null() {
-                    lost_prefix = pattern::check(q, b.extent, b.size.min(new), b.seed);
-                    pattern::fill(q, new, seed);
-                }
-                Done::Block {
-                    ptr: q as usize,
-                    lost_prefix,
-                }
-            }
-            Step::Churn {
-                size,
-                align,
-                count,
-                seed,
-            } => churn(alloc, size, align, count, seed, inside, claims),
-        }
-    });
-    result.unwrap_or_else(Done::Panicked)
-}
-
-/// A churn step: `count` blocks allocated and written, then each checked
-/// and freed, oldest first.
-///
-/// # Safety
-/// `alloc` is a sound allocator as far as the harness knows: the blocks it
-/// returns are `size` bytes this worker owns until it frees them.
-unsafe fn churn(
-    alloc: &'static dyn Allocator,
-    size: usize,
-    align: usize,
-    count: usize,
-    seed: u64,
-    inside: &Inside,
-    claims: &Claims,
-) -> Done {
-    let mut ptrs = Vec::with_capacity(count);
-    let mut refused = 0;
-    for i in 0..count {
-        let p = inside.during(|| alloc.alloc(size, align, false));
-        if p.is_null() {
-            refused += 1;
-            continue;
-        }
-        if let Err(held) = claims.claim(p as usize, size) {
-            // The churn's own blocks stay claimed and unfreed.
-            return Done::Overlap {
-                ptr: p as usize,
-                len: size,
-                held,
-            };
-        }
-        pattern::fill(p, size, seed.wrapping_add(i as u64));
-        ptrs.push((p as usize, i));
-    }
-    let mut broken = None;
-    for &(p, i) in &ptrs {
-        if broken.is_none() {
-            let seed = seed.wrapping_add(i as u64);
-            broken = pattern::check(p as *const u8, size, size, seed).map(|m| (p, m));
-        }
-        claims.release(p);
-        inside.during(|| alloc.free(p as *mut u8, size, align));
-    }
-    Done::Churned {
-        ptrs: ptrs.into_iter().map(|(p, _)| p).collect(),
-        broken,
-        refused,
-    }
-}
-
 /// Bytes a queued step adds to the program's requests (a churn's, while
 /// its blocks are live).
 fn race_bytes(step: &Step) -> usize {
     match *step {
         Step::Alloc { size, .. } => size,
         Step::Realloc { new, .. } => new,
+        Step::Resize { new, extra, .. } => new.saturating_add(extra),
         Step::Churn { size, count, .. } => size.saturating_mul(count),
-        Step::Free { .. } => 0,
+        Step::Free { .. } | Step::Usable { .. } => 0,
     }
 }

@@ -4,14 +4,36 @@
 
 use super::race::{run, Done, Step};
 use super::{Executor, Origin, Outcome};
+use crate::allocator::InPlace;
 use crate::edges::{NewSize, IMPOSSIBLE_FROM};
 use crate::model::Block;
+use crate::pattern::Mismatch;
 use crate::violation::{Site, Violation};
+
+/// What a race step does to a block that was live before the section.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Change {
+    /// Frees it (`sized`: with the sized call, where there is one).
+    Free {
+        sized: bool,
+    },
+    Realloc(NewSize),
+    /// Resizes it in place, asking for `extra` bytes more on top.
+    Resize(NewSize, usize),
+    /// Asks its usable size and writes its slack.
+    Usable,
+}
 
 /// Race sections on the executor: queueing on the main thread, the run,
 /// then every check.
 impl Executor {
-    pub(super) fn queue_alloc(&mut self, worker: usize, size: usize, align: usize) -> Outcome {
+    pub(super) fn queue_alloc(
+        &mut self,
+        worker: usize,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+    ) -> Outcome {
         let fits = self.shadow.len() + self.race.len() < crate::model::MAX_LIVE_BLOCKS
             && self.shadow.fits(size.saturating_add(self.race.bytes()));
         if !self.checked
@@ -23,37 +45,61 @@ impl Executor {
             return Outcome::Skipped;
         }
         let seed = self.seeds.next();
-        self.race.push(worker, Step::Alloc { size, align, seed });
+        self.race.push(
+            worker,
+            Step::Alloc {
+                size,
+                align,
+                zeroed,
+                seed,
+            },
+        );
         Outcome::Done
     }
 
-    /// Queues a free (`to` is `None`) or a realloc of live block `i`; the
-    /// block leaves the shadow now, so no other step can name it. A heap's
-    /// block is reallocated only where the heap API has a plain realloc
-    /// any thread may make ([`Heaps::remote_realloc_in`]): its own
-    /// allocates in the heap, which heap APIs bind to one thread.
-    pub(super) fn queue_resize(&mut self, worker: usize, i: usize, to: Option<NewSize>) -> Outcome {
+    /// Queues `change` of live block `i`; the block leaves the shadow now,
+    /// so no other step can name it. A heap's block is reallocated only
+    /// where the heap API has a plain realloc any thread may make
+    /// ([`Heaps::remote_realloc_in`]: its own allocates in the heap, which
+    /// heap APIs bind to one thread), freed with the heap's remote free
+    /// (never the sized call), and never resized in place.
+    ///
+    /// [`Heaps::remote_realloc_in`]: crate::allocator::Heaps::remote_realloc_in
+    pub(super) fn queue_change(&mut self, worker: usize, i: usize, change: Change) -> Outcome {
         let b = self.shadow.blocks()[i];
-        let new = to.map(|t| t.resolve(b.size));
-        let resizable = new.is_none_or(|n| {
-            n != 0
-                && n < IMPOSSIBLE_FROM
-                && self.shadow.fits_resize(n.saturating_add(self.race.bytes()))
-        });
-        let in_heap = b.heap.is_some() && new.is_some() && !self.heaps.api().reallocs_remotely();
-        if !self.checked || in_heap || !resizable || !self.race.has_room(worker) {
+        let fits = |n: usize| self.shadow.fits_resize(n.saturating_add(self.race.bytes()));
+        let runs = match change {
+            Change::Free { .. } | Change::Usable => true,
+            Change::Realloc(to) => {
+                let n = to.resolve(b.size);
+                let remote = b.heap.is_none() || self.heaps.api().reallocs_remotely();
+                n != 0 && n < IMPOSSIBLE_FROM && fits(n) && remote
+            }
+            Change::Resize(to, extra) => {
+                let n = to.resolve(b.size);
+                let offered = b.heap.is_none() && self.alloc.extras().is_some();
+                offered && b.size != 0 && n != 0 && fits(n.saturating_add(extra))
+            }
+        };
+        if !self.checked || !runs || !self.race.has_room(worker) {
             return Outcome::Skipped;
         }
         self.guard.set_site(Site::new("race", b.size, b.align));
         self.guard.verify(&b, "before a race section");
         let block = self.shadow.remove(i);
-        let step = match new {
-            None => Step::Free { block },
-            Some(new) => Step::Realloc {
+        let step = match change {
+            Change::Free { sized } => Step::Free { block, sized },
+            Change::Realloc(to) => Step::Realloc {
                 block,
-                new,
+                new: to.resolve(b.size),
                 seed: self.seeds.next(),
             },
+            Change::Resize(to, extra) => Step::Resize {
+                block,
+                new: to.resolve(b.size),
+                extra,
+            },
+            Change::Usable => Step::Usable { block },
         };
         self.race.push(worker, step);
         Outcome::Done
@@ -131,20 +177,27 @@ impl Executor {
         }
         let (api, size, align) = step.site();
         self.guard.set_site(Site::new(api, size, align));
-        let (ptr, lost_prefix) = match done {
-            Done::Panicked(p) => self.guard.panicked(p),
-            Done::Freed => {
-                if let Step::Free { block } = step {
-                    if let Some(h) = block.heap {
-                        self.heaps.freed_remotely(h, block.ptr);
-                    }
+        match (step, done) {
+            (_, Done::Panicked(p)) => self.guard.panicked(p),
+            (Step::Free { block, .. }, Done::Freed) => {
+                if let Some(h) = block.heap {
+                    self.heaps.freed_remotely(h, block.ptr);
                 }
-                return;
             }
-            Done::Block { ptr, lost_prefix } => (ptr, lost_prefix),
-            Done::Churned { .. } => unreachable!("only a churn churns"),
-            Done::Overlap { .. } => unreachable!("an overlap fails the section"),
-        };
+            (Step::Resize { block, new, .. }, Done::Resized(to)) => {
+                self.check_raced_resize(block, new, to)
+            }
+            (Step::Usable { block }, Done::Usable(usable)) => {
+                self.check_raced_usable(block, usable)
+            }
+            (step, Done::Block { ptr, broken }) => self.check_raced_block(step, ptr, broken, frees),
+            (step, done) => unreachable!("{step:?} cannot end as {done:?}"),
+        }
+    }
+
+    /// Checks the block an alloc or realloc step returned, then tracks it.
+    fn check_raced_block(&mut self, step: Step, ptr: usize, broken: Option<Mismatch>, frees: bool) {
+        let (_, size, align) = step.site();
         if ptr == 0 {
             let asked = match step {
                 Step::Realloc { block, new, .. } => {
@@ -166,9 +219,20 @@ impl Executor {
         }
         self.untracked.adopt_raced();
         let (new_size, seed) = match step {
-            Step::Alloc { size, seed, .. } => (size, seed),
+            Step::Alloc {
+                size, zeroed, seed, ..
+            } => {
+                if let (true, Some(mismatch)) = (zeroed, broken) {
+                    self.guard.flag(Violation::Zeroed {
+                        ptr,
+                        size,
+                        mismatch,
+                    });
+                }
+                (size, seed)
+            }
             Step::Realloc { block, new, seed } => {
-                if let Some(mismatch) = lost_prefix {
+                if let Some(mismatch) = broken {
                     self.untracked.hold(Block {
                         ptr,
                         size: new,
@@ -184,7 +248,7 @@ impl Executor {
                 }
                 (new, seed)
             }
-            Step::Free { .. } | Step::Churn { .. } => unreachable!("returns no block"),
+            _ => unreachable!("only an alloc or a realloc returns a block"),
         };
         // A heap's block reallocated in place stays in its heap; one that
         // moved was freed from another thread, as a race's free is.
@@ -200,6 +264,58 @@ impl Executor {
         };
         self.adopt(ptr, new_size, align, heap, Origin::Raced { seed });
     }
+
+    /// Checks an in-place resize as the serial op does: a block that
+    /// stayed is back in the shadow, usable size unchanged; one that grew
+    /// or shrank is where it was, holds what was asked, kept its prefix,
+    /// and is tracked at what it now holds.
+    fn check_raced_resize(&mut self, old: Block, new: usize, to: Option<InPlace>) {
+        let Some(InPlace::Resized { ptr, owned }) = to else {
+            if let Err(other) = self.shadow.insert(old, true) {
+                self.guard.overlap(old, other);
+            }
+            if to.is_some() {
+                self.usable_unchanged(&old, "changed by an in-place resize that failed");
+            }
+            return;
+        };
+        self.untracked.adopt_raced();
+        if ptr != old.ptr || owned < new {
+            self.guard.fail(Violation::Realloc {
+                ptr: old.ptr,
+                new_size: new,
+                why: if ptr != old.ptr {
+                    "an in-place resize moved the block"
+                } else {
+                    "an in-place resize gave fewer bytes than asked"
+                },
+            });
+        }
+        let origin = Origin::Realloc {
+            old,
+            zero_from: None,
+        };
+        self.adopt(ptr, owned, old.align, old.heap, origin);
+    }
+
+    /// Holds a usable size asked on a worker to the one the block came
+    /// with, and takes the block back with the bytes its worker wrote.
+    fn check_raced_usable(&mut self, mut block: Block, usable: usize) {
+        if usable != block.usable {
+            self.guard.flag(Violation::UsableSize {
+                ptr: block.ptr,
+                size: block.size,
+                usable,
+                why: "changed since allocation",
+            });
+        }
+        if block.size > 0 && block.written.is_none() {
+            block.extent = usable.min(block.usable);
+        }
+        if let Err(other) = self.shadow.insert(block, true) {
+            self.guard.overlap(block, other);
+        }
+    }
 }
 
 impl Step {
@@ -208,8 +324,10 @@ impl Step {
         match *self {
             Step::Churn { size, align, .. } => ("race-churn", size, align),
             Step::Alloc { size, align, .. } => ("race-alloc", size, align),
-            Step::Free { block } => ("race-free", block.size, block.align),
+            Step::Free { block, .. } => ("race-free", block.size, block.align),
             Step::Realloc { block, .. } => ("race-realloc", block.size, block.align),
+            Step::Resize { block, .. } => ("race-resize", block.size, block.align),
+            Step::Usable { block } => ("race-usable-size", block.size, block.align),
         }
     }
 }
@@ -219,12 +337,17 @@ impl Step {
 fn raced_block(step: &Step, done: &Done) -> Option<Block> {
     let ptr = match done {
         Done::Block { ptr, .. } if *ptr != 0 => *ptr,
+        Done::Resized(Some(InPlace::Resized { ptr, owned })) => {
+            return Some(Block::fresh(*ptr, *owned, step.site().2))
+        }
         _ => return None,
     };
     let (size, align) = match *step {
         Step::Alloc { size, align, .. } => (size, align),
         Step::Realloc { block, new, .. } => (new, block.align),
-        Step::Free { .. } | Step::Churn { .. } => return None,
+        Step::Free { .. } | Step::Resize { .. } | Step::Usable { .. } | Step::Churn { .. } => {
+            return None
+        }
     };
     Some(Block::fresh(ptr, size, align))
 }

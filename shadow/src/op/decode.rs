@@ -111,12 +111,18 @@ enum ArbHeapRaceOp {
     Realloc(u8, u8, ArbNewSize),
 }
 
-/// One step of a race section, queued on its worker.
+/// One step of a race section, queued on its worker: the three calls
+/// every allocator has, then the zeroed, sized, in-place and usable-size
+/// ones (each skipped where the allocator lacks it).
 #[derive(Arbitrary)]
 enum ArbRaceOp {
     Alloc(u8, ArbSize, ArbAlign),
     Free(u8, u8),
     Realloc(u8, u8, ArbNewSize),
+    AllocZeroed(u8, ArbSize, ArbAlign),
+    FreeSized(u8, u8),
+    ResizeInPlace(u8, u8, ArbNewSize, u8),
+    UsableSize(u8, u8),
 }
 
 impl ArbBasicOp {
@@ -293,22 +299,35 @@ impl ArbThreadOp {
 impl ArbRaceOp {
     fn lower(self, h: &mut History) -> Op {
         match self {
-            ArbRaceOp::Alloc(w, size, align) => {
+            ArbRaceOp::Alloc(w, size, align) | ArbRaceOp::AllocZeroed(w, size, align) => {
+                let zeroed = matches!(self, ArbRaceOp::AllocZeroed(..));
                 let (size, align) = size_align(size, align, h);
                 Op::RaceAlloc {
                     worker: w.into(),
                     size,
                     align,
+                    zeroed,
                 }
             }
-            ArbRaceOp::Free(w, s) => Op::RaceFree {
+            ArbRaceOp::Free(w, s) | ArbRaceOp::FreeSized(w, s) => Op::RaceFree {
                 worker: w.into(),
                 slot: slot_of(s),
+                sized: matches!(self, ArbRaceOp::FreeSized(..)),
             },
             ArbRaceOp::Realloc(w, s, to) => Op::RaceRealloc {
                 worker: w.into(),
                 slot: slot_of(s),
                 to: to.resolve(h),
+            },
+            ArbRaceOp::ResizeInPlace(w, s, to, extra) => Op::RaceResize {
+                worker: w.into(),
+                slot: slot_of(s),
+                to: to.resolve(h),
+                extra: EXTRAS[usize::from(extra) % EXTRAS.len()],
+            },
+            ArbRaceOp::UsableSize(w, s) => Op::RaceUsableSize {
+                worker: w.into(),
+                slot: slot_of(s),
             },
         }
     }

@@ -197,17 +197,21 @@ pub enum Op {
     /// in between, while the others run theirs. The shadow checks every
     /// result and every live block afterwards.
     ///
-    /// In a race, worker `worker` allocates (and writes the block's pattern).
+    /// In a race, worker `worker` allocates (a `zeroed` block is checked
+    /// for zeros there), and writes the block's pattern.
     RaceAlloc {
         worker: usize,
         size: usize,
         align: usize,
+        zeroed: bool,
     },
     /// In a race, worker `worker` frees a block that was live before the
-    /// section, often one another thread owns while that thread allocates.
+    /// section, often one another thread owns while that thread allocates;
+    /// `sized`: with the sized call, where the allocator has one.
     RaceFree {
         worker: usize,
         slot: usize,
+        sized: bool,
     },
     /// In a race, worker `worker` reallocs a block that was live before
     /// the section.
@@ -215,6 +219,22 @@ pub enum Op {
         worker: usize,
         slot: usize,
         to: NewSize,
+    },
+    /// In a race, worker `worker` resizes a block that was live before the
+    /// section in place (as [`Op::ResizeInPlace`]).
+    RaceResize {
+        worker: usize,
+        slot: usize,
+        to: NewSize,
+        extra: usize,
+    },
+    /// In a race, worker `worker` asks a block that was live before the
+    /// section its usable size, then writes the pattern over all of it:
+    /// a usable size that reaches into a block another worker is handed
+    /// meanwhile is an overlap.
+    RaceUsableSize {
+        worker: usize,
+        slot: usize,
     },
     /// The cross-thread free race in one op: worker `owner` allocates
     /// `count` blocks, then a race section runs in which every other
@@ -277,6 +297,8 @@ impl Op {
                 | Op::ReallocNull { .. }
                 | Op::FreeNull
                 | Op::Purge { .. }
+                | Op::RaceFree { sized: true, .. }
+                | Op::RaceResize { .. }
         )
     }
 
@@ -301,6 +323,8 @@ impl Op {
             Op::RaceAlloc { .. }
                 | Op::RaceFree { .. }
                 | Op::RaceRealloc { .. }
+                | Op::RaceResize { .. }
+                | Op::RaceUsableSize { .. }
                 | Op::RaceRemoteFree { .. }
                 | Op::RaceExit { .. }
                 | Op::RaceChurn { .. }

@@ -158,16 +158,42 @@ impl fmt::Display for Op {
                 worker,
                 size,
                 align,
-            } => write!(f, "race-alloc worker={worker} size={size} align={align}"),
-            Op::RaceFree { worker, slot } => {
-                write!(f, "race-free worker={worker} slot={}", SlotText(*slot))
-            }
+                zeroed,
+            } => write!(
+                f,
+                "race-alloc worker={worker} size={size} align={align}{}",
+                if *zeroed { " zeroed" } else { "" }
+            ),
+            Op::RaceFree {
+                worker,
+                slot,
+                sized,
+            } => write!(
+                f,
+                "race-free worker={worker} slot={}{}",
+                SlotText(*slot),
+                if *sized { " sized" } else { "" }
+            ),
             Op::RaceRealloc { worker, slot, to } => write!(
                 f,
                 "race-realloc worker={worker} slot={} to={}",
                 SlotText(*slot),
                 fmt_new_size(to)
             ),
+            Op::RaceResize {
+                worker,
+                slot,
+                to,
+                extra,
+            } => write!(
+                f,
+                "race-resize worker={worker} slot={} to={} extra={extra}",
+                SlotText(*slot),
+                fmt_new_size(to)
+            ),
+            Op::RaceUsableSize { worker, slot } => {
+                write!(f, "race-usable-size worker={worker} slot={}", SlotText(*slot))
+            }
             Op::RaceRemoteFree {
                 freer,
                 owner,
@@ -394,8 +420,20 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
             worker: num("worker")?,
             size: num("size")?,
             align: align()?,
+            zeroed: flag("zeroed"),
         },
         "race-free" => Op::RaceFree {
+            worker: num("worker")?,
+            slot: slot()?,
+            sized: flag("sized"),
+        },
+        "race-resize" => Op::RaceResize {
+            worker: num("worker")?,
+            slot: slot()?,
+            to: to()?,
+            extra: num("extra")?,
+        },
+        "race-usable-size" => Op::RaceUsableSize {
             worker: num("worker")?,
             slot: slot()?,
         },
