@@ -63,6 +63,7 @@ fn reaching(bug: Bug) -> String {
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
         Bug::LostRemoteFree => "target mt_ops\nrace-remote-free freer=1 owner=0 size=1500 align=8 count=32\n",
         Bug::ExitReclaimRace => "target mt_ops\nrace-exit worker=0 size=5000 align=8 count=16\n",
+        Bug::XthreadZeroedLink => "target mt_ops\nrace-alloc worker=1 size=7000 align=8 zeroed\n",
     };
     text.to_string()
 }
