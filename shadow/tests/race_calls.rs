@@ -1,6 +1,7 @@
 //! Race sections make every call a block takes from another thread, not
 //! only alloc, free and realloc: zeroed allocations, sized frees, in-place
-//! resizes and usable-size queries, each checked as its serial op is.
+//! resizes and usable-size queries, each checked as its serial op is. And
+//! a block's slack is written without a usable-size probe too.
 
 mod common;
 
@@ -115,4 +116,16 @@ fn sized_frees_and_resizes_in_a_race_reach_the_sized_and_in_place_calls() {
             .unwrap_or_else(|line| panic!("{bug}: the plain calls reached it: {line}"));
         common::caught_as(&common::program(text), zoo, "usable-size");
     }
+}
+
+/// One new block in four gets its slack written when it comes, with no
+/// usable-size probe drawn: a footer the allocator keeps in the usable
+/// size it reports breaks, and its free panics.
+#[test]
+fn the_slack_of_new_blocks_is_written_without_a_probe() {
+    let zoo = zoo("slack-footer");
+    let _one = common::exclusive(zoo.name());
+    let text = "target alloc_ops\n".to_string() + &"alloc size=9000 align=8\n".repeat(16);
+    let line = common::caught_as(&common::program(&text), zoo, "panic");
+    assert!(line.contains("footer"), "{line}");
 }

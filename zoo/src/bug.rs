@@ -181,10 +181,16 @@ pub enum Bug {
     /// and zeroed all but the list's link in its first word: only a
     /// zeroed request on another thread (a race section's) reaches it.
     XthreadZeroedLink,
+    /// 8193..=12288-byte blocks get 8 bytes of room past their request,
+    /// where the allocator keeps a footer it checks at free (and panics
+    /// on, as a hardened allocator aborts), yet reports the room as
+    /// usable: only a harness that writes the whole usable size of the
+    /// block (a usable-size probe, or the slack of a new block) reaches it.
+    SlackFooter,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 45] = [
+    pub const ALL: [Bug; 46] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -230,6 +236,7 @@ impl Bug {
         Bug::SlowLeak,
         Bug::AlignIgnored,
         Bug::XthreadZeroedLink,
+        Bug::SlackFooter,
     ];
 
     pub fn name(self) -> &'static str {
@@ -279,6 +286,7 @@ impl Bug {
             Bug::SlowLeak => "slow-leak",
             Bug::AlignIgnored => "align-ignored",
             Bug::XthreadZeroedLink => "xthread-zeroed-link",
+            Bug::SlackFooter => "slack-footer",
         }
     }
 
@@ -374,7 +382,7 @@ impl Bug {
             Bug::PurgeDropsLive => &["contents"],
             Bug::CapacityLeak => &["capacity-leak"],
             Bug::SlowLeak => &["rss-drift"],
-            Bug::PanicClass | Bug::LatentCorruption => &["panic"],
+            Bug::PanicClass | Bug::LatentCorruption | Bug::SlackFooter => &["panic"],
             Bug::WildWrite => &["SEGV"],
             // A block on the list twice is handed out to two owners; which
             // check sees it first depends on what they do with it.

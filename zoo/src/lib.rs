@@ -335,6 +335,7 @@ impl Allocator for Zoo {
         if self.wrong_free(p, size) {
             return;
         }
+        self.check_footer(p);
         self.untrack_class(p, size, align);
         if self.has(Bug::DirtyZeroed) && DIRTY_ZEROED.contains(&size) {
             self.state().freed_256 = true;
@@ -546,6 +547,9 @@ impl Zoo {
             && self.state().freed_256
         {
             return self.dirty_zeroed(size, align);
+        }
+        if self.is_footed(size, align) {
+            return self.footed(size, align, zeroed);
         }
         if align <= 16 && self.has_rooms() && extras::REGROW_STALE.contains(&size) {
             return self.with_room(size, align, zeroed);

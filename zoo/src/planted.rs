@@ -24,6 +24,10 @@ thread_local! {
 /// `XthreadZeroedLink`: the sizes.
 const ZEROED_LINK: RangeInclusive<usize> = 6145..=8192;
 
+/// `SlackFooter`: the sizes, and the footer's tag.
+const FOOTED: RangeInclusive<usize> = 8193..=12288;
+const FOOTER_TAG: usize = 0xF007_E5CA_1AB1_E000;
+
 /// `InteriorClass`: the sizes, and how far past a multiple of 16 they are.
 const INTERIOR: RangeInclusive<usize> = 257..=4095;
 const INTERIOR_OFFSETS: RangeInclusive<usize> = 2..=14;
@@ -176,6 +180,43 @@ impl Zoo {
     #[inline(never)]
     pub(super) unsafe fn dirty_zeroed(&self, size: usize, align: usize) -> *mut u8 {
         self.base.alloc(size, align, false)
+    }
+
+    /// Whether a request gets `SlackFooter`'s footer.
+    pub(super) fn is_footed(&self, size: usize, align: usize) -> bool {
+        self.has(Bug::SlackFooter) && align <= 16 && FOOTED.contains(&size)
+    }
+
+    /// A block with 8 bytes of room past `size`, reported usable, that
+    /// hold the footer free checks.
+    #[inline(never)]
+    pub(super) unsafe fn footed(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let room = size + 8;
+        let p = self.base.alloc(room, align, zeroed);
+        if !p.is_null() {
+            (p.add(size) as *mut usize).write_unaligned(FOOTER_TAG ^ size);
+            self.state().rooms.insert(p as usize, room);
+        }
+        p
+    }
+
+    /// Checks a footed block's footer before its free: a broken one is
+    /// heap corruption, which the allocator stops at.
+    #[inline(never)]
+    pub(super) unsafe fn check_footer(&self, p: *mut u8) {
+        let room = match self.has(Bug::SlackFooter) {
+            true => self.state().rooms.get(&(p as usize)).copied(),
+            false => None,
+        };
+        if let Some(room) = room {
+            let size = room - 8;
+            let footer = (p.add(size) as *const usize).read_unaligned();
+            assert_eq!(
+                footer,
+                FOOTER_TAG ^ size,
+                "zoo: the footer of a {size}-byte block is corrupt"
+            );
+        }
     }
 
     /// Whether a zeroed request is `XthreadZeroedLink`'s: its size, made

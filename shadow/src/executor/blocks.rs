@@ -243,6 +243,7 @@ impl Executor {
                         by_call,
                     });
                 }
+                self.fresh_slack(index);
                 return Outcome::Live(index);
             }
             Origin::Realloc { old, zero_from } => {
@@ -276,6 +277,7 @@ impl Executor {
         // SAFETY: the `reach` bytes at `base` are the new block's, and the shadow just took it
         // without overlap (`overlap` does not return), so no live block is written.
         unsafe { pattern::fill(base, reach, block.seed) };
+        self.fresh_slack(index);
         Outcome::Live(index)
     }
 
@@ -473,55 +475,6 @@ impl Executor {
             ReallocCall::Unaligned => (self.malloc_align(new), None),
         };
         self.adopt(q, new, align, b.heap, Origin::Realloc { old, zero_from })
-    }
-
-    /// Asks for the usable size and writes all of it, but for a block of
-    /// the zeroed family: its slack stays as the allocator zeroed it, for
-    /// a later zeroed realloc to be held to (the zeroed realloc's
-    /// precondition is a block written only within its requests).
-    pub(super) fn probe_usable(&mut self, i: usize) -> Outcome {
-        let b = self.shadow.blocks()[i];
-        self.guard
-            .set_site(Site::new("usable-size", b.size, b.align));
-        let usable = sanitizer::given(b.ptr, || {
-            // SAFETY: `b` is a live block of the shadow, passed with its tracked size
-            // and alignment.
-            self.guard
-                .guarded(|| unsafe { self.alloc.usable_size(b.ptr as *mut u8, b.size, b.align) })
-        });
-        if !self.checked {
-            return Outcome::Live(i);
-        }
-        self.guard.verify(&b, "before a usable-size probe");
-        if usable != b.usable {
-            self.guard.flag(Violation::UsableSize {
-                ptr: b.ptr,
-                size: b.size,
-                usable,
-                why: "changed since allocation",
-            });
-            // Tolerated: write only what both answers promise.
-        }
-        let usable = usable.min(b.usable);
-        if b.size == 0 {
-            // C leaves any access to a zero-size block undefined, and ASan
-            // poisons it whatever malloc_usable_size says: nothing to write.
-            return Outcome::Live(i);
-        }
-        if b.written.is_some() {
-            return Outcome::Live(i);
-        }
-        let base = b.ptr as *mut u8;
-        // The pattern's layout over the usable size, and every byte past the
-        // requested size: the slack is where an oversized usable size shows.
-        // SAFETY: `b` is live and `usable` is no more than either usable-size answer (the first
-        // also capped by ASan's reach in `adopt`), so its first `usable` bytes are ours.
-        unsafe {
-            pattern::fill(base, usable, b.seed);
-            pattern::fill_range(base, b.size, usable, b.seed);
-        }
-        self.shadow.blocks_mut()[i].extent = usable;
-        Outcome::Live(i)
     }
 
     /// Hands a block to a worker thread, which checks its contents there.

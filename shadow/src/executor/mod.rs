@@ -20,6 +20,7 @@ mod more;
 mod race;
 mod race_ops;
 mod race_steps;
+mod slack;
 mod untracked;
 
 use arena::ArenaProbe;
