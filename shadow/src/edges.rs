@@ -66,8 +66,8 @@ pub enum ArbSize {
     /// [`crate::model::MAX_BLOCK`] and below [`IMPOSSIBLE_FROM`], 2^32 and
     /// a little either side (a size truncated to 32 bits), and 2^e ± 1 for
     /// 64 MiB to 2^62 (a header added to it, or rounded up, overflows near
-    /// the top). The executor asks for a huge size, touches its head and
-    /// tail pages and frees it at once.
+    /// the top), 64 to 256 MiB as often as all the rest. The executor asks
+    /// for a huge size and touches three of its pages (docs/targets.md).
     Impossible(u8, Delta),
     /// A size the program asked for before: a second block of the same
     /// class, where free-list and reuse bugs live.
@@ -133,12 +133,16 @@ impl ArbSize {
     }
 }
 
-/// A huge size from a byte in 0..128: around 2^32 for a third of them,
-/// else 2^e ± 1 for e in 26..=62.
+/// A huge size from a byte in 0..128: around 2^32 for a third of them;
+/// else 2^e ± 1, for e in 26..=28 (64 to 256 MiB: what an ASan build's
+/// `system` serves, and what a realloc of the program's kept huge block
+/// may copy) from the lower half of the bytes, for e in 26..=62 from the
+/// upper half.
 fn huge(b: u8, d: Delta) -> usize {
-    match b % 3 {
-        0 => (1usize << 32).wrapping_add_signed(AROUND_4G[usize::from(b / 3) % 8]),
-        _ => d.apply(1 << (26 + u32::from(b) % 37)),
+    match (b % 3, b < 64) {
+        (0, _) => (1usize << 32).wrapping_add_signed(AROUND_4G[usize::from(b / 3) % 8]),
+        (_, true) => d.apply(1 << (26 + u32::from(b) % 3)),
+        (_, false) => d.apply(1 << (26 + u32::from(b) % 37)),
     }
 }
 
@@ -169,7 +173,16 @@ fn exponent(byte: u8, lo: u32, hi: u32) -> u32 {
 pub fn size_align(size: ArbSize, align: ArbAlign, history: &mut History) -> (usize, usize) {
     match align {
         ArbAlign::Natural => (size.resolve(history), 1),
-        ArbAlign::Pow2(k) => (size.resolve(history), 1 << exponent(k, 0, 22)),
+        ArbAlign::Pow2(k) => {
+            // A huge block is page-aligned anyway: an alignment it asks
+            // for is a page to 4 MiB (what only over-aligned huge blocks
+            // and their aligned reallocs exercise).
+            let size = size.resolve(history);
+            match size > crate::model::MAX_BLOCK {
+                true => (size, 1 << (12 + u32::from(k) % 11)),
+                false => (size, 1 << exponent(k, 0, 22)),
+            }
+        }
         ArbAlign::SizeEqAlign(k) => {
             let n = 1 << exponent(k, 0, 22);
             (n, n)

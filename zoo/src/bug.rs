@@ -187,10 +187,15 @@ pub enum Bug {
     /// usable: only a harness that writes the whole usable size of the
     /// block (a usable-size probe, or the slack of a new block) reaches it.
     SlackFooter,
+    /// A realloc of a huge block (over 64 MiB) aligned to more than a page
+    /// to another huge size moves it to an address only page-aligned (as
+    /// `mremap` picks one): only a huge block kept and reallocated with
+    /// its alignment reaches it.
+    HugeReallocMisaligns,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 46] = [
+    pub const ALL: [Bug; 47] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -237,6 +242,7 @@ impl Bug {
         Bug::AlignIgnored,
         Bug::XthreadZeroedLink,
         Bug::SlackFooter,
+        Bug::HugeReallocMisaligns,
     ];
 
     pub fn name(self) -> &'static str {
@@ -287,6 +293,7 @@ impl Bug {
             Bug::AlignIgnored => "align-ignored",
             Bug::XthreadZeroedLink => "xthread-zeroed-link",
             Bug::SlackFooter => "slack-footer",
+            Bug::HugeReallocMisaligns => "huge-realloc-misaligns",
         }
     }
 
@@ -375,7 +382,9 @@ impl Bug {
             // the too-small block, before the harness sees it.
             Bug::SizedFreeMisclass => &["usable-size", "heap-buffer-overflow"],
             Bug::FullPageReissue => &["overlap"],
-            Bug::PlainReallocMisaligns | Bug::AlignIgnored => &["alignment"],
+            Bug::PlainReallocMisaligns | Bug::AlignIgnored | Bug::HugeReallocMisaligns => {
+                &["alignment"]
+            }
             Bug::ReallocNullFails => &["null"],
             Bug::FreeNullPanics => &["panic"],
             Bug::GoodSizeLies => &["good-size"],

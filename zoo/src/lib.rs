@@ -280,6 +280,9 @@ impl Allocator for Zoo {
         if self.has(Bug::LargeReallocHole) && old >= LARGE_HOLE_MIN && new_size > old {
             return self.large_realloc_hole(p, old, align, new_size);
         }
+        if let Some(q) = self.huge_realloc(p, old, align, new_size) {
+            return q;
+        }
         if !(grows_large
             || grows_tiny
             || grows_misaligned

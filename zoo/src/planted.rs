@@ -182,6 +182,28 @@ impl Zoo {
         self.base.alloc(size, align, false)
     }
 
+    /// `HugeReallocMisaligns`: a huge block aligned past a page, moved to
+    /// a huge size at an address a page past an aligned one.
+    #[inline(never)]
+    pub(super) unsafe fn huge_realloc(
+        &self,
+        p: *mut u8,
+        old: usize,
+        align: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        let huge = shadow::model::MAX_BLOCK;
+        if !(self.has(Bug::HugeReallocMisaligns) && align > 4096 && old > huge && new_size > huge) {
+            return None;
+        }
+        let q = self.shifted(new_size, align, 4096, false);
+        if !q.is_null() {
+            std::ptr::copy_nonoverlapping(p, q, old.min(new_size));
+            shadow::allocator::Allocator::free(self, p, old, align);
+        }
+        Some(q)
+    }
+
     /// Whether a request gets `SlackFooter`'s footer.
     pub(super) fn is_footed(&self, size: usize, align: usize) -> bool {
         self.has(Bug::SlackFooter) && align <= 16 && FOOTED.contains(&size)

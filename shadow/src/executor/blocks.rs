@@ -210,6 +210,9 @@ impl Executor {
             }
             Err(other) => self.guard.overlap(block, other),
         };
+        if let Some(huge) = self.in_kept_huge(p, block.end() - p) {
+            self.guard.overlap(block, huge);
+        }
         let base = p as *mut u8;
         match origin {
             Origin::Fresh { zeroed: true } => {

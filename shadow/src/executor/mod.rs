@@ -453,6 +453,7 @@ impl Executor {
         if self.checked {
             self.validate();
         }
+        self.free_kept_huge();
         // The path of what the closing frees break is theirs so far.
         crate::coverage::begin_op();
         while !self.shadow.is_empty() {
@@ -512,6 +513,9 @@ impl Drop for Executor {
         }
         while !self.shadow.is_empty() {
             let b = self.shadow.remove(self.shadow.len() - 1);
+            self.release(b);
+        }
+        if let Some(b) = self.huge.kept.take() {
             self.release(b);
         }
         for h in self.heaps.take_ids() {

@@ -1,17 +1,13 @@
 //! The ops beyond alloc / realloc / free: calloc, the allocator's optional
 //! calls ([`crate::allocator::Extras`]), bulk ops that fill pages and
-//! slabs, and huge requests (within [`super::huge`]'s budget). Each op is
-//! skipped where the allocator lacks its call.
+//! slabs. Each op is skipped where the allocator lacks its call (huge
+//! requests: [`super::huge`]).
 
-use std::time::Instant;
-
-use super::huge::{spend, PAGE};
 use super::{Executor, On, Origin, Outcome};
-use crate::allocator::{GoodSize, HeapId, InPlace, PurgeDelay};
+use crate::allocator::{GoodSize, InPlace, PurgeDelay};
 use crate::edges::IMPOSSIBLE_FROM;
 use crate::model::{Block, ShadowHeap};
 use crate::op::{BulkOrder, NewSize};
-use crate::pattern;
 use crate::sanitizer;
 use crate::violation::{Site, Violation};
 
@@ -333,118 +329,5 @@ impl Executor {
             }
         }
         Outcome::Done
-    }
-
-    /// A request between [`crate::model::MAX_BLOCK`] and the impossible
-    /// sizes: it may fail cleanly; if it succeeds, the block is aligned,
-    /// has at least `size` usable bytes, overlaps no live block, and its
-    /// head, its tail and a page the seed picks read zero (a zeroed
-    /// request), then take the pattern and read it back. Only those pages
-    /// are touched; the block is freed at once. Zeroed huge requests over
-    /// [`super::huge::ZEROED_HUGE_MAX`] are skipped: an allocator may zero gigabytes by
-    /// hand, which no run can afford.
-    pub(super) fn huge(
-        &mut self,
-        size: usize,
-        align: usize,
-        zeroed: bool,
-        heap: Option<HeapId>,
-        on: On,
-    ) -> Outcome {
-        if !self.huge.admit(size, zeroed) {
-            return Outcome::Skipped;
-        }
-        let clock = Instant::now();
-        // Drawn whatever the answer, so the two sides of a differential
-        // run stay in step when only one serves the request.
-        let seed = self.seeds.next();
-        let p = self.alloc_call(size, align, zeroed, heap, on);
-        if p == 0 {
-            spend(clock);
-            return Outcome::Failed;
-        }
-        let block = Block {
-            ptr: p,
-            size,
-            align,
-            usable: size,
-            extent: 0,
-            seed,
-            heap,
-            written: None,
-        };
-        if self.checked {
-            // Freed unchecked by `Drop` if a violation ends the program.
-            self.untracked.hold(block);
-            self.touch_huge(&block, zeroed);
-            self.untracked.let_go();
-        }
-        self.free_call(block, on);
-        spend(clock);
-        Outcome::Done
-    }
-
-    fn touch_huge(&mut self, b: &Block, zeroed: bool) {
-        if !b.ptr.is_multiple_of(b.align) {
-            self.guard.flag(
-                self.guard
-                    .misaligned(b.ptr, b.size, b.align, self.shadow.blocks()),
-            );
-        }
-        let p = b.ptr as *mut u8;
-        let claimed = sanitizer::given(b.ptr, || {
-            // SAFETY: `p` is the huge block just returned for `b.size` and
-            // `b.align`, not freed yet.
-            self.guard
-                .guarded(|| unsafe { self.alloc.usable_size(p, b.size, b.align) })
-        });
-        // Only the bytes both the request and the answer cover.
-        let len = self
-            .guard
-            .checked_usable(b.ptr, b.size, claimed, Some(PAGE))
-            .min(b.size);
-        if let Some(other) = self.shadow.overlapping(b.ptr, b.ptr + len.max(1)) {
-            self.guard.overlap(*b, other);
-        }
-        let head = (0, PAGE.min(len));
-        let tail = (len.saturating_sub(PAGE).max(head.1), len);
-        let room = tail.0 - head.1;
-        let at = head.1 + (b.seed as usize % room.max(1)) / PAGE * PAGE;
-        let window = (at, (at + PAGE).min(tail.0));
-        let pages = [head, window, tail];
-        if zeroed {
-            let dirty = pages
-                .iter()
-                // SAFETY: every page lies in the block's first `len` bytes (`len` is
-                // at most `b.size` and the usable size checked above).
-                .find_map(|&(from, to)| unsafe { pattern::check_zero_range(p, from, to) });
-            if let Some(mismatch) = dirty {
-                self.guard.flag(Violation::Zeroed {
-                    ptr: b.ptr,
-                    size: b.size,
-                    mismatch,
-                });
-            }
-        }
-        for (from, to) in pages {
-            // SAFETY: as above, the pages lie in the block's first `len` bytes, and no live
-            // block overlaps it (`overlap` does not return).
-            unsafe { pattern::fill_range(p, from, to, b.seed) };
-        }
-        let changed = pages
-            .iter()
-            // SAFETY: as above, the pages lie in the block's first `len` bytes.
-            .find_map(|&(from, to)| unsafe { pattern::check_range(p, from, to, b.seed) });
-        if let Some(mismatch) = changed {
-            // Two of its pages are one: the allocator mapped the block
-            // over itself.
-            self.guard.fail(Violation::Contents {
-                ptr: b.ptr,
-                size: b.size,
-                mismatch,
-                when: "after its pages were written",
-                by_call: false,
-            });
-        }
     }
 }

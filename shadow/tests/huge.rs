@@ -1,0 +1,96 @@
+//! A program's first huge block (over 64 MiB) is kept across its later
+//! ops, and its second huge request reallocates it with its alignment:
+//! huge grows and shrinks, and aligned reallocs of over-aligned huge
+//! blocks, are made and checked.
+
+mod common;
+
+use shadow::allocator::Allocator;
+
+/// A huge block aligned to 64 KiB, ordinary ops beside it, then a second
+/// huge request that grows (or shrinks) it.
+fn kept_then(second: usize) -> String {
+    format!(
+        "target alloc_ops\nalloc size=100000000 align=65536\nalloc size=5000 align=8\n\
+         realloc slot=0 to=double\nalloc size={second} align=8\nfree slot=0\n"
+    )
+}
+
+#[test]
+fn a_huge_block_is_kept_and_reallocated_clean_on_correct_allocators() {
+    for second in [300_000_000, 70_000_000] {
+        let program = common::program(&kept_then(second));
+        for allocator in ["system", "mimalloc", "jemalloc"] {
+            for _ in 0..3 {
+                common::run(&program, allocator)
+                    .unwrap_or_else(|line| panic!("{allocator}, to {second}: {line}"));
+            }
+        }
+    }
+}
+
+/// A huge realloc that moves an over-aligned block to an address only
+/// page-aligned is found on the realloc of the kept block; a huge request
+/// alone, or two not aligned past a page, run clean.
+#[test]
+fn a_huge_realloc_that_drops_the_alignment_is_found() {
+    let base = common::by_name("system").unwrap();
+    let name = "zoo:huge-realloc-misaligns@system";
+    let zoo: &'static dyn Allocator = Box::leak(Box::new(
+        zoo::Zoo::new(name, "huge-realloc-misaligns", base).unwrap(),
+    ));
+    let _one = common::exclusive(name);
+    let alone = "target alloc_ops\nalloc size=100000000 align=65536\nalloc size=5000 align=8\n";
+    common::caught(&common::program(alone), zoo).expect("one huge block is fine");
+    let page_aligned = kept_then(300_000_000).replace("align=65536", "align=4096");
+    common::caught(&common::program(&page_aligned), zoo).expect("page-aligned is fine");
+    for second in [300_000_000, 70_000_000] {
+        let line = common::caught_as(&common::program(&kept_then(second)), zoo, "alignment");
+        assert!(line.contains("realloc"), "{line}");
+    }
+}
+
+/// `system`, but a huge realloc moves the block without copying it.
+struct ForgetsHuge;
+
+impl Allocator for ForgetsHuge {
+    fn name(&self) -> &str {
+        "forgets-huge"
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        common::by_name("system")
+            .unwrap()
+            .alloc(size, align, zeroed)
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
+        let q = self.alloc(new, align, false);
+        if !q.is_null() {
+            let kept = match new > shadow::model::MAX_BLOCK {
+                true => 0,
+                false => old.min(new),
+            };
+            std::ptr::copy_nonoverlapping(p, q, kept);
+            self.free(p, old, align);
+        }
+        q
+    }
+
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        common::by_name("system").unwrap().free(p, size, align)
+    }
+}
+
+/// The pages of the kept block that its realloc keeps must hold what
+/// they held.
+#[test]
+fn a_huge_realloc_that_loses_the_contents_is_found() {
+    let forgets: &'static dyn Allocator = &ForgetsHuge;
+    let line = common::caught_as(
+        &common::program(&kept_then(300_000_000)),
+        forgets,
+        "realloc-prefix",
+    );
+    assert!(line.contains("realloc"), "{line}");
+}
