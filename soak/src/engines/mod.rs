@@ -29,12 +29,11 @@ impl Engine {
     /// folder (`fuzz.log`, and honggfuzz's stats file); None before it
     /// printed any.
     pub fn progress(self, scratch: &Path) -> Option<Progress> {
-        let log = std::fs::read_to_string(scratch.join("fuzz.log")).ok()?;
+        let log = log_tail(&scratch.join("fuzz.log"))?;
         match self {
             Engine::LibFuzzer => libfuzzer::progress(&log),
             Engine::Honggfuzz => {
-                let stats =
-                    std::fs::read_to_string(honggfuzz::stats_file(scratch)).unwrap_or_default();
+                let stats = log_tail(&honggfuzz::stats_file(scratch)).unwrap_or_default();
                 honggfuzz::progress(&log, &stats)
             }
         }
@@ -68,5 +67,59 @@ impl Engine {
             (None, Engine::Honggfuzz) if findings > 0 => "crash".into(),
             (None, _) => "time".into(),
         }
+    }
+}
+
+/// The last [`TAIL_BYTES`] of a log (all of a shorter one), from the first
+/// whole line in them: what a progress line is read from. A slice's log
+/// grows to megabytes over hours; the daemon and `status` read a live
+/// slice's progress every few seconds.
+fn log_tail(path: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let from = len.saturating_sub(TAIL_BYTES);
+    file.seek(SeekFrom::Start(from)).ok()?;
+    let mut bytes = Vec::with_capacity((len - from) as usize);
+    file.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    Some(match from {
+        0 => text.into_owned(),
+        _ => text
+            .split_once('\n')
+            .map_or("", |(_, rest)| rest)
+            .to_string(),
+    })
+}
+
+/// Bytes of a log [`log_tail`] reads: hundreds of libFuzzer progress lines.
+const TAIL_BYTES: u64 = 64 << 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log far longer than the tail: its last progress line is read,
+    /// and a line the tail cuts into is dropped, not misread.
+    #[test]
+    fn progress_is_read_from_the_tail_of_a_long_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = String::new();
+        for i in 0..20_000u64 {
+            log.push_str(&format!(
+                "#{i}\tNEW    cov: {} ft: 9 corp: 3/1Kb exec/s: 7 rss: 40Mb\n",
+                100 + i
+            ));
+        }
+        assert!(log.len() as u64 > 4 * TAIL_BYTES);
+        std::fs::write(dir.path().join("fuzz.log"), &log).unwrap();
+        let p = Engine::LibFuzzer.progress(dir.path()).unwrap();
+        assert_eq!((p.execs, p.cov), (19_999, 20_099));
+        let tail = log_tail(&dir.path().join("fuzz.log")).unwrap();
+        assert!(
+            tail.len() as u64 <= TAIL_BYTES && tail.starts_with('#'),
+            "{}",
+            &tail[..40]
+        );
     }
 }

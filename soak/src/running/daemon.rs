@@ -239,6 +239,20 @@ impl Soak {
 const FIRST_BACKOFF: Duration = Duration::from_secs(10);
 const LAST_BACKOFF: Duration = Duration::from_secs(600);
 
+/// Serves every allocation of 1 MiB or more from its own mapping, given
+/// back to the OS when freed. glibc raises that threshold to the largest
+/// mapped block freed so far (up to 32 MiB), after which a slice's log
+/// read whole at its end (megabytes, hours into a soak) comes from the
+/// heap, which glibc keeps: the daemon's RSS grew in steps of 10-14 MiB as
+/// logs grew (docs/benchmarks/2026-12-04-stop-67.md). Setting the
+/// threshold fixes it.
+fn keep_large_reads_mapped() {
+    // SAFETY: `mallopt` only sets one of glibc's malloc parameters (under
+    // its arena lock, so any thread may call it); it touches no memory of
+    // ours.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20) };
+}
+
 /// What a soak filed, for the summary.
 pub struct Summary {
     pub new_groups: Vec<String>,
@@ -247,6 +261,7 @@ pub struct Summary {
 
 /// Runs a soak to its end. `stop` is set by SIGINT/SIGTERM.
 pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<Summary> {
+    keep_large_reads_mapped();
     let notifier = Notifier::from_env();
     let state = StateDir::open_for_soak(&options.state)?;
     let store = Store::open(&state.store())?;
