@@ -141,7 +141,7 @@ impl ArbSize {
 fn huge(b: u8, d: Delta) -> usize {
     match (b % 3, b < 64) {
         (0, _) => (1usize << 32).wrapping_add_signed(AROUND_4G[usize::from(b / 3) % 8]),
-        (_, true) => d.apply(1 << (26 + u32::from(b) % 3)),
+        (_, true) => d.apply(1 << (26 + u32::from(b / 3) % 3)),
         (_, false) => d.apply(1 << (26 + u32::from(b) % 37)),
     }
 }

@@ -34,12 +34,16 @@ fn a_leaking_allocator_is_filed_as_rss_drift_with_its_culprits() {
     let config = config(
         dir.path(),
         "cpu_share = 1.0\nallocators = [\"zoo:leak-on-shrink\"]\ninterval_secs = 1\n\
-         rss_limit_mb = 256\nnarrow_ops = 100000\nnarrow_secs = 300",
+         rss_limit_mb = 256\nnarrow_ops = 20000\nnarrow_secs = 600",
     );
     let config = config.to_str().unwrap();
+    // Narrowing replays share one core with the series and the fuzz slice:
+    // 11 replays took 209 s on a 2-core machine where 60 s had been enough
+    // (5 replays, 952 programs to 119). The soak ends once the group is
+    // filed, whenever narrowing is done.
     let out = soak_until(
         &state,
-        &["--config", config, "--duration", "60", "--jobs", "1"],
+        &["--config", config, "--duration", "600", "--jobs", "1"],
         common::drift_filed_with_culprits,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);

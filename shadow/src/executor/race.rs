@@ -5,9 +5,10 @@
 //! deterministic. [`run`] then releases every worker with a script (or a
 //! thread exit) at the same moment (a spinning barrier: a sleeping one
 //! wakes threads tens of microseconds apart, longer than a whole script)
-//! and waits for all. On a worker a step only calls the allocator, claims
-//! or gives up the block's bytes ([`super::claims`]: a block handed out
-//! twice is caught there) and writes or reads its pattern; every other
+//! and waits for all. On a worker a step ([`super::race_steps`]) only
+//! calls the allocator, claims or gives up the block's bytes
+//! ([`super::claims`]: a block handed out twice is caught there) and
+//! writes or reads its pattern; every other
 //! check happens afterwards, on the main thread, in script order
 //! ([`super::race_ops`]: the queueing and checking side, on the
 //! executor). What interleaves inside the section is up to the machine: a
@@ -69,8 +70,8 @@ pub enum Step {
 #[derive(Clone, Debug)]
 pub enum Done {
     /// The new block (0: the request failed) and the first byte its
-    /// worker found wrong, if any: in the kept prefix of a realloc or
-    /// resize, not zero in a zeroed block.
+    /// worker found wrong, if any: in the kept prefix of a realloc, not
+    /// zero in a zeroed block.
     Block {
         ptr: usize,
         broken: Option<Mismatch>,
