@@ -469,7 +469,6 @@ fn triage_the_group(state: &Path, id: &str, allocator: &str) {
     for file in [
         "REPORT.md",
         "README.md",
-        "minimized",
         "original",
         "program.txt",
         "stack.txt",
@@ -480,4 +479,13 @@ fn triage_the_group(state: &Path, id: &str, allocator: &str) {
             "{file} missing from the bundle"
         );
     }
+    // A group whose original was already minimal has no minimized copy
+    // (one_bug_is_one_group_and_a_restart_gets_past_it); one that has
+    // it exports it.
+    let minimized = state.join("crashes").join(id).join("minimized");
+    assert_eq!(
+        bundle.join("minimized").is_file(),
+        minimized.is_file(),
+        "the bundle has the group's minimized copy, or none when it has none"
+    );
 }

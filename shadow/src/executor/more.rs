@@ -139,16 +139,8 @@ impl Executor {
                 Outcome::Failed
             }
             Some(InPlace::Resized { ptr, owned }) => {
-                if self.checked && (ptr != b.ptr || owned < new) {
-                    self.guard.fail(Violation::Realloc {
-                        ptr: b.ptr,
-                        new_size: new,
-                        why: if ptr != b.ptr {
-                            "an in-place resize moved the block"
-                        } else {
-                            "an in-place resize gave fewer bytes than asked"
-                        },
-                    });
+                if self.checked {
+                    self.resized_in_place(&b, new, ptr, owned);
                 }
                 let old = self.shadow.remove(i);
                 let origin = Origin::Realloc {
@@ -160,7 +152,7 @@ impl Executor {
         }
     }
 
-    /// Flags a usable size of live block `b` other than the one it came
+    /// Asks live block `b`'s usable size and flags one other than it came
     /// with; `why` the call that changed it.
     pub(super) fn usable_unchanged(&self, b: &Block, why: &'static str) {
         let p = b.ptr as *mut u8;
@@ -169,12 +161,34 @@ impl Executor {
         let usable = self
             .guard
             .queried(|| unsafe { self.alloc.usable_size(p, b.size, b.align) });
+        self.same_usable(b, usable, why);
+    }
+
+    /// Flags `usable`, an answer about live block `b`, when it is not the
+    /// usable size the block came with.
+    pub(super) fn same_usable(&self, b: &Block, usable: usize, why: &'static str) {
         if usable != b.usable {
             self.guard.flag(Violation::UsableSize {
                 ptr: b.ptr,
                 size: b.size,
                 usable,
                 why,
+            });
+        }
+    }
+
+    /// Fails an in-place resize of `b` to `new` bytes that says it left
+    /// the block at `ptr` holding `owned`, when it moved it or gave fewer.
+    pub(super) fn resized_in_place(&self, b: &Block, new: usize, ptr: usize, owned: usize) {
+        if ptr != b.ptr || owned < new {
+            self.guard.fail(Violation::Realloc {
+                ptr: b.ptr,
+                new_size: new,
+                why: if ptr != b.ptr {
+                    "an in-place resize moved the block"
+                } else {
+                    "an in-place resize gave fewer bytes than asked"
+                },
             });
         }
     }

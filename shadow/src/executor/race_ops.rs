@@ -280,17 +280,7 @@ impl Executor {
             return;
         };
         self.untracked.adopt_raced();
-        if ptr != old.ptr || owned < new {
-            self.guard.fail(Violation::Realloc {
-                ptr: old.ptr,
-                new_size: new,
-                why: if ptr != old.ptr {
-                    "an in-place resize moved the block"
-                } else {
-                    "an in-place resize gave fewer bytes than asked"
-                },
-            });
-        }
+        self.resized_in_place(&old, new, ptr, owned);
         let origin = Origin::Realloc {
             old,
             zero_from: None,
@@ -301,14 +291,7 @@ impl Executor {
     /// Holds a usable size asked on a worker to the one the block came
     /// with, and takes the block back with the bytes its worker wrote.
     fn check_raced_usable(&mut self, mut block: Block, usable: usize) {
-        if usable != block.usable {
-            self.guard.flag(Violation::UsableSize {
-                ptr: block.ptr,
-                size: block.size,
-                usable,
-                why: "changed since allocation",
-            });
-        }
+        self.same_usable(&block, usable, "changed since allocation");
         if block.size > 0 && block.written.is_none() {
             block.extent = usable.min(block.usable);
         }

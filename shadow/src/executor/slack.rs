@@ -6,7 +6,7 @@
 use super::{Executor, Outcome};
 use crate::pattern;
 use crate::sanitizer;
-use crate::violation::{Site, Violation};
+use crate::violation::Site;
 
 /// One new block in this many gets its slack written when it comes
 /// ([`Executor::fresh_slack`]).
@@ -31,15 +31,8 @@ impl Executor {
             return Outcome::Live(i);
         }
         self.guard.verify(&b, "before a usable-size probe");
-        if usable != b.usable {
-            self.guard.flag(Violation::UsableSize {
-                ptr: b.ptr,
-                size: b.size,
-                usable,
-                why: "changed since allocation",
-            });
-            // Tolerated: write only what both answers promise.
-        }
+        // Tolerated: write only what both answers promise.
+        self.same_usable(&b, usable, "changed since allocation");
         self.write_slack(i, usable.min(b.usable));
         Outcome::Live(i)
     }
