@@ -80,8 +80,12 @@ pub enum Done {
     /// What an in-place resize did (`None`: not in the API); the block
     /// was not written.
     Resized(Option<InPlace>),
-    /// The usable size the worker was told.
-    Usable(usize),
+    /// The usable size the worker was told, and the block's extent once
+    /// its worker wrote its slack (`None`: not written).
+    Usable {
+        usable: usize,
+        extent: Option<usize>,
+    },
     /// A churn's blocks (each freed again), the first whose pattern broke
     /// while it was live, and how many requests were refused.
     Churned {

@@ -187,8 +187,8 @@ impl Executor {
             (Step::Resize { block, new, .. }, Done::Resized(to)) => {
                 self.check_raced_resize(block, new, to)
             }
-            (Step::Usable { block }, Done::Usable(usable)) => {
-                self.check_raced_usable(block, usable)
+            (Step::Usable { block }, Done::Usable { usable, extent }) => {
+                self.check_raced_usable(block, usable, extent)
             }
             (step, Done::Block { ptr, broken }) => self.check_raced_block(step, ptr, broken, frees),
             (step, done) => unreachable!("{step:?} cannot end as {done:?}"),
@@ -290,11 +290,9 @@ impl Executor {
 
     /// Holds a usable size asked on a worker to the one the block came
     /// with, and takes the block back with the bytes its worker wrote.
-    fn check_raced_usable(&mut self, mut block: Block, usable: usize) {
+    fn check_raced_usable(&mut self, mut block: Block, usable: usize, extent: Option<usize>) {
         self.same_usable(&block, usable, "changed since allocation");
-        if block.size > 0 && block.written.is_none() {
-            block.extent = usable.min(block.usable);
-        }
+        block.extent = extent.unwrap_or(block.extent);
         if let Err(other) = self.shadow.insert(block, true) {
             self.guard.overlap(block, other);
         }

@@ -5,6 +5,7 @@
 
 use super::claims::Claims;
 use super::race::{Done, Inside, Step};
+use super::slack::fill_slack;
 use crate::allocator::{Allocator, Heaps, InPlace};
 use crate::guard;
 use crate::model::Block;
@@ -162,21 +163,17 @@ impl On<'_> {
         Done::Resized(to)
     }
 
-    /// Asks the usable size, then writes the block's pattern over the
-    /// usable bytes it had when it came (what its claim covers), as the
-    /// serial probe does: a block of the zeroed family is only read.
+    /// Asks the usable size, then writes the block's slack as the serial
+    /// probe does ([`fill_slack`]), within the usable bytes it had when it
+    /// came (what its claim covers).
     unsafe fn usable(&self, b: Block) -> Done {
         let p = b.ptr as *mut u8;
         let usable = crate::sanitizer::given(b.ptr, || {
             self.inside
                 .during(|| self.alloc.usable_size(p, b.size, b.align))
         });
-        if b.size > 0 && b.written.is_none() {
-            let reach = usable.min(b.usable);
-            pattern::fill(p, reach, b.seed);
-            pattern::fill_range(p, b.size, reach, b.seed);
-        }
-        Done::Usable(usable)
+        let extent = fill_slack(&b, usable.min(b.usable));
+        Done::Usable { usable, extent }
     }
 
     /// A churn step: `count` blocks allocated and written, then each

@@ -4,6 +4,7 @@
 //! [`SLACK_SHARE`].
 
 use super::{Executor, Outcome};
+use crate::model::Block;
 use crate::pattern;
 use crate::sanitizer;
 use crate::violation::Site;
@@ -41,33 +42,43 @@ impl Executor {
     /// seed, so a replay picks the same ones), as a usable-size probe
     /// does: an allocator that keeps anything of its own past the request
     /// but inside the usable size it reports is caught on any block, not
-    /// only on one a probe names.
+    /// only on one a probe names. A block with no slack is left as `adopt`
+    /// just wrote it.
     pub(super) fn fresh_slack(&mut self, i: usize) {
         let b = self.shadow.blocks()[i];
-        if b.seed.is_multiple_of(SLACK_SHARE) {
+        if b.seed.is_multiple_of(SLACK_SHARE) && b.usable > b.extent {
             self.write_slack(i, b.usable);
         }
     }
 
-    /// Writes live block `i`'s pattern over its first `usable` bytes (no
-    /// more than the usable size it came with), every byte past its
-    /// requested size included: the slack is where an oversized usable
-    /// size shows. Not in a zero-size block (C leaves any access to it
-    /// undefined, and ASan poisons it whatever `malloc_usable_size` says)
-    /// nor in one of the zeroed family (a zeroed realloc is held to its
-    /// slack reading zero).
+    /// [`fill_slack`] on live block `i`, which then holds what it wrote.
     fn write_slack(&mut self, i: usize, usable: usize) {
         let b = self.shadow.blocks()[i];
-        if b.size == 0 || b.written.is_some() || usable <= b.extent {
-            return;
-        }
-        let base = b.ptr as *mut u8;
         // SAFETY: `b` is live and `usable` is no more than its usable size (capped by ASan's
         // reach in `adopt`), so its first `usable` bytes are ours.
-        unsafe {
-            pattern::fill(base, usable, b.seed);
-            pattern::fill_range(base, b.size, usable, b.seed);
+        if let Some(extent) = unsafe { fill_slack(&b, usable) } {
+            self.shadow.blocks_mut()[i].extent = extent;
         }
-        self.shadow.blocks_mut()[i].extent = usable;
     }
+}
+
+/// Writes block `b`'s pattern over its first `usable` bytes, every byte
+/// past its requested size included: the slack is where an oversized
+/// usable size shows. Returns the block's new extent, or `None` for a
+/// zero-size block (C leaves any access to it undefined, and ASan poisons
+/// it whatever `malloc_usable_size` says) and one of the zeroed family (a
+/// zeroed realloc is held to its slack reading zero), which are not
+/// written.
+///
+/// # Safety
+/// `b` is live and the caller's alone, and `usable` is no more than the
+/// usable size it came with.
+pub(super) unsafe fn fill_slack(b: &Block, usable: usize) -> Option<usize> {
+    if b.size == 0 || b.written.is_some() {
+        return None;
+    }
+    let base = b.ptr as *mut u8;
+    pattern::fill(base, usable, b.seed);
+    pattern::fill_range(base, b.size, usable, b.seed);
+    Some(usable)
 }

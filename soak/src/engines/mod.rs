@@ -29,11 +29,11 @@ impl Engine {
     /// folder (`fuzz.log`, and honggfuzz's stats file); None before it
     /// printed any.
     pub fn progress(self, scratch: &Path) -> Option<Progress> {
-        let log = log_tail(&scratch.join("fuzz.log"))?;
+        let log = end_of_log(&scratch.join("fuzz.log"))?;
         match self {
             Engine::LibFuzzer => libfuzzer::progress(&log),
             Engine::Honggfuzz => {
-                let stats = log_tail(&honggfuzz::stats_file(scratch)).unwrap_or_default();
+                let stats = end_of_log(&honggfuzz::stats_file(scratch)).unwrap_or_default();
                 honggfuzz::progress(&log, &stats)
             }
         }
@@ -74,7 +74,7 @@ impl Engine {
 /// whole line in them: what a progress line is read from. A slice's log
 /// grows to megabytes over hours; the daemon and `status` read a live
 /// slice's progress every few seconds.
-fn log_tail(path: &Path) -> Option<String> {
+fn end_of_log(path: &Path) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
@@ -92,7 +92,8 @@ fn log_tail(path: &Path) -> Option<String> {
     })
 }
 
-/// Bytes of a log [`log_tail`] reads: hundreds of libFuzzer progress lines.
+/// Bytes of a log [`end_of_log`] reads: hundreds of libFuzzer progress lines
+/// (`running::slice`'s `LogTail` instead follows a log as it grows).
 const TAIL_BYTES: u64 = 64 << 10;
 
 #[cfg(test)]
@@ -115,7 +116,7 @@ mod tests {
         std::fs::write(dir.path().join("fuzz.log"), &log).unwrap();
         let p = Engine::LibFuzzer.progress(dir.path()).unwrap();
         assert_eq!((p.execs, p.cov), (19_999, 20_099));
-        let tail = log_tail(&dir.path().join("fuzz.log")).unwrap();
+        let tail = end_of_log(&dir.path().join("fuzz.log")).unwrap();
         assert!(
             tail.len() as u64 <= TAIL_BYTES && tail.starts_with('#'),
             "{}",
