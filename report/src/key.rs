@@ -21,10 +21,11 @@ pub const REFERENCE: &str = " [reference allocator ";
 /// The violation kinds that leave the heap sound (a misaligned block, a
 /// wrong usable size or good size, a dirty zeroed block, a failed request,
 /// a request that had to fail and did not, capacity lost at a program's
-/// end, a remote free that never came back: every block stays where it
+/// end, a remote free that never came back, bytes the allocator still
+/// counts in use once everything was freed: every block stays where it
 /// was, a lost one is only leaked): a fuzz process goes on past them, filed or not, so a replay of
 /// what it found after one must go on past them too ([`sound_patterns`]).
-pub const SOUND_KINDS: [&str; 9] = [
+pub const SOUND_KINDS: [&str; 10] = [
     "alignment",
     "usable-size",
     "good-size",
@@ -34,6 +35,7 @@ pub const SOUND_KINDS: [&str; 9] = [
     "calloc-overflow",
     "capacity-leak",
     "remote-free-lost",
+    "kept-bytes",
 ];
 
 /// How a sanitizer report's tolerance key starts (`asan: <title>`,

@@ -144,6 +144,10 @@ pub enum Violation {
         before: usize,
         after: usize,
     },
+    /// The allocator's own count of bytes in use
+    /// ([`crate::allocator::Allocator::bytes_in_use`]) is higher once a
+    /// program has freed everything than when it started: a free it lost.
+    KeptBytes { before: usize, after: usize },
     /// A block the harness gave back to the allocator (`call`: a free, a
     /// realloc that moved it) was never freed, and nothing points to it:
     /// LeakSanitizer's leak, keyed by the call that lost it.
@@ -204,6 +208,7 @@ impl Violation {
             Violation::Diff { .. } => "diff",
             Violation::Panic { .. } => "panic",
             Violation::CapacityLeak { .. } => "capacity-leak",
+            Violation::KeptBytes { .. } => "kept-bytes",
             Violation::RemoteFreeLost { .. } => "remote-free-lost",
             Violation::Leak { .. } => "leak",
         }
@@ -441,6 +446,10 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "{figure} {after} after everything was freed, {before} when the program started"
+            ),
+            Violation::KeptBytes { before, after } => write!(
+                f,
+                "the allocator counts {after} bytes in use after everything was freed, {before} when the program started"
             ),
             Violation::RemoteFreeLost {
                 ptr,

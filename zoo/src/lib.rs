@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
-use shadow::allocator::{Allocator, Arena, EmulatedHeaps, Extras, Heaps, ReallocToZero};
+use shadow::allocator::{Allocator, Arena, EmulatedHeaps, Extras, Heaps, InUse, ReallocToZero};
 
 mod bug;
 mod exit_reclaim;
@@ -239,6 +239,10 @@ impl Allocator for Zoo {
         self.base.memory_figures()
     }
 
+    fn bytes_in_use(&self) -> Option<InUse> {
+        self.base.bytes_in_use()
+    }
+
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         self.count_call();
         self.class_of(size);
@@ -373,6 +377,9 @@ impl Allocator for Zoo {
         }
         if self.is_exit_reclaim(size, align) {
             return self.exits.free(p);
+        }
+        if self.drops_remote_free(size, align) {
+            return;
         }
         self.base.free(p, size, align)
     }
@@ -558,41 +565,5 @@ impl Zoo {
             return self.with_room(size, align, zeroed);
         }
         self.base.alloc(size, align, zeroed)
-    }
-}
-
-impl Zoo {
-    /// Counts a new block for `FullPageReissue` and `PurgeDropsLive`.
-    fn track_class(&self, p: *mut u8, size: usize, align: usize) {
-        let full_page = align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size);
-        let large = self.has(Bug::PurgeDropsLive) && size >= 4096;
-        if !(full_page || large) {
-            return;
-        }
-        let mut st = self.state();
-        if full_page && st.newest_small.0 != p as usize {
-            st.live_small += 1;
-            st.newest_small = (p as usize, size);
-        }
-        if large {
-            st.last_large = Some((p as usize, size));
-        }
-    }
-
-    /// Forgets a block `track_class` counted, and takes it off the sized
-    /// free cache.
-    fn untrack_class(&self, p: *mut u8, size: usize, align: usize) {
-        let mut st = self.state();
-        if align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size) {
-            st.live_small = st.live_small.saturating_sub(1);
-            if st.newest_small.0 == p as usize {
-                st.newest_small = (0, 0);
-            }
-        }
-        if st.last_large.is_some_and(|(q, _)| q == p as usize) {
-            st.last_large = None;
-        }
-        st.rooms.remove(&(p as usize));
-        st.sized_cached.retain(|&q| q != p as usize);
     }
 }

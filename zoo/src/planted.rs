@@ -5,7 +5,7 @@
 
 use std::ops::RangeInclusive;
 
-use super::{Bug, Zoo, DOUBLE_ISSUE, RACY, XTHREAD};
+use super::{Bug, Zoo, DOUBLE_ISSUE, FULL_PAGE, RACY, XTHREAD};
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -23,6 +23,9 @@ thread_local! {
 
 /// `XthreadZeroedLink`: the sizes.
 const ZEROED_LINK: RangeInclusive<usize> = 6145..=8192;
+
+/// `DroppedRemoteFree`: the sizes.
+const DROPPED_REMOTE: RangeInclusive<usize> = 12289..=16384;
 
 /// `SlackFooter`: the sizes, and the footer's tag.
 const FOOTED: RangeInclusive<usize> = 8193..=12288;
@@ -241,6 +244,15 @@ impl Zoo {
         }
     }
 
+    /// Whether a free is one `DroppedRemoteFree` drops: its size, made on
+    /// another thread than the zoo's. The block stays the base's for good.
+    pub(super) fn drops_remote_free(&self, size: usize, align: usize) -> bool {
+        self.has(Bug::DroppedRemoteFree)
+            && align <= 16
+            && DROPPED_REMOTE.contains(&size)
+            && std::thread::current().id() != self.home
+    }
+
     /// Whether a zeroed request is `XthreadZeroedLink`'s: its size, made
     /// on another thread than the zoo's.
     pub(super) fn is_zeroed_link(&self, size: usize, align: usize) -> bool {
@@ -367,5 +379,41 @@ impl Zoo {
         drop(st);
         self.base.free(w as *mut u8, wsize, walign);
         true
+    }
+}
+
+impl Zoo {
+    /// Counts a new block for `FullPageReissue` and `PurgeDropsLive`.
+    pub(super) fn track_class(&self, p: *mut u8, size: usize, align: usize) {
+        let full_page = align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size);
+        let large = self.has(Bug::PurgeDropsLive) && size >= 4096;
+        if !(full_page || large) {
+            return;
+        }
+        let mut st = self.state();
+        if full_page && st.newest_small.0 != p as usize {
+            st.live_small += 1;
+            st.newest_small = (p as usize, size);
+        }
+        if large {
+            st.last_large = Some((p as usize, size));
+        }
+    }
+
+    /// Forgets a block `track_class` counted, and takes it off the sized
+    /// free cache.
+    pub(super) fn untrack_class(&self, p: *mut u8, size: usize, align: usize) {
+        let mut st = self.state();
+        if align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size) {
+            st.live_small = st.live_small.saturating_sub(1);
+            if st.newest_small.0 == p as usize {
+                st.newest_small = (0, 0);
+            }
+        }
+        if st.last_large.is_some_and(|(q, _)| q == p as usize) {
+            st.last_large = None;
+        }
+        st.rooms.remove(&(p as usize));
+        st.sized_cached.retain(|&q| q != p as usize);
     }
 }

@@ -80,6 +80,17 @@ pub enum ReallocToZero {
     Undefined,
 }
 
+/// An allocator's own count of the bytes in blocks it has handed out
+/// ([`Allocator::bytes_in_use`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InUse {
+    pub bytes: usize,
+    /// The threads the count holds state of (jemalloc counts each thread's
+    /// cache itself, 28 KiB, as allocated): two counts are compared only
+    /// when these are the same.
+    pub threads: u32,
+}
+
 /// A live block as validators see it.
 #[derive(Clone, Copy, Debug)]
 pub struct LiveBlock {
@@ -251,6 +262,17 @@ pub trait Allocator: Send + Sync {
     /// Called when a program has freed everything: drop per-program state so
     /// the next program starts as a fresh process would (zoo caches).
     fn reset(&self) {}
+
+    /// The bytes the allocator counts in blocks it handed out and has not
+    /// had back, exactly, blocks freed into a thread's cache not counted
+    /// (jemalloc's `stats.allocated` less its caches' bytes). A program
+    /// that freed everything leaves it where it started; what it left more
+    /// is a `kept-bytes`: a free the allocator lost (a remote one, or one
+    /// at a thread's exit) where no walk of its blocks could show it.
+    /// Default: `None`, no such count.
+    fn bytes_in_use(&self) -> Option<InUse> {
+        None
+    }
 
     /// Gives back to the OS what the allocator holds free, as a real
     /// process's purge timer would have by now. Called between programs

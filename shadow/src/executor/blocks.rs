@@ -15,11 +15,12 @@ use crate::violation::{Report, Site, Violation};
 impl Executor {
     /// Keeps block `p` unfreed for good: one the harness cannot say what
     /// it is (an impossible request's). Neither
-    /// LeakSanitizer nor the arena's capacity check at the program's end
-    /// counts it a second time.
+    /// LeakSanitizer nor the checks of what the allocator holds at the
+    /// program's end (capacity, bytes in use) count it a second time.
     pub(super) fn never_freed(&mut self, p: usize) {
         sanitizer::never_freed(p);
         self.arena.keeps_unfreed();
+        self.kept.keeps_unfreed();
     }
 
     pub(super) fn alloc_block(

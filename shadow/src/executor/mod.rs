@@ -16,6 +16,7 @@ mod contention;
 mod heap_table;
 mod heaps;
 mod huge;
+mod kept;
 mod more;
 mod race;
 mod race_ops;
@@ -27,6 +28,7 @@ use arena::ArenaProbe;
 use calls::{CallGuard, On, Workers};
 use heap_table::HeapTable;
 use huge::HugeBudget;
+use kept::KeptProbe;
 pub use race::serial_races;
 use race::Section;
 use race_ops::Change;
@@ -123,6 +125,7 @@ pub struct Executor {
     /// What an allocator over a fixed region could serve when the program
     /// started (checked runs only), held against its end.
     arena: ArenaProbe,
+    kept: KeptProbe,
     /// Huge requests made so far.
     huge: HugeBudget,
     finished: bool,
@@ -204,6 +207,7 @@ impl Executor {
         guard.set_site(Site::bare("start"));
         crate::coverage::begin_op();
         let arena = ArenaProbe::new(alloc, &guard, checked);
+        let kept = KeptProbe::new(alloc, &guard, checked);
         Executor {
             alloc,
             checked,
@@ -215,6 +219,7 @@ impl Executor {
             workers: Workers::default(),
             race: Section::default(),
             arena,
+            kept,
             huge: HugeBudget::default(),
             finished: false,
             stats: Stats::default(),
@@ -484,6 +489,7 @@ impl Executor {
         self.guard.asked(|| self.alloc.reset());
         if self.checked {
             self.arena.check_capacity(&self.guard);
+            self.kept.check(&self.guard);
         }
         self.guard
             .asked(|| crate::resident::after_program(self.alloc));

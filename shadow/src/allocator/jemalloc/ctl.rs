@@ -7,6 +7,9 @@ use std::sync::OnceLock;
 
 use tikv_jemalloc_sys as je;
 
+/// `MALLCTL_ARENAS_ALL`: `arena.<i>` and `stats.arenas.<i>` name every arena.
+pub const ARENAS_ALL: u32 = 4096;
+
 fn name(n: &str) -> CString {
     CString::new(n).expect("mallctl names have no NUL")
 }

@@ -7,9 +7,6 @@ use tikv_jemalloc_sys as je;
 use super::{classic, ctl, flags, Jemalloc};
 use crate::allocator::{Extras, GoodSize, InPlace, PurgeDelay, ZeroedFrom};
 
-/// `MALLCTL_ARENAS_ALL`: `arena.<i>` names every arena.
-const ARENAS_ALL: u32 = 4096;
-
 /// Sets the calling thread's arena's dirty and muzzy decay times to `ms`,
 /// or back to the process's options (`opt.*_decay_ms`).
 pub(super) fn set_decay(ms: Option<isize>) -> bool {
@@ -123,7 +120,7 @@ impl Extras for Jemalloc {
         if force {
             ctl::run("thread.tcache.flush");
         }
-        ctl::arena_verb(ARENAS_ALL, if force { "purge" } else { "decay" });
+        ctl::arena_verb(ctl::ARENAS_ALL, if force { "purge" } else { "decay" });
         true
     }
 }

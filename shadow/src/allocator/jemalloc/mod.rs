@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 
 use tikv_jemalloc_sys as je;
 
-use super::{Allocator, Extras, HeapId, Heaps, InPlace, LiveBlock};
+use super::{Allocator, Extras, HeapId, Heaps, InPlace, InUse, LiveBlock};
 use crate::edges::IMPOSSIBLE_FROM;
 
 mod ctl;
@@ -150,6 +150,20 @@ impl Allocator for Jemalloc {
     /// tcache-held blocks as allocated and purges dirty pages only after a
     /// decay, so a free shows in `allocated` at once and in `resident`
     /// later. A statistic jemalloc refuses is left out.
+    /// `stats.allocated` less the bytes in every thread's cache
+    /// (`tcache_bytes`, which `allocated` counts until a cache is
+    /// flushed). Each thread's cache is an allocation of its own, so the
+    /// threads jemalloc serves are counted too.
+    fn bytes_in_use(&self) -> Option<InUse> {
+        ctl::write("epoch", 1u64);
+        let all = |stat: &str| format!("stats.arenas.{}.{stat}", ctl::ARENAS_ALL);
+        let allocated = ctl::read::<usize>("stats.allocated")?;
+        Some(InUse {
+            bytes: allocated.checked_sub(ctl::read::<usize>(&all("tcache_bytes"))?)?,
+            threads: ctl::read_unsigned(&all("nthreads"))?,
+        })
+    }
+
     fn memory_figures(&self) -> Vec<(&'static str, u64)> {
         ctl::write("epoch", 1u64);
         FIGURES

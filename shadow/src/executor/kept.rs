@@ -1,0 +1,54 @@
+//! The allocator's own count of bytes in use
+//! ([`Allocator::bytes_in_use`]: jemalloc's `stats.allocated` less its
+//! threads' caches), held to
+//! where it was when a program started once the program has freed
+//! everything. A free the allocator lost (a remote free, one at a thread's
+//! exit) shows there on an allocator whose blocks nothing can walk.
+//!
+//! A program that keeps a block it can never free (an impossible
+//! request's) is not checked, nor one after which the allocator holds
+//! state of more or fewer threads (a worker started or ended: each
+//! thread's cache is counted too).
+
+use super::calls::CallGuard;
+use crate::allocator::{Allocator, InUse};
+use crate::violation::Violation;
+
+pub(super) struct KeptProbe {
+    alloc: &'static dyn Allocator,
+    /// The count when the program started (checked runs only).
+    at_start: Option<InUse>,
+}
+
+impl KeptProbe {
+    /// A probe of `alloc`, which reads it now when the program is `checked`.
+    pub(super) fn new(alloc: &'static dyn Allocator, guard: &CallGuard, checked: bool) -> Self {
+        let at_start = match checked {
+            true => guard.asked(|| alloc.bytes_in_use()),
+            false => None,
+        };
+        KeptProbe { alloc, at_start }
+    }
+
+    /// The program keeps a block it will never free: not checked.
+    pub(super) fn keeps_unfreed(&mut self) {
+        self.at_start = None;
+    }
+
+    /// At the end of a program that freed everything: bytes the allocator
+    /// still counts in use past its start are a `kept-bytes`.
+    pub(super) fn check(&self, guard: &CallGuard) {
+        let Some(start) = self.at_start else {
+            return;
+        };
+        let Some(end) = guard.asked(|| self.alloc.bytes_in_use()) else {
+            return;
+        };
+        if end.threads == start.threads && end.bytes > start.bytes {
+            guard.flag(Violation::KeptBytes {
+                before: start.bytes,
+                after: end.bytes,
+            });
+        }
+    }
+}
