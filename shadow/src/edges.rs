@@ -72,11 +72,11 @@ pub enum ArbSize {
     /// A size the program asked for before: a second block of the same
     /// class, where free-list and reuse bugs live.
     Recent(u8),
-    /// Anywhere inside an octave, 256 B to 4 MiB: the byte picks the
+    /// Anywhere inside an octave, 256 B to 64 MiB: the byte picks the
     /// octave [2^e, 2^(e+1)), the `u32` the offset in it, so a size class
-    /// is reached at its interior too (300 or 1000 bytes), not only at the
-    /// edges the other families name. Last, so the families before it
-    /// decode from the same bytes as before it was added.
+    /// is reached at its interior too (300 or 1000 bytes, or 5,000,000),
+    /// not only at the edges the other families name (each within 1 of a
+    /// multiple of 64 KiB above 4 MiB).
     Within(u8, u32),
 }
 
@@ -124,7 +124,7 @@ impl ArbSize {
             ArbSize::Impossible(b, d) => huge(b - 128, d),
             ArbSize::Recent(k) => history.recent(k).unwrap_or(usize::from(k)),
             ArbSize::Within(e, offset) => {
-                let low = 1usize << exponent(e, 8, 21);
+                let low = 1usize << exponent(e, 8, 25);
                 low + offset as usize % low
             }
         };
@@ -296,7 +296,7 @@ mod tests {
         for e in 0..=255u8 {
             for offset in [0, 1, 44, 1 << 20, u32::MAX] {
                 let size = ArbSize::Within(e, offset).resolve(h);
-                let low = 1usize << exponent(e, 8, 21);
+                let low = 1usize << exponent(e, 8, 25);
                 assert!(
                     (low..2 * low).contains(&size),
                     "{size} outside [{low}, {})",
@@ -306,7 +306,7 @@ mod tests {
         }
         // 300: no edge family names it (16·k ± 1, 2^e ± 1, quarter octaves).
         assert_eq!(ArbSize::Within(0, 44).resolve(h), 300);
-        // 224: the top octave, [2 MiB, 4 MiB).
-        assert_eq!(ArbSize::Within(224, 1 << 20).resolve(h), 3 << 20);
+        // 233: the top octave, [32 MiB, 64 MiB).
+        assert_eq!(ArbSize::Within(233, 1 << 20).resolve(h), 33 << 20);
     }
 }

@@ -197,10 +197,17 @@ pub enum Bug {
     /// in the base for good. Planted in jemalloc, whose blocks nothing can
     /// walk: only its own count of bytes in use shows the loss.
     DroppedRemoteFree,
+    /// A new block of 4..=64 MiB whose size is not within 1 of a multiple
+    /// of 64 KiB reports a usable size rounded down to one (its span
+    /// counted in whole 64 KiB pages, truncated), but not one that calloc
+    /// or realloc asked for: only a plain request's size drawn inside a
+    /// large octave reaches it, as every edge a program names up there is
+    /// within 1 of such a multiple.
+    LargeInteriorSpan,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 48] = [
+    pub const ALL: [Bug; 49] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -249,6 +256,7 @@ impl Bug {
         Bug::SlackFooter,
         Bug::HugeReallocMisaligns,
         Bug::DroppedRemoteFree,
+        Bug::LargeInteriorSpan,
     ];
 
     pub fn name(self) -> &'static str {
@@ -299,6 +307,7 @@ impl Bug {
             Bug::AlignIgnored => "align-ignored",
             Bug::XthreadZeroedLink => "xthread-zeroed-link",
             Bug::DroppedRemoteFree => "dropped-remote-free",
+            Bug::LargeInteriorSpan => "large-interior-span",
             Bug::SlackFooter => "slack-footer",
             Bug::HugeReallocMisaligns => "huge-realloc-misaligns",
         }
@@ -383,7 +392,10 @@ impl Bug {
             | Bug::LargeReuseDirty
             | Bug::HugeZeroedFooter
             | Bug::XthreadZeroedLink => &["zeroed"],
-            Bug::HugeTruncate | Bug::ExpandOverclaims | Bug::InteriorClass => &["usable-size"],
+            Bug::HugeTruncate
+            | Bug::ExpandOverclaims
+            | Bug::InteriorClass
+            | Bug::LargeInteriorSpan => &["usable-size"],
             // Or ASan's report of the harness writing the bytes it was
             // told it owns.
             Bug::HeapExpandOverclaims => &["usable-size", "heap-buffer-overflow"],

@@ -254,6 +254,7 @@ impl Allocator for Zoo {
         if !p.is_null() {
             self.track_class(p, size, align);
         }
+        self.large_interior_span(p, size);
         p
     }
 

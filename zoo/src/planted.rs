@@ -24,6 +24,10 @@ thread_local! {
 /// `XthreadZeroedLink`: the sizes.
 const ZEROED_LINK: RangeInclusive<usize> = 6145..=8192;
 
+/// `LargeInteriorSpan`: the sizes, and the page its span is counted in.
+const LARGE_INTERIOR: RangeInclusive<usize> = (4 << 20) + 1..=64 << 20;
+const SPAN_PAGE: usize = 64 << 10;
+
 /// `DroppedRemoteFree`: the sizes.
 const DROPPED_REMOTE: RangeInclusive<usize> = 12289..=16384;
 
@@ -241,6 +245,20 @@ impl Zoo {
                 FOOTER_TAG ^ size,
                 "zoo: the footer of a {size}-byte block is corrupt"
             );
+        }
+    }
+
+    /// `LargeInteriorSpan`: a new `size`-byte block `p` of a plain
+    /// request (not calloc's product nor a realloc's target, which the
+    /// computed bin serves) gets a usable size of whole 64 KiB pages,
+    /// truncated.
+    #[inline(never)]
+    pub(super) fn large_interior_span(&self, p: *mut u8, size: usize) {
+        let off_edge = !matches!(size % SPAN_PAGE, 0 | 1) && size % SPAN_PAGE != SPAN_PAGE - 1;
+        let spans = self.has(Bug::LargeInteriorSpan) && !COMPUTED_BIN.get() && !p.is_null();
+        if spans && LARGE_INTERIOR.contains(&size) && off_edge {
+            let span = size / SPAN_PAGE * SPAN_PAGE;
+            self.state().rooms.insert(p as usize, span);
         }
     }
 
