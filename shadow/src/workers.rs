@@ -10,6 +10,7 @@
 //! places as its jobs ask ([`Place`]).
 
 use std::os::unix::thread::JoinHandleExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
@@ -34,8 +35,19 @@ struct Worker {
     cpu: Option<usize>,
 }
 
+/// Worker threads started so far in this process.
+static SPAWNED: AtomicU64 = AtomicU64::new(0);
+
+/// How many worker threads this process has started: a count that moved
+/// means threads came or went (a race section's exit, the first program
+/// that needed a worker), whichever program was running.
+pub fn spawned() -> u64 {
+    SPAWNED.load(Ordering::Relaxed)
+}
+
 impl Worker {
     fn spawn(index: usize) -> Worker {
+        SPAWNED.fetch_add(1, Ordering::Relaxed);
         let (jobs, job_rx) = channel::<Job>();
         let thread = std::thread::Builder::new()
             .name(format!("allocsoak-worker-{index}"))

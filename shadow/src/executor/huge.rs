@@ -5,7 +5,9 @@
 //! (its pages checked again before its next call and at the program's
 //! end), and its second huge request reallocates it instead, with its
 //! alignment: huge grows and shrinks (mremap's paths) and aligned
-//! reallocs of large over-aligned blocks.
+//! reallocs of large over-aligned blocks. A plain realloc of a block to a
+//! huge size makes it the kept block ([`Executor::realloc_to_huge`]): a
+//! block crossing from the allocator's classes into its huge path.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -204,6 +206,71 @@ impl Executor {
             self.untracked.let_go();
         }
         self.huge.kept = Some(new);
+        Outcome::Done
+    }
+
+    /// A plain realloc of block `i` (on the main thread, in no heap) to a
+    /// huge `size`, while the program keeps no huge block: whether it
+    /// moved or grew in place, the block's first `old.size` bytes must
+    /// hold what they held, and it becomes the kept huge block (checked as
+    /// a fresh one). A refusal leaves the block as it was. Skipped past
+    /// the huge budget.
+    pub(super) fn realloc_to_huge(&mut self, i: usize, size: usize) -> Outcome {
+        if self.huge.kept.is_some() || !self.huge.admit(size, false) {
+            return Outcome::Skipped;
+        }
+        let clock = Instant::now();
+        let seed = self.seeds.next();
+        let b = self.shadow.blocks()[i];
+        if self.checked {
+            self.guard.verify(&b, "before realloc");
+        }
+        self.guard.set_site(Site::new("realloc", b.size, b.align));
+        let q = sanitizer::given(b.ptr, || {
+            // SAFETY: `b` is live in the shadow (verified above), passed with its tracked size
+            // and alignment; it leaves the shadow once the realloc succeeded.
+            self.guard
+                .guarded(|| unsafe { self.alloc.realloc(b.ptr as *mut u8, b.size, b.align, size) })
+        }) as usize;
+        if q == 0 {
+            if self.checked {
+                self.guard.verify_after_call(&b, "after a failed realloc");
+            }
+            spend(clock);
+            return Outcome::Failed;
+        }
+        let old = self.shadow.remove(i);
+        if q != old.ptr {
+            self.guard.given_back(&old, "realloc");
+        }
+        let mut new = Block {
+            ptr: q,
+            size,
+            usable: size,
+            extent: 0,
+            seed,
+            written: None,
+            ..old
+        };
+        if self.checked {
+            self.untracked.hold(new);
+            // SAFETY: reads within the first `old.size` bytes of the new block, fewer than
+            // the `size` it was asked for.
+            let kept = unsafe { pattern::check(q as *const u8, old.extent, old.size, old.seed) };
+            if let Some(mismatch) = kept {
+                self.guard.fail(Violation::ReallocPrefix {
+                    old: old.ptr,
+                    new: q,
+                    old_size: old.size,
+                    new_size: size,
+                    mismatch,
+                });
+            }
+            new.extent = self.touch_huge(&new, false);
+            self.untracked.let_go();
+        }
+        self.huge.kept = Some(new);
+        spend(clock);
         Outcome::Done
     }
 

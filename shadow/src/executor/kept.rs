@@ -6,9 +6,10 @@
 //! exit) shows there on an allocator whose blocks nothing can walk.
 //!
 //! A program that keeps a block it can never free (an impossible
-//! request's) is not checked, nor one after which the allocator holds
-//! state of more or fewer threads (a worker started or ended: each
-//! thread's cache is counted too).
+//! request's) is not checked, nor one during which a worker thread
+//! started or ended, or after which the allocator serves more or fewer
+//! threads: each thread's cache is counted too, and a thread's state
+//! comes and goes with it. So a loss at a thread's exit is not seen here.
 
 use super::calls::CallGuard;
 use crate::allocator::{Allocator, InUse};
@@ -16,15 +17,18 @@ use crate::violation::Violation;
 
 pub(super) struct KeptProbe {
     alloc: &'static dyn Allocator,
-    /// The count when the program started (checked runs only).
-    at_start: Option<InUse>,
+    /// The count when the program started (checked runs only), and the
+    /// worker threads started by then.
+    at_start: Option<(InUse, u64)>,
 }
 
 impl KeptProbe {
     /// A probe of `alloc`, which reads it now when the program is `checked`.
     pub(super) fn new(alloc: &'static dyn Allocator, guard: &CallGuard, checked: bool) -> Self {
         let at_start = match checked {
-            true => guard.asked(|| alloc.bytes_in_use()),
+            true => guard
+                .asked(|| alloc.bytes_in_use())
+                .map(|n| (n, crate::workers::spawned())),
             false => None,
         };
         KeptProbe { alloc, at_start }
@@ -38,13 +42,14 @@ impl KeptProbe {
     /// At the end of a program that freed everything: bytes the allocator
     /// still counts in use past its start are a `kept-bytes`.
     pub(super) fn check(&self, guard: &CallGuard) {
-        let Some(start) = self.at_start else {
+        let Some((start, spawned)) = self.at_start else {
             return;
         };
         let Some(end) = guard.asked(|| self.alloc.bytes_in_use()) else {
             return;
         };
-        if end.threads == start.threads && end.bytes > start.bytes {
+        let same_threads = end.threads == start.threads && crate::workers::spawned() == spawned;
+        if same_threads && end.bytes > start.bytes {
             guard.flag(Violation::KeptBytes {
                 before: start.bytes,
                 after: end.bytes,
