@@ -204,7 +204,7 @@ impl Zoo {
     ) -> Option<*mut u8> {
         let huge = shadow::model::MAX_BLOCK;
         if self.has(Bug::IntoHugeShortCopy) && old >= SHORT_COPY && old <= huge && new_size > huge {
-            return Some(self.into_huge_short_copy(p, old, align, new_size));
+            return Some(self.short_copy_into_huge(p, old, align, new_size));
         }
         if !(self.has(Bug::HugeReallocMisaligns) && align > 4096 && old > huge && new_size > huge) {
             return None;
@@ -220,7 +220,7 @@ impl Zoo {
     /// `IntoHugeShortCopy`: a block moved into the huge path with only
     /// its first MiB copied.
     #[inline(never)]
-    unsafe fn into_huge_short_copy(
+    unsafe fn short_copy_into_huge(
         &self,
         p: *mut u8,
         old: usize,
