@@ -80,14 +80,11 @@ pub enum ReallocToZero {
     Undefined,
 }
 
-/// An allocator's own count of the bytes in blocks it has handed out
-/// ([`Allocator::bytes_in_use`]).
+/// An allocator's bytes in live blocks ([`Allocator::bytes_in_use`]) and the threads
+/// it holds state of (a jemalloc cache is 28 KiB): counts compare at equal `threads`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InUse {
     pub bytes: usize,
-    /// The threads the count holds state of (jemalloc counts each thread's
-    /// cache itself, 28 KiB, as allocated): two counts are compared only
-    /// when these are the same.
     pub threads: u32,
 }
 
@@ -264,12 +261,10 @@ pub trait Allocator: Send + Sync {
     fn reset(&self) {}
 
     /// The bytes the allocator counts in blocks it handed out and has not
-    /// had back, exactly, blocks freed into a thread's cache not counted
-    /// (jemalloc's `stats.allocated` less its caches' bytes). A program
-    /// that freed everything leaves it where it started; what it left more
-    /// is a `kept-bytes`: a free the allocator lost (a remote one, or one
-    /// at a thread's exit) where no walk of its blocks could show it.
-    /// Default: `None`, no such count.
+    /// had back, blocks in a thread's cache not counted (jemalloc's
+    /// `stats.allocated` less its caches' bytes). A program that freed
+    /// everything leaves it where it started, or it lost a free
+    /// (`kept-bytes`). Default: `None`, no such count.
     fn bytes_in_use(&self) -> Option<InUse> {
         None
     }
@@ -514,7 +509,6 @@ fn bundled() -> Vec<(&'static str, MakeBundled)> {
     )]
     let mut list: Vec<(&'static str, MakeBundled)> = vec![
         ("system", || Ok(Box::new(system::System))),
-        // libc.so.6 opened as a `dylib:` is: an error if it cannot be.
         ("glibc", || Ok(Box::new(dylib::open_glibc()?))),
         ("arena", || Ok(Box::new(arena::FixedArena::new()))),
     ];
