@@ -177,28 +177,42 @@ impl Executor {
             return Outcome::Failed;
         }
         self.huge.kept = None;
-        let mut new = Block {
+        let new = Block {
             ptr: q,
             size,
             usable: size,
             extent: 0,
             ..old
         };
-        if self.checked {
-            self.untracked.hold(new);
-            let kept = huge_pages(old.extent, old.seed)
+        self.keep_reallocated(&old, new, || {
+            huge_pages(old.extent, old.seed)
                 .into_iter()
                 .filter(|&(_, to)| to <= size)
                 // SAFETY: each page lies in the first `min(old, new)` bytes the realloc kept.
                 .find_map(|(from, to)| unsafe {
                     pattern::check_range(q as *const u8, from, to, old.seed)
-                });
-            if let Some(mismatch) = kept {
+                })
+        });
+        Outcome::Done
+    }
+
+    /// Keeps `new`, the huge block a realloc of `old` made, once `kept`
+    /// (what the bytes it kept read) found them as `old` held them; it is
+    /// then checked as a fresh huge block.
+    fn keep_reallocated(
+        &mut self,
+        old: &Block,
+        mut new: Block,
+        kept: impl FnOnce() -> Option<pattern::Mismatch>,
+    ) {
+        if self.checked {
+            self.untracked.hold(new);
+            if let Some(mismatch) = kept() {
                 self.guard.fail(Violation::ReallocPrefix {
                     old: old.ptr,
-                    new: q,
+                    new: new.ptr,
                     old_size: old.size,
-                    new_size: size,
+                    new_size: new.size,
                     mismatch,
                 });
             }
@@ -206,7 +220,6 @@ impl Executor {
             self.untracked.let_go();
         }
         self.huge.kept = Some(new);
-        Outcome::Done
     }
 
     /// A plain realloc of block `i` (on the main thread, in no heap) to a
@@ -243,7 +256,7 @@ impl Executor {
         if q != old.ptr {
             self.guard.given_back(&old, "realloc");
         }
-        let mut new = Block {
+        let new = Block {
             ptr: q,
             size,
             usable: size,
@@ -252,24 +265,10 @@ impl Executor {
             written: None,
             ..old
         };
-        if self.checked {
-            self.untracked.hold(new);
-            // SAFETY: reads within the first `old.size` bytes of the new block, fewer than
-            // the `size` it was asked for.
-            let kept = unsafe { pattern::check(q as *const u8, old.extent, old.size, old.seed) };
-            if let Some(mismatch) = kept {
-                self.guard.fail(Violation::ReallocPrefix {
-                    old: old.ptr,
-                    new: q,
-                    old_size: old.size,
-                    new_size: size,
-                    mismatch,
-                });
-            }
-            new.extent = self.touch_huge(&new, false);
-            self.untracked.let_go();
-        }
-        self.huge.kept = Some(new);
+        // SAFETY: reads within the first `old.size` bytes of the new block, fewer than the
+        // `size` it was asked for.
+        let kept = || unsafe { pattern::check(q as *const u8, old.extent, old.size, old.seed) };
+        self.keep_reallocated(&old, new, kept);
         spend(clock);
         Outcome::Done
     }
