@@ -254,7 +254,9 @@ impl Allocator for Zoo {
         if !p.is_null() {
             self.track_class(p, size, align);
         }
-        self.large_interior_span(p, size);
+        if self.is_large_interior(p, size) {
+            self.large_interior_span(p, size);
+        }
         p
     }
 

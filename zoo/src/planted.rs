@@ -272,22 +272,32 @@ impl Zoo {
         }
     }
 
-    /// `LargeInteriorSpan`: a new `size`-byte block `p` of a plain
-    /// request (not calloc's product nor a realloc's target, which the
-    /// computed bin serves) gets a usable size of whole 64 KiB pages,
-    /// truncated.
+    /// Whether a new `size`-byte block `p` is `LargeInteriorSpan`'s: a
+    /// plain request's (not calloc's product nor a realloc's target, which
+    /// the computed bin serves), off the edges. Inlined, so only the bug's
+    /// own function is on the path of the calls it does not touch.
+    #[inline(always)]
+    pub(super) fn is_large_interior(&self, p: *mut u8, size: usize) -> bool {
+        let off_edge = !matches!(size % SPAN_PAGE, 0 | 1) && size % SPAN_PAGE != SPAN_PAGE - 1;
+        self.has(Bug::LargeInteriorSpan)
+            && !COMPUTED_BIN.get()
+            && !p.is_null()
+            && LARGE_INTERIOR.contains(&size)
+            && off_edge
+    }
+
+    /// `LargeInteriorSpan`: the block's usable size is whole 64 KiB
+    /// pages, truncated.
     #[inline(never)]
     pub(super) fn large_interior_span(&self, p: *mut u8, size: usize) {
-        let off_edge = !matches!(size % SPAN_PAGE, 0 | 1) && size % SPAN_PAGE != SPAN_PAGE - 1;
-        let spans = self.has(Bug::LargeInteriorSpan) && !COMPUTED_BIN.get() && !p.is_null();
-        if spans && LARGE_INTERIOR.contains(&size) && off_edge {
-            let span = size / SPAN_PAGE * SPAN_PAGE;
-            self.state().rooms.insert(p as usize, span);
-        }
+        let span = size / SPAN_PAGE * SPAN_PAGE;
+        self.state().rooms.insert(p as usize, span);
     }
 
     /// Whether a free is one `DroppedRemoteFree` drops: its size, made on
     /// another thread than the zoo's. The block stays the base's for good.
+    /// Inlined: a free it spares has no function of it on its path.
+    #[inline(always)]
     pub(super) fn drops_remote_free(&self, size: usize, align: usize) -> bool {
         self.has(Bug::DroppedRemoteFree)
             && align <= 16
