@@ -66,7 +66,6 @@ fn reaching(bug: Bug) -> String {
         Bug::XthreadZeroedLink => "target mt_ops\nrace-alloc worker=1 size=7000 align=8 zeroed\n",
         Bug::DroppedRemoteFree => "target mt_ops\nalloc size=14000 align=8\nrace-free worker=1 slot=0\n",
         Bug::LargeInteriorSpan => "target alloc_ops\nalloc size=5000000 align=8\nusable-size slot=0\n",
-        Bug::IntoHugeShortCopy => "target alloc_ops\nalloc size=3000000 align=8\nrealloc slot=0 to=100000000\n",
         Bug::HugeReallocMisaligns => "target alloc_ops\nalloc size=100000000 align=65536\nalloc size=300000000 align=8\n",
         Bug::SlackFooter => "target alloc_ops\nalloc size=9000 align=8\nusable-size slot=0\nfree slot=0\n",
     };

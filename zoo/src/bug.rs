@@ -204,14 +204,10 @@ pub enum Bug {
     /// large octave reaches it, as every edge a program names up there is
     /// within 1 of such a multiple.
     LargeInteriorSpan,
-    /// A realloc of a block of 1..=64 MiB to a huge size (over 64 MiB)
-    /// moves it with only its first MiB copied: only a block reallocated
-    /// from the allocator's classes into its huge path reaches it.
-    IntoHugeShortCopy,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 50] = [
+    pub const ALL: [Bug; 49] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -261,7 +257,6 @@ impl Bug {
         Bug::HugeReallocMisaligns,
         Bug::DroppedRemoteFree,
         Bug::LargeInteriorSpan,
-        Bug::IntoHugeShortCopy,
     ];
 
     pub fn name(self) -> &'static str {
@@ -313,7 +308,6 @@ impl Bug {
             Bug::XthreadZeroedLink => "xthread-zeroed-link",
             Bug::DroppedRemoteFree => "dropped-remote-free",
             Bug::LargeInteriorSpan => "large-interior-span",
-            Bug::IntoHugeShortCopy => "into-huge-short-copy",
             Bug::SlackFooter => "slack-footer",
             Bug::HugeReallocMisaligns => "huge-realloc-misaligns",
         }
@@ -388,10 +382,9 @@ impl Bug {
                 &["double-free"]
             }
             Bug::LeakOnShrink => &["leak"],
-            Bug::MisalignedReallocShort
-            | Bug::TinyReallocShort
-            | Bug::LargeReallocHole
-            | Bug::IntoHugeShortCopy => &["realloc-prefix"],
+            Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
+                &["realloc-prefix"]
+            }
             Bug::LargeDirtyZeroed
             | Bug::RezallocDirty
             | Bug::RegrowStale

@@ -28,9 +28,6 @@ const ZEROED_LINK: RangeInclusive<usize> = 6145..=8192;
 const LARGE_INTERIOR: RangeInclusive<usize> = (4 << 20) + 1..=64 << 20;
 const SPAN_PAGE: usize = 64 << 10;
 
-/// `IntoHugeShortCopy`: the bytes it copies, and the least block it moves.
-const SHORT_COPY: usize = 1 << 20;
-
 /// `DroppedRemoteFree`: the sizes.
 const DROPPED_REMOTE: RangeInclusive<usize> = 12289..=16384;
 
@@ -203,9 +200,6 @@ impl Zoo {
         new_size: usize,
     ) -> Option<*mut u8> {
         let huge = shadow::model::MAX_BLOCK;
-        if self.has(Bug::IntoHugeShortCopy) && old >= SHORT_COPY && old <= huge && new_size > huge {
-            return Some(self.short_copy_into_huge(p, old, align, new_size));
-        }
         if !(self.has(Bug::HugeReallocMisaligns) && align > 4096 && old > huge && new_size > huge) {
             return None;
         }
@@ -215,24 +209,6 @@ impl Zoo {
             shadow::allocator::Allocator::free(self, p, old, align);
         }
         Some(q)
-    }
-
-    /// `IntoHugeShortCopy`: a block moved into the huge path with only
-    /// its first MiB copied.
-    #[inline(never)]
-    unsafe fn short_copy_into_huge(
-        &self,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> *mut u8 {
-        let q = self.base.alloc(new_size, align, false);
-        if !q.is_null() {
-            std::ptr::copy_nonoverlapping(p, q, SHORT_COPY);
-            shadow::allocator::Allocator::free(self, p, old, align);
-        }
-        q
     }
 
     /// Whether a request gets `SlackFooter`'s footer.

@@ -350,10 +350,6 @@ impl Executor {
             _ => ReallocToZero::Undefined,
         };
         let impossible = new >= IMPOSSIBLE_FROM;
-        let to_huge = new > crate::model::MAX_BLOCK && !impossible;
-        if to_huge && call == ReallocCall::Plain && b.heap.is_none() && matches!(on, On::Main) {
-            return self.realloc_to_huge(i, new);
-        }
         let extras = self.alloc.extras();
         if (new == 0 && semantics == ReallocToZero::Undefined)
             || (!impossible && !self.shadow.fits_resize(new))

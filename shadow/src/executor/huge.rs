@@ -5,9 +5,7 @@
 //! (its pages checked again before its next call and at the program's
 //! end), and its second huge request reallocates it instead, with its
 //! alignment: huge grows and shrinks (mremap's paths) and aligned
-//! reallocs of large over-aligned blocks. A plain realloc of a block to a
-//! huge size makes it the kept block ([`Executor::realloc_to_huge`]): a
-//! block crossing from the allocator's classes into its huge path.
+//! reallocs of large over-aligned blocks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -177,42 +175,28 @@ impl Executor {
             return Outcome::Failed;
         }
         self.huge.kept = None;
-        let new = Block {
+        let mut new = Block {
             ptr: q,
             size,
             usable: size,
             extent: 0,
             ..old
         };
-        self.keep_reallocated(&old, new, || {
-            huge_pages(old.extent, old.seed)
+        if self.checked {
+            self.untracked.hold(new);
+            let kept = huge_pages(old.extent, old.seed)
                 .into_iter()
                 .filter(|&(_, to)| to <= size)
                 // SAFETY: each page lies in the first `min(old, new)` bytes the realloc kept.
                 .find_map(|(from, to)| unsafe {
                     pattern::check_range(q as *const u8, from, to, old.seed)
-                })
-        });
-        Outcome::Done
-    }
-
-    /// Keeps `new`, the huge block a realloc of `old` made, once `kept`
-    /// (what the bytes it kept read) found them as `old` held them; it is
-    /// then checked as a fresh huge block.
-    fn keep_reallocated(
-        &mut self,
-        old: &Block,
-        mut new: Block,
-        kept: impl FnOnce() -> Option<pattern::Mismatch>,
-    ) {
-        if self.checked {
-            self.untracked.hold(new);
-            if let Some(mismatch) = kept() {
+                });
+            if let Some(mismatch) = kept {
                 self.guard.fail(Violation::ReallocPrefix {
                     old: old.ptr,
-                    new: new.ptr,
+                    new: q,
                     old_size: old.size,
-                    new_size: new.size,
+                    new_size: size,
                     mismatch,
                 });
             }
@@ -220,56 +204,6 @@ impl Executor {
             self.untracked.let_go();
         }
         self.huge.kept = Some(new);
-    }
-
-    /// A plain realloc of block `i` (on the main thread, in no heap) to a
-    /// huge `size`, while the program keeps no huge block: whether it
-    /// moved or grew in place, the block's first `old.size` bytes must
-    /// hold what they held, and it becomes the kept huge block (checked as
-    /// a fresh one). A refusal leaves the block as it was. Skipped past
-    /// the huge budget.
-    pub(super) fn realloc_to_huge(&mut self, i: usize, size: usize) -> Outcome {
-        if self.huge.kept.is_some() || !self.huge.admit(size, false) {
-            return Outcome::Skipped;
-        }
-        let clock = Instant::now();
-        let seed = self.seeds.next();
-        let b = self.shadow.blocks()[i];
-        if self.checked {
-            self.guard.verify(&b, "before realloc");
-        }
-        self.guard.set_site(Site::new("realloc", b.size, b.align));
-        let q = sanitizer::given(b.ptr, || {
-            // SAFETY: `b` is live in the shadow (verified above), passed with its tracked size
-            // and alignment; it leaves the shadow once the realloc succeeded.
-            self.guard
-                .guarded(|| unsafe { self.alloc.realloc(b.ptr as *mut u8, b.size, b.align, size) })
-        }) as usize;
-        if q == 0 {
-            if self.checked {
-                self.guard.verify_after_call(&b, "after a failed realloc");
-            }
-            spend(clock);
-            return Outcome::Failed;
-        }
-        let old = self.shadow.remove(i);
-        if q != old.ptr {
-            self.guard.given_back(&old, "realloc");
-        }
-        let new = Block {
-            ptr: q,
-            size,
-            usable: size,
-            extent: 0,
-            seed,
-            written: None,
-            ..old
-        };
-        // SAFETY: reads within the first `old.size` bytes of the new block, fewer than the
-        // `size` it was asked for.
-        let kept = || unsafe { pattern::check(q as *const u8, old.extent, old.size, old.seed) };
-        self.keep_reallocated(&old, new, kept);
-        spend(clock);
         Outcome::Done
     }
 
