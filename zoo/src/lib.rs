@@ -253,9 +253,9 @@ impl Allocator for Zoo {
         self.track_owner(p, size, align);
         if !p.is_null() {
             self.track_class(p, size, align);
-        }
-        if self.is_large_interior(p, size) {
-            self.large_interior_span(p, size);
+            if self.is_large_interior(size) {
+                self.large_interior_span(p, size);
+            }
         }
         p
     }

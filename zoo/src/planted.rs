@@ -248,16 +248,15 @@ impl Zoo {
         }
     }
 
-    /// Whether a new `size`-byte block `p` is `LargeInteriorSpan`'s: a
+    /// Whether a new `size`-byte block is `LargeInteriorSpan`'s: a
     /// plain request's (not calloc's product nor a realloc's target, which
     /// the computed bin serves), off the edges. Inlined, so only the bug's
     /// own function is on the path of the calls it does not touch.
     #[inline(always)]
-    pub(super) fn is_large_interior(&self, p: *mut u8, size: usize) -> bool {
+    pub(super) fn is_large_interior(&self, size: usize) -> bool {
         let off_edge = !matches!(size % SPAN_PAGE, 0 | 1) && size % SPAN_PAGE != SPAN_PAGE - 1;
         self.has(Bug::LargeInteriorSpan)
             && !COMPUTED_BIN.get()
-            && !p.is_null()
             && LARGE_INTERIOR.contains(&size)
             && off_edge
     }

@@ -2,8 +2,8 @@
 //! ([`Allocator::bytes_in_use`]: jemalloc's `stats.allocated` less its
 //! threads' caches), held to
 //! where it was when a program started once the program has freed
-//! everything. A free the allocator lost (a remote free, one at a thread's
-//! exit) shows there on an allocator whose blocks nothing can walk.
+//! everything. A remote free the allocator lost shows there, on an
+//! allocator whose blocks nothing can walk.
 //!
 //! A program that keeps a block it can never free (an impossible
 //! request's) is not checked, nor one during which a worker thread

@@ -145,11 +145,6 @@ impl Allocator for Jemalloc {
         extras::set_decay(None);
     }
 
-    /// jemalloc's `stats.*` after an `epoch` refresh: `jemalloc_allocated`,
-    /// `_active`, `_resident`, `_retained` and `_mapped`. jemalloc counts
-    /// tcache-held blocks as allocated and purges dirty pages only after a
-    /// decay, so a free shows in `allocated` at once and in `resident`
-    /// later. A statistic jemalloc refuses is left out.
     /// `stats.allocated` less the bytes in every thread's cache
     /// (`tcache_bytes`, which `allocated` counts until a cache is
     /// flushed). Each thread's cache is an allocation of its own, so the
@@ -164,6 +159,11 @@ impl Allocator for Jemalloc {
         })
     }
 
+    /// jemalloc's `stats.*` after an `epoch` refresh: `jemalloc_allocated`,
+    /// `_active`, `_resident`, `_retained` and `_mapped`. jemalloc counts
+    /// tcache-held blocks as allocated and purges dirty pages only after a
+    /// decay, so a free shows in `allocated` at once and in `resident`
+    /// later. A statistic jemalloc refuses is left out.
     fn memory_figures(&self) -> Vec<(&'static str, u64)> {
         ctl::write("epoch", 1u64);
         FIGURES
