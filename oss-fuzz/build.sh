@@ -81,9 +81,10 @@ emit() {
     # over the defaults the binaries bake in (shadow::sanitizer::asan_defaults):
     # an impossible size must come back null; LeakSanitizer misreads mt_ops'
     # worker threads that outlive an input as leaks, and a fake stack per
-    # thread is a third of what mt_ops' thread starts and exits cost.
+    # thread is a third of what mt_ops' (and workload's) thread starts and
+    # exits cost.
     local uar=""
-    if [ "$t" = mt_ops ]; then
+    if [ "$t" = mt_ops ] || [ "$t" = workload ]; then
         leaks=0
         uar="detect_stack_use_after_return = 0"
     fi

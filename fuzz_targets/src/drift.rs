@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use drift::Reading;
 use shadow::allocator::Allocator;
-use shadow::{Executor, Mode, Program, Target};
+use shadow::{Mode, Program, Target};
 
 /// Replays a target's programs against one allocator forever, printing
 /// memory readings (`reading secs=… ops=… rss=…`) to stdout.
@@ -41,7 +41,8 @@ struct Args {
     /// The allocator, by the name the fuzz targets know it by.
     #[arg(long, default_value = "system")]
     allocator: String,
-    /// The target whose programs these are: alloc_ops, heap_api or mt_ops.
+    /// The target whose programs these are: alloc_ops, heap_api, mt_ops or
+    /// workload.
     #[arg(long)]
     target: Target,
     /// Program files or folders of them (a corpus, seeds).
@@ -82,7 +83,7 @@ pub fn main(register: fn()) {
         std::process::exit(2)
     };
     if args.target == Target::DiffMimalloc {
-        exit("diff_mimalloc runs two allocators; replay alloc_ops, heap_api or mt_ops".into());
+        exit("diff_mimalloc runs two allocators; replay alloc_ops, heap_api, mt_ops or workload".into());
     }
     if !(args.interval > 0.0) {
         exit(format!("--interval must be above 0, not {}", args.interval));
@@ -186,8 +187,13 @@ impl Replay {
     fn program(&mut self, program: &Program, path: &Path) {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             shadow::tolerance::tolerate(|| {
-                let stats = Executor::new(self.alloc, Mode::Checked).run(program);
-                self.ops += stats.ops as u64;
+                let stats = shadow::harness::run_program(program, self.alloc, Mode::Checked);
+                // A workload is one op of many thousand calls: its calls
+                // are what the cadence counts.
+                self.ops += match program.target {
+                    Target::Workload => stats.calls,
+                    _ => stats.ops,
+                } as u64;
             })
         }));
         if result.is_err() {

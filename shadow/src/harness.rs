@@ -103,6 +103,7 @@ pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode)
             let reference = reference().unwrap_or_else(|e| panic!("{e}"));
             crate::diff::run(program, alloc, reference, mode)
         }
+        Target::Workload => crate::executor::workload::run(program, alloc, mode),
         _ => Executor::with_seed_base(alloc, mode, crate::executor::seed_base_for(program))
             .run(program),
     };

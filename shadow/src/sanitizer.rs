@@ -54,7 +54,8 @@ use crate::Target;
 /// - A report returns to the harness, which aborts unless the report is
 ///   tolerated (`halt_on_error=0`, and every report, not only the first at
 ///   each place: `suppress_equal_pcs=0`).
-/// - `mt_ops` leaves two checks to the other targets. LeakSanitizer
+/// - `mt_ops` (and `workload`, whose threads start and end in every
+///   input) leaves two checks to the other targets. LeakSanitizer
 ///   misreads its worker threads that outlive an input (thread-exit ops
 ///   restart them mid-input) as leaks: leaks are `alloc_ops`' and the
 ///   RSS-drift monitor's. And detecting a use of a stack frame after its
@@ -65,7 +66,7 @@ use crate::Target;
 ///   runs (a thread's exit, its remote frees) goes without that check.
 pub fn asan_defaults(target: Target) -> &'static CStr {
     match target {
-        Target::MtOps => c"allocator_may_return_null=1:max_allocation_size_mb=256:quarantine_size_mb=64:halt_on_error=0:suppress_equal_pcs=0:detect_leaks=0:detect_stack_use_after_return=0",
+        Target::MtOps | Target::Workload => c"allocator_may_return_null=1:max_allocation_size_mb=256:quarantine_size_mb=64:halt_on_error=0:suppress_equal_pcs=0:detect_leaks=0:detect_stack_use_after_return=0",
         _ => c"allocator_may_return_null=1:max_allocation_size_mb=256:quarantine_size_mb=64:halt_on_error=0:suppress_equal_pcs=0:detect_leaks=1",
     }
 }
@@ -522,9 +523,9 @@ mod tests {
     }
 
     #[test]
-    fn only_mt_ops_leaves_leaks_and_stack_use_after_return_to_the_others() {
+    fn only_the_threaded_targets_leave_leaks_and_stack_use_after_return_to_the_others() {
         for target in Target::ALL {
-            let mt = target == Target::MtOps;
+            let mt = matches!(target, Target::MtOps | Target::Workload);
             let want_leaks = if mt { "0" } else { "1" };
             assert_eq!(
                 flag(target, "detect_leaks").as_deref(),

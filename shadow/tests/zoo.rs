@@ -43,6 +43,7 @@ fn reaching(bug: Bug) -> String {
         Bug::LatentCorruption => "target alloc_ops\nalloc size=3100 align=8\nfree slot=0\n",
         Bug::HugeTruncate => "target alloc_ops\nalloc size=4294967312 align=8\n",
         Bug::FullPageReissue => "target alloc_ops\nbulk-alloc size=56 align=8 count=600\n",
+        Bug::CrowdedReissue => "target workload\nworkload kind=larson threads=1 ops=20000 slots=16000 sizes=17..64 seed=1\n",
         Bug::RezallocDirty => "target alloc_ops\nalloc size=600 align=8\nrealloc-zeroed slot=0 to=2000\n",
         Bug::RegrowStale => "target alloc_ops\nalloc size=100 align=8\nusable-size slot=0\nrealloc-zeroed slot=0 to=120\n",
         // A 256-byte room left dirty first, then a zeroed block moved

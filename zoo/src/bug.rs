@@ -110,6 +110,12 @@ pub enum Bug {
     /// of the newest one's size is that block again: only bulk ops hold
     /// that many.
     FullPageReissue,
+    /// Once 10,000 blocks of 17..=64 bytes are live, the next request of
+    /// the newest one's size is that block again: only a workload holds
+    /// that many. Planted in jemalloc, which writes nothing into a freed
+    /// small block, so whichever owner frees it last finds the other's
+    /// pattern.
+    CrowdedReissue,
     /// A zeroed realloc growing a block to 1 KiB or more leaves the last
     /// 16 bytes of the grown part dirty.
     RezallocDirty,
@@ -207,7 +213,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 49] = [
+    pub const ALL: [Bug; 50] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -236,6 +242,7 @@ impl Bug {
         Bug::LargeDirtyZeroed,
         Bug::HugeTruncate,
         Bug::FullPageReissue,
+        Bug::CrowdedReissue,
         Bug::RezallocDirty,
         Bug::RegrowStale,
         Bug::RezallocMovedSlack,
@@ -289,6 +296,7 @@ impl Bug {
             Bug::LargeDirtyZeroed => "large-dirty-zeroed",
             Bug::HugeTruncate => "huge-truncate",
             Bug::FullPageReissue => "full-page-reissue",
+            Bug::CrowdedReissue => "crowded-reissue",
             Bug::RezallocDirty => "rezalloc-dirty",
             Bug::RegrowStale => "regrow-stale",
             Bug::RezallocMovedSlack => "rezalloc-moved-slack",
@@ -328,7 +336,7 @@ impl Bug {
     pub fn base(self) -> &'static str {
         match self {
             Bug::CapacityLeak => "arena",
-            Bug::DroppedRemoteFree => "jemalloc",
+            Bug::DroppedRemoteFree | Bug::CrowdedReissue => "jemalloc",
             _ => "system",
         }
     }
@@ -347,6 +355,7 @@ impl Bug {
             | Bug::HeapRezallocFreesTwice
             | Bug::HeapExpandOverclaims
             | Bug::HeapRemoteFreeTwice => shadow::Target::HeapApi,
+            Bug::CrowdedReissue => shadow::Target::Workload,
             _ => shadow::Target::AllocOps,
         }
     }
@@ -403,6 +412,7 @@ impl Bug {
             // the too-small block, before the harness sees it.
             Bug::SizedFreeMisclass => &["usable-size", "heap-buffer-overflow"],
             Bug::FullPageReissue => &["overlap"],
+            Bug::CrowdedReissue => &["contents"],
             Bug::PlainReallocMisaligns | Bug::AlignIgnored | Bug::HugeReallocMisaligns => {
                 &["alignment"]
             }

@@ -86,7 +86,7 @@ struct State {
     /// thread's newest live block.
     owners: HashMap<usize, (ThreadId, usize, usize)>,
     newest: HashMap<ThreadId, usize>,
-    /// FullPageReissue: live blocks of the classes, and the newest one
+    /// FullPageReissue, CrowdedReissue: live blocks of the classes, and the newest one
     /// with its size.
     live_small: usize,
     newest_small: (usize, usize),
@@ -497,9 +497,9 @@ impl Zoo {
         {
             return self.base.alloc(size as u32 as usize, align, zeroed);
         }
-        if align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size) {
+        if let Some(at) = self.reissue_at(size, align) {
             let st = self.state();
-            if st.live_small >= FULL_PAGE_BLOCKS && st.newest_small.1 == size {
+            if st.live_small >= at && st.newest_small.1 == size {
                 return st.newest_small.0 as *mut u8;
             }
         }

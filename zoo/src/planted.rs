@@ -5,7 +5,7 @@
 
 use std::ops::RangeInclusive;
 
-use super::{Bug, Zoo, DOUBLE_ISSUE, FULL_PAGE, RACY, XTHREAD};
+use super::{Bug, Zoo, DOUBLE_ISSUE, FULL_PAGE, FULL_PAGE_BLOCKS, RACY, XTHREAD};
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -409,10 +409,33 @@ impl Zoo {
     }
 }
 
+/// `CrowdedReissue`: the sizes, and the live blocks of them at which it
+/// fires: more than an op program can hold (256 blocks, 8192 in bulk, 32
+/// per worker in a race).
+const CROWDED: RangeInclusive<usize> = 17..=64;
+const CROWDED_BLOCKS: usize = 10_000;
+
 impl Zoo {
-    /// Counts a new block for `FullPageReissue` and `PurgeDropsLive`.
+    /// The live blocks of its class at which a reissue bug
+    /// (`FullPageReissue`, `CrowdedReissue`) hands out the newest one
+    /// again for this request, if one is planted for it.
+    #[inline(always)]
+    pub(super) fn reissue_at(&self, size: usize, align: usize) -> Option<usize> {
+        if align > 16 {
+            return None;
+        }
+        if self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size) {
+            return Some(FULL_PAGE_BLOCKS);
+        }
+        if self.has(Bug::CrowdedReissue) && CROWDED.contains(&size) {
+            return Some(CROWDED_BLOCKS);
+        }
+        None
+    }
+
+    /// Counts a new block for the reissue bugs and `PurgeDropsLive`.
     pub(super) fn track_class(&self, p: *mut u8, size: usize, align: usize) {
-        let full_page = align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size);
+        let full_page = self.reissue_at(size, align).is_some();
         let large = self.has(Bug::PurgeDropsLive) && size >= 4096;
         if !(full_page || large) {
             return;
@@ -431,7 +454,7 @@ impl Zoo {
     /// free cache.
     pub(super) fn untrack_class(&self, p: *mut u8, size: usize, align: usize) {
         let mut st = self.state();
-        if align <= 16 && self.has(Bug::FullPageReissue) && FULL_PAGE.contains(&size) {
+        if self.reissue_at(size, align).is_some() {
             st.live_small = st.live_small.saturating_sub(1);
             if st.newest_small.0 == p as usize {
                 st.newest_small = (0, 0);

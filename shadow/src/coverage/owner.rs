@@ -7,7 +7,7 @@
 /// their code is never the allocator's, and the fuzz builds compile them
 /// without coverage but a few ([`uncovered_crates`]). `harness_crates_are_named`
 /// checks this list against the dependency graph and the fuzz binaries.
-const NOT_ALLOCATOR: [&str; 45] = [
+const NOT_ALLOCATOR: [&str; 46] = [
     "std",
     "core",
     "alloc",
@@ -20,6 +20,7 @@ const NOT_ALLOCATOR: [&str; 45] = [
     "heap_api",
     "mt_ops",
     "diff_mimalloc",
+    "workload",
     "drift",
     "allocsoak_declared",
     "libfuzzer_sys",
@@ -59,13 +60,14 @@ const NOT_ALLOCATOR: [&str; 45] = [
 /// entry points and the input's first decoding (`arbitrary`). An allocator
 /// with no instrumentation of its own (`system`) then still gives the
 /// fuzzer the shape of its inputs to go by, at a few dozen counters.
-const COVERED_HARNESS: [&str; 10] = [
+const COVERED_HARNESS: [&str; 11] = [
     "allocsoak_fuzz",
     "fuzz_targets",
     "alloc_ops",
     "heap_api",
     "mt_ops",
     "diff_mimalloc",
+    "workload",
     "allocsoak_declared",
     "libfuzzer_sys",
     "honggfuzz",

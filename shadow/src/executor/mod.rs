@@ -23,6 +23,7 @@ mod race_ops;
 mod race_steps;
 mod slack;
 mod untracked;
+pub mod workload;
 
 use arena::ArenaProbe;
 use calls::{CallGuard, On, Workers};
@@ -444,6 +445,8 @@ impl Executor {
                 count,
             } => self.race_exit(worker, size, align, count),
             Op::RaceChurn { size, align, count } => self.queue_churn(size, align, count),
+            // The `workload` target's programs run on their own runner.
+            Op::Workload(_) => Outcome::Skipped,
         }
     }
 

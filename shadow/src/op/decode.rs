@@ -21,6 +21,7 @@ pub(super) fn next_op(
         Target::AllocOps | Target::DiffMimalloc => u.arbitrary::<ArbBasicOp>()?.lower(h),
         Target::HeapApi => u.arbitrary::<ArbHeapOp>()?.lower(h),
         Target::MtOps => u.arbitrary::<ArbThreadOp>()?.lower(h),
+        Target::Workload => Op::Workload(super::workload::decode(u)?),
     })
 }
 

@@ -30,15 +30,20 @@ pub enum Target {
     MtOps,
     /// `AllocOps` run in lockstep on the allocator under test and on C mimalloc.
     DiffMimalloc,
+    /// One classic allocator stress program ([`Workload`]), run free on
+    /// several threads for many calls, each block's pattern checked at
+    /// its free.
+    Workload,
 }
 
 impl Target {
     /// Every target, in a stable order.
-    pub const ALL: [Target; 4] = [
+    pub const ALL: [Target; 5] = [
         Target::AllocOps,
         Target::HeapApi,
         Target::MtOps,
         Target::DiffMimalloc,
+        Target::Workload,
     ];
 
     /// The target's name, as used for fuzz binaries and corpus folders.
@@ -48,6 +53,7 @@ impl Target {
             Target::HeapApi => "heap_api",
             Target::MtOps => "mt_ops",
             Target::DiffMimalloc => "diff_mimalloc",
+            Target::Workload => "workload",
         }
     }
 }
@@ -58,7 +64,7 @@ impl FromStr for Target {
         Target::ALL
             .into_iter()
             .find(|t| t.name() == s)
-            .ok_or_else(|| format!("unknown target `{s}`; expected one of alloc_ops, heap_api, mt_ops, diff_mimalloc"))
+            .ok_or_else(|| format!("unknown target `{s}`; expected one of alloc_ops, heap_api, mt_ops, diff_mimalloc, workload"))
     }
 }
 
@@ -271,6 +277,9 @@ pub enum Op {
         align: usize,
         count: usize,
     },
+    /// A whole stress program on its own threads (the `workload` target's
+    /// one op).
+    Workload(Workload),
 }
 
 /// The order a bulk free frees its blocks in.
@@ -346,7 +355,12 @@ impl Program {
         let mut u = Unstructured::new(data);
         let mut ops = Vec::new();
         let h = &mut History::default();
-        while !u.is_empty() && ops.len() < MAX_OPS {
+        // A workload program is one op: its parameters.
+        let most = match target {
+            Target::Workload => 1,
+            _ => MAX_OPS,
+        };
+        while !u.is_empty() && ops.len() < most {
             match decode::next_op(target, &mut u, h) {
                 // Both sides of a differential run must make the same
                 // calls, and the extras differ from allocator to allocator.
@@ -413,3 +427,6 @@ impl Program {
 mod decode;
 mod simpler;
 mod text;
+pub mod workload;
+
+pub use workload::Workload;

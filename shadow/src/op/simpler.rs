@@ -64,7 +64,10 @@ fn simpler_values(key: &str, value: &str) -> Vec<String> {
     match (key, number) {
         ("size" | "to", Some(n)) => numbers(smaller_sizes(n)),
         ("align", Some(n)) => numbers(smaller_aligns(n)),
-        ("count", Some(n)) => numbers(smaller_counts(n)),
+        // A workload's: fewer threads, calls and blocks, the first seed.
+        ("count" | "threads" | "ops" | "slots", Some(n)) => numbers(smaller_counts(n)),
+        ("seed", Some(n)) if n > 0 => vec!["0".into()],
+        ("sizes", _) => narrower_sizes(value),
         ("extra" | "heap" | "worker" | "freer" | "owner", Some(n)) if n > 0 => vec!["0".into()],
         // Each step is simpler, so a search never cycles: a slot merges
         // into the newest block (half of all decoded slots) or slot 0.
@@ -96,6 +99,23 @@ fn smaller_aligns(align: usize) -> Vec<usize> {
     [1, 16, 4096, align / 2]
         .into_iter()
         .filter(|&a| a < align && a.is_power_of_two())
+        .collect()
+}
+
+/// Narrower ranges inside a workload's `sizes=MIN..MAX`: one size at
+/// either end, then either half.
+fn narrower_sizes(value: &str) -> Vec<String> {
+    let Some((min, max)) = value.split_once("..") else {
+        return Vec::new();
+    };
+    let (Ok(min), Ok(max)) = (min.parse::<usize>(), max.parse::<usize>()) else {
+        return Vec::new();
+    };
+    let mid = min + (max - min) / 2;
+    [(min, min), (max, max), (min, mid), (mid + 1, max)]
+        .into_iter()
+        .filter(|&(a, b)| a <= b && (a, b) != (min, max))
+        .map(|(a, b)| format!("{a}..{b}"))
         .collect()
 }
 
@@ -168,5 +188,24 @@ mod tests {
         assert!(ops("free-null").is_empty());
         assert_eq!(ops("free slot=0"), ["free slot=newest"]);
         assert!(ops("free slot=newest").is_empty());
+    }
+
+    #[test]
+    fn a_workload_gets_fewer_threads_calls_blocks_and_sizes() {
+        let line = "workload kind=larson threads=4 ops=4000 slots=64 sizes=8..64 seed=9";
+        let simpler = ops(line);
+        for form in [
+            "workload kind=larson threads=1 ops=4000 slots=64 sizes=8..64 seed=9",
+            "workload kind=larson threads=4 ops=2000 slots=64 sizes=8..64 seed=9",
+            "workload kind=larson threads=4 ops=4000 slots=32 sizes=8..64 seed=9",
+            "workload kind=larson threads=4 ops=4000 slots=64 sizes=8..8 seed=9",
+            "workload kind=larson threads=4 ops=4000 slots=64 sizes=37..64 seed=9",
+            "workload kind=larson threads=4 ops=4000 slots=64 sizes=8..64 seed=0",
+        ] {
+            assert!(simpler.iter().any(|s| s == form), "{form} in {simpler:?}");
+        }
+        assert!(simpler
+            .iter()
+            .all(|s| s.starts_with("workload kind=larson")));
     }
 }

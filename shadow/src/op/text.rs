@@ -216,6 +216,7 @@ impl fmt::Display for Op {
             Op::RaceChurn { size, align, count } => {
                 write!(f, "race-churn size={size} align={align} count={count}")
             }
+            Op::Workload(w) => write!(f, "{w}"),
         }
     }
 }
@@ -460,6 +461,7 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
             align: align()?,
             count: num("count")?,
         },
+        "workload" => Op::Workload(super::workload::parse(&fields)?),
         other => return Err(format!("unknown op `{other}`")),
     })
 }

@@ -30,8 +30,9 @@ pub struct Args {
     #[arg(long = "bug")]
     bugs: Vec<String>,
     /// Not these bugs: for a gate with no minutes to spare, a bug whose
-    /// programs are slow to run (`just test` skips `large-reuse-dirty`,
-    /// found in 2 to 5 minutes; BENCHMARKS.md).
+    /// programs are slow to run or slow to find (`just test` skips
+    /// `large-reuse-dirty`, found in 2 to 5 minutes, and the workload's
+    /// `crowded-reissue`, in 17 s to 3 minutes; BENCHMARKS.md).
     #[arg(long = "skip", value_name = "BUG")]
     skips: Vec<String>,
     /// Run each bug through a whole soak of this many seconds instead (its

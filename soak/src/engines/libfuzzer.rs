@@ -89,7 +89,7 @@ impl Run {
             claims: None,
             end_in_doubt: false,
             tally: None,
-            leaks: target != Target::MtOps,
+            leaks: !matches!(target, Target::MtOps | Target::Workload),
             args: Vec::new(),
         }
     }

@@ -55,7 +55,7 @@ impl Case {
             });
         }
         let target = target.context(
-            "an input file needs --target (alloc_ops, heap_api, mt_ops or diff_mimalloc)",
+            "an input file needs --target (alloc_ops, heap_api, mt_ops, diff_mimalloc or workload)",
         )?;
         config.check_allocator(allocator)?;
         if let Some(missing) = what.iter().find(|w| !Path::new(w).is_file()) {

@@ -377,7 +377,7 @@ impl Config {
         for t in &d.targets {
             let target: Target = t.parse().map_err(anyhow::Error::msg)?;
             if target == Target::DiffMimalloc {
-                bail!("[drift] targets: diff_mimalloc runs two allocators; use alloc_ops, heap_api or mt_ops");
+                bail!("[drift] targets: diff_mimalloc runs two allocators; use alloc_ops, heap_api, mt_ops or workload");
             }
             for a in &allocators {
                 series.push(Series {

@@ -156,7 +156,8 @@ fn drift_series_default_to_the_slots_allocators_the_drift_build_runs() {
 fn bad_drift_settings_say_what_to_use() {
     let e = drift("[drift]\ncpu_share = 1\ntargets = [\"diff_mimalloc\"]").unwrap_err();
     assert!(
-        e.to_string().contains("alloc_ops, heap_api or mt_ops"),
+        e.to_string()
+            .contains("alloc_ops, heap_api, mt_ops or workload"),
         "{e}"
     );
     let e = drift("[drift]\ncpu_share = 1\nallocators = [\"mimalloc-secure\"]").unwrap_err();

@@ -1,0 +1,143 @@
+//! The `workload` target: every stress program runs clean on the bundled
+//! allocators and on soak.toml's declared ones (a single-threaded run
+//! included), and a block handed out twice, which only many live blocks
+//! reach, is found by the pattern check at a free.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use shadow::allocator::Allocator;
+use shadow::op::workload::Kind;
+use shadow::op::Workload;
+use shadow::{Op, Program, Target};
+
+fn program(kind: Kind, threads: usize, slots: usize) -> Program {
+    Program {
+        target: Target::Workload,
+        ops: vec![Op::Workload(Workload {
+            kind,
+            threads,
+            ops: 4000,
+            slots,
+            min: 8,
+            max: 4096,
+            seed: 7,
+        })],
+    }
+}
+
+fn every_kind_runs_clean(allocator: &str) {
+    for kind in Kind::ALL {
+        let p = program(kind, 4, 300);
+        let stats = common::run(&p, allocator)
+            .unwrap_or_else(|v| panic!("false alarm on {allocator}: {v}\n{p}"));
+        assert!(
+            stats.calls >= 4000,
+            "{kind:?} on {allocator}: {} calls",
+            stats.calls
+        );
+    }
+}
+
+#[test]
+fn the_bundled_allocators_run_every_workload_clean() {
+    let names = shadow::allocator::bundled_names();
+    for name in names
+        .iter()
+        .filter(|n| ["system", "jemalloc", "arena"].contains(n) || n.starts_with("mimalloc"))
+    {
+        every_kind_runs_clean(name);
+    }
+}
+
+#[test]
+fn the_declared_allocators_run_every_workload_clean() {
+    common::declare_examples();
+    every_kind_runs_clean("dlmalloc");
+    every_kind_runs_clean("rlsf");
+}
+
+/// `System`, except that once over 3,000 blocks are live, one small
+/// request in a hundred gets the block handed out last again, while its
+/// owner still holds it.
+struct TwiceOver {
+    live: AtomicUsize,
+    last: AtomicUsize,
+    calls: AtomicUsize,
+}
+
+impl Allocator for TwiceOver {
+    fn name(&self) -> &str {
+        "twice-over"
+    }
+
+    unsafe fn alloc(&self, size: usize, align: usize, _zeroed: bool) -> *mut u8 {
+        let live = self.live.fetch_add(1, Ordering::Relaxed);
+        let last = self.last.load(Ordering::Relaxed);
+        if live > 3000
+            && size <= 8
+            && last != 0
+            && self.calls.fetch_add(1, Ordering::Relaxed) % 100 == 99
+        {
+            return last as *mut u8;
+        }
+        let p = System.alloc(Layout::from_size_align(size.max(8), align).unwrap());
+        if size <= 8 && align <= 8 {
+            self.last.store(p as usize, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
+        System.realloc(
+            p,
+            Layout::from_size_align(old.max(8), align).unwrap(),
+            new.max(8),
+        )
+    }
+
+    unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        let _ = self
+            .last
+            .compare_exchange(p as usize, 0, Ordering::Relaxed, Ordering::Relaxed);
+        System.dealloc(p, Layout::from_size_align(size.max(8), align).unwrap())
+    }
+}
+
+#[test]
+fn a_block_handed_out_twice_under_many_live_blocks_is_found_at_a_free() {
+    let twice: &'static TwiceOver = Box::leak(Box::new(TwiceOver {
+        live: AtomicUsize::new(0),
+        last: AtomicUsize::new(0),
+        calls: AtomicUsize::new(0),
+    }));
+    // One thread, so that how many blocks are live at once is the
+    // program's alone, not the scheduler's.
+    let small = |slots| Program {
+        target: Target::Workload,
+        ops: vec![Op::Workload(Workload {
+            min: 8,
+            max: 8,
+            ..*workload(&program(Kind::Larson, 1, slots))
+        })],
+    };
+    assert!(
+        common::caught(&small(2000), twice).is_ok(),
+        "2,000 live blocks stay under the bug"
+    );
+    let v = common::caught(&small(4000), twice).expect_err("4,000 live blocks reach it");
+    assert!(
+        v.starts_with("allocsoak violation: contents: op #0 `workload kind=larson"),
+        "{v}"
+    );
+}
+
+fn workload(p: &Program) -> &Workload {
+    match &p.ops[0] {
+        Op::Workload(w) => w,
+        _ => unreachable!(),
+    }
+}
