@@ -43,8 +43,12 @@ struct Args {
     allocator: String,
     /// The target whose programs these are: alloc_ops, heap_api, mt_ops or
     /// workload.
+    #[arg(long, required_unless_present = "trace")]
+    target: Option<Target>,
+    /// The inputs are recorded allocation traces (`allocsoak trace
+    /// record`), each replayed whole, its calls counted as ops.
     #[arg(long)]
-    target: Target,
+    trace: bool,
     /// Program files or folders of them (a corpus, seeds).
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
@@ -82,8 +86,12 @@ pub fn main(register: fn()) {
         eprintln!("allocsoak drift: {msg}");
         std::process::exit(2)
     };
-    if args.target == Target::DiffMimalloc {
-        exit("diff_mimalloc runs two allocators; replay alloc_ops, heap_api, mt_ops or workload".into());
+    let target = args.target.unwrap_or(Target::AllocOps);
+    if target == Target::DiffMimalloc {
+        exit(
+            "diff_mimalloc runs two allocators; replay alloc_ops, heap_api, mt_ops or workload"
+                .into(),
+        );
     }
     if !(args.interval > 0.0) {
         exit(format!("--interval must be above 0, not {}", args.interval));
@@ -105,14 +113,41 @@ pub fn main(register: fn()) {
         None => Every::Time(Duration::from_secs_f64(args.interval)),
     };
     let mut run = Replay::new(alloc, every);
-    run.read();
     let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
+    if args.trace {
+        let traces: Vec<(shadow::op::trace::Trace, &PathBuf)> = programs
+            .iter()
+            .map(|path| {
+                let data = std::fs::read(path)
+                    .unwrap_or_else(|e| exit(format!("{}: {e}", path.display())));
+                let trace = shadow::op::trace::Trace::parse(&data)
+                    .unwrap_or_else(|e| exit(format!("{}: {e}", path.display())));
+                (trace, path)
+            })
+            .collect();
+        // The first reading holds the traces read, before any call.
+        run.read();
+        loop {
+            for (trace, path) in &traces {
+                run.trace(trace, path);
+                run.throttle(args.cpu_share);
+            }
+            if args.ops.is_some_and(|limit| run.ops >= limit) {
+                run.read();
+                return;
+            }
+            if run.due() {
+                run.read();
+            }
+        }
+    }
     if programs.is_empty() {
         exit(format!(
             "no programs in {:?}; give a corpus or seed folder",
             args.inputs
         ));
     }
+    run.read();
     loop {
         for path in &programs {
             // A merge may have moved it away: the next pass lists again.
@@ -122,7 +157,7 @@ pub fn main(register: fn()) {
             // A violation that needs the programs before it is filed with
             // them, as a fuzz binary's is (`ALLOCSOAK_HISTORY`).
             shadow::history::record(&data);
-            let Ok(program) = Program::from_input(args.target, &data) else {
+            let Ok(program) = Program::from_input(target, &data) else {
                 continue;
             };
             run.program(&program, path);
@@ -196,6 +231,40 @@ impl Replay {
                 } as u64;
             })
         }));
+        if result.is_err() {
+            eprintln!("allocsoak drift: failed in {}", path.display());
+            std::process::exit(1);
+        }
+        self.programs += 1;
+    }
+
+    /// Replays one recorded trace to its end, and prints `trace peak=…`:
+    /// the most resident bytes it added (sampled every 5 ms), less the
+    /// replay's own table of blocks.
+    fn trace(&mut self, trace: &shadow::op::trace::Trace, path: &Path) {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let base = rss();
+        let peak = std::sync::atomic::AtomicU64::new(base);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let result = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    peak.fetch_max(rss(), std::sync::atomic::Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                shadow::tolerance::tolerate(|| {
+                    let replay = shadow::executor::workload::replay;
+                    self.ops += replay(trace, &name, self.alloc, Mode::Checked).calls as u64;
+                })
+            }));
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            result
+        });
+        let added = peak.into_inner().saturating_sub(base);
+        let tables = shadow::executor::workload::table_bytes(trace) as u64;
+        println!("trace peak={}", added.saturating_sub(tables));
         if result.is_err() {
             eprintln!("allocsoak drift: failed in {}", path.display());
             std::process::exit(1);

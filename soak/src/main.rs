@@ -65,6 +65,9 @@ enum Command {
     Drift(cmd::drift::Args),
     /// Print the op program a fuzz input decodes to, one op per line.
     Print(cmd::print::Args),
+    /// Record a program's own allocations (`record -- CMD`), and replay them under
+    /// allocators side by side with every block checked (`replay FILE`).
+    Trace(cmd::trace::Args),
     /// Serve the soak's dashboard (read-only, loopback by default), or export it as files.
     Dash(cmd::dash::Args),
 }
@@ -102,6 +105,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         Command::Coverage(args) => cmd::coverage::run(args, project, config),
         Command::Drift(args) => cmd::drift::run(args, project, config),
         Command::Print(args) => cmd::print::run(args, project, config),
+        Command::Trace(args) => cmd::trace::run(args, project, config),
         Command::Dash(args) => cmd::dash::run(args, project, config),
     }
 }

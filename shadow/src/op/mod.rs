@@ -427,6 +427,7 @@ impl Program {
 mod decode;
 mod simpler;
 mod text;
+pub mod trace;
 pub mod workload;
 
 pub use workload::Workload;

@@ -17,5 +17,6 @@ pub mod quick;
 pub mod repro;
 pub mod soak;
 pub mod status;
+pub mod trace;
 pub mod triage;
 pub mod zoo;

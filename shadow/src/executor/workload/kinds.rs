@@ -17,7 +17,7 @@ const GENERATIONS: usize = 32;
 /// Runs the workload's threads (one after another on this thread when
 /// the allocator is single-threaded).
 pub(super) fn run(shared: &Shared, single: bool) {
-    let w = shared.w;
+    let w = shared.workload.expect("a workload's run");
     match w.kind {
         Kind::Churn => {
             let generations = (w.ops / w.slots.max(1)).clamp(1, GENERATIONS);
@@ -55,7 +55,7 @@ pub(super) fn run(shared: &Shared, single: bool) {
 
 /// Runs `body` on each of the workload's threads, at once (or in order).
 fn threads(shared: &Shared, single: bool, body: fn(&mut Worker)) {
-    let n = shared.w.threads;
+    let n = shared.inboxes.len();
     if single {
         // Even threads first: `xmalloc`'s producers, before the
         // consumers that wait for them.

@@ -31,6 +31,9 @@ use crate::pattern;
 use crate::violation::{By, Report, Site, Violation};
 
 mod kinds;
+mod replay;
+
+pub use replay::{replay, table_bytes};
 
 /// Runs a `workload` program: each of its ops (one, when decoded).
 pub fn run(program: &Program, alloc: &'static dyn Allocator, mode: Mode) -> Stats {
@@ -58,7 +61,11 @@ pub(super) struct Block {
 /// What every thread of one run shares.
 pub(super) struct Shared {
     alloc: &'static dyn Allocator,
-    w: Workload,
+    /// The workload, in a workload's run (a trace's replay has none).
+    workload: Option<Workload>,
+    /// The op reports name: the workload's line, or the trace.
+    op: String,
+    seed: u64,
     checked: bool,
     /// Whether a null may be the allocator's fair answer (a fixed region
     /// that is full).
@@ -78,19 +85,7 @@ pub(super) struct Shared {
 
 fn run_one(w: &Workload, alloc: &'static dyn Allocator, mode: Mode) -> usize {
     let single = alloc.single_threaded();
-    let shared = Shared {
-        alloc,
-        w: *w,
-        checked: mode == Mode::Checked,
-        may_run_out: alloc.arena().is_some(),
-        stop: AtomicBool::new(false),
-        ended: Mutex::new(None),
-        sound: Mutex::new(Vec::new()),
-        inboxes: (0..w.threads).map(|_| Mutex::new(Vec::new())).collect(),
-        pool: Mutex::new(Vec::new()),
-        producing: AtomicUsize::new(0),
-        calls: AtomicUsize::new(0),
-    };
+    let shared = Shared::new(alloc, mode, w.to_string(), w.seed, w.threads, Some(*w));
     kinds::run(&shared, single);
     // What is left: blocks handed on after their receiver ended, and what
     // the last threads left behind; freed here, on the calling thread.
@@ -111,19 +106,51 @@ fn run_one(w: &Workload, alloc: &'static dyn Allocator, mode: Mode) -> usize {
             }
         }
     }
-    if !shared.stopped() && shared.checked {
-        shared.end_checks();
-    }
-    for report in shared.sound.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        crate::ending::record(report);
-    }
-    if let Some(report) = shared.ended.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        crate::ending::raise(report);
-    }
-    shared.calls.into_inner()
+    shared.end()
 }
 
 impl Shared {
+    fn new(
+        alloc: &'static dyn Allocator,
+        mode: Mode,
+        op: String,
+        seed: u64,
+        threads: usize,
+        workload: Option<Workload>,
+    ) -> Shared {
+        Shared {
+            alloc,
+            workload,
+            op,
+            seed,
+            checked: mode == Mode::Checked,
+            may_run_out: alloc.arena().is_some(),
+            stop: AtomicBool::new(false),
+            ended: Mutex::new(None),
+            sound: Mutex::new(Vec::new()),
+            inboxes: (0..threads).map(|_| Mutex::new(Vec::new())).collect(),
+            pool: Mutex::new(Vec::new()),
+            producing: AtomicUsize::new(0),
+            calls: AtomicUsize::new(0),
+        }
+    }
+
+    /// Ends the run: the end checks when every block is freed, the sound
+    /// violations recorded, the one that stopped it raised; the calls
+    /// made.
+    fn end(self) -> usize {
+        if !self.stopped() && self.checked {
+            self.end_checks();
+        }
+        for report in self.sound.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            crate::ending::record(report);
+        }
+        if let Some(report) = self.ended.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            crate::ending::raise(report);
+        }
+        self.calls.into_inner()
+    }
+
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
@@ -131,7 +158,7 @@ impl Shared {
     fn report(&self, violation: Violation, site: Site) -> Report {
         Report {
             op_index: 0,
-            op: self.w.to_string(),
+            op: self.op.clone(),
             site,
             path: Vec::new(),
             violation,
@@ -189,12 +216,13 @@ impl<'a> Worker<'a> {
         Worker {
             id,
             shared,
-            state: shared.w.seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            state: shared.seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         }
     }
 
+    /// The workload this thread runs (in a workload's run).
     pub(super) fn w(&self) -> &Workload {
-        &self.shared.w
+        self.shared.workload.as_ref().expect("a workload's run")
     }
 
     /// splitmix64.
@@ -261,31 +289,22 @@ impl<'a> Worker<'a> {
 
     pub(super) fn alloc_of(&mut self, size: usize) -> Option<Block> {
         let align = self.align();
-        let site = Site::new("alloc", size, align);
-        let alloc = self.shared.alloc;
-        // SAFETY: a nonzero size and a power-of-two alignment the
-        // allocator serves (`max_align`), as `alloc` asks.
-        let p = self.call(site, || unsafe { alloc.alloc(size, align, false) })? as usize;
-        self.adopt(p, size, align, site)
+        self.alloc_as(size, align, false)
     }
 
-    /// Checks and fills a block the allocator just handed out.
-    fn adopt(&mut self, p: usize, size: usize, align: usize, site: Site) -> Option<Block> {
+    /// Allocates `size` bytes aligned to `align` (a `zeroed` block must
+    /// read zero) and writes its pattern.
+    pub(super) fn alloc_as(&mut self, size: usize, align: usize, zeroed: bool) -> Option<Block> {
+        let site = Site::new("alloc", size, align);
+        let alloc = self.shared.alloc;
+        // SAFETY: a nonzero size and a power-of-two alignment, as `alloc`
+        // asks (callers keep it within `max_align`).
+        let p = self.call(site, || unsafe { alloc.alloc(size, align, zeroed) })? as usize;
         if p == 0 {
             if !self.shared.may_run_out {
                 self.shared.flag(Violation::Null { size, align }, site);
             }
             return None;
-        }
-        if self.shared.checked && !p.is_multiple_of(align) {
-            self.shared.flag(
-                Violation::Alignment {
-                    ptr: p,
-                    size,
-                    align,
-                },
-                site,
-            );
         }
         let b = Block {
             ptr: p,
@@ -293,10 +312,29 @@ impl<'a> Worker<'a> {
             align,
             seed: self.next(),
         };
-        if self.shared.checked {
-            // SAFETY: the allocator just handed out `size` bytes at `p`.
-            unsafe { pattern::fill(p as *mut u8, size, b.seed) };
+        if !self.shared.checked {
+            return Some(b);
         }
+        if !p.is_multiple_of(align) {
+            let violation = Violation::Alignment {
+                ptr: p,
+                size,
+                align,
+            };
+            self.shared.flag(violation, site);
+        }
+        // SAFETY: the allocator just handed out `size` bytes at `p`.
+        let dirty = zeroed.then(|| unsafe { pattern::check_zero(p as *const u8, size, 0, b.seed) });
+        if let Some(Some(mismatch)) = dirty {
+            let violation = Violation::Zeroed {
+                ptr: p,
+                size,
+                mismatch,
+            };
+            self.shared.flag(violation, site);
+        }
+        // SAFETY: as above.
+        unsafe { pattern::fill(p as *mut u8, size, b.seed) };
         Some(b)
     }
 

@@ -1,0 +1,215 @@
+//! A program's own allocations, recorded and replayed (`allocsoak trace`):
+//! [`record`] runs a command under the recorder ([`RECORDER`], an
+//! `LD_PRELOAD` library built here from its C source), one trace file per
+//! process; [`replay`] replays a trace under allocators, each in a drift
+//! replay process of its own (`drift --trace`), with a workload's checks,
+//! and sets each one's memory beside the recorded program's.
+
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use shadow::op::trace::Trace;
+
+use crate::engines::project::{Part, Project};
+
+/// The recorder's C source (`trace_record.c`).
+pub const RECORDER: &str = include_str!("trace_record.c");
+
+/// The recorder library, built from [`RECORDER`] once per source (its
+/// hash names it) under the project's work dir.
+pub fn recorder(project: &Project) -> Result<PathBuf> {
+    let dir = project.work_dir("trace");
+    std::fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    let hash = RECORDER.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let lib = dir.join(format!("record-{hash:016x}.so"));
+    if lib.is_file() {
+        return Ok(lib);
+    }
+    let source = dir.join("trace_record.c");
+    crate::foundation::state::write_atomic(&source, RECORDER.as_bytes())?;
+    let tmp = dir.join(format!("record-{hash:016x}.so.tmp"));
+    let out = Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&tmp)
+        .arg(&source)
+        .arg("-lpthread")
+        .output()
+        .context("failed to run cc to build the recorder; install a C compiler (`just setup`)")?;
+    if !out.status.success() {
+        bail!(
+            "building the recorder failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    std::fs::rename(&tmp, &lib).with_context(|| format!("failed to rename {}", tmp.display()))?;
+    Ok(lib)
+}
+
+/// One process's trace a recording left.
+pub struct Recorded {
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// Whether the process ended without its exit handlers (killed, or
+    /// `_exit`): the file holds what it wrote before.
+    pub cut: bool,
+}
+
+/// Runs `command` with the recorder loaded, each of its processes writing
+/// its trace into `out` (created; it must hold no trace yet), at most
+/// `max_mb` MiB per process. Returns the command's exit status, the
+/// traces, biggest first, and the seconds it took.
+pub fn record(
+    project: &Project,
+    out: &Path,
+    max_mb: u64,
+    command: &[String],
+) -> Result<(i32, Vec<Recorded>, f64)> {
+    let Some((program, args)) = command.split_first() else {
+        bail!("no command to record; give it after `--`: allocsoak trace record -- make -j2");
+    };
+    if traces_in(out)?.next().is_some() {
+        bail!(
+            "{} already holds traces; record into a new folder (--out), nothing there is deleted",
+            out.display()
+        );
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("failed to create {}", out.display()))?;
+    let lib = recorder(project)?;
+    let out = out.canonicalize()?;
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(theirs) if !theirs.is_empty() => format!("{} {theirs}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    let started = Instant::now();
+    let status = Command::new(program)
+        .args(args)
+        .env("LD_PRELOAD", preload)
+        .env("ALLOCSOAK_TRACE_DIR", &out)
+        .env("ALLOCSOAK_TRACE_MAX_MB", max_mb.to_string())
+        .status()
+        .with_context(|| format!("failed to run `{program}`"))?;
+    let secs = started.elapsed().as_secs_f64();
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let mut traces: Vec<Recorded> = traces_in(&out)?
+        .map(|path| {
+            let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+            let cut = path.extension().is_some_and(|e| e == "part");
+            Recorded { path, bytes, cut }
+        })
+        .collect();
+    traces.sort_by_key(|t| std::cmp::Reverse(t.bytes));
+    Ok((code, traces, secs))
+}
+
+/// The trace files in `dir` (none when it does not exist).
+fn traces_in(dir: &Path) -> Result<impl Iterator<Item = PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).with_context(|| format!("failed to read {}", dir.display())),
+    };
+    Ok(entries.into_iter().filter(|p| {
+        let name = p.file_name().unwrap_or_default().to_string_lossy();
+        name.ends_with(".trace") || name.ends_with(".trace.part")
+    }))
+}
+
+/// Reads a trace file; the error names the file and what is wrong.
+pub fn read(path: &Path) -> Result<Trace> {
+    let mut data = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut data))
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    Trace::parse(&data).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// What one allocator did with a trace.
+pub struct Replayed {
+    pub allocator: String,
+    pub secs: f64,
+    /// Calls made.
+    pub calls: u64,
+    /// The most resident bytes the replay added, less its own table of
+    /// blocks (`drift --trace`'s `trace peak=`).
+    pub peak: u64,
+    /// `None` when it ran clean; else the violation's line or why it
+    /// ended.
+    pub failed: Option<String>,
+}
+
+/// Replays the trace at `path` under each of `allocators`, each in a
+/// fresh drift replay process (built first when it is not).
+pub fn replay(project: &Project, path: &Path, allocators: &[String]) -> Result<Vec<Replayed>> {
+    let drift = project.drift_binary();
+    if !project.build_part(Part::Drift, None)? || !drift.is_file() {
+        bail!("the drift replay binary did not build; see cargo's output above");
+    }
+    let path = path
+        .canonicalize()
+        .with_context(|| format!("no trace at {}", path.display()))?;
+    allocators
+        .iter()
+        .map(|a| replay_one(&drift, &path, a))
+        .collect()
+}
+
+fn replay_one(drift: &Path, path: &Path, allocator: &str) -> Result<Replayed> {
+    let started = Instant::now();
+    let mut child = Command::new(drift)
+        .args(["--trace", "--ops", "1", "--allocator", allocator])
+        .arg(path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("failed to run {}", drift.display()))?;
+    let read_all = |mut from: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = from.read_to_end(&mut text);
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = read_all(Box::new(child.stdout.take().expect("piped")));
+    let stderr = read_all(Box::new(child.stderr.take().expect("piped")));
+    let success = child.wait()?.success();
+    let secs = started.elapsed().as_secs_f64();
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    // The first reading is taken once the trace is read, before any call.
+    let field = |line: &str, key: &str| -> Option<u64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+    };
+    let calls = stdout
+        .lines()
+        .rfind(|l| l.starts_with("reading "))
+        .and_then(|l| field(l, "ops"))
+        .unwrap_or(0);
+    let peak = stdout
+        .lines()
+        .find_map(|l| field(l.strip_prefix("trace ")?, "peak"))
+        .unwrap_or(0);
+    let failed = (!success).then(|| {
+        stderr
+            .lines()
+            .find(|l| l.contains("allocsoak violation:") || l.contains("ERROR:"))
+            .or_else(|| stderr.lines().rfind(|l| !l.trim().is_empty()))
+            .unwrap_or("ended without a word")
+            .to_string()
+    });
+    Ok(Replayed {
+        allocator: allocator.to_string(),
+        secs,
+        calls,
+        peak,
+        failed,
+    })
+}
