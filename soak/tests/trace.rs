@@ -1,0 +1,83 @@
+//! `allocsoak trace` end to end on a real program: clang compiling
+//! mimalloc's C sources, fetched from the package registry (a build of a
+//! real project), recorded through the `LD_PRELOAD` recorder and replayed
+//! clean under system, mimalloc and jemalloc; the same replay finds a
+//! planted bug only a program holding over 10,000 small blocks reaches.
+
+mod common;
+
+use common::{allocsoak, registry_crate, run_allocsoak};
+
+#[test]
+fn a_real_build_is_recorded_and_replays_clean_under_three_allocators() {
+    let mimalloc = registry_crate("libmimalloc-sys", "0.1.49").join("c_src/mimalloc/v2");
+    let clang =
+        soak::engines::project::clang().expect("clang matching nightly's LLVM (just setup)");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("traces");
+    let (src, include) = (mimalloc.join("src/static.c"), mimalloc.join("include"));
+    let object = dir.path().join("static.o");
+    let compile = [
+        clang.as_str(),
+        "-O1",
+        "-c",
+        src.to_str().unwrap(),
+        "-I",
+        include.to_str().unwrap(),
+        "-o",
+        object.to_str().unwrap(),
+    ];
+    let record = |args: &[&str]| {
+        let mut all = vec!["trace", "record", "--out", out.to_str().unwrap(), "--"];
+        all.extend(args);
+        run_allocsoak(allocsoak(), &all)
+    };
+    let (status, text) = record(&compile);
+    assert!(status.status.success(), "{text}");
+    let trace = text
+        .lines()
+        .find_map(|l| l.strip_prefix("replay the biggest: allocsoak trace replay "))
+        .unwrap_or_else(|| panic!("no trace named: {text}"))
+        .to_string();
+    // A folder that holds traces is never recorded into again.
+    let (again, said) = record(&compile);
+    assert_eq!(again.status.code(), Some(2), "{said}");
+    assert!(said.contains("already holds traces"), "{said}");
+    assert!(
+        std::path::Path::new(&trace).is_file(),
+        "the first recording is kept"
+    );
+
+    let (replayed, table) = run_allocsoak(allocsoak(), &["trace", "replay", &trace]);
+    assert!(replayed.status.success(), "{table}");
+    let rows: Vec<(&str, u64, &str)> = table
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.get(2)?.parse::<f64>().ok()?;
+            Some((*w.first()?, w.get(1)?.parse().ok()?, *w.get(4)?))
+        })
+        .collect();
+    let allocators: Vec<&str> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(allocators, ["system", "mimalloc", "jemalloc"], "{table}");
+    for (allocator, calls, result) in rows {
+        assert_eq!(result, "clean", "{allocator}: {table}");
+        assert!(calls > 1_000_000, "{allocator} made {calls} calls: {table}");
+    }
+
+    let (found, line) = run_allocsoak(
+        allocsoak(),
+        &[
+            "trace",
+            "replay",
+            &trace,
+            "--allocator",
+            "zoo:crowded-reissue",
+        ],
+    );
+    assert_eq!(found.status.code(), Some(1), "{line}");
+    assert!(
+        line.contains("allocsoak violation: contents: op #0 `trace "),
+        "{line}"
+    );
+}
