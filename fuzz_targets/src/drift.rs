@@ -26,6 +26,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -49,6 +50,11 @@ struct Args {
     /// record`), each replayed whole, its calls counted as ops.
     #[arg(long)]
     trace: bool,
+    /// Sample each program's resident memory every 5 ms, and print the
+    /// most one added (less a trace replay's own table of blocks) as
+    /// `peak bytes=…` when `--ops` stops the process.
+    #[arg(long)]
+    peak: bool,
     /// Program files or folders of them (a corpus, seeds).
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
@@ -112,7 +118,7 @@ pub fn main(register: fn()) {
         Some(ops) => Every::Ops(ops),
         None => Every::Time(Duration::from_secs_f64(args.interval)),
     };
-    let mut run = Replay::new(alloc, every);
+    let mut run = Replay::new(alloc, every, args.peak);
     let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
     if args.trace {
         let traces: Vec<(shadow::op::trace::Trace, &PathBuf)> = programs
@@ -133,7 +139,7 @@ pub fn main(register: fn()) {
                 run.throttle(args.cpu_share);
             }
             if args.ops.is_some_and(|limit| run.ops >= limit) {
-                run.read();
+                run.last();
                 return;
             }
             if run.due() {
@@ -174,7 +180,7 @@ pub fn main(register: fn()) {
             }
         }
         if args.ops.is_some_and(|limit| run.ops >= limit) {
-            run.read();
+            run.last();
             return;
         }
         if run.due() {
@@ -202,10 +208,14 @@ struct Replay {
     next: Instant,
     /// When the next reading is due, by ops stepped.
     next_ops: u64,
+    /// Whether each program's peak is sampled (`--peak`), and the most
+    /// resident bytes one added.
+    sample_peak: bool,
+    peak: u64,
 }
 
 impl Replay {
-    fn new(alloc: &'static dyn Allocator, every: Every) -> Replay {
+    fn new(alloc: &'static dyn Allocator, every: Every, sample_peak: bool) -> Replay {
         let now = Instant::now();
         Replay {
             alloc,
@@ -215,61 +225,79 @@ impl Replay {
             every,
             next: now,
             next_ops: 0,
+            sample_peak,
+            peak: 0,
+        }
+    }
+
+    /// The last reading, and with `--peak` the most resident bytes a
+    /// program added (`peak bytes=…`), as the process stops at `--ops`.
+    fn last(&mut self) {
+        self.read();
+        if self.sample_peak {
+            println!("peak bytes={}", self.peak);
         }
     }
 
     /// Runs one program to its end.
     fn program(&mut self, program: &Program, path: &Path) {
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            shadow::tolerance::tolerate(|| {
-                let stats = shadow::harness::run_program(program, self.alloc, Mode::Checked);
-                // A workload is one op of many thousand calls: its calls
-                // are what the cadence counts.
-                self.ops += match program.target {
-                    Target::Workload => stats.calls,
-                    _ => stats.ops,
-                } as u64;
-            })
-        }));
-        if result.is_err() {
-            eprintln!("allocsoak drift: failed in {}", path.display());
-            std::process::exit(1);
-        }
-        self.programs += 1;
+        let alloc = self.alloc;
+        let (calls, added) = self.measured(path, || {
+            let stats = shadow::harness::run_program(program, alloc, Mode::Checked);
+            // A workload is one op of many thousand calls: its calls are
+            // what the cadence counts.
+            match program.target {
+                Target::Workload => stats.calls,
+                _ => stats.ops,
+            }
+        });
+        self.ops += calls as u64;
+        self.peak = self.peak.max(added);
     }
 
-    /// Replays one recorded trace to its end, and prints `trace peak=…`:
-    /// the most resident bytes it added (sampled every 5 ms), less the
-    /// replay's own table of blocks.
+    /// Replays one recorded trace to its end.
     fn trace(&mut self, trace: &shadow::op::trace::Trace, path: &Path) {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let base = rss();
-        let peak = std::sync::atomic::AtomicU64::new(base);
-        let done = std::sync::atomic::AtomicBool::new(false);
-        let result = std::thread::scope(|s| {
-            s.spawn(|| {
-                while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                    peak.fetch_max(rss(), std::sync::atomic::Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            });
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                shadow::tolerance::tolerate(|| {
-                    let replay = shadow::executor::workload::replay;
-                    self.ops += replay(trace, &name, self.alloc, Mode::Checked).calls as u64;
-                })
-            }));
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
-            result
-        });
-        let added = peak.into_inner().saturating_sub(base);
+        let alloc = self.alloc;
+        let replay = shadow::executor::workload::replay;
+        let (calls, added) =
+            self.measured(path, || replay(trace, &name, alloc, Mode::Checked).calls);
+        self.ops += calls as u64;
+        // The replay's own table of blocks is not the allocator's.
         let tables = shadow::executor::workload::table_bytes(trace) as u64;
-        println!("trace peak={}", added.saturating_sub(tables));
-        if result.is_err() {
+        self.peak = self.peak.max(added.saturating_sub(tables));
+    }
+
+    /// Runs `run` (a program or a trace, from `path`), which returns the
+    /// calls it counts; ends the process when it fails. With `--peak`,
+    /// also the most resident bytes it added, sampled every 5 ms.
+    fn measured(&mut self, path: &Path, run: impl FnOnce() -> usize) -> (usize, u64) {
+        let base = rss();
+        let peak = AtomicU64::new(base);
+        let done = AtomicBool::new(false);
+        let sampling = self.sample_peak;
+        let result = std::thread::scope(|s| {
+            if sampling {
+                s.spawn(|| {
+                    while !done.load(Ordering::Relaxed) {
+                        peak.fetch_max(rss(), Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                });
+            }
+            let mut calls = 0;
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                shadow::tolerance::tolerate(|| calls = run())
+            }));
+            done.store(true, Ordering::Relaxed);
+            result.map(|()| calls)
+        });
+        let Ok(calls) = result else {
             eprintln!("allocsoak drift: failed in {}", path.display());
             std::process::exit(1);
-        }
+        };
         self.programs += 1;
+        (calls, peak.into_inner().max(rss()).saturating_sub(base))
     }
 
     /// Sleeps while the CPU time used is above `share` of the time passed.

@@ -65,6 +65,9 @@ enum Command {
     Drift(cmd::drift::Args),
     /// Print the op program a fuzz input decodes to, one op per line.
     Print(cmd::print::Args),
+    /// Peers on the same work: each workload seed and each trace once under each
+    /// allocator: time, calls per second, the memory it added, beside the first's.
+    Compare(cmd::compare::Args),
     /// Record a program's own allocations (`record -- CMD`), and replay them under
     /// allocators side by side with every block checked (`replay FILE`).
     Trace(cmd::trace::Args),
@@ -106,6 +109,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         Command::Drift(args) => cmd::drift::run(args, project, config),
         Command::Print(args) => cmd::print::run(args, project, config),
         Command::Trace(args) => cmd::trace::run(args, project, config),
+        Command::Compare(args) => cmd::compare::run(args, project, config),
         Command::Dash(args) => cmd::dash::run(args, project, config),
     }
 }

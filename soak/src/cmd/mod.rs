@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bisect;
 pub mod build;
 pub mod common;
+pub mod compare;
 pub mod coverage;
 pub mod dash;
 pub mod drift;

@@ -138,34 +138,62 @@ pub struct Replayed {
     /// Calls made.
     pub calls: u64,
     /// The most resident bytes the replay added, less its own table of
-    /// blocks (`drift --trace`'s `trace peak=`).
+    /// blocks (`drift --peak`'s `peak bytes=`).
     pub peak: u64,
     /// `None` when it ran clean; else the violation's line or why it
     /// ended.
     pub failed: Option<String>,
 }
 
+/// Work a drift replay process runs once under an allocator.
+#[derive(Clone, Debug)]
+pub enum Work {
+    /// A recorded trace.
+    Trace(PathBuf),
+    /// A `workload` target input (a seed, or a text program).
+    Workload(PathBuf),
+}
+
+impl Work {
+    pub fn path(&self) -> &Path {
+        match self {
+            Work::Trace(p) | Work::Workload(p) => p,
+        }
+    }
+}
+
 /// Replays the trace at `path` under each of `allocators`, each in a
 /// fresh drift replay process (built first when it is not).
 pub fn replay(project: &Project, path: &Path, allocators: &[String]) -> Result<Vec<Replayed>> {
+    let path = path
+        .canonicalize()
+        .with_context(|| format!("no trace at {}", path.display()))?;
+    let work = Work::Trace(path);
+    let drift = drift_binary(project)?;
+    allocators.iter().map(|a| run(&drift, &work, a)).collect()
+}
+
+/// The drift replay binary, built when it is not.
+pub fn drift_binary(project: &Project) -> Result<PathBuf> {
     let drift = project.drift_binary();
     if !project.build_part(Part::Drift, None)? || !drift.is_file() {
         bail!("the drift replay binary did not build; see cargo's output above");
     }
-    let path = path
-        .canonicalize()
-        .with_context(|| format!("no trace at {}", path.display()))?;
-    allocators
-        .iter()
-        .map(|a| replay_one(&drift, &path, a))
-        .collect()
+    Ok(drift)
 }
 
-fn replay_one(drift: &Path, path: &Path, allocator: &str) -> Result<Replayed> {
+/// Runs `work` once under `allocator` in a drift replay process of its
+/// own (`drift --peak --ops 1`).
+pub fn run(drift: &Path, work: &Work, allocator: &str) -> Result<Replayed> {
     let started = Instant::now();
-    let mut child = Command::new(drift)
-        .args(["--trace", "--ops", "1", "--allocator", allocator])
-        .arg(path)
+    let mut cmd = Command::new(drift);
+    match work {
+        Work::Trace(_) => cmd.arg("--trace"),
+        Work::Workload(_) => cmd.args(["--target", "workload"]),
+    };
+    let mut child = cmd
+        .args(["--peak", "--ops", "1", "--allocator", allocator])
+        .arg(work.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -183,7 +211,6 @@ fn replay_one(drift: &Path, path: &Path, allocator: &str) -> Result<Replayed> {
     let secs = started.elapsed().as_secs_f64();
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();
-    // The first reading is taken once the trace is read, before any call.
     let field = |line: &str, key: &str| -> Option<u64> {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
@@ -195,7 +222,7 @@ fn replay_one(drift: &Path, path: &Path, allocator: &str) -> Result<Replayed> {
         .unwrap_or(0);
     let peak = stdout
         .lines()
-        .find_map(|l| field(l.strip_prefix("trace ")?, "peak"))
+        .find_map(|l| field(l.strip_prefix("peak ")?, "bytes"))
         .unwrap_or(0);
     let failed = (!success).then(|| {
         stderr
