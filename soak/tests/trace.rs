@@ -65,6 +65,35 @@ fn a_real_build_is_recorded_and_replays_clean_under_three_allocators() {
         assert!(calls > 1_000_000, "{allocator} made {calls} calls: {table}");
     }
 
+    // Peers on the same work: a workload seed and the trace, each on two
+    // allocators.
+    let seed = std::fs::read_dir(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../corpus/workload/seeds"
+    ))
+    .unwrap()
+    .next()
+    .unwrap()
+    .unwrap()
+    .path();
+    let (compared, table) = run_allocsoak(
+        allocsoak(),
+        &[
+            "compare",
+            "--allocator",
+            "system",
+            "--allocator",
+            "jemalloc",
+            "--workload",
+            seed.to_str().unwrap(),
+            "--trace",
+            &trace,
+        ],
+    );
+    assert!(compared.status.success(), "{table}");
+    let clean = table.lines().filter(|l| l.ends_with("  clean")).count();
+    assert_eq!(clean, 4, "{table}");
+
     let (found, line) = run_allocsoak(
         allocsoak(),
         &[
