@@ -22,7 +22,7 @@ pub(super) fn run(shared: &Shared, single: bool) {
         Kind::Churn => {
             let generations = (w.ops / w.slots.max(1)).clamp(1, GENERATIONS);
             for _ in 0..generations {
-                if shared.stopped() {
+                if shared.stopped() || shared.late() {
                     break;
                 }
                 threads(shared, single, churn);
@@ -90,6 +90,9 @@ fn larson(w: &mut Worker) {
         if w.stopped() {
             return;
         }
+        if w.shared.late() {
+            break;
+        }
         let k = w.below(n);
         if let Some(b) = slots[k].take() {
             match w.below(8) {
@@ -115,7 +118,7 @@ fn xmalloc(w: &mut Worker) {
     if producer {
         let to = (w.id + 1) % threads;
         for step in 0..w.w().ops {
-            if w.stopped() {
+            if w.stopped() || w.shared.late() {
                 break;
             }
             let Some(b) = w.alloc() else { continue };
@@ -185,6 +188,9 @@ fn frag(w: &mut Worker) {
         if w.stopped() {
             return;
         }
+        if w.shared.late() {
+            break;
+        }
         let roll = w.below(10);
         if live.is_empty() || (roll < 5 && live.len() < most) {
             live.extend(w.alloc());
@@ -221,7 +227,7 @@ fn mix(w: &mut Worker) {
         .filter_map(|_| w.alloc())
         .collect();
     let mut step = 0;
-    while step < w.w().ops && !w.stopped() {
+    while step < w.w().ops && !w.stopped() && !w.shared.late() {
         let burst = 1 + w.below(32);
         let mut short: Vec<Block> = (0..burst).filter_map(|_| w.alloc()).collect();
         while !short.is_empty() {
@@ -249,7 +255,7 @@ fn scratch(w: &mut Worker) {
     }
     let size = w.w().min;
     let mut step = 0;
-    while step < w.w().ops && !w.stopped() {
+    while step < w.w().ops && !w.stopped() && !w.shared.late() {
         let Some(b) = w.alloc_of(size) else {
             step += 1;
             continue;
