@@ -199,7 +199,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         ],
     );
     let clean = found(&text);
-    assert_eq!(clean.len(), 16, "4 targets x 4 allocators:\n{text}");
+    assert_eq!(clean.len(), 20, "5 targets x 4 allocators:\n{text}");
     assert!(
         out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
         "clean allocators had findings:\n{text}"

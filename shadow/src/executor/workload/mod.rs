@@ -39,6 +39,14 @@ mod kinds;
 /// timeout, a finding that is the harness's. An allocator that hangs
 /// inside a call still does (the call never returns).
 pub const BUDGET: Duration = Duration::from_secs(2);
+/// Resident bytes a workload's run may add before its threads stop as
+/// they do at [`BUDGET`]: an allocator that reuses nothing until it is
+/// reset (a bump allocator) would otherwise grow the process to the
+/// engine's RSS limit within one run. Growth over runs is the drift
+/// replay's to judge.
+pub const GROWTH: u64 = 1 << 30;
+/// Calls between two looks at the process's resident size.
+const LOOK_EVERY: usize = 4096;
 mod replay;
 
 pub use replay::{replay, table_bytes};
@@ -83,6 +91,11 @@ pub(super) struct Shared {
     /// When a workload's threads stop taking steps and free what they
     /// hold ([`BUDGET`]); none for a trace, replayed whole.
     deadline: Option<Instant>,
+    /// The resident bytes at the start, and whether the run grew
+    /// [`GROWTH`] past them; the call count at the next look.
+    start_resident: u64,
+    grown: AtomicBool,
+    next_look: AtomicUsize,
     ended: Mutex<Option<Report>>,
     sound: Mutex<Vec<Report>>,
     /// Blocks handed to each thread, which checks and frees them.
@@ -139,6 +152,9 @@ impl Shared {
             may_run_out: alloc.arena().is_some(),
             stop: AtomicBool::new(false),
             deadline: None,
+            start_resident: crate::resident::resident_bytes().unwrap_or(0),
+            grown: AtomicBool::new(false),
+            next_look: AtomicUsize::new(LOOK_EVERY),
             ended: Mutex::new(None),
             sound: Mutex::new(Vec::new()),
             inboxes: (0..threads).map(|_| Mutex::new(Vec::new())).collect(),
@@ -152,8 +168,17 @@ impl Shared {
     /// violations recorded, the one that stopped it raised; the calls
     /// made.
     fn end(self) -> usize {
-        if !self.stopped() && self.checked {
-            self.end_checks();
+        if !self.stopped() {
+            if self.checked {
+                self.end_checks();
+            }
+            // As after an op program: per-program state dropped (a bump
+            // allocator's region), and what the allocator holds free
+            // given back when the fuzzing process has grown.
+            let _ = crate::guard::call(|| {
+                self.alloc.reset();
+                crate::resident::after_program(self.alloc);
+            });
         }
         for report in self.sound.into_inner().unwrap_or_else(|e| e.into_inner()) {
             crate::ending::record(report);
@@ -168,10 +193,33 @@ impl Shared {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// Whether the workload's time is spent: its threads take no more
-    /// steps and free what they hold.
+    /// Whether the workload's time is spent, or the process grew
+    /// [`GROWTH`]: its threads take no more steps and free what they hold.
     pub(super) fn late(&self) -> bool {
-        self.deadline.is_some_and(|d| Instant::now() >= d)
+        let Some(deadline) = self.deadline else {
+            return false;
+        };
+        if Instant::now() >= deadline || self.grown.load(Ordering::Relaxed) {
+            return true;
+        }
+        let (calls, next) = (
+            self.calls.load(Ordering::Relaxed),
+            self.next_look.load(Ordering::Relaxed),
+        );
+        let mine = calls >= next
+            && self
+                .next_look
+                .compare_exchange(
+                    next,
+                    calls + LOOK_EVERY,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+        if mine && crate::resident::resident_bytes().unwrap_or(0) > self.start_resident + GROWTH {
+            self.grown.store(true, Ordering::Relaxed);
+        }
+        self.grown.load(Ordering::Relaxed)
     }
 
     fn report(&self, violation: Violation, site: Site) -> Report {
