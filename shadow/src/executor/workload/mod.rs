@@ -32,6 +32,9 @@ use crate::pattern;
 use crate::violation::{By, Report, Site, Violation};
 
 mod kinds;
+mod replay;
+
+pub use replay::{replay, table_bytes};
 
 /// The time a workload's threads take steps for, at most: a large one
 /// under ASan's own malloc (`system` in the fuzz builds, which poisons
@@ -47,9 +50,6 @@ pub const BUDGET: Duration = Duration::from_secs(2);
 pub const GROWTH: u64 = 1 << 30;
 /// Calls between two looks at the process's resident size.
 const LOOK_EVERY: usize = 4096;
-mod replay;
-
-pub use replay::{replay, table_bytes};
 
 /// Runs a `workload` program: each of its ops (one, when decoded).
 pub fn run(program: &Program, alloc: &'static dyn Allocator, mode: Mode) -> Stats {
@@ -115,6 +115,7 @@ fn run_one(w: &Workload, alloc: &'static dyn Allocator, mode: Mode) -> usize {
     // What is left: blocks handed on after their receiver ended, and what
     // the last threads left behind; freed here, on the calling thread.
     if !shared.stopped() {
+        // Thread `threads`: the calling thread, which has no inbox.
         let mut me = Worker::new(&shared, w.threads);
         let mut left: Vec<Block> = shared
             .pool
