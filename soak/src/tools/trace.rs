@@ -5,6 +5,7 @@
 //! replay process of its own (`drift --trace`), with a workload's checks,
 //! and sets each one's memory beside the recorded program's.
 
+use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -24,9 +25,11 @@ pub const RECORDER: &str = include_str!("trace_record.c");
 pub fn recorder(project: &Project) -> Result<PathBuf> {
     let dir = project.work_dir("trace");
     std::fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
-    let hash = RECORDER.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
+    // As the project names the harness's coverage cfg (`Project`): a
+    // hash that needs only to change with the source.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    RECORDER.hash(&mut hasher);
+    let hash = hasher.finish();
     let lib = dir.join(format!("record-{hash:016x}.so"));
     if lib.is_file() {
         return Ok(lib);
@@ -211,18 +214,14 @@ pub fn run(drift: &Path, work: &Work, allocator: &str) -> Result<Replayed> {
     let secs = started.elapsed().as_secs_f64();
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();
-    let field = |line: &str, key: &str| -> Option<u64> {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
-    };
     let calls = stdout
         .lines()
-        .rfind(|l| l.starts_with("reading "))
-        .and_then(|l| field(l, "ops"))
-        .unwrap_or(0);
+        .rev()
+        .find_map(drift::Reading::parse)
+        .map_or(0, |r| r.ops);
     let peak = stdout
         .lines()
-        .find_map(|l| field(l.strip_prefix("peak ")?, "bytes"))
+        .find_map(|l| l.strip_prefix("peak bytes=")?.trim().parse().ok())
         .unwrap_or(0);
     let failed = (!success).then(|| {
         stderr

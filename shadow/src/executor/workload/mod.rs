@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::allocator::Allocator;
-use crate::executor::{Mode, Stats};
+use crate::executor::{Mode, Seeds, Stats};
 use crate::op::{Op, Program, Workload};
 use crate::pattern;
 use crate::violation::{By, Report, Site, Violation};
@@ -276,7 +276,9 @@ impl Shared {
 pub(super) struct Worker<'a> {
     pub(super) id: usize,
     pub(super) shared: &'a Shared,
-    state: u64,
+    /// Its draws: the executor's splitmix64, from the run's seed and this
+    /// thread's id.
+    draws: Seeds,
 }
 
 impl<'a> Worker<'a> {
@@ -284,7 +286,7 @@ impl<'a> Worker<'a> {
         Worker {
             id,
             shared,
-            state: shared.seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            draws: Seeds::new(shared.seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
         }
     }
 
@@ -293,13 +295,8 @@ impl<'a> Worker<'a> {
         self.shared.workload.as_ref().expect("a workload's run")
     }
 
-    /// splitmix64.
     pub(super) fn next(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.draws.next()
     }
 
     /// A number in `0..n` (`n` > 0).
