@@ -120,53 +120,44 @@ pub fn main(register: fn()) {
     };
     let mut run = Replay::new(alloc, every, args.peak);
     let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
-    if args.trace {
-        let traces: Vec<(shadow::op::trace::Trace, &PathBuf)> = programs
-            .iter()
-            .map(|path| {
-                let data = std::fs::read(path)
-                    .unwrap_or_else(|e| exit(format!("{}: {e}", path.display())));
-                let trace = shadow::op::trace::Trace::parse(&data)
-                    .unwrap_or_else(|e| exit(format!("{}: {e}", path.display())));
-                (trace, path)
-            })
-            .collect();
-        // The first reading holds the traces read, before any call.
-        run.read();
-        loop {
-            for (trace, path) in &traces {
-                run.trace(trace, path);
-                run.throttle(args.cpu_share);
-            }
-            if args.ops.is_some_and(|limit| run.ops >= limit) {
-                run.last();
-                return;
-            }
-            if run.due() {
-                run.read();
-            }
-        }
-    }
     if programs.is_empty() {
         exit(format!(
             "no programs in {:?}; give a corpus or seed folder",
             args.inputs
         ));
     }
+    // Traces are read once, whole; programs each time they run.
+    let traces: Vec<shadow::op::trace::Trace> = match args.trace {
+        true => programs
+            .iter()
+            .map(|path| {
+                let data = std::fs::read(path)
+                    .unwrap_or_else(|e| exit(format!("{}: {e}", path.display())));
+                shadow::op::trace::Trace::parse(&data)
+                    .unwrap_or_else(|e| exit(format!("{}: {e}", path.display())))
+            })
+            .collect(),
+        false => Vec::new(),
+    };
+    // The first reading holds the traces read, before any call.
     run.read();
     loop {
-        for path in &programs {
-            // A merge may have moved it away: the next pass lists again.
-            let Ok(data) = std::fs::read(path) else {
-                continue;
-            };
-            // A violation that needs the programs before it is filed with
-            // them, as a fuzz binary's is (`ALLOCSOAK_HISTORY`).
-            shadow::history::record(&data);
-            let Ok(program) = Program::from_input(target, &data) else {
-                continue;
-            };
-            run.program(&program, path);
+        for (i, path) in programs.iter().enumerate() {
+            if let Some(trace) = traces.get(i) {
+                run.trace(trace, path);
+            } else {
+                // A merge may have moved it away: the next pass lists again.
+                let Ok(data) = std::fs::read(path) else {
+                    continue;
+                };
+                // A violation that needs the programs before it is filed with
+                // them, as a fuzz binary's is (`ALLOCSOAK_HISTORY`).
+                shadow::history::record(&data);
+                let Ok(program) = Program::from_input(target, &data) else {
+                    continue;
+                };
+                run.program(&program, path);
+            }
             run.throttle(args.cpu_share);
             let rss = rss();
             if rss > args.rss_limit_mb << 20 {
