@@ -127,3 +127,52 @@ mod tests {
         assert_eq!((newer.secs, newer.ops, newer.rss), (1, 2, 3));
     }
 }
+
+/// A trace replay's memory where the recorded program's was read (`drift
+/// --trace --peak`, one line per reading the recorder took):
+///
+/// ```text
+/// mark calls=3670016 recorded=129024000 replayed=21012480
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mark {
+    /// Calls the recording had made at its reading.
+    pub calls: u64,
+    /// The recorded program's resident bytes then.
+    pub recorded: u64,
+    /// The replay process's resident bytes as it passed the same call.
+    pub replayed: u64,
+}
+
+impl Mark {
+    const PREFIX: &'static str = "mark ";
+
+    /// The line to print (no newline).
+    pub fn to_line(&self) -> String {
+        format!(
+            "{}calls={} recorded={} replayed={}",
+            Mark::PREFIX,
+            self.calls,
+            self.recorded,
+            self.replayed
+        )
+    }
+
+    /// Parses a line [`Mark::to_line`] printed; `None` for any other.
+    pub fn parse(line: &str) -> Option<Mark> {
+        let mut m = Mark::default();
+        let mut seen = 0;
+        for field in line.trim_end().strip_prefix(Mark::PREFIX)?.split(' ') {
+            let (key, value) = field.split_once('=')?;
+            let value: u64 = value.parse().ok()?;
+            match key {
+                "calls" => m.calls = value,
+                "recorded" => m.recorded = value,
+                "replayed" => m.replayed = value,
+                _ => continue,
+            }
+            seen += 1;
+        }
+        (seen == 3).then_some(m)
+    }
+}

@@ -246,17 +246,31 @@ impl Replay {
         self.peak = self.peak.max(added);
     }
 
-    /// Replays one recorded trace to its end.
+    /// Replays one recorded trace to its end. With `--peak`, prints the
+    /// process's memory where the recording read its own (`mark …`).
     fn trace(&mut self, trace: &shadow::op::trace::Trace, path: &Path) {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         let alloc = self.alloc;
         let replay = shadow::executor::workload::replay;
-        let (calls, added) =
-            self.measured(path, || replay(trace, &name, alloc, Mode::Checked).calls);
+        let marks = std::sync::Mutex::new(Vec::new());
+        let on_mark = |i: usize| marks.lock().unwrap().push((i, rss()));
+        let on_mark: shadow::executor::workload::OnMark = &on_mark;
+        let sampled = self.sample_peak.then_some(on_mark);
+        let (calls, added) = self.measured(path, || {
+            replay(trace, &name, alloc, Mode::Checked, sampled).calls
+        });
         self.ops += calls as u64;
         // The replay's own table of blocks is not the allocator's.
         let tables = shadow::executor::workload::table_bytes(trace) as u64;
         self.peak = self.peak.max(added.saturating_sub(tables));
+        for (i, replayed) in marks.into_inner().unwrap() {
+            let mark = drift::Mark {
+                calls: trace.resident[i].calls as u64,
+                recorded: trace.resident[i].bytes,
+                replayed,
+            };
+            println!("{}", mark.to_line());
+        }
     }
 
     /// Runs `run` (a program or a trace, from `path`), which returns the

@@ -147,16 +147,13 @@ fn workload(p: &Program) -> &Workload {
     }
 }
 
-/// A trace file's bytes: `allocsoak-trace1`, then one 32-byte record per
-/// call (kind, thread, a, b, result), as the recorder writes them.
+/// A trace file's bytes, as the recorder writes them.
 fn trace_bytes(records: &[(u32, u32, u64, u64, u64)]) -> Vec<u8> {
-    let mut data = shadow::op::trace::HEADER.to_vec();
+    let mut w = shadow::op::trace::Writer::new();
     for &(kind, thread, a, b, result) in records {
-        for word in [u64::from(kind) | u64::from(thread) << 32, a, b, result] {
-            data.extend(word.to_le_bytes());
-        }
+        w.record(kind, thread, a, b, result);
     }
-    data
+    w.out
 }
 
 /// Two threads: 1 allocates 3,500 blocks of 8 bytes (and a calloc, a
@@ -183,8 +180,13 @@ fn a_trace_replays_clean_with_its_frees_crossing_threads() {
     for name in ["system", "jemalloc", "mimalloc"] {
         let alloc = shadow::allocator::by_name(name).unwrap();
         let _one = common::exclusive(name);
-        let stats =
-            shadow::executor::workload::replay(&trace, "crossing", alloc, shadow::Mode::Checked);
+        let stats = shadow::executor::workload::replay(
+            &trace,
+            "crossing",
+            alloc,
+            shadow::Mode::Checked,
+            None,
+        );
         // The memalign'd block, reallocated, is never freed: the replay's
         // end frees it.
         assert_eq!(stats.calls, 3500 * 2 + 3 + 1 + 1, "{name}");
@@ -222,8 +224,9 @@ fn a_block_handed_out_twice_is_found_in_a_replay_on_one_thread() {
     })));
     let trace = crossing_trace();
     common::quiet_panics();
-    let replay =
-        || shadow::executor::workload::replay(&trace, "crossing", twice, shadow::Mode::Checked);
+    let replay = || {
+        shadow::executor::workload::replay(&trace, "crossing", twice, shadow::Mode::Checked, None)
+    };
     let e = std::panic::catch_unwind(replay).expect_err("3,500 live blocks reach it");
     let v = e.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(

@@ -4,15 +4,19 @@
 //! turned into the block it named at that point of the recording (an
 //! address is reused; a block is not).
 //!
-//! A file is a 16-byte header, `allocsoak-trace1`, then 32-byte records
-//! (little-endian `u32` kind, `u32` thread, `u64` a, `u64` b, `u64`
-//! result), in the order the calls took effect.
+//! A file is a 16-byte header, `allocsoak-trace2`, then records in the
+//! order the calls took effect. A record is a tag byte (its kind, with
+//! [`NEW_THREAD`] set when its thread differs from the previous record's,
+//! whose id then follows), then its fields as LEB128 varints; an address
+//! is the zigzag difference from the last non-null address in the file.
+//! About 5 bytes a call.
 
 use std::collections::HashMap;
 
 /// The file's first 16 bytes.
-pub const HEADER: &[u8; 16] = b"allocsoak-trace1";
-const RECORD: usize = 32;
+pub const HEADER: &[u8; 16] = b"allocsoak-trace2";
+/// The tag bit of a record whose thread id follows.
+pub const NEW_THREAD: u8 = 0x08;
 /// Replay threads at most: recorded threads past it share one (each
 /// keeps its calls' order).
 pub const MAX_THREADS: usize = 64;
@@ -43,6 +47,17 @@ impl Step {
     }
 }
 
+/// A reading of the recorded program's resident memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mark {
+    /// Calls recorded before it.
+    pub calls: usize,
+    /// Replay steps before it, over all threads.
+    pub steps: usize,
+    /// Resident bytes.
+    pub bytes: u64,
+}
+
 /// A trace, ready to replay.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Trace {
@@ -56,8 +71,8 @@ pub struct Trace {
     /// recording never handed out (a block from before the recorder
     /// loaded), a failed call, a size-0 request.
     pub skipped: usize,
-    /// The recorded program's resident bytes, after this many calls.
-    pub resident: Vec<(usize, u64)>,
+    /// The recorded program's resident memory as the recording went.
+    pub resident: Vec<Mark>,
     /// Whether the recorder stopped at its size cap.
     pub truncated: bool,
 }
@@ -68,19 +83,28 @@ const MALLOC_ALIGN: usize = 16;
 impl Trace {
     /// Reads a trace file's bytes; `Err` says what is wrong with them.
     pub fn parse(data: &[u8]) -> Result<Trace, String> {
-        let body = data
-            .strip_prefix(HEADER.as_slice())
-            .ok_or("not an allocsoak trace (its first bytes are not `allocsoak-trace1`); record one with `allocsoak trace record`")?;
+        let body = match data.strip_prefix(HEADER.as_slice()) {
+            Some(body) => body,
+            None if data.starts_with(b"allocsoak-trace") => return Err("recorded in an older trace format; record it again with this `allocsoak trace record`".into()),
+            None => return Err("not an allocsoak trace (its first bytes are not `allocsoak-trace2`); record one with `allocsoak trace record`".into()),
+        };
         let mut trace = Trace::default();
         // The block each live address is, and which replay thread each
         // recorded thread is.
         let mut live: HashMap<u64, usize> = HashMap::new();
         let mut threads: HashMap<u32, usize> = HashMap::new();
-        for record in body.chunks_exact(RECORD) {
-            let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap());
-            let kind = u32::from_le_bytes(record[0..4].try_into().unwrap());
-            let tid = u32::from_le_bytes(record[4..8].try_into().unwrap());
-            let (a, b, result) = (word(8), word(16), word(24));
+        let mut records = Records {
+            data: body,
+            tid: 0,
+            last: 0,
+        };
+        while let Some(record) = records.next_record() {
+            let (kind, tid, a, b, result) = record.map_err(|e| {
+                format!(
+                    "record {} {e}: the file is damaged",
+                    trace.calls + trace.resident.len()
+                )
+            })?;
             let next = threads.len();
             let t = *threads.entry(tid).or_insert(next % MAX_THREADS);
             if trace.threads.len() <= t {
@@ -158,14 +182,13 @@ impl Trace {
                         }
                     }
                 }
-                6 => trace.resident.push((trace.calls, a)),
+                6 => trace.resident.push(Mark {
+                    calls: trace.calls,
+                    steps: trace.threads.iter().map(Vec::len).sum(),
+                    bytes: a,
+                }),
                 7 => trace.truncated = true,
-                other => {
-                    return Err(format!(
-                        "record {} has kind {other}, which no recorder writes: the file is damaged",
-                        trace.calls + trace.resident.len()
-                    ))
-                }
+                _ => unreachable!("Records yields the kinds it knows"),
             }
         }
         // Blocks the program never freed are freed at the replay's end, on
@@ -177,6 +200,65 @@ impl Trace {
             trace.threads[owner[block]].push(Step::Free { block });
         }
         Ok(trace)
+    }
+}
+
+/// A trace's records, decoded one at a time: `(kind, thread, a, b,
+/// result)` as the recorder's `add` took them.
+struct Records<'a> {
+    data: &'a [u8],
+    /// The thread of the last record.
+    tid: u32,
+    /// The last non-null address.
+    last: u64,
+}
+
+type Record = (u32, u32, u64, u64, u64);
+
+impl Records<'_> {
+    fn next_record(&mut self) -> Option<Result<Record, String>> {
+        let (&tag, rest) = self.data.split_first()?;
+        self.data = rest;
+        Some(self.decode(tag))
+    }
+
+    fn decode(&mut self, tag: u8) -> Result<Record, String> {
+        if tag & NEW_THREAD != 0 {
+            self.tid = u32::try_from(self.varint()?).map_err(|_| "has a thread id over 32 bits")?;
+        }
+        let kind = u32::from(tag & !NEW_THREAD);
+        let (a, b, result) = match kind {
+            1 => (self.varint()?, 0, self.address()?),
+            2 => (self.address()?, 0, 0),
+            3 | 5 => (self.varint()?, self.varint()?, self.address()?),
+            4 => (self.address()?, self.varint()?, self.address()?),
+            6 => (self.varint()?, 0, 0),
+            7 => (0, 0, 0),
+            other => return Err(format!("has kind {other}, which no recorder writes")),
+        };
+        Ok((kind, self.tid, a, b, result))
+    }
+
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut value = 0u64;
+        for (i, &byte) in self.data.iter().enumerate().take(10) {
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                self.data = &self.data[i + 1..];
+                return Ok(value);
+            }
+        }
+        Err("is cut short".into())
+    }
+
+    fn address(&mut self) -> Result<u64, String> {
+        let zigzag = self.varint()?;
+        let delta = (zigzag >> 1) as i64 ^ -((zigzag & 1) as i64);
+        let address = self.last.wrapping_add(delta as u64);
+        if address != 0 {
+            self.last = address;
+        }
+        Ok(address)
     }
 }
 
@@ -193,39 +275,103 @@ fn owners(threads: &[Vec<Step>], blocks: usize) -> Vec<usize> {
     owner
 }
 
+/// Writes records in the format, as the recorder does: for a trace made
+/// by hand (tests, tools). Records are `(kind, thread, a, b, result)`, the
+/// recorder's `add` arguments.
+pub struct Writer {
+    /// The file's bytes so far.
+    pub out: Vec<u8>,
+    tid: u32,
+    last: u64,
+}
+
+impl Default for Writer {
+    fn default() -> Writer {
+        Writer::new()
+    }
+}
+
+impl Writer {
+    pub fn new() -> Writer {
+        Writer {
+            out: HEADER.to_vec(),
+            tid: 0,
+            last: 0,
+        }
+    }
+
+    fn put(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.out.push(v as u8);
+    }
+
+    fn address(&mut self, address: u64) {
+        let delta = address.wrapping_sub(self.last) as i64;
+        self.put(((delta << 1) ^ (delta >> 63)) as u64);
+        if address != 0 {
+            self.last = address;
+        }
+    }
+
+    pub fn record(&mut self, kind: u32, thread: u32, a: u64, b: u64, result: u64) -> &mut Self {
+        let new = thread != self.tid;
+        self.out.push(kind as u8 | if new { NEW_THREAD } else { 0 });
+        if new {
+            self.put(thread.into());
+            self.tid = thread;
+        }
+        match kind {
+            1 => {
+                self.put(a);
+                self.address(result);
+            }
+            2 => self.address(a),
+            3 | 5 => {
+                self.put(a);
+                self.put(b);
+                self.address(result);
+            }
+            4 => {
+                self.address(a);
+                self.put(b);
+                self.address(result);
+            }
+            6 => self.put(a),
+            _ => {}
+        }
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn record(kind: u32, thread: u32, a: u64, b: u64, result: u64) -> Vec<u8> {
-        [
-            &kind.to_le_bytes()[..],
-            &thread.to_le_bytes(),
-            &a.to_le_bytes(),
-            &b.to_le_bytes(),
-            &result.to_le_bytes(),
-        ]
-        .concat()
-    }
-
     #[test]
     fn addresses_become_blocks_and_threads_keep_their_order() {
-        let data = [
-            HEADER.to_vec(),
-            record(1, 100, 24, 0, 0x1000), // malloc(24) on 100 = block 0
-            record(2, 200, 0x1000, 0, 0),  // freed on 200
-            record(1, 200, 40, 0, 0x1000), // the address again: block 1
-            record(4, 100, 0x1000, 80, 0x2000), // realloc'd on 100
-            record(3, 100, 4, 8, 0x3000),  // calloc: block 2, zeroed
-            record(2, 100, 0x9999, 0, 0),  // never handed out: skipped
-            record(6, 100, 1 << 20, 0, 0), // resident bytes
-            record(5, 200, 64, 100, 0x4000), // memalign: block 3
-        ]
-        .concat();
+        let data = Writer::new()
+            .record(1, 100, 24, 0, 0x1000) // malloc(24) on 100 = block 0
+            .record(2, 200, 0x1000, 0, 0) // freed on 200
+            .record(1, 200, 40, 0, 0x1000) // the address again: block 1
+            .record(4, 100, 0x1000, 80, 0x2000) // realloc'd on 100
+            .record(3, 100, 4, 8, 0x3000) // calloc: block 2, zeroed
+            .record(2, 100, 0x9999, 0, 0) // never handed out: skipped
+            .record(6, 100, 1 << 20, 0, 0) // resident bytes
+            .record(5, 200, 64, 100, 0x4000) // memalign: block 3
+            .out
+            .clone();
         let trace = Trace::parse(&data).unwrap();
         assert_eq!(trace.blocks, 4);
         assert_eq!((trace.calls, trace.skipped), (7, 1));
-        assert_eq!(trace.resident, [(6, 1 << 20)]);
+        let mark = Mark {
+            calls: 6,
+            steps: 5,
+            bytes: 1 << 20,
+        };
+        assert_eq!(trace.resident, [mark]);
         let alloc = |block, size, align, zeroed| Step::Alloc {
             block,
             size,
@@ -257,7 +403,15 @@ mod tests {
     fn a_file_that_is_not_a_trace_says_so() {
         let e = Trace::parse(b"target alloc_ops\n").unwrap_err();
         assert!(e.contains("allocsoak trace record"), "{e}");
-        let e = Trace::parse(&[HEADER.to_vec(), record(99, 1, 0, 0, 0)].concat()).unwrap_err();
-        assert!(e.contains("damaged"), "{e}");
+        let e = Trace::parse(b"allocsoak-trace1").unwrap_err();
+        assert!(e.contains("older trace format"), "{e}");
+        // malloc on thread 1, its size missing.
+        let e = Trace::parse(&[HEADER.as_slice(), &[0x09, 1]].concat()).unwrap_err();
+        assert_eq!(e, "record 0 is cut short: the file is damaged");
+        let e = Trace::parse(&[HEADER.as_slice(), &[0x08, 1]].concat()).unwrap_err();
+        assert_eq!(
+            e,
+            "record 0 has kind 0, which no recorder writes: the file is damaged"
+        );
     }
 }

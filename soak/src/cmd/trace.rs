@@ -22,7 +22,8 @@ enum What {
         /// The folder for the traces (created; it must hold none yet).
         #[arg(long, default_value = "allocsoak-traces")]
         out: PathBuf,
-        /// MiB of records one process writes at most (32 bytes a call).
+        /// MiB of records one process writes at most (about 5 bytes a
+        /// call).
         #[arg(long, default_value_t = 1024)]
         max_mb: u64,
         /// The command, after `--`.
@@ -59,7 +60,8 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
                 } else {
                     ""
                 };
-                println!("  {:>10} calls  {}{cut}", t.bytes / 32, t.path.display());
+                let mb = t.bytes as f64 / 1e6;
+                println!("  {mb:>10.1} MB  {}{cut}", t.path.display());
             }
             if let Some(t) = traces.first() {
                 println!(
@@ -80,7 +82,7 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
                 false => allocators,
             };
             let recorded = trace::read(&path)?;
-            let peak = recorded.resident.iter().map(|&(_, r)| r).max().unwrap_or(0);
+            let peak = recorded.resident.iter().map(|m| m.bytes).max().unwrap_or(0);
             println!(
                 "{}: {} calls on {} threads ({} left out), {} blocks; the recorded program peaked at {} MiB resident{}",
                 path.display(),
@@ -93,13 +95,23 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
             );
             drop(recorded);
             println!(
-                "{:<24} {:>10} {:>8} {:>10}  result",
-                "allocator", "calls", "secs", "peak MiB"
+                "{:<24} {:>10} {:>8} {:>10} {:>13} {:>14}  result",
+                "allocator", "calls", "secs", "peak MiB", "grew MiB", "most apart MiB"
             );
+            let mib = |b: i64| b as f64 / f64::from(1 << 20);
             let mut clean = true;
             for r in trace::replay(&project, &path, &allocators)? {
+                // Its growth beside the recording's (`grew`), and the
+                // call where they were furthest apart.
+                let (grew, apart) = match r.beside() {
+                    Some(b) => (
+                        format!("{:.1} / {:.1}", mib(b.replayed), mib(b.recorded)),
+                        format!("{:+.1} @{}", mib(b.apart), b.apart_at),
+                    ),
+                    None => ("-".into(), "-".into()),
+                };
                 println!(
-                    "{:<24} {:>10} {:>8.2} {:>10.1}  {}",
+                    "{:<24} {:>10} {:>8.2} {:>10.1} {grew:>13} {apart:>14}  {}",
                     r.allocator,
                     r.calls,
                     r.secs,
@@ -108,6 +120,7 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
                 );
                 clean &= r.failed.is_none();
             }
+            println!("grew: the replay's resident growth / the recorded program's, from the first reading to the last (the recorder reads every 65,536 calls); most apart: the replay's growth less the recording's where they differ most, and the call");
             Ok(clean)
         }
     }

@@ -146,6 +146,57 @@ pub struct Replayed {
     /// `None` when it ran clean; else the violation's line or why it
     /// ended.
     pub failed: Option<String>,
+    /// The replay's memory at each reading the recorder took (traces
+    /// only).
+    pub marks: Vec<drift::Mark>,
+}
+
+/// A replay's memory beside the recorded program's, each counted from
+/// the first reading both have (the recorded program's includes its
+/// code; the replay's, its table of blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Beside {
+    /// Bytes the recorded program grew by its last reading.
+    pub recorded: i64,
+    /// Bytes the replay grew by the same call.
+    pub replayed: i64,
+    /// The call where the two growths were furthest apart, and by how
+    /// much the replay's was above the recorded one's there (below when
+    /// negative).
+    pub apart_at: u64,
+    pub apart: i64,
+}
+
+impl Replayed {
+    /// The replay's memory beside the recording's; `None` with fewer than
+    /// two readings (a trace under 65,536 calls).
+    pub fn beside(&self) -> Option<Beside> {
+        let (first, last) = (self.marks.first()?, self.marks.last()?);
+        if self.marks.len() < 2 {
+            return None;
+        }
+        let growth = |m: &drift::Mark| {
+            (
+                m.recorded as i64 - first.recorded as i64,
+                m.replayed as i64 - first.replayed as i64,
+            )
+        };
+        let (recorded, replayed) = growth(last);
+        let (apart_at, apart) = self
+            .marks
+            .iter()
+            .map(|m| {
+                let (r, p) = growth(m);
+                (m.calls, p - r)
+            })
+            .max_by_key(|(_, d)| d.abs())?;
+        Some(Beside {
+            recorded,
+            replayed,
+            apart_at,
+            apart,
+        })
+    }
 }
 
 /// Work a drift replay process runs once under an allocator.
@@ -223,6 +274,7 @@ pub fn run(drift: &Path, work: &Work, allocator: &str) -> Result<Replayed> {
         .lines()
         .find_map(|l| l.strip_prefix("peak bytes=")?.trim().parse().ok())
         .unwrap_or(0);
+    let marks = stdout.lines().filter_map(drift::Mark::parse).collect();
     let failed = (!success).then(|| {
         stderr
             .lines()
@@ -237,5 +289,6 @@ pub fn run(drift: &Path, work: &Work, allocator: &str) -> Result<Replayed> {
         calls,
         peak,
         failed,
+        marks,
     })
 }

@@ -36,27 +36,27 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 
-/* Record kinds (shadow::op::trace::Kind). */
+/* Record kinds (`shadow::op::trace`). */
 enum { MALLOC = 1, FREE = 2, CALLOC = 3, REALLOC = 4, MEMALIGN = 5, RESIDENT = 6, TRUNCATED = 7 };
 
-/* 32 bytes, little-endian: what `shadow::op::trace` reads. */
-struct record {
-    uint32_t kind;
-    uint32_t thread;
-    uint64_t a;      /* size; the block freed or reallocated; the alignment; resident bytes */
-    uint64_t b;      /* calloc's size, realloc's and memalign's new size */
-    uint64_t result; /* the address returned */
-};
-
-#define HEADER "allocsoak-trace1"
-#define BUFFER_RECORDS 32768
+/* A record is a tag byte (its kind; 0x08 when the thread differs from the
+ * previous record's, whose id then follows), then its fields as LEB128
+ * varints: what `shadow::op::trace` reads. An address is written as the
+ * zigzag difference from the last non-null address written. */
+#define NEW_THREAD 0x08
+#define HEADER "allocsoak-trace2"
+#define BUFFER_BYTES (1 << 20)
+/* The most one call's records take (a call and a resident record). */
+#define MOST_PER_CALL 96
 #define RESIDENT_EVERY 65536
 
 /* Recursive: a libc call made while recording that allocates records
  * itself rather than deadlock. */
 static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-static struct record buffer[BUFFER_RECORDS];
+static unsigned char buffer[BUFFER_BYTES];
 static size_t buffered;
+static uint32_t last_thread; /* the thread of the last record written */
+static uint64_t last_address; /* the last non-null address written */
 static int fd = -1;
 static pid_t owner;        /* the process `fd` and `buffer` belong to */
 static uint64_t written;   /* bytes of records this process wrote */
@@ -82,8 +82,8 @@ static void write_all(const void *data, size_t len) {
 }
 
 static void flush(void) {
-    write_all(buffer, buffered * sizeof(struct record));
-    written += buffered * sizeof(struct record);
+    write_all(buffer, buffered);
+    written += buffered;
     buffered = 0;
 }
 
@@ -96,6 +96,8 @@ static void open_file(void) {
     owner = pid;
     buffered = 0;
     written = 0;
+    last_thread = 0;
+    last_address = 0;
     off = 1;
     fd = -1;
     const char *dir = getenv("ALLOCSOAK_TRACE_DIR");
@@ -140,6 +142,54 @@ static uint64_t resident(void) {
     return pages * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
+static void put(uint64_t v) {
+    while (v >= 0x80) {
+        buffer[buffered++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    buffer[buffered++] = (unsigned char)v;
+}
+
+static void put_address(uint64_t address) {
+    int64_t delta = (int64_t)(address - last_address);
+    put(((uint64_t)delta << 1) ^ (uint64_t)(delta >> 63));
+    if (address)
+        last_address = address;
+}
+
+/* Encodes one record into the buffer, which has room for it. */
+static void encode(uint32_t kind, uint64_t a, uint64_t b, uint64_t result) {
+    int new_thread = thread_id != last_thread;
+    buffer[buffered++] = (unsigned char)(kind | (new_thread ? NEW_THREAD : 0));
+    if (new_thread) {
+        put(thread_id);
+        last_thread = thread_id;
+    }
+    switch (kind) {
+    case MALLOC:
+        put(a);
+        put_address(result);
+        break;
+    case FREE:
+        put_address(a);
+        break;
+    case CALLOC:
+    case MEMALIGN:
+        put(a);
+        put(b);
+        put_address(result);
+        break;
+    case REALLOC:
+        put_address(a);
+        put(b);
+        put_address(result);
+        break;
+    case RESIDENT:
+        put(a);
+        break;
+    }
+}
+
 /* Appends one record; the caller holds `lock`. */
 static void add(uint32_t kind, uint64_t a, uint64_t b, uint64_t result) {
     open_file();
@@ -147,18 +197,16 @@ static void add(uint32_t kind, uint64_t a, uint64_t b, uint64_t result) {
         return;
     if (thread_id == 0)
         thread_id = (uint32_t)syscall(SYS_gettid);
-    if (written + (buffered + 2) * sizeof(struct record) > limit) {
-        buffer[buffered++] = (struct record){TRUNCATED, thread_id, 0, 0, 0};
+    if (written + buffered + MOST_PER_CALL > limit) {
+        encode(TRUNCATED, 0, 0, 0);
         flush();
         off = 1;
         return;
     }
-    buffer[buffered++] = (struct record){kind, thread_id, a, b, result};
-    if (++calls % RESIDENT_EVERY == 0) {
-        uint64_t bytes = resident();
-        buffer[buffered++] = (struct record){RESIDENT, thread_id, bytes, 0, 0};
-    }
-    if (buffered + 2 > BUFFER_RECORDS)
+    encode(kind, a, b, result);
+    if (++calls % RESIDENT_EVERY == 0)
+        encode(RESIDENT, resident(), 0, 0);
+    if (buffered + MOST_PER_CALL > BUFFER_BYTES)
         flush();
 }
 

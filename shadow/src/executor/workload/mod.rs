@@ -34,7 +34,7 @@ use crate::violation::{By, Report, Site, Violation};
 mod kinds;
 mod replay;
 
-pub use replay::{replay, table_bytes};
+pub use replay::{replay, table_bytes, OnMark};
 
 /// The time a workload's threads take steps for, at most: a large one
 /// under ASan's own malloc (`system` in the fuzz builds, which poisons

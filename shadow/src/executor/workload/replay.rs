@@ -12,6 +12,7 @@
 //! for a call recorded before its own.) A single-threaded allocator
 //! replays every thread on the calling thread, switching when one waits.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::{Block, Shared, Worker};
@@ -19,9 +20,21 @@ use crate::allocator::Allocator;
 use crate::executor::{Mode, Stats};
 use crate::op::trace::{Step, Trace};
 
+/// Called with `i` as the replay passes `trace.resident[i]` (the steps
+/// before it ran, on all threads), from the thread that passed it.
+pub type OnMark<'a> = &'a (dyn Fn(usize) + Sync);
+
 /// Replays `trace` (named `name` in reports) on `alloc`; panics with an
-/// `allocsoak violation:` line at the first broken invariant.
-pub fn replay(trace: &Trace, name: &str, alloc: &'static dyn Allocator, mode: Mode) -> Stats {
+/// `allocsoak violation:` line at the first broken invariant. With
+/// `on_mark`, says when it passes each reading of the recorded program's
+/// memory, so the replay's can be read beside it.
+pub fn replay(
+    trace: &Trace,
+    name: &str,
+    alloc: &'static dyn Allocator,
+    mode: Mode,
+    on_mark: Option<OnMark>,
+) -> Stats {
     let threads = trace.threads.len().max(1);
     let op = format!("trace {name}");
     let shared = Shared::new(alloc, mode, op, 0, threads, None);
@@ -29,6 +42,12 @@ pub fn replay(trace: &Trace, name: &str, alloc: &'static dyn Allocator, mode: Mo
     let run = Replay {
         shared: &shared,
         blocks: &blocks,
+        marks: on_mark.map(|on| Marks {
+            steps: trace.resident.iter().map(|m| m.steps).collect(),
+            on,
+            done: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
+        }),
     };
     let max_align = alloc.max_align();
     match alloc.single_threaded() {
@@ -69,6 +88,35 @@ struct Replay<'a> {
     shared: &'a Shared,
     /// Each block once its allocation ran, until a step takes it.
     blocks: &'a [Mutex<Option<Live>>],
+    marks: Option<Marks<'a>>,
+}
+
+/// The recorded readings a replay passes, counted in steps.
+struct Marks<'a> {
+    /// Steps before each reading.
+    steps: Vec<usize>,
+    on: OnMark<'a>,
+    /// Steps run, on all threads.
+    done: AtomicUsize,
+    /// The next reading to pass.
+    next: AtomicUsize,
+}
+
+impl Marks<'_> {
+    /// Counts a step run; says so when it passes a reading.
+    fn ran(&self) {
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        let next = self.next.load(Ordering::Relaxed);
+        let passed = self.steps.get(next).is_some_and(|&s| done >= s);
+        if passed
+            && self
+                .next
+                .compare_exchange(next, next + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            (self.on)(next);
+        }
+    }
 }
 
 #[derive(PartialEq, Eq)]
@@ -133,10 +181,13 @@ impl Replay<'_> {
             }
             _ => unreachable!("a step that needs a block has it"),
         };
-        match ran {
-            true => Done::Ran,
-            false => Done::Stopped,
+        if !ran {
+            return Done::Stopped;
         }
+        if let Some(marks) = &self.marks {
+            marks.ran();
+        }
+        Done::Ran
     }
 
     /// Every thread's steps on this thread: each runs until it waits for
