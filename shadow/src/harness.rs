@@ -112,6 +112,21 @@ pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode)
     stats
 }
 
+/// A `workload` input that is a recorded trace (a drift series' finding,
+/// replayed to be filed), replayed whole. A fuzzer's input that only
+/// starts like one is no trace: it does nothing.
+fn replay_trace(data: &[u8], alloc: &'static dyn Allocator, mode: Mode) {
+    let Ok(trace) = crate::op::trace::Trace::parse(data) else {
+        return;
+    };
+    crate::findings::with_input(data, || {
+        crate::tolerance::tolerate(|| {
+            let replay = crate::executor::workload::replay;
+            crate::tally::count(&replay(&trace, "recorded", alloc, mode, None));
+        })
+    });
+}
+
 /// One fuzz input for `target`.
 pub fn fuzz(target: Target, data: &[u8]) {
     let settings = settings::get();
@@ -123,6 +138,9 @@ pub fn fuzz(target: Target, data: &[u8]) {
         }
     }
     crate::history::record(data);
+    if target == Target::Workload && crate::op::trace::is_trace(data) {
+        return replay_trace(data, alloc, settings.mode);
+    }
     let program = match settings.text_inputs {
         true => Program::from_input(target, data).unwrap_or_else(|e| {
             eprintln!("allocsoak: {e}");

@@ -2,11 +2,14 @@
 //! mimalloc's C sources, fetched from the package registry (a build of a
 //! real project), recorded through the `LD_PRELOAD` recorder and replayed
 //! clean under system, mimalloc and jemalloc; the same replay finds a
-//! planted bug only a program holding over 10,000 small blocks reaches.
+//! planted bug only a program holding over 10,000 small blocks reaches,
+//! and so does the trace's drift series in a soak, filed as one group.
 
 mod common;
 
-use common::{allocsoak, registry_crate, run_allocsoak};
+use std::path::Path;
+
+use common::{allocsoak, count, registry_crate, run_allocsoak, soak_until};
 
 #[test]
 fn a_real_build_is_recorded_and_replays_clean_under_three_allocators() {
@@ -112,4 +115,77 @@ fn a_real_build_is_recorded_and_replays_clean_under_three_allocators() {
         line.contains("allocsoak violation: contents: op #0 `trace "),
         "{line}"
     );
+
+    // The trace as drift series in a soak: a series per allocator, its
+    // readings stored; under zoo:crowded-reissue the replay's violation
+    // is filed through the crash pipeline as one group, which the
+    // workload fuzz binary reproduces from the trace itself.
+    let config = dir.path().join("soak.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\n[drift]\ntargets = []\n\
+             traces = [\"{trace}\"]\nallocators = [\"system\", \"zoo:crowded-reissue\"]\n\
+             cpu_share = 1.0\ninterval_secs = 1\n"
+        ),
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let series = format!(
+        "trace:{}",
+        Path::new(&trace).file_name().unwrap().to_string_lossy()
+    );
+    let points = format!(
+        "SELECT COUNT(*) FROM drift_point p JOIN drift_segment s ON s.id = p.segment_id \
+         JOIN slot ON slot.id = s.slot_id WHERE slot.target = '{series}' AND slot.allocator = 'system'"
+    );
+    let filed = |s: &Path| {
+        let contents = count(
+            s,
+            "SELECT COUNT(*) FROM crash_group WHERE kind = 'contents'",
+        );
+        contents == 1 && count(s, &points) >= 3
+    };
+    let out = soak_until(
+        &state,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--duration",
+            "120",
+            "--jobs",
+            "1",
+        ],
+        filed,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let groups = common::groups(&state);
+    assert_eq!(groups.len(), 1, "{groups:?}\n{stdout}");
+    let (id, kind, _, repro, _) = &groups[0];
+    assert_eq!(kind, "contents", "{groups:?}");
+    let status: String = common::db(&state)
+        .query_row("SELECT status FROM crash_group WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(
+        status, "new",
+        "the fuzz binary reproduced it from the trace"
+    );
+    let program = std::fs::read_to_string(state.join("crashes").join(id).join("program.txt"));
+    assert!(
+        program
+            .as_deref()
+            .unwrap_or("")
+            .contains("A recorded trace"),
+        "{program:?}"
+    );
+    let repro = std::process::Command::new("sh")
+        .args(["-c", repro])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&repro.stderr);
+    assert!(said.contains("allocsoak violation: contents"), "{said}");
+    let (_, table) = run_allocsoak(allocsoak(), &["drift", "--state", state.to_str().unwrap()]);
+    assert!(table.contains(&format!("{series}/system")), "{table}");
 }

@@ -15,6 +15,11 @@ use std::collections::HashMap;
 
 /// The file's first 16 bytes.
 pub const HEADER: &[u8; 16] = b"allocsoak-trace2";
+/// Whether `data` is a trace file (a `workload` input may be one).
+pub fn is_trace(data: &[u8]) -> bool {
+    data.starts_with(HEADER)
+}
+
 /// The tag bit of a record whose thread id follows.
 pub const NEW_THREAD: u8 = 0x08;
 /// Replay threads at most: recorded threads past it share one (each

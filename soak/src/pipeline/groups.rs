@@ -57,8 +57,13 @@ impl Group {
         Ok(Group { row, slot, dir })
     }
 
+    /// The target whose binary and programs the group's inputs are: a
+    /// drift series of a trace (slot `trace:<file>`) is `workload`'s.
     pub fn target(&self) -> Result<Target> {
-        self.slot.target.parse().map_err(anyhow::Error::msg)
+        match self.slot.target.starts_with("trace:") {
+            true => Ok(Target::Workload),
+            false => self.slot.target.parse().map_err(anyhow::Error::msg),
+        }
     }
 
     /// The input that stands for the group: minimized, else the original.

@@ -6,10 +6,18 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use shadow::Target;
 
-/// The op program an input file decodes to.
+/// The op program an input file decodes to. A recorded trace (a
+/// `workload` input a trace's drift series files) is none: it has no ops
+/// to show, minimize or race.
 pub fn read_program(target: Target, input: &Path) -> Result<shadow::Program> {
     let data =
         std::fs::read(input).with_context(|| format!("failed to read {}", input.display()))?;
+    if shadow::op::trace::is_trace(&data) {
+        return Ok(shadow::Program {
+            target,
+            ops: Vec::new(),
+        });
+    }
     shadow::Program::from_input(target, &data)
         .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))
 }

@@ -69,7 +69,7 @@ pub fn file(
         kind: sig.kind.clone(),
         title: sig.title(),
         tolerance_key: None,
-        target: series.target.name().to_string(),
+        target: series.work(),
         allocator: series.allocator.clone(),
         engine: "drift".into(),
         first_seen: store::now(),

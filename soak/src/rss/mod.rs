@@ -60,7 +60,7 @@ enum End {
 pub fn watch(w: &Watch, series: &Series) -> Result<()> {
     let slot = w
         .lock_store()
-        .slot(series.target.name(), &series.allocator, "drift", 1.0)?;
+        .slot(&series.work(), &series.allocator, "drift", 1.0)?;
     let group_id = report::Signature::rss_drift(&series.label()).id();
     let mut last_thin = Instant::now();
     while !w.stopping() {

@@ -13,8 +13,13 @@ use crate::pipeline::groups::Group;
 fn command(project: &Project, config: &Config, group: &Group) -> std::process::Command {
     let slot = &group.slot;
     let mut cmd = std::process::Command::new(project.drift_binary());
-    cmd.args(["--allocator", &slot.allocator, "--target", &slot.target])
-        .arg(format!("--rss-limit-mb={}", config.drift.rss_limit_mb))
+    cmd.args(["--allocator", &slot.allocator]);
+    // A trace series' slot is `trace:<file>`, and its culprit the trace.
+    match slot.target.starts_with("trace:") {
+        true => cmd.arg("--trace"),
+        false => cmd.args(["--target", &slot.target]),
+    };
+    cmd.arg(format!("--rss-limit-mb={}", config.drift.rss_limit_mb))
         .arg(group.dir.join("culprits"));
     cmd
 }

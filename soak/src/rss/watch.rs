@@ -38,23 +38,27 @@ impl Watch<'_> {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The program folders a series replays: the workload's persistent
+    /// What a series replays: its trace, or the target's persistent
     /// corpus and its seeds.
     pub fn inputs(&self, series: &Series) -> Vec<PathBuf> {
-        vec![
-            self.state.corpus(series.target),
-            self.project.seeds(series.target),
-        ]
+        match &series.trace {
+            Some(trace) => vec![trace.clone()],
+            None => vec![
+                self.state.corpus(series.target),
+                self.project.seeds(series.target),
+            ],
+        }
     }
 
     /// The replay command for `inputs`, its CPU share and RSS limit set.
     pub fn command(&self, series: &Series, inputs: &[PathBuf], share: f64) -> Command {
         let mut cmd = Command::new(self.project.drift_binary());
-        cmd.arg("--allocator")
-            .arg(&series.allocator)
-            .arg("--target")
-            .arg(series.target.name())
-            .arg(format!("--cpu-share={share}"))
+        cmd.arg("--allocator").arg(&series.allocator);
+        match series.trace {
+            Some(_) => cmd.arg("--trace"),
+            None => cmd.arg("--target").arg(series.target.name()),
+        };
+        cmd.arg(format!("--cpu-share={share}"))
             .arg(format!("--rss-limit-mb={}", self.config.drift.rss_limit_mb))
             .args(inputs);
         cmd

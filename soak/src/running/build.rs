@@ -19,7 +19,7 @@ use shadow::Target;
 
 use crate::engines::project::{Build, Part, Project};
 use crate::engines::Engine;
-use crate::foundation::config::Slot;
+use crate::foundation::config::{Series, Slot};
 use crate::running::slice::signal_group;
 use crate::running::soak::Soak;
 
@@ -39,11 +39,13 @@ fn needs(slot: &Slot) -> Vec<Part> {
     parts
 }
 
-/// What `slots` run, in the order a soak builds it: the fuzz binary most
-/// slots run first, then the other fuzz binaries (the most slots first),
-/// then the drift replay binary when `drift`, then honggfuzz's (a build
-/// of everything again, and a few slots' worth).
-pub fn parts(slots: &[Slot], drift: bool) -> Vec<Part> {
+/// What `slots` and the `drift` series run, in the order a soak builds
+/// it: the fuzz binary most slots run first, then the other fuzz binaries
+/// (the most slots first), then those only drift series file their
+/// violations on (a trace's is `workload`'s), then the drift replay
+/// binary, then honggfuzz's (a build of everything again, and a few
+/// slots' worth).
+pub fn parts(slots: &[Slot], drift: &[Series]) -> Vec<Part> {
     let mut fuzz: Vec<(Part, usize)> = Vec::new();
     for slot in slots {
         let part = fuzz_part(slot);
@@ -61,7 +63,13 @@ pub fn parts(slots: &[Slot], drift: bool) -> Vec<Part> {
         (std::cmp::Reverse(n), build.name(), at)
     });
     let mut parts: Vec<Part> = fuzz.into_iter().map(|(p, _)| p).collect();
-    if drift {
+    for series in drift {
+        let files_on = Part::Fuzz(Build::for_allocator(&series.allocator), series.target);
+        if !parts.contains(&files_on) {
+            parts.push(files_on);
+        }
+    }
+    if !drift.is_empty() {
         parts.push(Part::Drift);
     }
     if slots.iter().any(|s| s.engine == Engine::Honggfuzz.name()) {
@@ -239,13 +247,25 @@ mod tests {
             slot(Target::MtOps, "system", Engine::LibFuzzer),
             slot(Target::MtOps, "mimalloc", Engine::Honggfuzz),
         ];
-        let order = parts(&slots, true);
+        // A trace's series files its violations on workload's binary,
+        // which no slot runs; alloc_ops/system's is built for a slot.
+        let series = |target, trace: Option<&str>| Series {
+            target,
+            allocator: "system".into(),
+            trace: trace.map(Into::into),
+        };
+        let drift = [
+            series(Target::HeapApi, None),
+            series(Target::Workload, Some("app.trace")),
+        ];
+        let order = parts(&slots, &drift);
         assert_eq!(
             order,
             vec![
                 Part::Fuzz(Build::Asan, Target::MtOps),
                 Part::Fuzz(Build::Asan, Target::HeapApi),
                 Part::Fuzz(Build::AsanMimallocDebug, Target::AllocOps),
+                Part::Fuzz(Build::Asan, Target::Workload),
                 Part::Drift,
                 Part::Honggfuzz,
             ]

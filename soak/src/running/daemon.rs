@@ -21,7 +21,7 @@ use shadow::Target;
 
 use crate::engines::project::{Build, Part, Project};
 use crate::engines::Engine;
-use crate::foundation::config::{Config, Slot};
+use crate::foundation::config::{Config, Series, Slot};
 use crate::foundation::notify::Notifier;
 use crate::foundation::state::StateDir;
 use crate::foundation::store::Store;
@@ -272,7 +272,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     }
     let drift_series = options.config.drift_series(&options.slots)?;
     let later = match options.build {
-        true => build_first(&project, &state, &store, &options, !drift_series.is_empty())?,
+        true => build_first(&project, &state, &store, &options, &drift_series)?,
         false => Vec::new(),
     };
     let unbuilt = build::Unbuilt::new(&later);
@@ -535,7 +535,7 @@ fn build_first(
     state: &StateDir,
     store: &Store,
     options: &Options,
-    drift: bool,
+    drift: &[Series],
 ) -> Result<Vec<Part>> {
     let parts = build::parts(&options.slots, drift);
     let slices = state.slices();

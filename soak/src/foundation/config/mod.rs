@@ -383,6 +383,18 @@ impl Config {
                 series.push(Series {
                     target,
                     allocator: a.clone(),
+                    trace: None,
+                });
+            }
+        }
+        for t in &d.traces {
+            let path = self.base().join(t);
+            check_trace(&path)?;
+            for a in &allocators {
+                series.push(Series {
+                    target: Target::Workload,
+                    allocator: a.clone(),
+                    trace: Some(path.clone()),
                 });
             }
         }
@@ -427,6 +439,22 @@ impl Config {
 /// built without the C allocators (the fuzz builds have them), an
 /// ASan-instrumented library loads only into the (ASan) fuzz binary, and
 /// the mimalloc flavors live in builds of their own.
+/// A `[drift] traces` entry is a trace file: its first bytes say so.
+fn check_trace(path: &Path) -> Result<()> {
+    let mut head = [0u8; 16];
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        use std::io::Read;
+        f.read_exact(&mut head)
+    });
+    if read.is_err() || &head != shadow::op::trace::HEADER {
+        bail!(
+            "[drift] traces: {} is not a trace this allocsoak records; record one with `allocsoak trace record`",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 fn check_allocator(name: &str) -> Result<()> {
     if let Some(spec) = name.strip_prefix("dylib:") {
         let (path, _) = shadow::allocator::split_dylib_spec(spec);

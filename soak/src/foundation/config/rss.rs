@@ -1,6 +1,8 @@
 //! The config's `[drift]` table: the soak's RSS drift workers, and the
 //! series they run.
 
+use std::path::PathBuf;
+
 use serde::Deserialize;
 use shadow::Target;
 
@@ -16,6 +18,11 @@ pub struct DriftConfig {
     /// (default: alloc_ops; diff_mimalloc cannot be one).
     #[serde(default = "alloc_ops")]
     pub targets: Vec<String>,
+    /// Recorded traces (`allocsoak trace record`), each replayed whole,
+    /// over and over, as a series per allocator (paths relative to the
+    /// config's folder).
+    #[serde(default)]
+    pub traces: Vec<PathBuf>,
     /// The share of one core all drift workers use together; 0 (the
     /// default) runs none.
     #[serde(default)]
@@ -106,15 +113,33 @@ fn narrow_secs() -> u64 {
     1800
 }
 
-/// One drift series to run: a workload (target) and an allocator.
+/// One drift series to run: a workload (a target's programs, or a
+/// recorded trace) and an allocator.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
+    /// The target whose programs are replayed; for a trace, `workload`
+    /// (whose executor replays it, and whose fuzz binary files what it
+    /// finds).
     pub target: Target,
     pub allocator: String,
+    /// The trace replayed instead of the target's programs.
+    pub trace: Option<PathBuf>,
 }
 
 impl Series {
+    /// What it replays, as its slot in the store names it: the target, or
+    /// `trace:<file name>`.
+    pub fn work(&self) -> String {
+        match &self.trace {
+            Some(path) => format!(
+                "trace:{}",
+                path.file_name().unwrap_or_default().to_string_lossy()
+            ),
+            None => self.target.name().to_string(),
+        }
+    }
+
     pub fn label(&self) -> String {
-        format!("{}/{}", self.target, self.allocator)
+        format!("{}/{}", self.work(), self.allocator)
     }
 }

@@ -80,6 +80,16 @@ pub(super) fn program_text(
     input: &Path,
     log: &str,
 ) -> Result<String> {
+    let data = std::fs::read(input)?;
+    if shadow::op::trace::is_trace(&data) {
+        let trace = shadow::op::trace::Trace::parse(&data).map_err(anyhow::Error::msg)?;
+        return Ok(format!(
+            "# A recorded trace ({} calls on {} threads), replayed whole: `original`.\n\
+             # Replay it beside its peers: allocsoak trace replay original --allocator <name>\n",
+            trace.calls,
+            trace.threads.len()
+        ));
+    }
     let mut inputs = before.to_vec();
     inputs.push(input.to_path_buf());
     let programs = crate::pipeline::program::read_programs(target, &inputs)?;
