@@ -39,7 +39,7 @@
   function drawTimeline(t) {
     document.querySelectorAll(".chart[data-metric]").forEach(function (el) {
       const metric = el.dataset.metric;
-      if (metric === "drift" || metric === "source_coverage") return;
+      if (metric === "source_coverage") return;
       if (metric === "groups") {
         draw(el, metric, { series: series(["crash groups"]) }, [t.group_times, t.groups]);
         return;
@@ -59,22 +59,40 @@
     });
   }
 
+  // One chart per work (a target's programs, a trace): each allocator's
+  // retained memory against ops, beside its peers' on the same work.
   function drawDrift(list) {
-    const el = document.querySelector('.chart[data-metric="drift"]');
-    if (!el || !list.length) return;
-    // One x axis of ops: each series' points, the others null there.
-    const xs = [];
-    list.forEach(function (d, i) { d.ops.forEach(function (x, j) { xs.push([x, i, d.retained_mib[j]]); }); });
-    xs.sort(function (a, b) { return a[0] - b[0]; });
-    const data = [xs.map(function (p) { return p[0]; })];
-    list.forEach(function (_, i) {
-      data.push(xs.map(function (p) { return p[1] === i ? p[2] : null; }));
+    const holder = document.getElementById("drift-charts");
+    if (!holder || !list.length) return;
+    const works = [];
+    list.forEach(function (d) { if (works.indexOf(d.work) < 0) works.push(d.work); });
+    works.forEach(function (work) {
+      const lines = list.filter(function (d) { return d.work === work; });
+      let el = holder.querySelector('.chart[data-work="' + CSS.escape(work) + '"]');
+      if (!el) {
+        const figure = document.createElement("figure");
+        const caption = document.createElement("figcaption");
+        caption.textContent = work + ": retained MiB against ops, one line per allocator";
+        el = document.createElement("div");
+        el.className = "chart";
+        el.dataset.work = work;
+        figure.append(caption, el);
+        holder.append(figure);
+      }
+      // One x axis of ops: each line's points, the others null there.
+      const xs = [];
+      lines.forEach(function (d, i) { d.ops.forEach(function (x, j) { xs.push([x, i, d.retained_mib[j]]); }); });
+      xs.sort(function (a, b) { return a[0] - b[0]; });
+      const data = [xs.map(function (p) { return p[0]; })];
+      lines.forEach(function (_, i) {
+        data.push(xs.map(function (p) { return p[1] === i ? p[2] : null; }));
+      });
+      draw(el, "drift:" + work, {
+        scales: { x: { time: false } },
+        axes: [{ label: "ops", size: 50 }, { label: "retained MiB", size: 70 }],
+        series: series(lines.map(function (d) { return d.allocator; })),
+      }, data);
     });
-    draw(el, "drift", {
-      scales: { x: { time: false } },
-      axes: [{ label: "ops", size: 50 }, { label: "retained MiB", size: 70 }],
-      series: series(list.map(function (d) { return d.label; })),
-    }, data);
   }
 
   function drawCoverage(c) {

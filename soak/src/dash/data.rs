@@ -182,11 +182,15 @@ pub fn groups(
 }
 
 /// A drift series: its row in `allocsoak drift` and its retained memory
-/// against ops, for a chart.
+/// against ops, for a chart: one chart per work (a target's programs or
+/// a trace), each allocator's line beside its peers' on the same work.
 #[derive(Clone, Debug, Serialize)]
 pub struct DriftSeries {
     #[serde(flatten)]
     pub row: table::SeriesRow,
+    /// What it replays: a target, or `trace:<file>`.
+    pub work: String,
+    pub allocator: String,
     /// Ops counted across segments (each segment goes on from the last).
     pub ops: Vec<f64>,
     pub retained_mib: Vec<f64>,
@@ -207,6 +211,8 @@ pub fn drift(store: &Store, config: &drift::TrendConfig) -> Result<Vec<DriftSeri
         }
         out.push(DriftSeries {
             row: table::row(store, &slot, &points, config)?,
+            work: slot.target.clone(),
+            allocator: slot.allocator.clone(),
             ops,
             retained_mib: retained,
         });
