@@ -234,3 +234,38 @@ fn a_block_handed_out_twice_is_found_in_a_replay_on_one_thread() {
         "{v}"
     );
 }
+
+/// `late-remote-leak` keeps memory only for frees made on another thread
+/// than the block's, and only past a million of them: single-threaded
+/// programs never start it, and a producer/consumer workload does once
+/// it has made that many. (Here, beside the other tests that hold
+/// jemalloc, the zoo's base: a zoo elsewhere on it resets it.)
+#[test]
+fn late_remote_leak_keeps_memory_only_past_a_million_remote_frees() {
+    use zoo::Zoo;
+    let base = shadow::allocator::by_name("jemalloc").unwrap();
+    let _one = common::exclusive("jemalloc");
+    let zoo: &'static Zoo = Box::leak(Box::new(
+        Zoo::new("zoo:late-remote-leak", "late-remote-leak", base).unwrap(),
+    ));
+    let ops = "alloc size=100 align=8\nfree slot=0\n".repeat(500);
+    let local = common::program(&format!("target alloc_ops\n{ops}"));
+    for _ in 0..2100 {
+        shadow::Executor::new(zoo, shadow::Mode::Checked).run(&local);
+    }
+    assert_eq!(zoo.kept_blocks(), 0, "1,050,000 frees on their own thread");
+    // xmalloc: every block is freed by a consumer, not its producer.
+    let remote = common::program(
+        "target workload\nworkload kind=xmalloc threads=4 ops=60000 slots=1000 sizes=8..1024 seed=1\n",
+    );
+    let mut runs = 0;
+    while zoo.kept_blocks() == 0 {
+        runs += 1;
+        assert!(runs <= 200, "nothing kept after {runs} xmalloc runs");
+        shadow::harness::run_program(&remote, zoo, shadow::Mode::Checked);
+    }
+    assert!(
+        runs > 2,
+        "kept after {runs} runs: before a million remote frees"
+    );
+}

@@ -51,6 +51,12 @@ pub enum Bug {
     /// memory it owns (LeakSanitizer does not look there) that grows with
     /// ops, which only the RSS drift workers see.
     SlowLeak,
+    /// Past a million frees of 1..=1024-byte blocks made on another thread
+    /// than the one that allocated them, every 8th such free keeps 64
+    /// bytes more for good in a slab the allocator maps (a remote-free
+    /// node never given back): memory only workloads' cross-thread traffic
+    /// grows, seen by the RSS drift workers alone.
+    LateRemoteLeak,
     /// Growing a block the allocator handed out misaligned copies 4 bytes
     /// too few: a bug only programs that pass a misaligned block (another
     /// bug's violation) reach.
@@ -213,7 +219,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 50] = [
+    pub const ALL: [Bug; 51] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -258,6 +264,7 @@ impl Bug {
         Bug::PurgeDropsLive,
         Bug::CapacityLeak,
         Bug::SlowLeak,
+        Bug::LateRemoteLeak,
         Bug::AlignIgnored,
         Bug::XthreadZeroedLink,
         Bug::SlackFooter,
@@ -312,6 +319,7 @@ impl Bug {
             Bug::PurgeDropsLive => "purge-drops-live",
             Bug::CapacityLeak => "capacity-leak",
             Bug::SlowLeak => "slow-leak",
+            Bug::LateRemoteLeak => "late-remote-leak",
             Bug::AlignIgnored => "align-ignored",
             Bug::XthreadZeroedLink => "xthread-zeroed-link",
             Bug::DroppedRemoteFree => "dropped-remote-free",
@@ -336,7 +344,7 @@ impl Bug {
     pub fn base(self) -> &'static str {
         match self {
             Bug::CapacityLeak => "arena",
-            Bug::DroppedRemoteFree | Bug::CrowdedReissue => "jemalloc",
+            Bug::DroppedRemoteFree | Bug::CrowdedReissue | Bug::LateRemoteLeak => "jemalloc",
             _ => "system",
         }
     }
@@ -355,7 +363,7 @@ impl Bug {
             | Bug::HeapRezallocFreesTwice
             | Bug::HeapExpandOverclaims
             | Bug::HeapRemoteFreeTwice => shadow::Target::HeapApi,
-            Bug::CrowdedReissue => shadow::Target::Workload,
+            Bug::CrowdedReissue | Bug::LateRemoteLeak => shadow::Target::Workload,
             _ => shadow::Target::AllocOps,
         }
     }
@@ -422,7 +430,7 @@ impl Bug {
             Bug::PurgeDropsLive => &["contents"],
             Bug::CapacityLeak => &["capacity-leak"],
             Bug::DroppedRemoteFree => &["kept-bytes"],
-            Bug::SlowLeak => &["rss-drift"],
+            Bug::SlowLeak | Bug::LateRemoteLeak => &["rss-drift"],
             Bug::PanicClass | Bug::LatentCorruption | Bug::SlackFooter => &["panic"],
             Bug::WildWrite => &["SEGV"],
             // A block on the list twice is handed out to two owners; which
@@ -447,13 +455,16 @@ impl Bug {
 
     /// Whether the bug must make the process fail (a leak need not).
     pub fn must_crash(self) -> bool {
-        !matches!(self, Bug::LeakOnShrink | Bug::SlowLeak)
+        !matches!(
+            self,
+            Bug::LeakOnShrink | Bug::SlowLeak | Bug::LateRemoteLeak
+        )
     }
 
     /// Whether only the RSS drift workers can see the bug: no fuzz binary
     /// reports it, so the fuzzing zoo leaves it out.
     pub fn drift_only(self) -> bool {
-        self == Bug::SlowLeak
+        matches!(self, Bug::SlowLeak | Bug::LateRemoteLeak)
     }
 }
 

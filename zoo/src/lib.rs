@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
@@ -116,8 +116,10 @@ pub struct Zoo {
     exits: Arc<ExitCaches>,
     /// `LatentCorruption`: `CLEAN`, `FLUSH_QUEUED` or `CORRUPT`.
     latent: AtomicU8,
-    /// `SlowLeak`'s counter and the blocks it keeps.
+    /// `SlowLeak`'s counter and the blocks it keeps (`LateRemoteLeak`'s).
     slow_leak: SlowLeak,
+    /// `LateRemoteLeak`: frees made on another thread than the block's.
+    remote_frees: AtomicU64,
     /// The thread that made the zoo (`XthreadZeroedLink` spares it).
     home: ThreadId,
 }
@@ -142,6 +144,7 @@ impl Zoo {
             exits: Arc::new(ExitCaches::new(base)),
             latent: AtomicU8::new(CLEAN),
             slow_leak: SlowLeak::new(),
+            remote_frees: AtomicU64::new(0),
             home: std::thread::current().id(),
         })
     }
@@ -346,6 +349,7 @@ impl Allocator for Zoo {
             return;
         }
         self.check_footer(p);
+        self.count_remote_free(p);
         self.untrack_class(p, size, align);
         if self.has(Bug::DirtyZeroed) && DIRTY_ZEROED.contains(&size) {
             self.state().freed_256 = true;

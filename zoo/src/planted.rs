@@ -30,6 +30,11 @@ const SPAN_PAGE: usize = 64 << 10;
 
 /// `DroppedRemoteFree`: the sizes.
 const DROPPED_REMOTE: RangeInclusive<usize> = 12289..=16384;
+/// `LateRemoteLeak`: the sizes, the remote frees before it starts, and
+/// how often it keeps memory after.
+const REMOTE_LEAK: RangeInclusive<usize> = 1..=1024;
+const REMOTE_LEAK_AFTER: u64 = 1_000_000;
+const REMOTE_LEAK_EVERY: u64 = 8;
 
 /// `SlackFooter`: the sizes, and the footer's tag.
 const FOOTED: RangeInclusive<usize> = 8193..=12288;
@@ -373,13 +378,35 @@ impl Zoo {
         st.last_pushed = b as usize;
     }
 
-    /// `XthreadWrongFree`: notes `p`'s owner, and that it is the thread's newest.
+    /// `XthreadWrongFree`, `LateRemoteLeak`: notes `p`'s owner, and that
+    /// it is the thread's newest.
     pub(super) fn track_owner(&self, p: *mut u8, size: usize, align: usize) {
-        if self.has(Bug::XthreadWrongFree) && !p.is_null() {
+        let late = self.has(Bug::LateRemoteLeak) && REMOTE_LEAK.contains(&size);
+        if (self.has(Bug::XthreadWrongFree) || late) && !p.is_null() {
             let me = std::thread::current().id();
             let mut st = self.state();
             st.owners.insert(p as usize, (me, size, align));
             st.newest.insert(me, p as usize);
+        }
+    }
+
+    /// `LateRemoteLeak`: counts a free of `p` on another thread than its
+    /// owner's; past [`REMOTE_LEAK_AFTER`] of them, every
+    /// [`REMOTE_LEAK_EVERY`]th keeps memory for good.
+    pub(super) fn count_remote_free(&self, p: *mut u8) {
+        if !self.has(Bug::LateRemoteLeak) {
+            return;
+        }
+        let owner = self.state().owners.remove(&(p as usize));
+        if owner.is_none_or(|(o, _, _)| o == std::thread::current().id()) {
+            return;
+        }
+        let n = self
+            .remote_frees
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        if n > REMOTE_LEAK_AFTER && n.is_multiple_of(REMOTE_LEAK_EVERY) {
+            self.slow_leak.keep();
         }
     }
 

@@ -1,4 +1,5 @@
-//! `SlowLeak`'s memory: 64 bytes kept for good every 32,000 calls.
+//! `SlowLeak`'s memory: 64 bytes kept for good every 32,000 calls (and
+//! `LateRemoteLeak`'s, kept as it says).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -33,9 +34,13 @@ impl SlowLeak {
 
     /// Counts a call, and on every `CALLS`th keeps `BYTES` more.
     pub(super) fn call(&self) {
-        if self.calls.fetch_add(1, Ordering::Relaxed) % CALLS != CALLS - 1 {
-            return;
+        if self.calls.fetch_add(1, Ordering::Relaxed) % CALLS == CALLS - 1 {
+            self.keep();
         }
+    }
+
+    /// Keeps `BYTES` more, for good.
+    pub(super) fn keep(&self) {
         let slab = *self.slab.get_or_init(|| {
             // SAFETY: a new anonymous private mapping where the kernel picks (null hint, no
             // `MAP_FIXED`), so it replaces nothing; `MAP_FAILED` is checked below.

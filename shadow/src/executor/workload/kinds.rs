@@ -21,11 +21,11 @@ pub(super) fn run(shared: &Shared, single: bool) {
     match w.kind {
         Kind::Churn => {
             let generations = (w.ops / w.slots.max(1)).clamp(1, GENERATIONS);
-            for _ in 0..generations {
+            for generation in 0..generations {
                 if shared.stopped() || shared.late() {
                     break;
                 }
-                threads(shared, single, churn);
+                threads(shared, single, churn, generation);
             }
         }
         Kind::Scratch => {
@@ -39,34 +39,36 @@ pub(super) fn run(shared: &Shared, single: bool) {
                     None => break,
                 }
             }
-            threads(shared, single, scratch);
+            threads(shared, single, scratch, 0);
         }
         Kind::Xmalloc => {
             shared
                 .producing
                 .store(w.threads.div_ceil(2), Ordering::SeqCst);
-            threads(shared, single, xmalloc);
+            threads(shared, single, xmalloc, 0);
         }
-        Kind::Larson => threads(shared, single, larson),
-        Kind::Frag => threads(shared, single, frag),
-        Kind::Mix => threads(shared, single, mix),
+        Kind::Larson => threads(shared, single, larson, 0),
+        Kind::Frag => threads(shared, single, frag, 0),
+        Kind::Mix => threads(shared, single, mix, 0),
     }
 }
 
-/// Runs `body` on each of the workload's threads, at once (or in order).
-fn threads(shared: &Shared, single: bool, body: fn(&mut Worker)) {
+/// Runs `body` on each of the workload's threads, at once (or in order);
+/// each `churn` generation's threads draw sizes of their own.
+fn threads(shared: &Shared, single: bool, body: fn(&mut Worker), generation: usize) {
     let n = shared.inboxes.len();
+    let worker = |id| Worker::of_generation(shared, id, generation);
     if single {
         // Even threads first: `xmalloc`'s producers, before the
         // consumers that wait for them.
         for id in (0..n).step_by(2).chain((1..n).step_by(2)) {
-            body(&mut Worker::new(shared, id));
+            body(&mut worker(id));
         }
         return;
     }
     std::thread::scope(|s| {
         for id in 0..n {
-            s.spawn(move || body(&mut Worker::new(shared, id)));
+            s.spawn(move || body(&mut worker(id)));
         }
     });
 }

@@ -283,10 +283,18 @@ pub(super) struct Worker<'a> {
 
 impl<'a> Worker<'a> {
     pub(super) fn new(shared: &'a Shared, id: usize) -> Worker<'a> {
+        Worker::of_generation(shared, id, 0)
+    }
+
+    /// Thread `id` of a `churn` run's `generation` (0 for every other
+    /// kind): its draws are its own.
+    pub(super) fn of_generation(shared: &'a Shared, id: usize, generation: usize) -> Worker<'a> {
+        let thread = (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let generation = (generation as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
         Worker {
             id,
             shared,
-            draws: Seeds::new(shared.seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            draws: Seeds::new(shared.seed ^ thread ^ generation),
         }
     }
 
