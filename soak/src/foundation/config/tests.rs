@@ -170,6 +170,36 @@ fn bad_drift_settings_say_what_to_use() {
     let e = drift("[drift]\ncpu_share = 1\ninterval_secs = 0").unwrap_err();
     assert!(e.to_string().contains("interval_secs"), "{e}");
     assert!(drift("[drift]\ncpu_shares = 1").is_err());
+    let e = drift("[drift]\ncpu_share = 1\ntraces = [\"Cargo.toml\"]").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "[drift] traces: ./Cargo.toml is not a trace this allocsoak records; record one with `allocsoak trace record`"
+    );
+}
+
+#[test]
+fn a_trace_is_a_series_per_drift_allocator() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace = shadow::op::trace::Writer::new();
+    trace.record(1, 7, 24, 0, 0x1000);
+    std::fs::write(dir.path().join("app.trace"), &trace.out).unwrap();
+    let path = dir.path().join("soak.toml");
+    std::fs::write(
+        &path,
+        "allocators = [\"system\", \"jemalloc\"]\n[drift]\ncpu_share = 1\ntargets = []\ntraces = [\"app.trace\"]\n",
+    )
+    .unwrap();
+    let config = Config::load(&path).unwrap();
+    let series = config.drift_series(&config.slots().unwrap()).unwrap();
+    let labels: Vec<String> = series.iter().map(Series::label).collect();
+    assert_eq!(
+        labels,
+        ["trace:app.trace/system", "trace:app.trace/jemalloc"]
+    );
+    assert_eq!(
+        series[0].trace.as_deref(),
+        Some(dir.path().join("app.trace").as_path())
+    );
 }
 
 #[test]
