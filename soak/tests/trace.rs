@@ -189,3 +189,52 @@ fn a_real_build_is_recorded_and_replays_clean_under_three_allocators() {
     let (_, table) = run_allocsoak(allocsoak(), &["drift", "--state", state.to_str().unwrap()]);
     assert!(table.contains(&format!("{series}/system")), "{table}");
 }
+
+/// A trace's drift series that drifts is filed as one `rss-drift` group
+/// whose culprit is the trace, which `allocsoak repro` replays: a made
+/// trace of blocks one thread allocates and another frees, under
+/// `zoo:late-remote-leak` (it keeps memory past a million such frees).
+#[test]
+fn a_trace_that_drifts_is_filed_with_the_trace_as_its_culprit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut made = shadow::op::trace::Writer::new();
+    for i in 0..2000u64 {
+        made.record(1, 1, 64, 0, 0x10_0000 + i * 80);
+    }
+    for i in 0..2000u64 {
+        made.record(2, 2, 0x10_0000 + i * 80, 0, 0);
+    }
+    std::fs::write(dir.path().join("made.trace"), &made.out).unwrap();
+    let config = dir.path().join("soak.toml");
+    std::fs::write(
+        &config,
+        "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\n[drift]\ntargets = []\n\
+         traces = [\"made.trace\"]\nallocators = [\"zoo:late-remote-leak\"]\n\
+         cpu_share = 1.0\ninterval_secs = 1\nnarrow_ops = 2000000\nnarrow_secs = 120\n",
+    )
+    .unwrap();
+    let (config, state) = (config.to_str().unwrap(), dir.path().join("state"));
+    soak_until(
+        &state,
+        &["--config", config, "--duration", "600", "--jobs", "1"],
+        common::drift_filed_with_culprits,
+    );
+    let groups = common::groups(&state);
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let (id, kind, _, _, title) = &groups[0];
+    assert_eq!(kind, "rss-drift");
+    assert!(
+        title.contains("trace:made.trace/zoo:late-remote-leak"),
+        "{title}"
+    );
+    let culprits = state.join("crashes").join(id).join("culprits");
+    assert!(culprits.join("made.trace").is_file());
+    let repro = allocsoak()
+        .args(["--config", config, "repro", id, "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&repro.stdout);
+    assert_eq!(repro.status.code(), Some(1), "{text}");
+    assert!(text.contains("verdict: drifts"), "{text}");
+}

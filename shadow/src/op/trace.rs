@@ -267,6 +267,17 @@ impl Records<'_> {
     }
 }
 
+impl Trace {
+    /// The bytes the parsed trace holds: a replay process's own memory,
+    /// which a measure of the allocator's leaves out.
+    pub fn heap_bytes(&self) -> usize {
+        let steps: usize = self.threads.iter().map(Vec::capacity).sum();
+        steps * std::mem::size_of::<Step>()
+            + self.threads.capacity() * std::mem::size_of::<Vec<Step>>()
+            + self.resident.capacity() * std::mem::size_of::<Mark>()
+    }
+}
+
 /// The thread each block was allocated on.
 fn owners(threads: &[Vec<Step>], blocks: usize) -> Vec<usize> {
     let mut owner = vec![0; blocks];

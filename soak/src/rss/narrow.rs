@@ -220,9 +220,10 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
     })
 }
 
-/// The program files in `folders` (missing folders are empty), sorted.
+/// The program files in `folders` (missing folders are empty; a file,
+/// such as a trace series' trace, is itself), sorted.
 fn list(folders: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
+    let mut files: Vec<PathBuf> = folders.iter().filter(|f| f.is_file()).cloned().collect();
     for folder in folders.iter().filter(|f| f.is_dir()) {
         for entry in std::fs::read_dir(folder)
             .with_context(|| format!("failed to list {}", folder.display()))?
