@@ -26,7 +26,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -202,10 +202,11 @@ struct Replay {
     next: Instant,
     /// When the next reading is due, by ops stepped.
     next_ops: u64,
-    /// Whether each program's peak is sampled (`--peak`), and the most
-    /// resident bytes one added.
+    /// Whether each program's memory is sampled (`--peak`), the most
+    /// resident bytes one added, and every sample of what they added.
     sample_peak: bool,
     peak: u64,
+    samples: Vec<u64>,
     /// Bytes of the process's own it holds between passes (parsed
     /// traces), reported as live so retained memory leaves them out.
     own: u64,
@@ -224,17 +225,33 @@ impl Replay {
             next_ops: 0,
             sample_peak,
             peak: 0,
+            samples: Vec::new(),
             own: 0,
         }
     }
 
     /// The last reading, and with `--peak` the most resident bytes a
-    /// program added (`peak bytes=…`), as the process stops at `--ops`.
+    /// program added (`peak bytes=…`) and the median of its samples
+    /// (`steady bytes=…`: what the work holds while it runs), as the
+    /// process stops at `--ops`.
     fn last(&mut self) {
         self.read();
         if self.sample_peak {
             println!("peak bytes={}", self.peak);
+            self.samples.sort_unstable();
+            let steady = self.samples.get(self.samples.len() / 2).copied();
+            println!("steady bytes={}", steady.unwrap_or(0));
         }
+    }
+
+    /// Takes in one run's samples of the bytes it added, less `own` (the
+    /// replay's own table of blocks).
+    fn sampled(&mut self, added: Vec<u64>, own: u64) {
+        let added = added.into_iter().map(|b| b.saturating_sub(own));
+        let start = self.samples.len();
+        self.samples.extend(added);
+        let most = self.samples[start..].iter().copied().max().unwrap_or(0);
+        self.peak = self.peak.max(most);
     }
 
     /// Runs one program to its end.
@@ -250,7 +267,7 @@ impl Replay {
             }
         });
         self.ops += calls as u64;
-        self.peak = self.peak.max(added);
+        self.sampled(added, 0);
     }
 
     /// Replays one recorded trace to its end. With `--peak`, prints the
@@ -269,7 +286,7 @@ impl Replay {
         self.ops += calls as u64;
         // The replay's own table of blocks is not the allocator's.
         let tables = shadow::executor::workload::table_bytes(trace) as u64;
-        self.peak = self.peak.max(added.saturating_sub(tables));
+        self.sampled(added, tables);
         for (i, replayed) in marks.into_inner().unwrap() {
             let mark = drift::Mark {
                 calls: trace.resident[i].calls as u64,
@@ -282,17 +299,22 @@ impl Replay {
 
     /// Runs `run` (a program or a trace, from `path`), which returns the
     /// calls it counts; ends the process when it fails. With `--peak`,
-    /// also the most resident bytes it added, sampled every 5 ms.
-    fn measured(&mut self, path: &Path, run: impl FnOnce() -> usize) -> (usize, u64) {
+    /// also the resident bytes it added, sampled every 5 ms and at its
+    /// end.
+    fn measured(&mut self, path: &Path, run: impl FnOnce() -> usize) -> (usize, Vec<u64>) {
         let base = rss();
-        let peak = AtomicU64::new(base);
+        let samples = std::sync::Mutex::new(Vec::new());
         let done = AtomicBool::new(false);
         let sampling = self.sample_peak;
         let result = std::thread::scope(|s| {
             if sampling {
                 s.spawn(|| {
                     while !done.load(Ordering::Relaxed) {
-                        peak.fetch_max(rss(), Ordering::Relaxed);
+                        let added = rss().saturating_sub(base);
+                        samples
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(added);
                         std::thread::sleep(Duration::from_millis(5));
                     }
                 });
@@ -309,7 +331,11 @@ impl Replay {
             std::process::exit(1);
         };
         self.programs += 1;
-        (calls, peak.into_inner().max(rss()).saturating_sub(base))
+        let mut samples = samples.into_inner().unwrap_or_else(|e| e.into_inner());
+        if sampling {
+            samples.push(rss().saturating_sub(base));
+        }
+        (calls, samples)
     }
 
     /// Sleeps while the CPU time used is above `share` of the time passed.

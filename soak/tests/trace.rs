@@ -97,8 +97,18 @@ fn a_real_build_is_recorded_and_replays_clean_under_three_allocators() {
         ],
     );
     assert!(compared.status.success(), "{table}");
-    let clean = table.lines().filter(|l| l.ends_with("  clean")).count();
-    assert_eq!(clean, 4, "{table}");
+    let clean: Vec<&str> = table.lines().filter(|l| l.ends_with("  clean")).collect();
+    assert_eq!(clean.len(), 4, "{table}");
+    // A trace's row: the most memory it added, and the median while it
+    // ran, no more than the most.
+    for row in clean.iter().filter(|l| l.starts_with("trace ")) {
+        let w: Vec<f64> = row
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let (peak, steady) = (w[2], w[3]);
+        assert!(steady > 1.0 && steady <= peak, "{row}");
+    }
 
     let (found, line) = run_allocsoak(
         allocsoak(),

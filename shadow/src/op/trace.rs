@@ -206,6 +206,15 @@ impl Trace {
         }
         Ok(trace)
     }
+
+    /// The bytes the parsed trace holds: a replay process's own memory,
+    /// which a measure of the allocator's leaves out.
+    pub fn heap_bytes(&self) -> usize {
+        let steps: usize = self.threads.iter().map(Vec::capacity).sum();
+        steps * std::mem::size_of::<Step>()
+            + self.threads.capacity() * std::mem::size_of::<Vec<Step>>()
+            + self.resident.capacity() * std::mem::size_of::<Mark>()
+    }
 }
 
 /// A trace's records, decoded one at a time: `(kind, thread, a, b,
@@ -264,17 +273,6 @@ impl Records<'_> {
             self.last = address;
         }
         Ok(address)
-    }
-}
-
-impl Trace {
-    /// The bytes the parsed trace holds: a replay process's own memory,
-    /// which a measure of the allocator's leaves out.
-    pub fn heap_bytes(&self) -> usize {
-        let steps: usize = self.threads.iter().map(Vec::capacity).sum();
-        steps * std::mem::size_of::<Step>()
-            + self.threads.capacity() * std::mem::size_of::<Vec<Step>>()
-            + self.resident.capacity() * std::mem::size_of::<Mark>()
     }
 }
 

@@ -2,7 +2,8 @@
 //! committed classic shapes, or inputs given) and each recorded trace
 //! runs once under each allocator, each in a drift replay process of its
 //! own (`soak::tools::trace::run`): time, calls per second, the most
-//! memory it added, and each beside the first allocator's.
+//! memory it added and the median while it ran, and each beside the
+//! first allocator's.
 
 use std::path::PathBuf;
 
@@ -50,8 +51,8 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
         .chain(args.traces.into_iter().map(Work::Trace));
     let drift = trace::drift_binary(&project)?;
     println!(
-        "{:<64} {:<14} {:>8} {:>12} {:>9} {:>7} {:>7}  result",
-        "work", "allocator", "secs", "calls/s", "peak MiB", "time×", "peak×"
+        "{:<64} {:<14} {:>8} {:>12} {:>9} {:>10} {:>7} {:>7}  result",
+        "work", "allocator", "secs", "calls/s", "peak MiB", "steady MiB", "time×", "peak×"
     );
     let mut clean = true;
     for w in work {
@@ -72,12 +73,13 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
             let r = trace::run(&drift, &w, a)?;
             let (secs, peak) = *first.get_or_insert((r.secs, r.peak));
             println!(
-                "{:<64} {:<14} {:>8.2} {:>12.0} {:>9.1} {:>7.2} {:>7.2}  {}",
+                "{:<64} {:<14} {:>8.2} {:>12.0} {:>9.1} {:>10.1} {:>7.2} {:>7.2}  {}",
                 name.strip_prefix("workload ").unwrap_or(&name),
                 r.allocator,
                 r.secs,
                 r.calls as f64 / r.secs.max(1e-9),
                 r.peak as f64 / f64::from(1 << 20),
+                r.steady as f64 / f64::from(1 << 20),
                 r.secs / secs.max(1e-9),
                 r.peak as f64 / (peak as f64).max(1.0),
                 r.failed.as_deref().unwrap_or("clean")

@@ -60,7 +60,11 @@ impl Group {
     /// The target whose binary and programs the group's inputs are: a
     /// drift series of a trace (slot `trace:<file>`) is `workload`'s.
     pub fn target(&self) -> Result<Target> {
-        match self.slot.target.starts_with("trace:") {
+        match self
+            .slot
+            .target
+            .starts_with(crate::foundation::config::TRACE_SLOT)
+        {
             true => Ok(Target::Workload),
             false => self.slot.target.parse().map_err(anyhow::Error::msg),
         }

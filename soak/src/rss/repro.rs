@@ -15,7 +15,10 @@ fn command(project: &Project, config: &Config, group: &Group) -> std::process::C
     let mut cmd = std::process::Command::new(project.drift_binary());
     cmd.args(["--allocator", &slot.allocator]);
     // A trace series' slot is `trace:<file>`, and its culprit the trace.
-    match slot.target.starts_with("trace:") {
+    match slot
+        .target
+        .starts_with(crate::foundation::config::TRACE_SLOT)
+    {
         true => cmd.arg("--trace"),
         false => cmd.args(["--target", &slot.target]),
     };

@@ -143,6 +143,9 @@ pub struct Replayed {
     /// The most resident bytes the replay added, less its own table of
     /// blocks (`drift --peak`'s `peak bytes=`).
     pub peak: u64,
+    /// The median of the same samples (`steady bytes=`): what the work
+    /// holds while it runs.
+    pub steady: u64,
     /// `None` when it ran clean; else the violation's line or why it
     /// ended.
     pub failed: Option<String>,
@@ -270,10 +273,13 @@ pub fn run(drift: &Path, work: &Work, allocator: &str) -> Result<Replayed> {
         .rev()
         .find_map(drift::Reading::parse)
         .map_or(0, |r| r.ops);
-    let peak = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("peak bytes=")?.trim().parse().ok())
-        .unwrap_or(0);
+    let figure = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let (peak, steady) = (figure("peak bytes="), figure("steady bytes="));
     let marks = stdout.lines().filter_map(drift::Mark::parse).collect();
     let failed = (!success).then(|| {
         stderr
@@ -288,6 +294,7 @@ pub fn run(drift: &Path, work: &Work, allocator: &str) -> Result<Replayed> {
         secs,
         calls,
         peak,
+        steady,
         failed,
         marks,
     })

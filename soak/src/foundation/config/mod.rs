@@ -13,7 +13,7 @@ use crate::foundation::declared::Declared;
 mod engine;
 mod rss;
 pub use engine::Engine;
-pub use rss::{DriftConfig, Series};
+pub use rss::{DriftConfig, Series, TRACE_SLOT};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

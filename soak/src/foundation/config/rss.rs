@@ -113,6 +113,9 @@ fn narrow_secs() -> u64 {
     1800
 }
 
+/// How a trace series' slot name starts (`trace:<file name>`).
+pub const TRACE_SLOT: &str = "trace:";
+
 /// One drift series to run: a workload (a target's programs, or a
 /// recorded trace) and an allocator.
 #[derive(Clone, Debug, PartialEq)]
@@ -132,7 +135,7 @@ impl Series {
     pub fn work(&self) -> String {
         match &self.trace {
             Some(path) => format!(
-                "trace:{}",
+                "{TRACE_SLOT}{}",
                 path.file_name().unwrap_or_default().to_string_lossy()
             ),
             None => self.target.name().to_string(),
