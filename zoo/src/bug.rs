@@ -442,13 +442,15 @@ impl Bug {
             // ASan sees the harness write the block the base freed; without
             // it, the base hands the block out again (two owners), or its
             // metadata lands in the block; the drain or the reclaimer's
-            // owner frees it a second time.
+            // owner frees it a second time. The base asked the usable size
+            // of a block it freed answers less than the request (ASan's: 0).
             Bug::ExitReclaimRace => &[
                 "heap-use-after-free",
                 "overlap",
                 "contents",
                 "double-free",
                 "realloc-prefix",
+                "usable-size",
             ],
         }
     }
