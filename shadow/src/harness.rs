@@ -119,12 +119,16 @@ fn replay_trace(data: &[u8], alloc: &'static dyn Allocator, mode: Mode) {
     let Ok(trace) = crate::op::trace::Trace::parse(data) else {
         return;
     };
-    crate::findings::with_input(data, || {
-        crate::tolerance::tolerate(|| {
-            let replay = crate::executor::workload::replay;
-            crate::tally::count(&replay(&trace, "recorded", alloc, mode, None));
-        })
+    as_input(data, || {
+        let replay = crate::executor::workload::replay;
+        crate::tally::count(&replay(&trace, "recorded", alloc, mode, None));
     });
+}
+
+/// Runs `body` as the fuzz input `data`: its findings carry the input,
+/// and a violation the settings tolerate ends the body, not the process.
+fn as_input(data: &[u8], body: impl FnOnce()) {
+    crate::findings::with_input(data, || crate::tolerance::tolerate(body));
 }
 
 /// One fuzz input for `target`.
@@ -148,14 +152,12 @@ pub fn fuzz(target: Target, data: &[u8]) {
         }),
         false => Program::decode(target, data),
     };
-    crate::findings::with_input(data, || {
-        crate::tolerance::tolerate(|| {
-            crate::tally::count(&run_program(&program, alloc, settings.mode));
-            // In a replay: a leak of a block the program gave back is
-            // keyed by the call that lost it.
-            if let Some(leak) = crate::sanitizer::lost_block() {
-                crate::ending::raise_always(leak);
-            }
-        })
+    as_input(data, || {
+        crate::tally::count(&run_program(&program, alloc, settings.mode));
+        // In a replay: a leak of a block the program gave back is keyed by
+        // the call that lost it.
+        if let Some(leak) = crate::sanitizer::lost_block() {
+            crate::ending::raise_always(leak);
+        }
     });
 }

@@ -269,3 +269,44 @@ fn late_remote_leak_keeps_memory_only_past_a_million_remote_frees() {
         "kept after {runs} runs: before a million remote frees"
     );
 }
+
+/// `split-never-merged` grows its region run after run of a workload of
+/// mixed sizes on worker threads, and never for the same sizes asked on
+/// the thread that made the allocator (an op program's).
+#[test]
+fn split_never_merged_grows_without_bound_only_on_worker_threads() {
+    use zoo::Zoo;
+    let base = shadow::allocator::by_name("mimalloc").unwrap();
+    let zoo: &'static Zoo = Box::leak(Box::new(
+        Zoo::new("zoo:split-never-merged", "split-never-merged", base).unwrap(),
+    ));
+    let mut ops = String::new();
+    for i in 0..400 {
+        ops += &format!("alloc size={} align=8\n", 2049 + (i * 37) % 512);
+        if i % 3 != 0 {
+            ops += "free slot=newest\n";
+        }
+    }
+    let local = common::program(&format!("target alloc_ops\n{ops}"));
+    for _ in 0..50 {
+        shadow::Executor::new(zoo, shadow::Mode::Checked).run(&local);
+    }
+    assert_eq!(zoo.splintered_bytes(), 0, "the maker's thread is spared");
+    let frag = common::program(
+        "target workload\nworkload kind=frag threads=4 ops=50000 slots=500 sizes=512..4096 seed=7\n",
+    );
+    let mut tops = Vec::new();
+    for _ in 0..12 {
+        shadow::harness::run_program(&frag, zoo, shadow::Mode::Checked);
+        tops.push(zoo.splintered_bytes());
+    }
+    eprintln!("region top after each run: {tops:?}");
+    // The last runs grow it about as much as the ones before them, over a
+    // MiB a run: no bound is in sight. (Chunks handed out whole, never
+    // split, grow it a few KiB a run, less and less.)
+    let grew = |a: usize, b: usize| tops[b] - tops[a];
+    assert!(
+        grew(8, 11) * 4 > grew(4, 7) * 3 && grew(8, 11) > 3 << 20,
+        "the region stopped growing: {tops:?}"
+    );
+}

@@ -62,6 +62,7 @@ fn reaching(bug: Bug) -> String {
         Bug::CapacityLeak => "target alloc_ops\nalloc size=3000 align=8\nrealloc slot=0 to=100\n",
         Bug::SlowLeak => "target alloc_ops\nalloc size=64 align=8\nfree slot=0\n",
         Bug::LateRemoteLeak => "target workload\nworkload kind=xmalloc threads=4 ops=20000 slots=1000 sizes=8..1024 seed=1\n",
+        Bug::SplitNeverMerged => "target workload\nworkload kind=frag threads=4 ops=20000 slots=500 sizes=512..4096 seed=7\n",
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
         Bug::LostRemoteFree => "target mt_ops\nrace-remote-free freer=1 owner=0 size=1500 align=8 count=32\n",
         Bug::ExitReclaimRace => "target mt_ops\nrace-exit worker=0 size=5000 align=8 count=16\n",
@@ -131,6 +132,13 @@ fn check(bug: Bug) -> Check {
             Some((
                 "shadow/tests/workload.rs",
                 "late_remote_leak_keeps_memory_only_past_a_million_remote_frees",
+            )),
+        ),
+        Bug::SplitNeverMerged => elsewhere(
+            "memory that grows run after run, with every block freed",
+            Some((
+                "shadow/tests/workload.rs",
+                "split_never_merged_grows_without_bound_only_on_worker_threads",
             )),
         ),
         Bug::MisalignedReallocShort => elsewhere(

@@ -216,14 +216,14 @@ fn a_trace_that_drifts_is_filed_with_the_trace_as_its_culprit() {
     }
     std::fs::write(dir.path().join("made.trace"), &made.out).unwrap();
     // A pass makes 2,000 remote frees in 4,000 calls, so the leak starts
-    // 2 M ops into a process: repro's replay (`narrow_ops`) runs 6 M
-    // (with 2 M it read 69.5 B/kop, interval 8.3 to 116.3: flat).
+    // 2 M calls into a process: repro's replay (`narrow_ops` × 32 calls)
+    // runs 6.4 M (with 2 M it read 69.5 B/kop, interval 8.3 to 116.3: flat).
     let config = dir.path().join("soak.toml");
     std::fs::write(
         &config,
         "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\n[drift]\ntargets = []\n\
          traces = [\"made.trace\"]\nallocators = [\"zoo:late-remote-leak\"]\n\
-         cpu_share = 1.0\ninterval_secs = 1\nnarrow_ops = 6000000\nnarrow_secs = 120\n",
+         cpu_share = 1.0\ninterval_secs = 1\nnarrow_ops = 200000\nnarrow_secs = 120\n",
     )
     .unwrap();
     let (config, state) = (config.to_str().unwrap(), dir.path().join("state"));

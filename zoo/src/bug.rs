@@ -57,6 +57,11 @@ pub enum Bug {
     /// node never given back): memory only workloads' cross-thread traffic
     /// grows, seen by the RSS drift workers alone.
     LateRemoteLeak,
+    /// A worker thread's (not the allocator's maker's) 2049–2560 B blocks
+    /// come from a region split worst fit whose freed chunks are never
+    /// merged: a remainder too small for the class is lost for good, so
+    /// mixed sizes on worker threads grow the region without bound.
+    SplitNeverMerged,
     /// Growing a block the allocator handed out misaligned copies 4 bytes
     /// too few: a bug only programs that pass a misaligned block (another
     /// bug's violation) reach.
@@ -219,7 +224,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 51] = [
+    pub const ALL: [Bug; 52] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -265,6 +270,7 @@ impl Bug {
         Bug::CapacityLeak,
         Bug::SlowLeak,
         Bug::LateRemoteLeak,
+        Bug::SplitNeverMerged,
         Bug::AlignIgnored,
         Bug::XthreadZeroedLink,
         Bug::SlackFooter,
@@ -320,6 +326,7 @@ impl Bug {
             Bug::CapacityLeak => "capacity-leak",
             Bug::SlowLeak => "slow-leak",
             Bug::LateRemoteLeak => "late-remote-leak",
+            Bug::SplitNeverMerged => "split-never-merged",
             Bug::AlignIgnored => "align-ignored",
             Bug::XthreadZeroedLink => "xthread-zeroed-link",
             Bug::DroppedRemoteFree => "dropped-remote-free",
@@ -345,6 +352,7 @@ impl Bug {
         match self {
             Bug::CapacityLeak => "arena",
             Bug::DroppedRemoteFree | Bug::CrowdedReissue | Bug::LateRemoteLeak => "jemalloc",
+            Bug::SplitNeverMerged => "mimalloc",
             _ => "system",
         }
     }
@@ -363,7 +371,9 @@ impl Bug {
             | Bug::HeapRezallocFreesTwice
             | Bug::HeapExpandOverclaims
             | Bug::HeapRemoteFreeTwice => shadow::Target::HeapApi,
-            Bug::CrowdedReissue | Bug::LateRemoteLeak => shadow::Target::Workload,
+            Bug::CrowdedReissue | Bug::LateRemoteLeak | Bug::SplitNeverMerged => {
+                shadow::Target::Workload
+            }
             _ => shadow::Target::AllocOps,
         }
     }
@@ -430,7 +440,7 @@ impl Bug {
             Bug::PurgeDropsLive => &["contents"],
             Bug::CapacityLeak => &["capacity-leak"],
             Bug::DroppedRemoteFree => &["kept-bytes"],
-            Bug::SlowLeak | Bug::LateRemoteLeak => &["rss-drift"],
+            Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged => &["rss-drift"],
             Bug::PanicClass | Bug::LatentCorruption | Bug::SlackFooter => &["panic"],
             Bug::WildWrite => &["SEGV"],
             // A block on the list twice is handed out to two owners; which
@@ -459,14 +469,17 @@ impl Bug {
     pub fn must_crash(self) -> bool {
         !matches!(
             self,
-            Bug::LeakOnShrink | Bug::SlowLeak | Bug::LateRemoteLeak
+            Bug::LeakOnShrink | Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged
         )
     }
 
     /// Whether only the RSS drift workers can see the bug: no fuzz binary
     /// reports it, so the fuzzing zoo leaves it out.
     pub fn drift_only(self) -> bool {
-        matches!(self, Bug::SlowLeak | Bug::LateRemoteLeak)
+        matches!(
+            self,
+            Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged
+        )
     }
 }
 

@@ -29,6 +29,7 @@ mod planted;
 mod racy_list;
 mod remote_free;
 mod slow_leak;
+mod splinters;
 mod thread_slot;
 
 pub use bug::{default_base, parse_bugs, Bug};
@@ -40,6 +41,7 @@ use planted::COMPUTED_BIN;
 use racy_list::RacyList;
 use remote_free::RemoteFrees;
 use slow_leak::SlowLeak;
+use splinters::Splinters;
 
 const DOUBLE_ISSUE: RangeInclusive<usize> = 33..=48;
 const STALE_LINK: RangeInclusive<usize> = 65..=96;
@@ -120,6 +122,8 @@ pub struct Zoo {
     slow_leak: SlowLeak,
     /// `LateRemoteLeak`: frees made on another thread than the block's.
     remote_frees: AtomicU64,
+    /// `SplitNeverMerged`'s region.
+    splinters: Splinters,
     /// The thread that made the zoo (`XthreadZeroedLink` spares it).
     home: ThreadId,
 }
@@ -145,6 +149,7 @@ impl Zoo {
             latent: AtomicU8::new(CLEAN),
             slow_leak: SlowLeak::new(),
             remote_frees: AtomicU64::new(0),
+            splinters: Splinters::new(),
             home: std::thread::current().id(),
         })
     }
@@ -160,6 +165,12 @@ impl Zoo {
     #[doc(hidden)]
     pub fn kept_blocks(&self) -> usize {
         self.slow_leak.kept()
+    }
+
+    /// Bytes `SplitNeverMerged`'s region has handed out from its end.
+    #[doc(hidden)]
+    pub fn splintered_bytes(&self) -> usize {
+        self.splinters.top()
     }
 
     fn has(&self, bug: Bug) -> bool {
@@ -194,6 +205,7 @@ impl Zoo {
             || self.is_lost_remote(size, align)
             || self.is_exit_reclaim(size, align)
             || self.is_shifted(p)
+            || self.splinters.holds(p)
     }
 
     fn is_shifted(&self, p: *mut u8) -> bool {
@@ -359,6 +371,9 @@ impl Allocator for Zoo {
         }
         if let Some(base) = self.state().shifted.remove(&(p as usize)) {
             return self.base.free(base as *mut u8, size, align);
+        }
+        if self.splinters.holds(p) {
+            return self.splinters.free(p);
         }
         if self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN && self.keep_large(p, size) {
             return;
@@ -532,6 +547,12 @@ impl Zoo {
         }
         if self.is_exit_reclaim(size, align) {
             return self.exits.alloc(size, zeroed);
+        }
+        if self.is_splintered(size, align) {
+            let p = self.splinters.alloc(size, zeroed);
+            if !p.is_null() {
+                return p;
+            }
         }
         if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
             let p = match self.pop_stale_list() {

@@ -390,6 +390,15 @@ impl Zoo {
         }
     }
 
+    /// `SplitNeverMerged`: a block of its class asked on a worker thread
+    /// (not the one that made the zoo).
+    pub(super) fn is_splintered(&self, size: usize, align: usize) -> bool {
+        align <= 16
+            && self.has(Bug::SplitNeverMerged)
+            && super::splinters::CLASS.contains(&size)
+            && std::thread::current().id() != self.home
+    }
+
     /// `LateRemoteLeak`: counts a free of `p` on another thread than its
     /// owner's; past [`REMOTE_LEAK_AFTER`] of them, every
     /// [`REMOTE_LEAK_EVERY`]th keeps memory for good.

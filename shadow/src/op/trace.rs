@@ -20,6 +20,15 @@ pub fn is_trace(data: &[u8]) -> bool {
     data.starts_with(HEADER)
 }
 
+/// Whether the file at `path` is a trace, from its first 16 bytes alone
+/// (false when it cannot be read).
+pub fn file_is_trace(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 16];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
+    read.is_ok() && is_trace(&head)
+}
+
 /// The tag bit of a record whose thread id follows.
 pub const NEW_THREAD: u8 = 0x08;
 /// Replay threads at most: recorded threads past it share one (each

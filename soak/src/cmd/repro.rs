@@ -27,7 +27,8 @@ pub struct Args {
     #[arg(long)]
     emit_test: Option<PathBuf>,
     /// For an rss-drift group: ops to replay its culprits for (default: the
-    /// config's `[drift]` narrow_ops; a slow leak needs millions).
+    /// config's `[drift]` narrow_ops, in calls for a `workload` or trace
+    /// series; a slow leak needs millions).
     #[arg(long)]
     ops: Option<u64>,
 }
@@ -36,7 +37,9 @@ pub struct Args {
 pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     if let [id] = args.what.as_slice() {
         if let Some(group) = drift_group(&args.state, id)? {
-            let ops = args.ops.unwrap_or(config.drift.narrow_ops);
+            let ops = args
+                .ops
+                .unwrap_or_else(|| config.drift.replay_ops(&group.slot.target));
             return Ok(!soak::rss::repro::replay(&project, &config, &group, ops)?);
         }
     }

@@ -40,7 +40,48 @@ pub struct Measured {
 /// machine gets as many readings as a fast one), and fits the growth against `threshold` bytes per
 /// 1,000 ops and [`NOISE_FLOOR`]. A `stop` set meanwhile kills the replay (it then does not
 /// drift).
+///
+/// Readings come between programs, so a replay of a few large ones (a
+/// `workload`'s, each a million calls or more) may end with too few for a
+/// verdict: it is run again, four times as long, up to [`LONGER`] times.
 pub fn measure(
+    cmd: Command,
+    ops: u64,
+    threshold: f64,
+    stop: Option<&AtomicBool>,
+) -> Result<Measured> {
+    let mut ops = ops;
+    let mut measured = measure_once(copy(&cmd), ops, threshold, stop)?;
+    for _ in 0..LONGER {
+        if measured.drifts || measured.trend.verdict != Verdict::TooFewSamples {
+            break;
+        }
+        ops = ops.saturating_mul(4);
+        measured = measure_once(copy(&cmd), ops, threshold, stop)?;
+    }
+    Ok(measured)
+}
+
+/// Times a replay too short for a verdict is run again, longer.
+const LONGER: usize = 2;
+
+/// A new command with `cmd`'s program, arguments and environment.
+fn copy(cmd: &Command) -> Command {
+    let mut copy = Command::new(cmd.get_program());
+    copy.args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => copy.env(k, v),
+            None => copy.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        copy.current_dir(dir);
+    }
+    copy
+}
+
+fn measure_once(
     mut cmd: Command,
     ops: u64,
     threshold: f64,
@@ -170,7 +211,8 @@ pub fn narrow(w: &Watch, series: &Series) -> Result<Narrowed> {
     let programs = list(&w.inputs(series))?;
     let drifts = |subset: &[PathBuf]| -> Result<bool> {
         let cmd = w.command(series, subset, 1.0);
-        let (ops, line) = (w.config.drift.narrow_ops, w.config.drift.threshold);
+        let ops = w.config.drift.replay_ops(&series.work());
+        let line = w.config.drift.threshold;
         Ok(measure(cmd, ops, line, Some(w.stop))?.drifts)
     };
     let mut replays = 1;

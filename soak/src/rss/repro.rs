@@ -30,7 +30,8 @@ fn command(project: &Project, config: &Config, group: &Group) -> std::process::C
 /// Whether the group's culprits still drift, measured as narrowing did.
 pub fn drifts(project: &Project, config: &Config, group: &Group) -> Result<bool> {
     let cmd = command(project, config, group);
-    Ok(measure(cmd, config.drift.narrow_ops, config.drift.threshold, None)?.drifts)
+    let ops = config.drift.replay_ops(&group.slot.target);
+    Ok(measure(cmd, ops, config.drift.threshold, None)?.drifts)
 }
 
 /// Replays the group's `culprits/` for `ops` ops; prints the readings'

@@ -441,12 +441,7 @@ impl Config {
 /// the mimalloc flavors live in builds of their own.
 /// A `[drift] traces` entry is a trace file: its first bytes say so.
 fn check_trace(path: &Path) -> Result<()> {
-    let mut head = [0u8; 16];
-    let read = std::fs::File::open(path).and_then(|mut f| {
-        use std::io::Read;
-        f.read_exact(&mut head)
-    });
-    if read.is_err() || &head != shadow::op::trace::HEADER {
+    if !shadow::op::trace::file_is_trace(path) {
         bail!(
             "[drift] traces: {} is not a trace this allocsoak records; record one with `allocsoak trace record`",
             path.display()

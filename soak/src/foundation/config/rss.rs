@@ -58,7 +58,9 @@ pub struct DriftConfig {
     #[serde(default = "rss_limit")]
     pub rss_limit_mb: u64,
     /// Ops each replay of a subset gets while a drift finding's culprit
-    /// programs are narrowed down (default 300,000).
+    /// programs are narrowed down, and `allocsoak repro` replays them
+    /// (default 300,000; a series that counts calls gets
+    /// [`CALLS_PER_OP`] times as many, [`DriftConfig::replay_ops`]).
     #[serde(default = "narrow_ops")]
     pub narrow_ops: u64,
     /// Seconds narrowing may take at most (default 1800).
@@ -66,7 +68,23 @@ pub struct DriftConfig {
     pub narrow_secs: u64,
 }
 
+/// About the calls one op of an op program makes (an `alloc_ops`
+/// program's, bulk ops aside). A `workload` or trace series counts calls,
+/// so its replays get this many more to read as many points.
+pub const CALLS_PER_OP: u64 = 32;
+
 impl DriftConfig {
+    /// Ops a replay of the series of `target` (a target's name or a trace
+    /// slot) gets while narrowing or reproducing: `narrow_ops`, as calls
+    /// where the series counts calls.
+    pub fn replay_ops(&self, target: &str) -> u64 {
+        let calls = target == Target::Workload.name() || target.starts_with(TRACE_SLOT);
+        match calls {
+            true => self.narrow_ops.saturating_mul(CALLS_PER_OP),
+            false => self.narrow_ops,
+        }
+    }
+
     /// The rules a series' fit decides by.
     pub fn trend(&self) -> drift::TrendConfig {
         drift::TrendConfig {

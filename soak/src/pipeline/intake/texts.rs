@@ -80,8 +80,8 @@ pub(super) fn program_text(
     input: &Path,
     log: &str,
 ) -> Result<String> {
-    let data = std::fs::read(input)?;
-    if shadow::op::trace::is_trace(&data) {
+    if shadow::op::trace::file_is_trace(input) {
+        let data = std::fs::read(input)?;
         let trace = shadow::op::trace::Trace::parse(&data).map_err(anyhow::Error::msg)?;
         return Ok(format!(
             "# A recorded trace ({} calls on {} threads), replayed whole: `original`.\n\
