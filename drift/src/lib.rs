@@ -71,7 +71,7 @@ mod trend;
 mod tests;
 
 pub use downsample::{downsample, rethin, Bucket, HOUR_AFTER_SECS, MINUTE_AFTER_SECS};
-pub use reading::{Mark, Reading};
+pub use reading::{Curve, Mark, Reading};
 pub use trend::{trend, trend_downsampled, Trend, TrendConfig, Verdict};
 
 /// One reading of a replay process.

@@ -176,3 +176,75 @@ impl Mark {
         (seen == 3).then_some(m)
     }
 }
+
+/// A replay's memory over its run (`drift --peak`): the resident bytes
+/// the work added, at [`Curve::POINTS`] evenly spaced moments of its
+/// samples, first to last:
+///
+/// ```text
+/// curve bytes=0,1048576,2097152
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Curve {
+    /// The bytes added at each point, first to last.
+    pub bytes: Vec<u64>,
+}
+
+impl Curve {
+    const PREFIX: &'static str = "curve bytes=";
+    /// Points a curve keeps at most.
+    pub const POINTS: usize = 48;
+
+    /// The curve of `samples` (taken at a steady pace, in order): at most
+    /// [`Curve::POINTS`] of them, evenly spaced, the last one last.
+    pub fn of(samples: &[u64]) -> Curve {
+        let n = samples.len();
+        let points = n.min(Curve::POINTS);
+        let bytes = (0..points)
+            .map(|i| samples[i * (n - 1) / (points - 1).max(1)])
+            .collect();
+        Curve { bytes }
+    }
+
+    /// The line to print (no newline).
+    pub fn to_line(&self) -> String {
+        let bytes: Vec<String> = self.bytes.iter().map(u64::to_string).collect();
+        format!("{}{}", Curve::PREFIX, bytes.join(","))
+    }
+
+    /// Parses a line [`Curve::to_line`] printed; `None` for any other.
+    pub fn parse(line: &str) -> Option<Curve> {
+        let list = line.trim_end().strip_prefix(Curve::PREFIX)?;
+        if list.is_empty() {
+            return Some(Curve::default());
+        }
+        let bytes = list
+            .split(',')
+            .map(|b| b.parse().ok())
+            .collect::<Option<_>>()?;
+        Some(Curve { bytes })
+    }
+}
+
+#[cfg(test)]
+mod curve_tests {
+    use super::Curve;
+
+    #[test]
+    fn a_curve_keeps_evenly_spaced_samples_and_parses_back() {
+        let samples: Vec<u64> = (0..1000).collect();
+        let c = Curve::of(&samples);
+        assert_eq!(c.bytes.len(), Curve::POINTS);
+        assert_eq!((c.bytes[0], *c.bytes.last().unwrap()), (0, 999));
+        assert_eq!(Curve::parse(&c.to_line()), Some(c));
+        assert_eq!(Curve::of(&[7, 9]).bytes, [7, 9]);
+        assert_eq!(Curve::of(&[5]).bytes, [5]);
+        assert_eq!(Curve::of(&[]), Curve::default());
+        assert_eq!(
+            Curve::parse(&Curve::default().to_line()),
+            Some(Curve::default())
+        );
+        assert_eq!(Curve::parse("curve bytes=1,x"), None);
+        assert_eq!(Curve::parse("mark calls=1"), None);
+    }
+}

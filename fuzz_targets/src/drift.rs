@@ -231,13 +231,14 @@ impl Replay {
     }
 
     /// The last reading, and with `--peak` the most resident bytes a
-    /// program added (`peak bytes=…`) and the median of its samples
-    /// (`steady bytes=…`: what the work holds while it runs), as the
-    /// process stops at `--ops`.
+    /// program added (`peak bytes=…`), its samples over the run
+    /// ([`drift::Curve`]) and their median (`steady bytes=…`: what the
+    /// work holds while it runs), as the process stops at `--ops`.
     fn last(&mut self) {
         self.read();
         if self.sample_peak {
             println!("peak bytes={}", self.peak);
+            println!("{}", drift::Curve::of(&self.samples).to_line());
             self.samples.sort_unstable();
             let steady = self.samples.get(self.samples.len() / 2).copied();
             println!("steady bytes={}", steady.unwrap_or(0));

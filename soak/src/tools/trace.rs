@@ -146,6 +146,8 @@ pub struct Replayed {
     /// The median of the same samples (`steady bytes=`): what the work
     /// holds while it runs.
     pub steady: u64,
+    /// The same samples over the run, evenly spaced.
+    pub curve: drift::Curve,
     /// `None` when it ran clean; else the violation's line or why it
     /// ended.
     pub failed: Option<String>,
@@ -281,6 +283,10 @@ pub fn run(drift: &Path, work: &Work, allocator: &str) -> Result<Replayed> {
     };
     let (peak, steady) = (figure("peak bytes="), figure("steady bytes="));
     let marks = stdout.lines().filter_map(drift::Mark::parse).collect();
+    let curve = stdout
+        .lines()
+        .find_map(drift::Curve::parse)
+        .unwrap_or_default();
     let failed = (!success).then(|| {
         stderr
             .lines()
@@ -295,6 +301,7 @@ pub fn run(drift: &Path, work: &Work, allocator: &str) -> Result<Replayed> {
         calls,
         peak,
         steady,
+        curve,
         failed,
         marks,
     })
