@@ -94,6 +94,8 @@ fn a_real_build_is_recorded_and_replays_clean_under_three_allocators() {
             seed.to_str().unwrap(),
             "--trace",
             &trace,
+            "--curves",
+            dir.path().join("curves.csv").to_str().unwrap(),
         ],
     );
     assert!(compared.status.success(), "{table}");
@@ -108,6 +110,26 @@ fn a_real_build_is_recorded_and_replays_clean_under_three_allocators() {
             .collect();
         let (peak, steady) = (w[2], w[3]);
         assert!(steady > 1.0 && steady <= peak, "{row}");
+    }
+    // Its memory over time: bars on the work's scale, one row reaching
+    // the top, and every point in the CSV.
+    assert!(
+        clean
+            .iter()
+            .any(|l| l.starts_with("trace ") && l.contains('█')),
+        "{table}"
+    );
+    let curves = std::fs::read_to_string(dir.path().join("curves.csv")).unwrap();
+    assert!(
+        curves.starts_with("work,allocator,point,at,bytes\n"),
+        "{curves}"
+    );
+    for allocator in ["system", "jemalloc"] {
+        let points = curves
+            .lines()
+            .filter(|l| l.starts_with("\"trace ") && l.contains(&format!(",{allocator},")))
+            .count();
+        assert!(points > 10, "{points} points of {allocator}'s: {curves}");
     }
 
     let (found, line) = run_allocsoak(
