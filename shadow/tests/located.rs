@@ -15,6 +15,18 @@ fn a_replay_finds_a_changed_block_at_the_call_that_changed_it() {
         "target alloc_ops\nalloc size=80 align=8\nfree slot=0\nalloc size=80 align=8\n\
          alloc size=80 align=8\nfree slot=1\nfree slot=0\n",
     );
+    // A panic hook boxed at the size of the program's blocks (96 bytes,
+    // as `stale-link` asks its base for each):
+    // a child that freed it as it set its own would be handed it for the
+    // program's first block, and watch another word than the one the
+    // parent found changed (as any heap difference from the parent's
+    // would make it).
+    let previous = std::panic::take_hook();
+    let pad = [0u8; 80];
+    std::panic::set_hook(Box::new(move |info| {
+        std::hint::black_box(&pad);
+        previous(info)
+    }));
     let dir = std::env::temp_dir().join(format!("allocsoak-located-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let record_file = dir.join("record.json");

@@ -67,6 +67,10 @@ struct Child {
 /// The child's parent, for the program running now (the parent's side).
 static CHILD: Mutex<Option<Child>> = Mutex::new(None);
 
+/// The allocator's code the child steps through: found before the fork,
+/// so the child builds no table between the parent's heap and its replay.
+static CODE: OnceLock<Vec<std::ops::Range<usize>>> = OnceLock::new();
+
 /// What the child was asked (the child's side): set once, in the child.
 static ASKED: OnceLock<Question> = OnceLock::new();
 
@@ -136,6 +140,7 @@ pub fn fork_for(program: &Program) {
     let (Ok((ask_read, ask_write)), Ok((answer_read, answer_write))) = (pipe(), pipe()) else {
         return;
     };
+    CODE.get_or_init(crate::coverage::allocator_code);
     // SAFETY: the child only reads a pipe, then runs the program's ops on
     // this thread, the only one it has (a program without other threads'
     // ops: the workers are parked, holding no lock) and leaves by `_exit`.
@@ -310,7 +315,6 @@ fn stepped_as<R>(call: Option<usize>, f: impl FnOnce() -> R) -> R {
         Some(Armed::Returns(asked)) if call == Some(asked) => Seek::Returns,
         _ => return f(),
     };
-    static CODE: OnceLock<Vec<std::ops::Range<usize>>> = OnceLock::new();
     let code = CODE.get_or_init(crate::coverage::allocator_code);
     let steps = stepper::Steps::start(seek, code).ok();
     let result = f();
@@ -403,7 +407,9 @@ fn be_the_child(ask: OwnedFd, answer: OwnedFd) {
     let mut ask = std::fs::File::from(ask);
     let mut bytes = [0u8; 32];
     let question = match ask.read_exact(&mut bytes) {
-        Ok(()) => Question::from_words(&words(&bytes)),
+        Ok(()) => Question::from_words(&std::array::from_fn::<usize, 4, _>(|i| {
+            u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
+        })),
         Err(_) => None,
     };
     let Some(question) = question else {
@@ -413,7 +419,15 @@ fn be_the_child(ask: OwnedFd, answer: OwnedFd) {
     let _ = ANSWER.set(answer.into());
     let _ = ASKED.set(question);
     // A panic the guard would catch, or one it would not, ends the child
-    // with its answer, before any handler of the parent's runs.
+    // with its answer, before any handler of the parent's runs. The old
+    // hook is leaked, not dropped: freeing its box would put a block on
+    // the heap's free lists that the parent's never had, and the child's
+    // replay of the program would be handed other blocks than the
+    // parent's (its watch on the wrong word, its steps down other paths).
+    // Nothing else here allocates or frees (the question is read into
+    // the stack, the code it steps was found before the fork): the
+    // child's heap is the parent's as it was at the fork.
+    std::mem::forget(std::panic::take_hook());
     std::panic::set_hook(Box::new(|_| end_in_child()));
 }
 
