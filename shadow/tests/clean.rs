@@ -27,6 +27,11 @@ fn system_runs_clean() {
 }
 
 #[test]
+fn glibc_runs_clean() {
+    targets("glibc", 7, &Target::ALL);
+}
+
+#[test]
 fn mimalloc_runs_clean() {
     // The flavor this build links: mimalloc or one of MIMALLOC_FLAVORS.
     let bundled = shadow::allocator::bundled_names();

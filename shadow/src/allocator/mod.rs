@@ -1,6 +1,6 @@
 //! The allocator under test: one trait, adapters behind it, chosen by name.
 //!
-//! Names: `system`, `mimalloc` (or one of [`MIMALLOC_FLAVORS`] in a build
+//! Names: `system`, `glibc`, `mimalloc` (or one of [`MIMALLOC_FLAVORS`] in a build
 //! with that feature), `jemalloc`, `arena`,
 //! `dylib:/path/lib.so[:prefix]`, `zoo:<bug>[+<bug>...][@<base>]`, and the
 //! allocators a build declares with [`declare`] (an author's own, from the
@@ -433,6 +433,9 @@ pub trait Heaps: Send + Sync {
 /// A constructor for a bundled or declared allocator.
 pub type Make = fn() -> Box<dyn Allocator>;
 
+/// A bundled allocator's constructor; `glibc`'s can fail.
+type MakeBundled = fn() -> Result<Box<dyn Allocator>, String>;
+
 /// How a declared name is made: linked in, or a library loaded when the
 /// name is first used (which can fail).
 #[derive(Clone, Copy)]
@@ -498,20 +501,22 @@ pub fn linked_c(name: &'static str, fns: CFunctions) -> Dylib {
 
 /// The bundled allocators by name. An author's allocator is declared in a
 /// config instead (see the docs/allocators.md, "Plug in your allocator").
-fn bundled() -> Vec<(&'static str, Make)> {
+fn bundled() -> Vec<(&'static str, MakeBundled)> {
     // Without a C allocator (the CLI's build) nothing is pushed.
     #[cfg_attr(
         not(any(feature = "mimalloc-c", feature = "jemalloc")),
         allow(unused_mut)
     )]
-    let mut list: Vec<(&'static str, Make)> = vec![
-        ("system", || Box::new(system::System)),
-        ("arena", || Box::new(arena::FixedArena::new())),
+    let mut list: Vec<(&'static str, MakeBundled)> = vec![
+        ("system", || Ok(Box::new(system::System))),
+        // libc.so.6 opened as a `dylib:` is: an error if it cannot be.
+        ("glibc", || Ok(Box::new(dylib::open_glibc()?))),
+        ("arena", || Ok(Box::new(arena::FixedArena::new()))),
     ];
     #[cfg(feature = "mimalloc-c")]
-    list.push((mimalloc::NAME, || Box::new(mimalloc::Mimalloc::new())));
+    list.push((mimalloc::NAME, || Ok(Box::new(mimalloc::Mimalloc::new()))));
     #[cfg(feature = "jemalloc")]
-    list.push(("jemalloc", || Box::new(jemalloc::Jemalloc::new())));
+    list.push(("jemalloc", || Ok(Box::new(jemalloc::Jemalloc::new()))));
     list
 }
 
@@ -523,7 +528,7 @@ pub fn bundled_names() -> Vec<&'static str> {
 /// The bundled allocators of the default fuzz build, whatever this build
 /// has: the `allocsoak` CLI runs no allocator (it is built without the
 /// C allocators), and checks names against this list.
-pub const BUNDLED: [&str; 4] = ["system", "arena", "mimalloc", "jemalloc"];
+pub const BUNDLED: [&str; 5] = ["system", "glibc", "arena", "mimalloc", "jemalloc"];
 
 /// Whether `name` is one of [`BUNDLED`], a mimalloc flavor or declared in
 /// this process, without making it; `zoo:` and `dylib:` names are their
@@ -557,7 +562,7 @@ pub fn by_name(name: &str) -> Result<&'static dyn Allocator, String> {
         })?;
         make(name)?
     } else if let Some((_, make)) = bundled().into_iter().find(|(n, _)| *n == name) {
-        make()
+        make()?
     } else if let Some(how) = declared(name) {
         match how {
             Declared::Linked(make) => make(),

@@ -140,7 +140,9 @@ impl Project {
             "mimalloc-v3" => bundled("libmimalloc-sys", "c_src/mimalloc/v3"),
             "jemalloc" => bundled("tikv-jemalloc-sys", "jemalloc"),
             "arena" => bundled("rlsf", "src"),
-            "system" => Err("the C library's malloc: allocsoak has no source of it to map".into()),
+            "system" | "glibc" => {
+                Err("the C library's malloc: allocsoak has no source of it to map".into())
+            }
             other if other.starts_with("dylib:") => dylib_sources(&other["dylib:".len()..]),
             other => Err(format!("unknown allocator `{other}`")),
         }

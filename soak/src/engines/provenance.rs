@@ -56,7 +56,11 @@ impl Project {
             None => (None, name),
         };
         let runs = match base {
-            "system" => format!("the C library's malloc (glibc {})", glibc()),
+            "system" => format!(
+                "the process's malloc: ASan's in the libFuzzer build, glibc {}'s in builds without ASan",
+                glibc()
+            ),
+            "glibc" => format!("glibc {}'s own malloc, resolved in libc past ASan", glibc()),
             "mimalloc" | "mimalloc-secure" | "mimalloc-debug" | "mimalloc-v3" => mimalloc(graph),
             "jemalloc" => match package(graph, "tikv-jemalloc-sys") {
                 Some(p) => format!("jemalloc from {}", described(graph, p)),

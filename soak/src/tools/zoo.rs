@@ -19,7 +19,7 @@ use crate::engines::project::{Build, Project};
 /// Correct allocators that must run clean under the same budget; `arena`
 /// runs out of room on purpose, so its refusals must not read as `null`
 /// nor its capacity as lost.
-pub const CONTROLS: [&str; 4] = ["system", "mimalloc", "jemalloc", "arena"];
+pub const CONTROLS: [&str; 5] = ["system", "glibc", "mimalloc", "jemalloc", "arena"];
 
 /// One zoo run: a planted bug, or a control allocator on a target.
 pub struct Case {

@@ -15,9 +15,11 @@ use super::{
 };
 
 mod check;
+mod glibc;
 mod heaps;
 
 pub use check::{HeapCheckFn, HeapCheckReturns};
+pub use glibc::open as open_glibc;
 pub use heaps::CHeapApi;
 
 pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
