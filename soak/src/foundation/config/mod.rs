@@ -351,6 +351,8 @@ impl Config {
         // The drift build is plain: the mimalloc flavors need builds of
         // their own, and a slot's `dylib:` is instrumented (it would not
         // load); a plain build of the same library is named in the list.
+        // Without ASan, `system` is glibc's malloc: `glibc` would watch the
+        // same code twice.
         let flavor = |a: &str| MIMALLOC_FLAVORS.contains(&a);
         let allocators: Vec<String> = match &d.allocators {
             Some(list) => {
@@ -366,7 +368,8 @@ impl Config {
                 let mut list: Vec<String> = Vec::new();
                 for s in slots {
                     let a = &s.allocator;
-                    if !flavor(a) && !a.starts_with("dylib:") && !list.contains(a) {
+                    let twin = a == "glibc" && slots.iter().any(|s| s.allocator == "system");
+                    if !flavor(a) && !twin && !a.starts_with("dylib:") && !list.contains(a) {
                         list.push(a.clone());
                     }
                 }

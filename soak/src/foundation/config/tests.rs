@@ -136,7 +136,7 @@ fn drift_is_off_unless_given_a_share() {
 fn drift_series_default_to_the_slots_allocators_the_drift_build_runs() {
     let series = drift(
         "targets = [\"alloc_ops\", \"mt_ops\"]\n\
-         allocators = [\"system\", \"mimalloc-debug\", \"zoo:leak-on-shrink\", \"system\", \"dylib:/usr/lib/x86_64-linux-gnu/libc.so.6\"]\n\
+         allocators = [\"system\", \"glibc\", \"mimalloc-debug\", \"zoo:leak-on-shrink\", \"system\", \"dylib:/usr/lib/x86_64-linux-gnu/libc.so.6\"]\n\
          [drift]\ncpu_share = 0.5\ntargets = [\"alloc_ops\", \"heap_api\"]\n",
     )
     .unwrap();
@@ -150,6 +150,12 @@ fn drift_series_default_to_the_slots_allocators_the_drift_build_runs() {
             "heap_api/zoo:leak-on-shrink"
         ]
     );
+    // Without `system` beside it, `glibc` is watched.
+    let series =
+        drift("targets = [\"alloc_ops\"]\nallocators = [\"glibc\"]\n[drift]\ncpu_share = 0.5\n")
+            .unwrap();
+    let labels: Vec<String> = series.iter().map(Series::label).collect();
+    assert_eq!(labels, ["alloc_ops/glibc"]);
 }
 
 #[test]
