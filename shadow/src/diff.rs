@@ -159,7 +159,8 @@ fn runs_on_both(ex: &Executor, op: &Op, a: &dyn Allocator, b: &dyn Allocator) ->
         | Op::RaceAlloc { align, .. }
         | Op::RaceRemoteFree { align, .. }
         | Op::RaceExit { align, .. }
-        | Op::RaceChurn { align, .. } => align,
+        | Op::RaceChurn { align, .. }
+        | Op::RaceFork { align, .. } => align,
         _ => 1,
     };
     if align > a.max_align().min(b.max_align()) {

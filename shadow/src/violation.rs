@@ -169,6 +169,12 @@ pub enum Violation {
         lost: usize,
         how: String,
     },
+    /// A child forked while other threads were inside the allocator
+    /// failed at its own calls for blocks of `size` (`how`: it hung on a
+    /// lock a thread it does not have held at the fork, a block of its
+    /// broke, the allocator panicked, a signal ended it). The parent's
+    /// heap is as it was.
+    Fork { size: usize, how: String },
 }
 
 /// The `why` of a usable size larger than the block.
@@ -210,6 +216,7 @@ impl Violation {
             Violation::CapacityLeak { .. } => "capacity-leak",
             Violation::KeptBytes { .. } => "kept-bytes",
             Violation::RemoteFreeLost { .. } => "remote-free-lost",
+            Violation::Fork { .. } => "fork",
             Violation::Leak { .. } => "leak",
         }
     }
@@ -257,6 +264,7 @@ impl Violation {
                 | Violation::AllocatorError { .. }
                 | Violation::Leak { .. }
                 | Violation::RemoteFreeLost { .. }
+                | Violation::Fork { .. }
                 | Violation::HeapCheck { .. }
                 | Violation::Contents { by_call: true, .. }
         )
@@ -460,6 +468,10 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "{lost} of {freed} blocks of size {size} freed on another thread than their owner's (first {ptr:#x}) {how}"
+            ),
+            Violation::Fork { size, how } => write!(
+                f,
+                "a child forked while other threads were in the allocator {how}, at its own blocks of size {size}"
             ),
             Violation::Leak { ptr, size, call } => write!(
                 f,

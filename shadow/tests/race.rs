@@ -199,9 +199,22 @@ fn an_exit_reclaim_race_is_found_by_a_race_and_never_one_op_at_a_time() {
     );
 }
 
+/// Another thread holds the allocator's lock as one forks: the child's
+/// own request of the size waits on it for ever, and is killed.
+#[test]
+fn a_lock_held_at_a_fork_is_found_by_a_race_and_never_one_op_at_a_time() {
+    let _alone = alone();
+    found_by_a_race_alone(
+        "target mt_ops\nrace-fork worker=0 size=18000 align=8\n",
+        zoo_over("fork-held-lock", common::by_name("system").unwrap()),
+        zoo::Bug::ForkHeldLock.expected_kinds(),
+    );
+}
+
 /// The contention ops run clean on the correct allocators, at once and
 /// serially: remote frees of every size tier come back, threads exit
-/// while others free their blocks, every thread churns one class.
+/// while others free their blocks, every thread churns one class, a
+/// child forked while the others churn makes its own calls.
 #[test]
 fn contention_ops_run_clean_on_correct_allocators() {
     let _alone = alone();
@@ -218,6 +231,7 @@ fn contention_ops_run_clean_on_correct_allocators() {
         .unwrap();
         writeln!(text, "race-exit worker={i} size={size} align=16 count=16").unwrap();
         writeln!(text, "race-churn size={size} align=8 count=16").unwrap();
+        writeln!(text, "race-fork worker={i} size={size} align=8").unwrap();
     }
     let program = common::program(&text);
     for allocator in ["system", "mimalloc", "jemalloc"] {

@@ -62,6 +62,11 @@ pub enum Bug {
     /// merged: a remainder too small for the class is lost for good, so
     /// mixed sizes on worker threads grow the region without bound.
     SplitNeverMerged,
+    /// 16385–20480 B blocks are allocated and freed under a lock of the
+    /// zoo's own with no fork handler: a fork while another thread holds
+    /// it leaves the child a lock no thread will release, and the child's
+    /// first such request hangs.
+    ForkHeldLock,
     /// Growing a block the allocator handed out misaligned copies 4 bytes
     /// too few: a bug only programs that pass a misaligned block (another
     /// bug's violation) reach.
@@ -224,7 +229,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 52] = [
+    pub const ALL: [Bug; 53] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -271,6 +276,7 @@ impl Bug {
         Bug::SlowLeak,
         Bug::LateRemoteLeak,
         Bug::SplitNeverMerged,
+        Bug::ForkHeldLock,
         Bug::AlignIgnored,
         Bug::XthreadZeroedLink,
         Bug::SlackFooter,
@@ -327,6 +333,7 @@ impl Bug {
             Bug::SlowLeak => "slow-leak",
             Bug::LateRemoteLeak => "late-remote-leak",
             Bug::SplitNeverMerged => "split-never-merged",
+            Bug::ForkHeldLock => "fork-held-lock",
             Bug::AlignIgnored => "align-ignored",
             Bug::XthreadZeroedLink => "xthread-zeroed-link",
             Bug::DroppedRemoteFree => "dropped-remote-free",
@@ -365,7 +372,8 @@ impl Bug {
             | Bug::LostRemoteFree
             | Bug::ExitReclaimRace
             | Bug::XthreadZeroedLink
-            | Bug::DroppedRemoteFree => shadow::Target::MtOps,
+            | Bug::DroppedRemoteFree
+            | Bug::ForkHeldLock => shadow::Target::MtOps,
             Bug::HeapDeleteDrops
             | Bug::HeapSizedFreeTwice
             | Bug::HeapRezallocFreesTwice
@@ -440,6 +448,8 @@ impl Bug {
             Bug::PurgeDropsLive => &["contents"],
             Bug::CapacityLeak => &["capacity-leak"],
             Bug::DroppedRemoteFree => &["kept-bytes"],
+            // The child hangs on the lock, and is killed.
+            Bug::ForkHeldLock => &["fork"],
             Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged => &["rss-drift"],
             Bug::PanicClass | Bug::LatentCorruption | Bug::SlackFooter => &["panic"],
             Bug::WildWrite => &["SEGV"],

@@ -167,12 +167,6 @@ impl Zoo {
         self.slow_leak.kept()
     }
 
-    /// Bytes `SplitNeverMerged`'s region has handed out from its end.
-    #[doc(hidden)]
-    pub fn splintered_bytes(&self) -> usize {
-        self.splinters.top()
-    }
-
     fn has(&self, bug: Bug) -> bool {
         self.bugs.contains(&bug)
     }
@@ -375,6 +369,9 @@ impl Allocator for Zoo {
         if self.splinters.holds(p) {
             return self.splinters.free(p);
         }
+        if self.is_fork_locked(size, align) {
+            return self.fork_locked(|| self.base.free(p, size, align));
+        }
         if self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN && self.keep_large(p, size) {
             return;
         }
@@ -547,6 +544,9 @@ impl Zoo {
         }
         if self.is_exit_reclaim(size, align) {
             return self.exits.alloc(size, zeroed);
+        }
+        if self.is_fork_locked(size, align) {
+            return self.fork_locked(|| self.base.alloc(size, align, zeroed));
         }
         if self.is_splintered(size, align) {
             let p = self.splinters.alloc(size, zeroed);

@@ -36,6 +36,10 @@ const REMOTE_LEAK: RangeInclusive<usize> = 1..=1024;
 const REMOTE_LEAK_AFTER: u64 = 1_000_000;
 const REMOTE_LEAK_EVERY: u64 = 8;
 
+/// `ForkHeldLock`: the sizes, and the lock no fork handler takes.
+const FORK_LOCKED: RangeInclusive<usize> = 16385..=20480;
+static FORK_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `SlackFooter`: the sizes, and the footer's tag.
 const FOOTED: RangeInclusive<usize> = 8193..=12288;
 const FOOTER_TAG: usize = 0xF007_E5CA_1AB1_E000;
@@ -388,6 +392,24 @@ impl Zoo {
             st.owners.insert(p as usize, (me, size, align));
             st.newest.insert(me, p as usize);
         }
+    }
+
+    /// `ForkHeldLock`: a block of its class.
+    pub(super) fn is_fork_locked(&self, size: usize, align: usize) -> bool {
+        align <= 16 && self.has(Bug::ForkHeldLock) && FORK_LOCKED.contains(&size)
+    }
+
+    /// `ForkHeldLock`: runs `call` (the base's alloc or free) under the
+    /// zoo's lock, held a few microseconds more, as a slow path would.
+    #[inline(never)]
+    pub(super) fn fork_locked<R>(&self, call: impl FnOnce() -> R) -> R {
+        let _held = FORK_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let r = call();
+        let until = std::time::Instant::now() + std::time::Duration::from_micros(20);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        r
     }
 
     /// `SplitNeverMerged`: a block of its class asked on a worker thread

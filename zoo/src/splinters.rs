@@ -128,3 +128,11 @@ fn map_region() -> usize {
         p as usize
     }
 }
+
+impl super::Zoo {
+    /// Bytes `SplitNeverMerged`'s region has handed out from its end.
+    #[doc(hidden)]
+    pub fn splintered_bytes(&self) -> usize {
+        self.splinters.top()
+    }
+}

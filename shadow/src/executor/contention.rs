@@ -20,6 +20,8 @@ use crate::workers::WORKERS;
 /// Largest block a churn step allocates: allocator races live in the size
 /// classes a thread cache or a page's free list serves.
 pub const CHURN_MAX: usize = 64 << 10;
+/// Blocks each churning worker cycles while a race-fork's worker forks.
+const FORK_CHURN: usize = 16;
 
 /// Most bytes one thread of a contention op allocates: all its blocks of a
 /// size up to 32 KiB, fewer of larger ones, one of 1 MiB or more (a large
@@ -134,6 +136,43 @@ impl Executor {
                 );
             }
         }
+        Outcome::Done
+    }
+
+    /// Every other worker churns blocks of `size` while `worker` forks,
+    /// and its child allocates blocks of the size ([`Step::Fork`]).
+    pub(super) fn race_fork(&mut self, worker: usize, size: usize, align: usize) -> Outcome {
+        let count = within_budget(size, align, FORK_CHURN);
+        let bytes = size.saturating_mul(count).saturating_mul(WORKERS);
+        if !self.checked
+            || size == 0
+            || size > CHURN_MAX
+            || align > self.alloc.max_align()
+            || !self.shadow.fits(bytes.saturating_add(self.race.bytes()))
+        {
+            return Outcome::Skipped;
+        }
+        let forker = worker % WORKERS;
+        if !self.race.has_room(forker) {
+            return Outcome::Skipped;
+        }
+        for other in others(forker, forker + 1) {
+            if self.race.has_room(other) {
+                let seed = self.seeds.next();
+                self.race.push(
+                    other,
+                    Step::Churn {
+                        size,
+                        align,
+                        count,
+                        seed,
+                    },
+                );
+            }
+        }
+        let seed = self.seeds.next();
+        self.race.push(forker, Step::Fork { size, align, seed });
+        self.run_race();
         Outcome::Done
     }
 

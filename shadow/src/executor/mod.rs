@@ -445,6 +445,11 @@ impl Executor {
                 count,
             } => self.race_exit(worker, size, align, count),
             Op::RaceChurn { size, align, count } => self.queue_churn(size, align, count),
+            Op::RaceFork {
+                worker,
+                size,
+                align,
+            } => self.race_fork(worker, size, align),
             // The `workload` target's programs run on their own runner.
             Op::Workload(_) => Outcome::Skipped,
         }

@@ -64,6 +64,38 @@ pub enum Step {
         count: usize,
         seed: u64,
     },
+    /// Fork the process while the other workers run: the child, this
+    /// thread alone in it, allocates [`FORK_BLOCKS`] blocks of `size`,
+    /// writes the pattern of `seed + i` into the `i`-th, checks and frees
+    /// them, and exits; the worker waits for it ([`FORK_PATIENCE`]).
+    Fork {
+        size: usize,
+        align: usize,
+        seed: u64,
+    },
+}
+
+/// Blocks a forked child allocates, checks and frees.
+pub const FORK_BLOCKS: usize = 8;
+/// How long a forked child may take before it is hung.
+pub const FORK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How a forked child ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForkEnd {
+    /// It made its calls, its blocks held their patterns, and it exited.
+    Clean,
+    /// The system refused the fork: nothing was checked.
+    Refused,
+    /// It had not exited after [`FORK_PATIENCE`] (killed then): a lock
+    /// held at the fork by a thread the child does not have.
+    Hung,
+    /// A block's pattern broke, a request failed, or the allocator
+    /// panicked in it (its exit code), or a signal ended it.
+    Failed {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 /// What a step did.
@@ -101,6 +133,8 @@ pub enum Done {
         len: usize,
         held: Held,
     },
+    /// How a forked child ended.
+    Forked(ForkEnd),
     Panicked(Panicked),
 }
 
@@ -150,7 +184,7 @@ impl Section {
             | Step::Realloc { block, .. }
             | Step::Resize { block, .. }
             | Step::Usable { block } => Some((block.ptr, block.end())),
-            Step::Alloc { .. } | Step::Churn { .. } => None,
+            Step::Alloc { .. } | Step::Churn { .. } | Step::Fork { .. } => None,
         })
     }
 
@@ -158,10 +192,12 @@ impl Section {
     /// resize that may shrink, a churn): the section can then make room
     /// after a refusal in it.
     pub fn frees(&self) -> bool {
-        self.scripts
-            .iter()
-            .flatten()
-            .any(|s| !matches!(s, Step::Alloc { .. } | Step::Usable { .. }))
+        self.scripts.iter().flatten().any(|s| {
+            !matches!(
+                s,
+                Step::Alloc { .. } | Step::Usable { .. } | Step::Fork { .. }
+            )
+        })
     }
 }
 
@@ -332,6 +368,6 @@ fn race_bytes(step: &Step) -> usize {
         Step::Realloc { new, .. } => new,
         Step::Resize { new, extra, .. } => new.saturating_add(extra),
         Step::Churn { size, count, .. } => size.saturating_mul(count),
-        Step::Free { .. } | Step::Usable { .. } => 0,
+        Step::Free { .. } | Step::Usable { .. } | Step::Fork { .. } => 0,
     }
 }

@@ -2,7 +2,7 @@
 //! main thread, the section run ([`super::race::run`]), then every check of
 //! what its steps did, in script order.
 
-use super::race::{run, Done, Step};
+use super::race::{run, Done, ForkEnd, Step, FORK_PATIENCE};
 use super::{Executor, Origin, Outcome};
 use crate::allocator::InPlace;
 use crate::edges::{NewSize, IMPOSSIBLE_FROM};
@@ -190,6 +190,26 @@ impl Executor {
             (Step::Usable { block }, Done::Usable { usable, extent }) => {
                 self.check_raced_usable(block, usable, extent)
             }
+            (Step::Fork { size, .. }, Done::Forked(end)) => {
+                let how = match end {
+                    ForkEnd::Clean | ForkEnd::Refused => return,
+                    ForkEnd::Hung => format!(
+                        "did not exit within {} s (a lock held at the fork)",
+                        FORK_PATIENCE.as_secs()
+                    ),
+                    ForkEnd::Failed { code: Some(2), .. } => {
+                        "found a block of its broken (exit 2)".to_string()
+                    }
+                    ForkEnd::Failed { code: Some(3), .. } => {
+                        "panicked in the allocator (exit 3)".to_string()
+                    }
+                    ForkEnd::Failed { code, signal } => match signal {
+                        Some(signal) => format!("died of signal {signal}"),
+                        None => format!("exited with {code:?}"),
+                    },
+                };
+                self.guard.flag(Violation::Fork { size, how });
+            }
             (step, Done::Block { ptr, broken }) => self.check_raced_block(step, ptr, broken, frees),
             (step, done) => unreachable!("{step:?} cannot end as {done:?}"),
         }
@@ -309,6 +329,7 @@ impl Step {
             Step::Realloc { block, .. } => ("race-realloc", block.size, block.align),
             Step::Resize { block, .. } => ("race-resize", block.size, block.align),
             Step::Usable { block } => ("race-usable-size", block.size, block.align),
+            Step::Fork { size, align, .. } => ("race-fork", size, align),
         }
     }
 }
@@ -326,9 +347,11 @@ fn raced_block(step: &Step, done: &Done) -> Option<Block> {
     let (size, align) = match *step {
         Step::Alloc { size, align, .. } => (size, align),
         Step::Realloc { block, new, .. } => (new, block.align),
-        Step::Free { .. } | Step::Resize { .. } | Step::Usable { .. } | Step::Churn { .. } => {
-            return None
-        }
+        Step::Free { .. }
+        | Step::Resize { .. }
+        | Step::Usable { .. }
+        | Step::Churn { .. }
+        | Step::Fork { .. } => return None,
     };
     Some(Block::fresh(ptr, size, align))
 }

@@ -4,7 +4,7 @@
 //! on the main thread ([`super::race_ops`]).
 
 use super::claims::Claims;
-use super::race::{Done, Inside, Step};
+use super::race::{Done, ForkEnd, Inside, Step, FORK_BLOCKS, FORK_PATIENCE};
 use super::slack::fill_slack;
 use crate::allocator::{Allocator, Heaps, InPlace};
 use crate::guard;
@@ -48,6 +48,7 @@ pub(super) fn step(
                 count,
                 seed,
             } => on.churn(size, align, count, seed),
+            Step::Fork { size, align, seed } => on.fork(size, align, seed),
         }
     });
     result.unwrap_or_else(Done::Panicked)
@@ -214,4 +215,97 @@ impl On<'_> {
             refused,
         }
     }
+
+    /// A fork step: the child makes its calls and exits
+    /// ([`in_forked_child`]); this worker waits for it, and kills it once
+    /// it has waited [`FORK_PATIENCE`].
+    unsafe fn fork(&self, size: usize, align: usize, seed: u64) -> Done {
+        // SAFETY: the child runs only `in_forked_child`, this thread's
+        // calls into the allocator (the other threads are not in it), and
+        // leaves by `_exit`: no unwinding into the harness, no handler of
+        // the parent's at exit.
+        let pid = self.inside.during(|| unsafe { libc::fork() });
+        match pid {
+            -1 => return Done::Forked(ForkEnd::Refused),
+            0 => unsafe { in_forked_child(self.alloc, size, align, seed) },
+            _ => {}
+        }
+        let deadline = std::time::Instant::now() + FORK_PATIENCE;
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for this step's own child, without blocking.
+            let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if done == pid {
+                break;
+            }
+            if done < 0 || std::time::Instant::now() >= deadline {
+                // SAFETY: the child is this step's, not yet reaped.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                return Done::Forked(ForkEnd::Hung);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let end = match (libc::WIFEXITED(status), libc::WIFSIGNALED(status)) {
+            (true, _) if libc::WEXITSTATUS(status) == 0 => ForkEnd::Clean,
+            (true, _) => ForkEnd::Failed {
+                code: Some(libc::WEXITSTATUS(status)),
+                signal: None,
+            },
+            (_, true) => ForkEnd::Failed {
+                code: None,
+                signal: Some(libc::WTERMSIG(status)),
+            },
+            _ => ForkEnd::Failed {
+                code: None,
+                signal: None,
+            },
+        };
+        Done::Forked(end)
+    }
+}
+
+/// A fork step's child: allocates [`FORK_BLOCKS`] blocks of `size`,
+/// writes each, checks and frees them, and exits 0; 2 when a pattern
+/// broke, 3 when the allocator panicked. It never returns.
+///
+/// # Safety
+/// Only in the child of a fork, on the thread that forked; `align` is one
+/// the allocator serves.
+unsafe fn in_forked_child(
+    alloc: &'static dyn Allocator,
+    size: usize,
+    align: usize,
+    seed: u64,
+) -> ! {
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut ptrs = [std::ptr::null_mut::<u8>(); FORK_BLOCKS];
+        for (i, p) in ptrs.iter_mut().enumerate() {
+            // SAFETY: the caller's; each block is written within its size.
+            unsafe {
+                // A refused request is judged nowhere: the parent's
+                // section may hold the room.
+                *p = alloc.alloc(size, align, false);
+                if !p.is_null() {
+                    pattern::fill(*p, size, seed.wrapping_add(i as u64));
+                }
+            }
+        }
+        let mut code = 0;
+        for (i, &p) in ptrs.iter().enumerate().filter(|(_, p)| !p.is_null()) {
+            // SAFETY: each block is live, this child's, written above.
+            unsafe {
+                if pattern::check(p, size, size, seed.wrapping_add(i as u64)).is_some() {
+                    code = 2;
+                }
+                alloc.free(p, size, align);
+            }
+        }
+        code
+    }));
+    // SAFETY: ends the child at once: no destructor, no atexit handler,
+    // no flush of what the parent's buffers held at the fork.
+    unsafe { libc::_exit(code.unwrap_or(3)) }
 }

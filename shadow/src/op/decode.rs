@@ -99,6 +99,7 @@ enum ArbThreadOp {
     RemoteFree(u8, u8, ArbSize, ArbAlign, u8),
     Exit(u8, ArbSize, ArbAlign, u8),
     Churn(ArbSize, ArbAlign, u8),
+    Fork(u8, ArbSize, ArbAlign),
 }
 
 /// The race ops of `heap_api`: those a heap's blocks take from another
@@ -291,6 +292,14 @@ impl ArbThreadOp {
                     size,
                     align,
                     count: usize::from(count % 32) + 1,
+                }
+            }
+            ArbThreadOp::Fork(worker, size, align) => {
+                let (size, align) = size_align(size, align, h);
+                Op::RaceFork {
+                    worker: worker.into(),
+                    size,
+                    align,
                 }
             }
         }

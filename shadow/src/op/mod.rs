@@ -277,6 +277,16 @@ pub enum Op {
         align: usize,
         count: usize,
     },
+    /// The fork race in one op: a section runs in which every other
+    /// worker churns blocks of `size` while worker `worker` forks the
+    /// process; the child, that thread alone, allocates, writes, checks
+    /// and frees blocks of `size` and exits. A lock another thread held at
+    /// the fork (an allocator without fork handlers) hangs it.
+    RaceFork {
+        worker: usize,
+        size: usize,
+        align: usize,
+    },
     /// A whole stress program on its own threads (the `workload` target's
     /// one op).
     Workload(Workload),
@@ -337,6 +347,7 @@ impl Op {
                 | Op::RaceRemoteFree { .. }
                 | Op::RaceExit { .. }
                 | Op::RaceChurn { .. }
+                | Op::RaceFork { .. }
         )
     }
 }

@@ -216,6 +216,11 @@ impl fmt::Display for Op {
             Op::RaceChurn { size, align, count } => {
                 write!(f, "race-churn size={size} align={align} count={count}")
             }
+            Op::RaceFork {
+                worker,
+                size,
+                align,
+            } => write!(f, "race-fork worker={worker} size={size} align={align}"),
             Op::Workload(w) => write!(f, "{w}"),
         }
     }
@@ -460,6 +465,11 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
             size: num("size")?,
             align: align()?,
             count: num("count")?,
+        },
+        "race-fork" => Op::RaceFork {
+            worker: num("worker")?,
+            size: num("size")?,
+            align: align()?,
         },
         "workload" => Op::Workload(super::workload::parse(&fields)?),
         other => return Err(format!("unknown op `{other}`")),
