@@ -220,13 +220,16 @@ impl On<'_> {
     /// ([`in_forked_child`]); this worker waits for it, and kills it once
     /// it has waited [`FORK_PATIENCE`].
     unsafe fn fork(&self, size: usize, align: usize, seed: u64) -> Done {
-        // SAFETY: the child runs only `in_forked_child`, this thread's
-        // calls into the allocator (the other threads are not in it), and
-        // leaves by `_exit`: no unwinding into the harness, no handler of
-        // the parent's at exit.
+        // SAFETY: `fork` takes no pointer; the child runs only what the
+        // next block says.
         let pid = self.inside.during(|| unsafe { libc::fork() });
         match pid {
             -1 => return Done::Forked(ForkEnd::Refused),
+            // SAFETY: this is the child, on the thread that forked (the
+            // other threads are not in it); it runs only its own calls
+            // into the allocator and leaves by `_exit`: no unwinding into
+            // the harness, no handler of the parent's at exit. `align` is
+            // one the allocator serves (checked when queued).
             0 => unsafe { in_forked_child(self.alloc, size, align, seed) },
             _ => {}
         }
