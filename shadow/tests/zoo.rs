@@ -62,6 +62,7 @@ fn reaching(bug: Bug) -> String {
         Bug::CapacityLeak => "target alloc_ops\nalloc size=3000 align=8\nrealloc slot=0 to=100\n",
         Bug::SlowLeak => "target alloc_ops\nalloc size=64 align=8\nfree slot=0\n",
         Bug::LateRemoteLeak => "target workload\nworkload kind=xmalloc threads=4 ops=20000 slots=1000 sizes=8..1024 seed=1\n",
+        Bug::ForkHeldLock => "target mt_ops\nrace-fork worker=0 size=18000 align=8\n",
         Bug::SplitNeverMerged => "target workload\nworkload kind=frag threads=4 ops=20000 slots=500 sizes=512..4096 seed=7\n",
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
         Bug::LostRemoteFree => "target mt_ops\nrace-remote-free freer=1 owner=0 size=1500 align=8 count=32\n",
@@ -160,6 +161,13 @@ fn check(bug: Bug) -> Check {
             Some((
                 "shadow/tests/race.rs",
                 "a_lost_remote_free_is_found_by_a_race_and_never_one_op_at_a_time",
+            )),
+        ),
+        Bug::ForkHeldLock => elsewhere(
+            "it needs a race",
+            Some((
+                "shadow/tests/race.rs",
+                "a_lock_held_at_a_fork_is_found_by_a_race_and_never_one_op_at_a_time",
             )),
         ),
         Bug::ExitReclaimRace => elsewhere(
