@@ -85,7 +85,8 @@ pub const FORK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3)
 pub enum ForkEnd {
     /// It made its calls, its blocks held their patterns, and it exited.
     Clean,
-    /// The system refused the fork: nothing was checked.
+    /// The system refused the fork (or the child was reaped elsewhere):
+    /// nothing was checked.
     Refused,
     /// It had not exited after [`FORK_PATIENCE`] (killed then): a lock
     /// held at the fork by a thread the child does not have.

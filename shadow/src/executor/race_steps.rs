@@ -241,7 +241,14 @@ impl On<'_> {
             if done == pid {
                 break;
             }
-            if done < 0 || std::time::Instant::now() >= deadline {
+            if done < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // Reaped by someone else: its end is not known here.
+                return Done::Forked(ForkEnd::Refused);
+            }
+            if std::time::Instant::now() >= deadline {
                 // SAFETY: the child is this step's, not yet reaped.
                 unsafe {
                     libc::kill(pid, libc::SIGKILL);
@@ -283,6 +290,17 @@ unsafe fn in_forked_child(
     align: usize,
     seed: u64,
 ) -> ! {
+    // The child says nothing (a sanitizer's report, a panic's message):
+    // the parent's `fork` finding is what the log holds.
+    // SAFETY: opens a NUL-terminated path and moves the descriptor onto
+    // the standard ones, this process's own.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+        if null >= 0 {
+            libc::dup2(null, 1);
+            libc::dup2(null, 2);
+        }
+    }
     let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut ptrs = [std::ptr::null_mut::<u8>(); FORK_BLOCKS];
         for (i, p) in ptrs.iter_mut().enumerate() {
