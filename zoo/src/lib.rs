@@ -206,10 +206,6 @@ impl Zoo {
         self.state().shifted.contains_key(&(p as usize))
     }
 
-    fn is_racy(&self, size: usize, align: usize) -> bool {
-        align <= 16 && self.has(Bug::RacyFreeList) && RACY.contains(&size)
-    }
-
     /// The size-class lookup `PanicClass`, `WildWrite` and
     /// `LatentCorruption` break.
     fn class_of(&self, size: usize) {
@@ -423,6 +419,10 @@ impl Allocator for Zoo {
 
     fn extras(&self) -> Option<&dyn Extras> {
         Some(self)
+    }
+
+    fn fork_safe(&self) -> bool {
+        self.base.fork_safe()
     }
 
     fn max_align(&self) -> usize {

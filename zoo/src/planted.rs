@@ -394,6 +394,10 @@ impl Zoo {
         }
     }
 
+    pub(super) fn is_racy(&self, size: usize, align: usize) -> bool {
+        align <= 16 && self.has(Bug::RacyFreeList) && RACY.contains(&size)
+    }
+
     /// `ForkHeldLock`: a block of its class.
     pub(super) fn is_fork_locked(&self, size: usize, align: usize) -> bool {
         align <= 16 && self.has(Bug::ForkHeldLock) && FORK_LOCKED.contains(&size)

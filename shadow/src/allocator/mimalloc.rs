@@ -85,6 +85,12 @@ impl Mimalloc {
 }
 
 impl Allocator for Mimalloc {
+    /// Its locks are taken around a fork (ASan's and glibc's; mimalloc's
+    /// and jemalloc's own fork handlers).
+    fn fork_safe(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         NAME
     }

@@ -181,6 +181,16 @@ pub trait Allocator: Send + Sync {
     /// a remote free that was silently dropped. `None` (the default): no
     /// such promise, as for an allocator that quarantines freed memory
     /// (ASan's, which is `system` in the fuzz builds).
+    /// Whether a child forked while other threads are inside it can
+    /// allocate (its locks taken around a fork, `pthread_atfork`, as
+    /// glibc's, jemalloc's and mimalloc's are): `race-fork` holds it to
+    /// that. Default: no such promise (POSIX asks nothing of malloc in a
+    /// multi-threaded process's child, and Rust global allocators with
+    /// plain locks make none), so `race-fork` skips it.
+    fn fork_safe(&self) -> bool {
+        false
+    }
+
     fn remote_reuse(&self, _size: usize, _align: usize) -> Option<usize> {
         None
     }

@@ -28,6 +28,12 @@ unsafe fn aligned(size: usize, align: usize) -> *mut u8 {
 }
 
 impl Allocator for System {
+    /// Its locks are taken around a fork (ASan's and glibc's; mimalloc's
+    /// and jemalloc's own fork handlers).
+    fn fork_safe(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "system"
     }

@@ -145,6 +145,8 @@ impl Executor {
         let count = within_budget(size, align, FORK_CHURN);
         let bytes = size.saturating_mul(count).saturating_mul(WORKERS);
         if !self.checked
+            || !self.alloc.fork_safe()
+            || self.forked
             || size == 0
             || size > CHURN_MAX
             || align > self.alloc.max_align()
@@ -152,6 +154,9 @@ impl Executor {
         {
             return Outcome::Skipped;
         }
+        // A fork costs a process's page tables (about 9 ms under ASan): one
+        // a program.
+        self.forked = true;
         let forker = worker % WORKERS;
         if !self.race.has_room(forker) {
             return Outcome::Skipped;

@@ -129,6 +129,8 @@ pub struct Executor {
     kept: KeptProbe,
     /// Huge requests made so far.
     huge: HugeBudget,
+    /// A `race-fork` has forked (one a program does).
+    forked: bool,
     finished: bool,
     pub stats: Stats,
 }
@@ -222,6 +224,7 @@ impl Executor {
             arena,
             kept,
             huge: HugeBudget::default(),
+            forked: false,
             finished: false,
             stats: Stats::default(),
         }

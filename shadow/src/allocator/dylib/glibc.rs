@@ -27,7 +27,7 @@ pub fn open() -> Result<Dylib, String> {
     let walk = unsafe { own_symbol::<Mallinfo2>(lib, own, "", "mallinfo2") }
         .ok_or_else(|| format!("`{path}` has no mallinfo2 (glibc 2.33 or later has)"))?;
     MALLINFO2.get_or_init(|| walk);
-    let mut glibc = glibc;
+    let mut glibc = glibc.with_fork_safe();
     glibc.more.heap_check = Some(walk_arenas);
     serves_from_its_arenas(&glibc, walk)?;
     Ok(glibc)

@@ -77,6 +77,9 @@ struct Properties {
     arena_size: Option<usize>,
     max_align: Option<usize>,
     single_threaded: bool,
+    /// Whether a child forked from a busy process can allocate
+    /// ([`Allocator::fork_safe`]).
+    fork_safe: bool,
     /// The largest request whose usable size `good_size` gives exactly
     /// (0: none; above it, at least the request).
     good_size_exact_up_to: usize,
@@ -350,6 +353,13 @@ impl Dylib {
         self
     }
 
+    /// Declares that a child forked while other threads are in it can
+    /// allocate (see [`Allocator::fork_safe`]).
+    pub fn with_fork_safe(mut self) -> Self {
+        self.properties.fork_safe = true;
+        self
+    }
+
     /// Declares it single-threaded (see [`Allocator::single_threaded`]).
     pub fn with_single_thread(mut self) -> Self {
         self.properties.single_threaded = true;
@@ -453,6 +463,10 @@ impl Allocator for Dylib {
 
     fn single_threaded(&self) -> bool {
         self.properties.single_threaded
+    }
+
+    fn fork_safe(&self) -> bool {
+        self.properties.fork_safe
     }
 
     fn size_classes(&self) -> Option<&'static str> {

@@ -54,6 +54,12 @@ unsafe fn resize(p: *mut u8, new_size: usize, flags: c_int) -> *mut u8 {
 }
 
 impl Allocator for Jemalloc {
+    /// Its locks are taken around a fork (ASan's and glibc's; mimalloc's
+    /// and jemalloc's own fork handlers).
+    fn fork_safe(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "jemalloc"
     }
