@@ -153,6 +153,8 @@ impl Config {
                 path.display()
             )
         })?;
+        trace_slots_are_drift_series(&text)
+            .with_context(|| format!("config {}", path.display()))?;
         let mut config: Config = toml::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
                 "config {}: {}; fix the file (soak.toml in the checkout shows every key)",
@@ -442,6 +444,23 @@ impl Config {
 /// built without the C allocators (the fuzz builds have them), an
 /// ASan-instrumented library loads only into the (ASan) fuzz binary, and
 /// the mimalloc flavors live in builds of their own.
+/// A recorded trace is soaked as a drift series, not a fuzzing slot (it
+/// has nothing to mutate): a `[[slot]]` naming one is told where it goes.
+fn trace_slots_are_drift_series(text: &str) -> Result<()> {
+    let Ok(top) = text.parse::<toml::Table>() else {
+        return Ok(()); // the typed parse says what is wrong
+    };
+    let slots = top.get("slot").and_then(toml::Value::as_array);
+    for slot in slots.into_iter().flatten() {
+        if let Some(trace) = slot.get("trace").and_then(toml::Value::as_str) {
+            bail!(
+                "[[slot]] trace = {trace:?}: a trace is replayed with its checks by the drift workers, a series per allocator; list it as [drift] traces = [{trace:?}] and give [drift] a cpu_share"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A `[drift] traces` entry is a trace file: its first bytes say so.
 fn check_trace(path: &Path) -> Result<()> {
     if !shadow::op::trace::file_is_trace(path) {

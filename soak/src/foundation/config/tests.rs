@@ -259,3 +259,21 @@ fn a_declared_library_must_exist_and_stays_off_honggfuzz() {
     let e = format!("{:#}", Config::load(&config).unwrap().slots().unwrap_err());
     assert!(e.contains("honggfuzz runs the plain build"), "{e}");
 }
+
+#[test]
+fn a_trace_slot_is_pointed_to_the_drift_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("soak.toml");
+    std::fs::write(
+        &path,
+        "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\n[[slot]]\ntrace = \"app.trace\"\nallocators = [\"mimalloc\"]\n",
+    )
+    .unwrap();
+    let e = format!("{:#}", Config::load(&path).unwrap_err());
+    assert!(
+        e.contains("[[slot]] trace = \"app.trace\"")
+            && e.contains("[drift] traces = [\"app.trace\"]"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
