@@ -41,25 +41,7 @@ impl SlowLeak {
 
     /// Keeps `BYTES` more, for good.
     pub(super) fn keep(&self) {
-        let slab = *self.slab.get_or_init(|| {
-            // SAFETY: a new anonymous private mapping where the kernel picks (null hint, no
-            // `MAP_FIXED`), so it replaces nothing; `MAP_FAILED` is checked below.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    SLAB,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                0
-            } else {
-                p as usize
-            }
-        });
+        let slab = *self.slab.get_or_init(|| reserve(SLAB));
         let n = self.kept.fetch_add(1, Ordering::Relaxed) as usize;
         if slab != 0 && (n + 1) * BYTES <= SLAB {
             // SAFETY: inside the slab this mapped, which nothing else uses.
@@ -70,5 +52,27 @@ impl SlowLeak {
     /// Blocks kept so far.
     pub(super) fn kept(&self) -> usize {
         self.kept.load(Ordering::Relaxed) as usize
+    }
+}
+
+/// Maps `len` bytes of the zoo's own (nothing resident until written),
+/// or 0 when the kernel refuses.
+pub(super) fn reserve(len: usize) -> usize {
+    // SAFETY: a new anonymous private mapping where the kernel picks (null hint, no
+    // `MAP_FIXED`), so it replaces nothing; `MAP_FAILED` is checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        0
+    } else {
+        p as usize
     }
 }

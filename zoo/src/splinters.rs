@@ -54,7 +54,7 @@ impl Splinters {
     /// A block of `size` bytes (in `CLASS`), or null when the region is
     /// used up: the caller asks its base then.
     pub(super) unsafe fn alloc(&self, size: usize, zeroed: bool) -> *mut u8 {
-        let start = *self.start.get_or_init(map_region);
+        let start = *self.start.get_or_init(|| super::slow_leak::reserve(REGION));
         if start == 0 {
             return std::ptr::null_mut();
         }
@@ -105,27 +105,6 @@ impl Splinters {
         if let Some(len) = c.live.remove(&(p as usize)) {
             c.free.entry(len).or_default().push(p as usize);
         }
-    }
-}
-
-/// Maps the region's reserve (nothing resident until written), or 0.
-fn map_region() -> usize {
-    // SAFETY: a new anonymous private mapping where the kernel picks (null hint, no
-    // `MAP_FIXED`), so it replaces nothing; `MAP_FAILED` is checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            REGION,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        0
-    } else {
-        p as usize
     }
 }
 
