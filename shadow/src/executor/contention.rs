@@ -112,68 +112,58 @@ impl Executor {
 
     /// Every worker churns `count` blocks of `size` at once.
     pub(super) fn queue_churn(&mut self, size: usize, align: usize, count: usize) -> Outcome {
-        let count = within_budget(size, align, count);
-        let bytes = size.saturating_mul(count).saturating_mul(WORKERS);
-        if !self.checked
-            || size == 0
-            || size > CHURN_MAX
-            || align > self.alloc.max_align()
-            || !self.shadow.fits(bytes.saturating_add(self.race.bytes()))
-        {
+        let Some(count) = self.churn_count(size, align, count) else {
             return Outcome::Skipped;
-        }
+        };
         for worker in 0..WORKERS {
-            if self.race.has_room(worker) {
-                let seed = self.seeds.next();
-                self.race.push(
-                    worker,
-                    Step::Churn {
-                        size,
-                        align,
-                        count,
-                        seed,
-                    },
-                );
-            }
+            self.push_churn(worker, size, align, count);
         }
         Outcome::Done
+    }
+
+    /// The blocks of `size` each worker of a churn cycles (`count`, within
+    /// an op's budget), or `None` when the section cannot take them.
+    fn churn_count(&self, size: usize, align: usize, count: usize) -> Option<usize> {
+        let count = within_budget(size, align, count);
+        let bytes = size.saturating_mul(count).saturating_mul(WORKERS);
+        let fits = self.checked
+            && size != 0
+            && size <= CHURN_MAX
+            && align <= self.alloc.max_align()
+            && self.shadow.fits(bytes.saturating_add(self.race.bytes()));
+        fits.then_some(count)
+    }
+
+    /// Queues a churn of `count` blocks of `size` on `worker`, if it has
+    /// room.
+    fn push_churn(&mut self, worker: usize, size: usize, align: usize, count: usize) {
+        if self.race.has_room(worker) {
+            let seed = self.seeds.next();
+            let churn = Step::Churn {
+                size,
+                align,
+                count,
+                seed,
+            };
+            self.race.push(worker, churn);
+        }
     }
 
     /// Every other worker churns blocks of `size` while `worker` forks,
     /// and its child allocates blocks of the size ([`Step::Fork`]).
     pub(super) fn race_fork(&mut self, worker: usize, size: usize, align: usize) -> Outcome {
-        let count = within_budget(size, align, FORK_CHURN);
-        let bytes = size.saturating_mul(count).saturating_mul(WORKERS);
-        if !self.checked
-            || !self.alloc.fork_safe()
-            || self.forked
-            || size == 0
-            || size > CHURN_MAX
-            || align > self.alloc.max_align()
-            || !self.shadow.fits(bytes.saturating_add(self.race.bytes()))
-        {
+        let forker = worker % WORKERS;
+        let Some(count) = self.churn_count(size, align, FORK_CHURN) else {
+            return Outcome::Skipped;
+        };
+        if !self.alloc.fork_safe() || self.forked || !self.race.has_room(forker) {
             return Outcome::Skipped;
         }
         // A fork costs a process's page tables (about 9 ms under ASan): one
         // a program.
         self.forked = true;
-        let forker = worker % WORKERS;
-        if !self.race.has_room(forker) {
-            return Outcome::Skipped;
-        }
         for other in others(forker, forker + 1) {
-            if self.race.has_room(other) {
-                let seed = self.seeds.next();
-                self.race.push(
-                    other,
-                    Step::Churn {
-                        size,
-                        align,
-                        count,
-                        seed,
-                    },
-                );
-            }
+            self.push_churn(other, size, align, count);
         }
         let seed = self.seeds.next();
         self.race.push(forker, Step::Fork { size, align, seed });
