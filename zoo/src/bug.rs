@@ -63,9 +63,10 @@ pub enum Bug {
     /// mixed sizes on worker threads grow the region without bound.
     SplitNeverMerged,
     /// 16385–20480 B blocks are allocated and freed under a lock of the
-    /// zoo's own with no fork handler: a fork while another thread holds
-    /// it leaves the child a lock no thread will release, and the child's
-    /// first such request hangs.
+    /// zoo's own with no fork handler (as is the lock of its bookkeeping,
+    /// taken briefly on every free): a fork while another thread holds
+    /// one leaves the child a lock no thread will release, and the
+    /// child's first request that takes it hangs.
     ForkHeldLock,
     /// Growing a block the allocator handed out misaligned copies 4 bytes
     /// too few: a bug only programs that pass a misaligned block (another

@@ -421,8 +421,10 @@ impl Allocator for Zoo {
         Some(self)
     }
 
+    /// Only `fork-held-lock` alone, over a base that is: the zoo's own
+    /// locks take no fork handler, so any other bug's would hang a child.
     fn fork_safe(&self) -> bool {
-        self.base.fork_safe()
+        self.bugs == [Bug::ForkHeldLock] && self.base.fork_safe()
     }
 
     fn max_align(&self) -> usize {
