@@ -153,15 +153,25 @@ impl Config {
                 path.display()
             )
         })?;
-        trace_slots_are_drift_series(&text)
-            .with_context(|| format!("config {}", path.display()))?;
-        let mut config: Config = toml::from_str(&text).map_err(|e| {
+        let unreadable = |e: toml::de::Error| {
             anyhow::anyhow!(
                 "config {}: {}; fix the file (soak.toml in the checkout shows every key)",
                 path.display(),
                 e.message()
             )
-        })?;
+        };
+        let mut top = text.parse::<toml::Table>().map_err(unreadable)?;
+        let traced =
+            take_trace_slots(&mut top).with_context(|| format!("config {}", path.display()))?;
+        let mut config: Config = toml::Value::Table(top).try_into().map_err(unreadable)?;
+        if !traced.is_empty() && config.drift.cpu_share == 0.0 {
+            bail!(
+                "config {}: [[slot]] trace = {:?}: a trace is replayed by the drift workers, and [drift] cpu_share is 0; give it a share (0.25 is a quarter of a core)",
+                path.display(),
+                traced[0]
+            );
+        }
+        config.drift.traces.extend(traced);
         config.path = std::path::absolute(path)
             .with_context(|| format!("failed to resolve {}", path.display()))?;
         for (i, d) in config.declared.iter().enumerate() {
@@ -440,25 +450,33 @@ impl Config {
     }
 }
 
-/// Checks an allocator name without making the allocator: the CLI is
-/// built without the C allocators (the fuzz builds have them), an
-/// ASan-instrumented library loads only into the (ASan) fuzz binary, and
-/// the mimalloc flavors live in builds of their own.
-/// A recorded trace is soaked as a drift series, not a fuzzing slot (it
-/// has nothing to mutate): a `[[slot]]` naming one is told where it goes.
-fn trace_slots_are_drift_series(text: &str) -> Result<()> {
-    let Ok(top) = text.parse::<toml::Table>() else {
-        return Ok(()); // the typed parse says what is wrong
+/// Takes the `[[slot]] trace = "app.trace"` entries out of the config's
+/// table: shorthand for `[drift] traces = ["app.trace"]`. A trace has
+/// nothing for a fuzzer to mutate, so its slot is a drift series under
+/// each drift allocator, replayed whole with its checks; any other key
+/// beside `trace` is refused.
+fn take_trace_slots(top: &mut toml::Table) -> Result<Vec<PathBuf>> {
+    let Some(toml::Value::Array(slots)) = top.get_mut("slot") else {
+        return Ok(Vec::new());
     };
-    let slots = top.get("slot").and_then(toml::Value::as_array);
-    for slot in slots.into_iter().flatten() {
-        if let Some(trace) = slot.get("trace").and_then(toml::Value::as_str) {
+    let mut traces = Vec::new();
+    for slot in std::mem::take(slots) {
+        let Some(trace) = slot.get("trace") else {
+            slots.push(slot);
+            continue;
+        };
+        let Some(path) = trace.as_str() else {
+            bail!("[[slot]] trace must be a trace file's path, as a string, not {trace}");
+        };
+        let keys = slot.as_table().into_iter().flat_map(|t| t.keys());
+        if let Some(other) = keys.into_iter().find(|k| *k != "trace") {
             bail!(
-                "[[slot]] trace = {trace:?}: a trace is replayed with its checks by the drift workers, a series per allocator; list it as [drift] traces = [{trace:?}] and give [drift] a cpu_share"
+                "[[slot]] trace = {path:?}: `{other}` does not apply to a trace, which runs as a drift series under every [drift] allocator; leave it out"
             );
         }
+        traces.push(PathBuf::from(path));
     }
-    Ok(())
+    Ok(traces)
 }
 
 /// A `[drift] traces` entry is a trace file: its first bytes say so.
@@ -472,6 +490,10 @@ fn check_trace(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Checks an allocator name without making the allocator: the CLI is
+/// built without the C allocators (the fuzz builds have them), an
+/// ASan-instrumented library loads only into the (ASan) fuzz binary, and
+/// the mimalloc flavors live in builds of their own.
 fn check_allocator(name: &str) -> Result<()> {
     if let Some(spec) = name.strip_prefix("dylib:") {
         let (path, _) = shadow::allocator::split_dylib_spec(spec);

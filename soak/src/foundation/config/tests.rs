@@ -261,19 +261,28 @@ fn a_declared_library_must_exist_and_stays_off_honggfuzz() {
 }
 
 #[test]
-fn a_trace_slot_is_pointed_to_the_drift_traces() {
+fn a_trace_slot_is_a_drift_series_and_says_what_it_needs() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("soak.toml");
-    std::fs::write(
-        &path,
-        "targets = [\"alloc_ops\"]\nallocators = [\"system\"]\n[[slot]]\ntrace = \"app.trace\"\nallocators = [\"mimalloc\"]\n",
-    )
-    .unwrap();
-    let e = format!("{:#}", Config::load(&path).unwrap_err());
-    assert!(
-        e.contains("[[slot]] trace = \"app.trace\"")
-            && e.contains("[drift] traces = [\"app.trace\"]"),
-        "{e}"
-    );
-    assert_eq!(e.lines().count(), 1, "{e}");
+    let load = |text: &str| {
+        std::fs::write(
+            &path,
+            format!("targets = [\"alloc_ops\"]\nallocators = [\"system\"]\n{text}"),
+        )
+        .unwrap();
+        Config::load(&path).map_err(|e| format!("{e:#}"))
+    };
+    let config = load("[[slot]]\ntrace = \"app.trace\"\n[drift]\ncpu_share = 0.5\n").unwrap();
+    assert_eq!(config.drift.traces, [PathBuf::from("app.trace")]);
+    assert!(config.slots.is_empty(), "no fuzzing slot of it");
+    for (text, says) in [
+        ("[[slot]]\ntrace = \"app.trace\"\n", "[drift] cpu_share is 0; give it a share"),
+        (
+            "[[slot]]\ntrace = \"app.trace\"\nallocators = [\"mimalloc\"]\n[drift]\ncpu_share = 0.5\n",
+            "`allocators` does not apply to a trace",
+        ),
+    ] {
+        let e = load(text).unwrap_err();
+        assert!(e.contains(says) && e.lines().count() == 1, "{e}");
+    }
 }
