@@ -156,6 +156,7 @@ fn runs_on_both(ex: &Executor, op: &Op, a: &dyn Allocator, b: &dyn Allocator) ->
         Op::Alloc { align, .. }
         | Op::HeapAlloc { align, .. }
         | Op::WorkerAlloc { align, .. }
+        | Op::ExitAlloc { align, .. }
         | Op::RaceAlloc { align, .. }
         | Op::RaceRemoteFree { align, .. }
         | Op::RaceExit { align, .. }

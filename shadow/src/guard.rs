@@ -34,7 +34,9 @@ fn install() {
         let previous = panic::take_hook();
         panic::set_hook(Box::new(move |info| {
             if INSIDE.with(Cell::get) {
-                CAUGHT.with(|c| *c.borrow_mut() = Some(caught(info)));
+                // `try_with`: a call in a thread's last destructors
+                // (`exit-alloc`) may come after CAUGHT's own.
+                let _ = CAUGHT.try_with(|c| *c.borrow_mut() = Some(caught(info)));
             } else {
                 previous(info)
             }
@@ -82,7 +84,9 @@ pub fn call<R>(f: impl FnOnce() -> R) -> Result<R, Panicked> {
     INSIDE.with(|i| i.set(false));
     result.map_err(|payload| {
         CAUGHT
-            .with(|c| c.borrow_mut().take())
+            .try_with(|c| c.borrow_mut().take())
+            .ok()
+            .flatten()
             .unwrap_or_else(|| Panicked {
                 // The hook did not see it: a hook installed after ours.
                 message: payload

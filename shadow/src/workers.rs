@@ -208,6 +208,34 @@ impl WorkerPool {
         rx.recv().expect("worker thread died while running a job")
     }
 
+    /// Runs `job` on worker `index` in its thread's last moments, on the
+    /// caller's CPU, and waits for the thread to end (the next job starts
+    /// a fresh one). It runs after the thread's Rust thread-locals are
+    /// gone and after the first round of its thread-specific data
+    /// destructors, where allocators end a thread's heap (mimalloc's
+    /// thread-done, jemalloc's tsd cleanup), as a program's own late
+    /// destructor calls the allocator ([`late`]).
+    pub fn run_at_exit<R: Send + 'static>(
+        &mut self,
+        index: usize,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        let (tx, rx) = channel();
+        let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let _ = tx.send(job());
+        });
+        self.send(
+            index,
+            Box::new(move || late::arm(job)),
+            Then::Exit,
+            Place::Beside,
+        );
+        // Joined here rather than reaped: a later op may start it again.
+        self.exiting.retain(|&i| i != index % WORKERS);
+        self.join(index);
+        rx.recv().expect("worker thread ended without its last job")
+    }
+
     /// Ends worker `index` on the caller's CPU, as a serial job; blocks it
     /// allocated stay live.
     pub fn exit(&mut self, index: usize) {
@@ -229,6 +257,69 @@ impl WorkerPool {
     }
 }
 
+/// A job run in a thread's last moments ([`WorkerPool::run_at_exit`]):
+/// the value of a thread-specific data key whose destructor runs it once
+/// a round of destructors has passed.
+mod late {
+    use std::sync::OnceLock;
+
+    /// An armed job, and the destructor rounds still to let pass.
+    struct Late {
+        wait: u8,
+        job: Box<dyn FnOnce() + Send>,
+    }
+
+    /// One round: every destructor of the first (an allocator's thread
+    /// exit among them: its key is older than this one, and a round runs
+    /// keys in order) has run when the job does.
+    const WAIT: u8 = 1;
+
+    pub(super) fn key() -> libc::pthread_key_t {
+        static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
+        *KEY.get_or_init(|| {
+            let mut key = 0;
+            // SAFETY: `key` is a valid place for the new key; `run` has the
+            // destructor's signature. The key is never deleted.
+            let made = unsafe { libc::pthread_key_create(&mut key, Some(run)) };
+            assert_eq!(
+                made, 0,
+                "pthread_key_create: no key left for a thread's last job"
+            );
+            key
+        })
+    }
+
+    /// Runs `job` on the calling thread as it exits.
+    pub(super) fn arm(job: Box<dyn FnOnce() + Send>) {
+        set(Box::new(Late { wait: WAIT, job }));
+    }
+
+    fn set(late: Box<Late>) {
+        let raw = Box::into_raw(late);
+        // SAFETY: the key lives for the process; the value is a leaked box
+        // that `run` takes back (once: the thread clears a value before
+        // it calls its destructor).
+        if unsafe { libc::pthread_setspecific(key(), raw.cast()) } != 0 {
+            // SAFETY: `raw` was not stored, so it is still this box alone.
+            let late = unsafe { Box::from_raw(raw) };
+            (late.job)();
+        }
+    }
+
+    /// The key's destructor: lets `wait` rounds pass (setting the value
+    /// again makes the thread run another round), then runs the job.
+    extern "C" fn run(value: *mut libc::c_void) {
+        // SAFETY: the key's only values are boxes `set` leaked, and the
+        // thread hands each to this destructor once.
+        let mut late = unsafe { Box::from_raw(value.cast::<Late>()) };
+        if late.wait > 0 {
+            late.wait -= 1;
+            return set(late);
+        }
+        (late.job)();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +338,48 @@ mod tests {
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one)
         };
         assert_eq!(set, 0, "could not pin the test thread to CPU {cpu}");
+    }
+
+    #[test]
+    fn a_last_job_runs_after_the_threads_exit_handlers() {
+        static DONE: Mutex<Vec<&str>> = Mutex::new(Vec::new());
+        struct Local;
+        impl Drop for Local {
+            fn drop(&mut self) {
+                DONE.lock().unwrap().push("thread-local");
+            }
+        }
+        thread_local! {
+            static LOCAL: Local = const { Local };
+        }
+        extern "C" fn key_done(_: *mut libc::c_void) {
+            DONE.lock().unwrap().push("key");
+        }
+        // A key made after the last job's own (a round runs keys in
+        // order): the job must still wait for its destructor.
+        let _ = late::key();
+        let mut key = 0;
+        // SAFETY: `key` is a valid place for the key; `key_done` has the
+        // destructor's signature.
+        assert_eq!(
+            unsafe { libc::pthread_key_create(&mut key, Some(key_done)) },
+            0
+        );
+        let mut pool = WorkerPool::lock();
+        pool.run(0, move || {
+            LOCAL.with(|_| ());
+            // SAFETY: a non-null value the destructor never reads.
+            unsafe {
+                libc::pthread_setspecific(key, std::ptr::NonNull::<u8>::dangling().as_ptr().cast())
+            };
+        });
+        let before = spawned();
+        let seen = pool.run_at_exit(0, || DONE.lock().unwrap().clone());
+        assert_eq!(seen, ["thread-local", "key"]);
+        pool.run(0, || ());
+        assert_eq!(spawned(), before + 1, "the next job starts a fresh thread");
+        // SAFETY: no thread holds a value of it any more.
+        unsafe { libc::pthread_key_delete(key) };
     }
 
     #[test]

@@ -68,6 +68,12 @@ pub enum Bug {
     /// one leaves the child a lock no thread will release, and the
     /// child's first request that takes it hangs.
     ForkHeldLock,
+    /// 20481–24576 B blocks come from a per-thread cache whose exit hook
+    /// hands the cached blocks to the other threads and leaves them
+    /// listed (stale) for the slot's next thread to clear: an allocation
+    /// the exiting thread makes after its hook, from a later destructor,
+    /// still pops the cache, and the block is handed out twice.
+    ExitStaleCache,
     /// Growing a block the allocator handed out misaligned copies 4 bytes
     /// too few: a bug only programs that pass a misaligned block (another
     /// bug's violation) reach.
@@ -230,7 +236,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 53] = [
+    pub const ALL: [Bug; 54] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -278,6 +284,7 @@ impl Bug {
         Bug::LateRemoteLeak,
         Bug::SplitNeverMerged,
         Bug::ForkHeldLock,
+        Bug::ExitStaleCache,
         Bug::AlignIgnored,
         Bug::XthreadZeroedLink,
         Bug::SlackFooter,
@@ -335,6 +342,7 @@ impl Bug {
             Bug::LateRemoteLeak => "late-remote-leak",
             Bug::SplitNeverMerged => "split-never-merged",
             Bug::ForkHeldLock => "fork-held-lock",
+            Bug::ExitStaleCache => "exit-stale-cache",
             Bug::AlignIgnored => "align-ignored",
             Bug::XthreadZeroedLink => "xthread-zeroed-link",
             Bug::DroppedRemoteFree => "dropped-remote-free",
@@ -374,7 +382,8 @@ impl Bug {
             | Bug::ExitReclaimRace
             | Bug::XthreadZeroedLink
             | Bug::DroppedRemoteFree
-            | Bug::ForkHeldLock => shadow::Target::MtOps,
+            | Bug::ForkHeldLock
+            | Bug::ExitStaleCache => shadow::Target::MtOps,
             Bug::HeapDeleteDrops
             | Bug::HeapSizedFreeTwice
             | Bug::HeapRezallocFreesTwice
@@ -451,6 +460,8 @@ impl Bug {
             Bug::DroppedRemoteFree => &["kept-bytes"],
             // The child hangs on the lock, and is killed.
             Bug::ForkHeldLock => &["fork"],
+            // Handed out again while live: the second request's overlap.
+            Bug::ExitStaleCache => &["overlap"],
             Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged => &["rss-drift"],
             Bug::PanicClass | Bug::LatentCorruption | Bug::SlackFooter => &["panic"],
             Bug::WildWrite => &["SEGV"],

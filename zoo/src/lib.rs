@@ -30,6 +30,7 @@ mod racy_list;
 mod remote_free;
 mod slow_leak;
 mod splinters;
+mod stale_cache;
 mod thread_slot;
 
 pub use bug::{default_base, parse_bugs, Bug};
@@ -42,6 +43,7 @@ use racy_list::RacyList;
 use remote_free::RemoteFrees;
 use slow_leak::SlowLeak;
 use splinters::Splinters;
+use stale_cache::StaleCaches;
 
 const DOUBLE_ISSUE: RangeInclusive<usize> = 33..=48;
 const STALE_LINK: RangeInclusive<usize> = 65..=96;
@@ -116,6 +118,8 @@ pub struct Zoo {
     /// `ExitReclaimRace`'s per-thread caches (shared with the threads'
     /// exit hooks).
     exits: Arc<ExitCaches>,
+    /// `ExitStaleCache`'s per-thread caches (shared likewise).
+    stale: Arc<StaleCaches>,
     /// `LatentCorruption`: `CLEAN`, `FLUSH_QUEUED` or `CORRUPT`.
     latent: AtomicU8,
     /// `SlowLeak`'s counter and the blocks it keeps (`LateRemoteLeak`'s).
@@ -146,6 +150,7 @@ impl Zoo {
             racy: RacyList::new(),
             remote: RemoteFrees::new(),
             exits: Arc::new(ExitCaches::new(base)),
+            stale: Arc::new(StaleCaches::new(base)),
             latent: AtomicU8::new(CLEAN),
             slow_leak: SlowLeak::new(),
             remote_frees: AtomicU64::new(0),
@@ -198,40 +203,13 @@ impl Zoo {
             || self.is_racy(size, align)
             || self.is_lost_remote(size, align)
             || self.is_exit_reclaim(size, align)
+            || self.is_exit_stale(size, align)
             || self.is_shifted(p)
             || self.splinters.holds(p)
     }
 
     fn is_shifted(&self, p: *mut u8) -> bool {
         self.state().shifted.contains_key(&(p as usize))
-    }
-
-    /// The size-class lookup `PanicClass`, `WildWrite` and
-    /// `LatentCorruption` break.
-    fn class_of(&self, size: usize) {
-        if self.has(Bug::PanicClass) && PANIC_CLASS.contains(&size) {
-            static CLASSES: [u8; 40] = [0; 40];
-            let _ = std::hint::black_box(CLASSES[(size - 2049) / 128 + 40]);
-        }
-        if self.has(Bug::WildWrite) && WILD_WRITE.contains(&size) {
-            // The range's class was never set up: its free-list head is
-            // null, and counting the request writes through it.
-            let counts: *mut u64 = std::hint::black_box(std::ptr::null_mut());
-            // SAFETY: not sound, on purpose: the planted `WildWrite` bug writes through a
-            // null pointer (hidden by `black_box`) so the process faults where the fuzzer
-            // must find it; it relies on the write faulting (SIGSEGV), which UB does not
-            // promise.
-            unsafe { counts.add(size / 64).write_volatile(1) };
-        }
-        if size <= 64
-            && self.has(Bug::LatentCorruption)
-            && self
-                .latent
-                .compare_exchange(CORRUPT, CLEAN, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            panic!("zoo: the size-class table is corrupt");
-        }
     }
 }
 
@@ -393,6 +371,9 @@ impl Allocator for Zoo {
         if self.is_exit_reclaim(size, align) {
             return self.exits.free(p);
         }
+        if self.is_exit_stale(size, align) {
+            return self.stale.free(p);
+        }
         if self.drops_remote_free(size, align) {
             return;
         }
@@ -466,6 +447,7 @@ impl Allocator for Zoo {
         *st = State::default();
         drop(st);
         self.exits.drain();
+        self.stale.drain();
         // SAFETY: the program has freed everything, so each block kept here is one the zoo took
         // from `base`, that nobody holds, listed once (the racy list is deduplicated, `cached_48`
         // checked on push); the stale list links through the blocks' first words. Assumes
@@ -546,6 +528,9 @@ impl Zoo {
         }
         if self.is_exit_reclaim(size, align) {
             return self.exits.alloc(size, zeroed);
+        }
+        if self.is_exit_stale(size, align) {
+            return self.stale.alloc(size, zeroed);
         }
         if self.is_fork_locked(size, align) {
             return self.fork_locked(|| self.base.alloc(size, align, zeroed));

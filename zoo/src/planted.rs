@@ -4,8 +4,12 @@
 //! are two groups, and one bug reached through any call is one.
 
 use std::ops::RangeInclusive;
+use std::sync::atomic::Ordering;
 
-use super::{Bug, Zoo, DOUBLE_ISSUE, FULL_PAGE, FULL_PAGE_BLOCKS, RACY, XTHREAD};
+use super::{
+    Bug, Zoo, CLEAN, CORRUPT, DOUBLE_ISSUE, FULL_PAGE, FULL_PAGE_BLOCKS, PANIC_CLASS, RACY,
+    WILD_WRITE, XTHREAD,
+};
 
 /// An offset of a `len`-byte block, with a few hundred bytes after it,
 /// that the fixed windows checks used before (the head, the tail and 32 64-byte
@@ -49,6 +53,34 @@ const INTERIOR: RangeInclusive<usize> = 257..=4095;
 const INTERIOR_OFFSETS: RangeInclusive<usize> = 2..=14;
 
 impl Zoo {
+    /// The size-class lookup `PanicClass`, `WildWrite` and
+    /// `LatentCorruption` break.
+    pub(super) fn class_of(&self, size: usize) {
+        if self.has(Bug::PanicClass) && PANIC_CLASS.contains(&size) {
+            static CLASSES: [u8; 40] = [0; 40];
+            let _ = std::hint::black_box(CLASSES[(size - 2049) / 128 + 40]);
+        }
+        if self.has(Bug::WildWrite) && WILD_WRITE.contains(&size) {
+            // The range's class was never set up: its free-list head is
+            // null, and counting the request writes through it.
+            let counts: *mut u64 = std::hint::black_box(std::ptr::null_mut());
+            // SAFETY: not sound, on purpose: the planted `WildWrite` bug writes through a
+            // null pointer (hidden by `black_box`) so the process faults where the fuzzer
+            // must find it; it relies on the write faulting (SIGSEGV), which UB does not
+            // promise.
+            unsafe { counts.add(size / 64).write_volatile(1) };
+        }
+        if size <= 64
+            && self.has(Bug::LatentCorruption)
+            && self
+                .latent
+                .compare_exchange(CORRUPT, CLEAN, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            panic!("zoo: the size-class table is corrupt");
+        }
+    }
+
     #[inline(never)]
     pub(super) unsafe fn align_ignored(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         self.shifted(size, align, 16, zeroed)
@@ -350,6 +382,11 @@ impl Zoo {
     /// Whether `LostRemoteFree` keeps a block of `size` and `align`.
     pub(super) fn is_lost_remote(&self, size: usize, align: usize) -> bool {
         align <= 16 && self.has(Bug::LostRemoteFree) && super::remote_free::CLASS.contains(&size)
+    }
+
+    /// Whether `ExitStaleCache` keeps a block of `size` and `align`.
+    pub(super) fn is_exit_stale(&self, size: usize, align: usize) -> bool {
+        align <= 16 && self.has(Bug::ExitStaleCache) && super::stale_cache::CLASS.contains(&size)
     }
 
     /// Whether `ExitReclaimRace` keeps a block of `size` and `align`.

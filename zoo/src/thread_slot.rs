@@ -85,6 +85,12 @@ pub(super) fn current() -> usize {
         .unwrap_or_else(|_| SHARED.fetch_add(1, Ordering::Relaxed) % SLOTS)
 }
 
+/// The calling thread's own slot; `None` once its exit hooks have run
+/// (a call from a later destructor).
+pub(super) fn held() -> Option<usize> {
+    HELD.try_with(|h| h.slot).ok()
+}
+
 /// Runs `hook` when the calling thread exits (once, however often it is
 /// asked). Does nothing from a thread already running its destructors.
 pub(super) fn on_exit<T: OnExit + 'static>(hook: &Arc<T>) {

@@ -18,6 +18,9 @@ use crate::writer;
 pub(super) enum On {
     Main,
     Worker(usize),
+    /// The worker's thread as it ends, after the allocator's own
+    /// thread-exit handlers ([`WorkerPool::run_at_exit`]).
+    Exiting(usize),
 }
 
 /// The call guard and its attribution: every allocator call the program
@@ -270,6 +273,9 @@ impl Workers {
         guard.counted(|| match on {
             On::Main => crate::guard::call(|| f(alloc)),
             On::Worker(w) => self.pool().run(w, move || crate::guard::call(|| f(alloc))),
+            On::Exiting(w) => self
+                .pool()
+                .run_at_exit(w, move || crate::guard::call(|| f(alloc))),
         })
     }
 

@@ -395,6 +395,19 @@ impl Executor {
             Op::WorkerCheck { worker, slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.worker_check(i, worker))
             }
+            // Not a huge or impossible request: their paths keep
+            // thread-locals of the harness's own, gone by then.
+            Op::ExitAlloc {
+                worker,
+                size,
+                align,
+            } if size <= crate::model::MAX_BLOCK => {
+                self.alloc_block(size, align, false, None, On::Exiting(worker))
+            }
+            Op::ExitAlloc { .. } => Outcome::Skipped,
+            Op::ExitFree { worker, slot: s } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.free_block(i, On::Exiting(worker))
+            }),
             Op::ThreadExit { worker, restart } => {
                 let pool = self.workers.pool();
                 pool.exit(worker);

@@ -95,6 +95,9 @@ enum ArbThreadOp {
     WorkerRealloc(u8, u8, ArbNewSize),
     WorkerCheck(u8, u8),
     ThreadExit(u8, bool),
+    /// An `exit-free` of the slot when the flag is set, else an
+    /// `exit-alloc`.
+    ExitCall(u8, u8, ArbSize, ArbAlign, bool),
     Race(ArbRaceOp),
     RemoteFree(u8, u8, ArbSize, ArbAlign, u8),
     Exit(u8, ArbSize, ArbAlign, u8),
@@ -274,6 +277,18 @@ impl ArbThreadOp {
                 worker: w.into(),
                 restart,
             },
+            ArbThreadOp::ExitCall(w, s, _, _, true) => Op::ExitFree {
+                worker: w.into(),
+                slot: slot_of(s),
+            },
+            ArbThreadOp::ExitCall(w, _, size, align, false) => {
+                let (size, align) = size_align(size, align, h);
+                Op::ExitAlloc {
+                    worker: w.into(),
+                    size,
+                    align,
+                }
+            }
             ArbThreadOp::Race(op) => op.lower(h),
             ArbThreadOp::RemoteFree(freer, owner, size, align, count) => {
                 let (size, align) = size_align(size, align, h);

@@ -197,6 +197,21 @@ pub enum Op {
         worker: usize,
         restart: bool,
     },
+    /// End worker `worker`'s thread and, in its last moments (after its
+    /// thread-locals are gone and the allocator's own thread-exit handlers
+    /// ran), allocate a block there, as a program's late destructor calls
+    /// the allocator. The block joins the program's; the next job on the
+    /// worker starts a fresh thread.
+    ExitAlloc {
+        worker: usize,
+        size: usize,
+        align: usize,
+    },
+    /// As [`Op::ExitAlloc`], freeing a live block there.
+    ExitFree {
+        worker: usize,
+        slot: usize,
+    },
     /// Race ops: a run of them is a race section. Each queues a step on its
     /// worker; at the first op after the run (or the program's end) every
     /// worker with steps is released at once and runs them, with no checks
@@ -333,6 +348,8 @@ impl Op {
                     | Op::WorkerRealloc { .. }
                     | Op::WorkerCheck { .. }
                     | Op::ThreadExit { .. }
+                    | Op::ExitAlloc { .. }
+                    | Op::ExitFree { .. }
             )
     }
 

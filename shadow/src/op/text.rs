@@ -154,6 +154,14 @@ impl fmt::Display for Op {
                     if *restart { " restart" } else { "" }
                 )
             }
+            Op::ExitAlloc {
+                worker,
+                size,
+                align,
+            } => write!(f, "exit-alloc worker={worker} size={size} align={align}"),
+            Op::ExitFree { worker, slot } => {
+                write!(f, "exit-free worker={worker} slot={}", SlotText(*slot))
+            }
             Op::RaceAlloc {
                 worker,
                 size,
@@ -421,6 +429,15 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
         "thread-exit" => Op::ThreadExit {
             worker: num("worker")?,
             restart: flag("restart"),
+        },
+        "exit-alloc" => Op::ExitAlloc {
+            worker: num("worker")?,
+            size: num("size")?,
+            align: align()?,
+        },
+        "exit-free" => Op::ExitFree {
+            worker: num("worker")?,
+            slot: slot()?,
         },
         "race-alloc" => Op::RaceAlloc {
             worker: num("worker")?,
