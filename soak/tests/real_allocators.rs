@@ -283,7 +283,8 @@ fn a_jemalloc_release_built_by_its_own_makefile_runs_clean_as_a_library() {
     let config = repo.path().join("allocsoak.toml");
     std::fs::write(
         &config,
-        "[[allocator]]\nname = \"jemalloc-5.3.0\"\n\
+        // Its fork handlers let a forked child allocate: `race-fork` holds it to that.
+        "[[allocator]]\nname = \"jemalloc-5.3.0\"\nfork_safe = true\n\
          [allocator.dylib]\npath = \"jemalloc/lib/libjemalloc.so.2\"\nprefix = \"je_\"\n",
     )
     .unwrap();

@@ -18,6 +18,7 @@ pub struct GlobalAllocAdapter<A: 'static> {
     arena_size: Option<usize>,
     max_align: usize,
     single_threaded: bool,
+    fork_safe: bool,
     /// The crate's own usable size of a block ([`Self::with_usable_size`]).
     usable: Option<fn(&'static A, *mut u8) -> usize>,
 }
@@ -38,6 +39,7 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
             arena_size: None,
             max_align: crate::edges::MAX_ALIGN,
             single_threaded: false,
+            fork_safe: false,
             usable: None,
         }
     }
@@ -104,6 +106,10 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
         self.single_threaded
     }
 
+    fn fork_safe(&self) -> bool {
+        self.fork_safe
+    }
+
     fn arena(&self) -> Option<super::Arena> {
         self.arena_size
             .map(|size| super::Arena { size, free: None })
@@ -131,6 +137,13 @@ impl<A: 'static> GlobalAllocAdapter<A> {
     /// Declares it single-threaded (see [`Allocator::single_threaded`]).
     pub fn with_single_thread(mut self) -> Self {
         self.single_threaded = true;
+        self
+    }
+
+    /// Declares that a child forked while other threads are in it can
+    /// allocate (see [`Allocator::fork_safe`]).
+    pub fn with_fork_safe(mut self) -> Self {
+        self.fork_safe = true;
         self
     }
 

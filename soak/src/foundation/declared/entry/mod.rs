@@ -80,6 +80,13 @@ pub struct Declared {
     /// core): programs skip every op on another thread, and `mt_ops` is
     /// left out of its slots. Default: any number of threads.
     pub threads: Option<usize>,
+    /// `true` for an allocator whose locks have fork handlers (as glibc's,
+    /// jemalloc's and mimalloc's do), so that a child forked while other
+    /// threads are inside it can allocate: `mt_ops`' `race-fork` then
+    /// holds it to that. Default: not held to it (POSIX asks nothing of
+    /// malloc in a threaded process's child).
+    #[serde(default)]
+    pub fork_safe: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -477,6 +484,9 @@ impl Declared {
         }
         if self.single_threaded() {
             properties.push_str(".with_single_thread()");
+        }
+        if self.fork_safe {
+            properties.push_str(".with_fork_safe()");
         }
         let exact = (self.c.as_ref().and_then(|c| c.good_size_exact_up_to))
             .or(self.dylib.as_ref().and_then(|l| l.good_size_exact_up_to));

@@ -76,6 +76,12 @@ fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
         line.contains("declare_library(\"mine\", \"/r/lib/libumm.so:umm_\", |library| library.with_arena(131072).with_max_align(4).with_single_thread())"),
         "{line}"
     );
+    let forks = entry("fork_safe = true\n[dylib]\npath = \"lib/libmi.so\"\nprefix = \"mi_\"\n");
+    let line = forks.registration(Path::new("/r"));
+    assert!(
+        line.contains("|library| library.with_fork_safe())"),
+        "{line}"
+    );
     for (extra, says) in [
         (
             "[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n[dylib]\npath = \"a.so\"\n",
