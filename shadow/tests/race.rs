@@ -245,6 +245,39 @@ fn contention_ops_run_clean_on_correct_allocators() {
     }
 }
 
+/// Calls in a thread's last destructors, after the allocator's own
+/// thread exit (mimalloc's thread-done, jemalloc's tsd cleanup): blocks
+/// made there live on and are freed by other threads, and blocks made
+/// elsewhere are freed there, of every size tier.
+#[test]
+fn calls_in_a_threads_last_destructors_run_clean_on_correct_allocators() {
+    let _alone = alone();
+    common::declare_examples();
+    let mut text = String::from("target mt_ops\n");
+    for (i, size) in [8, 24, 100, 1500, 5000, 20000, 70000, 300000]
+        .iter()
+        .enumerate()
+    {
+        writeln!(text, "worker-alloc worker={i} size={size} align=8").unwrap();
+        writeln!(text, "alloc size={size} align=16").unwrap();
+        writeln!(text, "exit-alloc worker={i} size={size} align=8").unwrap();
+        writeln!(text, "exit-free worker={} slot=newest", i + 1).unwrap();
+        writeln!(text, "exit-alloc worker={i} size={size} align=64").unwrap();
+        writeln!(text, "exit-free worker={} slot=0", i + 2).unwrap();
+        writeln!(text, "worker-free worker={} slot=newest", i + 3).unwrap();
+    }
+    let program = common::program(&text);
+    for allocator in [
+        "system", "glibc", "mimalloc", "jemalloc", "dlmalloc", "rlsf",
+    ] {
+        for _ in 0..20 {
+            let stats = common::run(&program, allocator)
+                .unwrap_or_else(|line| panic!("{allocator}: {line}"));
+            assert_eq!(stats.skipped, 0, "{allocator}: every call made");
+        }
+    }
+}
+
 #[test]
 fn race_sections_run_clean_on_correct_allocators() {
     let _alone = alone();
