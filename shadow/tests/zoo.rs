@@ -63,10 +63,10 @@ fn reaching(bug: Bug) -> String {
         Bug::SlowLeak => "target alloc_ops\nalloc size=64 align=8\nfree slot=0\n",
         Bug::LateRemoteLeak => "target workload\nworkload kind=xmalloc threads=4 ops=20000 slots=1000 sizes=8..1024 seed=1\n",
         Bug::ForkHeldLock => "target mt_ops\nrace-fork worker=0 size=18000 align=8\n",
-        // Worker 0's cache holds a refill's rest; its exit hands it to the
-        // orphans, its late destructor pops it, and the next request takes
-        // the same block off the orphans.
-        Bug::ExitStaleCache => "target mt_ops\nworker-alloc worker=0 size=22000 align=8\nexit-alloc worker=0 size=22000 align=8\nalloc size=22000 align=8\n",
+        // Worker 0's first call fills its cache; its exit hands the cache to
+        // the orphans, its late destructor pops it, and the next request
+        // takes the same block off the orphans.
+        Bug::ExitStaleCache => "target mt_ops\nworker-alloc worker=0 size=100 align=8\nexit-alloc worker=0 size=100 align=8\nalloc size=100 align=8\n",
         Bug::SplitNeverMerged => "target workload\nworkload kind=frag threads=4 ops=20000 slots=500 sizes=512..4096 seed=7\n",
         Bug::RacyFreeList => "target mt_ops\nworker-alloc worker=0 size=400 align=8\nalloc size=400 align=8\nrace-free worker=1 slot=0\nrace-alloc worker=0 size=400 align=8\nrace-alloc worker=2 size=400 align=8\n",
         Bug::LostRemoteFree => "target mt_ops\nrace-remote-free freer=1 owner=0 size=1500 align=8 count=32\n",
@@ -338,8 +338,9 @@ fn a_class_block_resized_in_place_stays_in_its_class() {
 #[test]
 fn a_stale_cache_is_found_only_by_a_call_in_a_threads_exit() {
     let zoo = "zoo:exit-stale-cache";
-    let without = "target mt_ops\nworker-alloc worker=0 size=22000 align=8\nthread-exit worker=0\n\
-                   worker-alloc worker=0 size=22000 align=8\nalloc size=22000 align=8\nalloc size=22000 align=8\n";
+    let without = "target mt_ops\nworker-alloc worker=0 size=100 align=8\nthread-exit worker=0\n\
+                   worker-alloc worker=0 size=100 align=8\nalloc size=100 align=8\nalloc size=22000 align=8\n\
+                   alloc size=100 align=8\nalloc size=100 align=8\nalloc size=100 align=8\n";
     assert_eq!(common::kind(&common::program(without), zoo), None);
     let late = common::program(&reaching(Bug::ExitStaleCache));
     assert_eq!(common::kind(&late, zoo).as_deref(), Some("overlap"));

@@ -68,11 +68,13 @@ pub enum Bug {
     /// one leaves the child a lock no thread will release, and the
     /// child's first request that takes it hangs.
     ForkHeldLock,
-    /// 20481–24576 B blocks come from a per-thread cache whose exit hook
-    /// hands the cached blocks to the other threads and leaves them
-    /// listed (stale) for the slot's next thread to clear: an allocation
-    /// the exiting thread makes after its hook, from a later destructor,
-    /// still pops the cache, and the block is handed out twice.
+    /// A thread's first call gives it a cache of four 24 KiB blocks (for
+    /// its 20481–24576 B requests); its exit hook hands them to the other
+    /// threads (orphans serve any request up to 24 KiB) and leaves them
+    /// listed, stale, for the slot's next thread to clear: an allocation
+    /// of any size the exiting thread makes after its hook, from a later
+    /// destructor, still pops the cache, and the block is handed out
+    /// twice.
     ExitStaleCache,
     /// Growing a block the allocator handed out misaligned copies 4 bytes
     /// too few: a bug only programs that pass a misaligned block (another

@@ -203,7 +203,7 @@ impl Zoo {
             || self.is_racy(size, align)
             || self.is_lost_remote(size, align)
             || self.is_exit_reclaim(size, align)
-            || self.is_exit_stale(size, align)
+            || self.is_stale_block(p)
             || self.is_shifted(p)
             || self.splinters.holds(p)
     }
@@ -371,7 +371,7 @@ impl Allocator for Zoo {
         if self.is_exit_reclaim(size, align) {
             return self.exits.free(p);
         }
-        if self.is_exit_stale(size, align) {
+        if self.is_stale_block(p) {
             return self.stale.free(p);
         }
         if self.drops_remote_free(size, align) {
@@ -529,8 +529,10 @@ impl Zoo {
         if self.is_exit_reclaim(size, align) {
             return self.exits.alloc(size, zeroed);
         }
-        if self.is_exit_stale(size, align) {
-            return self.stale.alloc(size, zeroed);
+        if align <= 16 && self.has(Bug::ExitStaleCache) {
+            if let Some(p) = self.stale.alloc(size, zeroed) {
+                return p;
+            }
         }
         if self.is_fork_locked(size, align) {
             return self.fork_locked(|| self.base.alloc(size, align, zeroed));

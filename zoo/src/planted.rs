@@ -384,9 +384,9 @@ impl Zoo {
         align <= 16 && self.has(Bug::LostRemoteFree) && super::remote_free::CLASS.contains(&size)
     }
 
-    /// Whether `ExitStaleCache` keeps a block of `size` and `align`.
-    pub(super) fn is_exit_stale(&self, size: usize, align: usize) -> bool {
-        align <= 16 && self.has(Bug::ExitStaleCache) && super::stale_cache::CLASS.contains(&size)
+    /// Whether `p` is one of `ExitStaleCache`'s blocks.
+    pub(super) fn is_stale_block(&self, p: *mut u8) -> bool {
+        self.has(Bug::ExitStaleCache) && self.stale.holds(p)
     }
 
     /// Whether `ExitReclaimRace` keeps a block of `size` and `align`.

@@ -1,13 +1,15 @@
-//! `ExitStaleCache`'s per-thread caches. A thread's exit hook hands its
-//! cached blocks to the other threads (the orphans) and marks the cache
-//! stale, to be cleared by the next thread that takes its slot; a call the
-//! exiting thread makes after its hook (from a later destructor, as a
-//! program's own late destructors call `malloc`) still goes by the cache
-//! it had, as an allocator whose thread-local heap pointer outlives its
-//! thread-exit handler does, and pops a block the orphans hold too.
+//! `ExitStaleCache`'s per-thread caches. A thread's first call gives it a
+//! cache of a few blocks (a thread heap's first page); its exit hook hands
+//! them to the other threads (the orphans, which serve any small request)
+//! and marks the cache stale, to be cleared by the next thread that takes
+//! its slot. A call the exiting thread makes after its hook (from a later
+//! destructor, as a program's own late destructors call `malloc`) still
+//! goes by the cache it had, as an allocator whose thread-local heap
+//! pointer outlives its thread-exit handler does, and pops a block the
+//! orphans hold too.
 
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -15,12 +17,12 @@ use shadow::allocator::Allocator;
 
 use super::thread_slot::{self, OnExit, SLOTS};
 
-/// The class: every block is taken from the base with the class's largest
-/// size, so any block serves any request of it.
-pub(super) const CLASS: RangeInclusive<usize> = 20481..=24576;
-/// Blocks an empty cache takes from the base at once (one handed out, the
-/// rest cached), and the most it holds.
-const REFILL: usize = 4;
+/// Every block's size; the class a live thread's cache serves.
+const BLOCK: usize = 24576;
+const CLASS: RangeInclusive<usize> = 20481..=BLOCK;
+/// Blocks a thread's first call takes from the base for its cache, and
+/// the most a cache holds.
+const FILL: usize = 4;
 const CAP: usize = 32;
 
 thread_local! {
@@ -33,6 +35,7 @@ thread_local! {
 #[derive(Default)]
 struct Cache {
     blocks: Vec<usize>,
+    filled: bool,
     /// Its thread has exited and handed its blocks to the orphans.
     stale: bool,
 }
@@ -42,6 +45,8 @@ pub(super) struct StaleCaches {
     base: &'static dyn Allocator,
     caches: Box<[Mutex<Cache>]>,
     orphans: Mutex<Vec<usize>>,
+    /// Every block taken from the base, until the next drain.
+    taken: Mutex<HashSet<usize>>,
 }
 
 /// The calling thread's slot, and whether its exit hook is still to run.
@@ -66,94 +71,124 @@ impl StaleCaches {
             base,
             caches: (0..SLOTS).map(|_| Mutex::default()).collect(),
             orphans: Mutex::default(),
+            taken: Mutex::default(),
         }
     }
 
-    /// A block of the class: the calling thread's newest cached one, else
-    /// an orphan, else a fresh one (the rest of a refill cached). `size`
-    /// bytes of it zeroed if `zeroed`.
+    /// Whether `p` is one of the blocks this cache took from the base.
+    pub(super) fn holds(&self, p: *mut u8) -> bool {
+        lock(&self.taken).contains(&(p as usize))
+    }
+
+    /// A block for a request of `size` (at most 16-aligned): a live
+    /// thread's own cached one for the class, else an orphan for any size
+    /// up to the class's, else a fresh one for the class; `None` leaves
+    /// the request to the base. `size` bytes of it zeroed if `zeroed`.
     ///
     /// # Safety
     /// As [`Allocator::alloc`] on the base.
-    pub(super) unsafe fn alloc(self: &Arc<Self>, size: usize, zeroed: bool) -> *mut u8 {
-        thread_slot::on_exit(self);
-        let p = match self.own_pop().or_else(|| lock(&self.orphans).pop()) {
+    pub(super) unsafe fn alloc(self: &Arc<Self>, size: usize, zeroed: bool) -> Option<*mut u8> {
+        if size > BLOCK {
+            return None;
+        }
+        self.fill();
+        let p = match self.own_pop(size).or_else(|| lock(&self.orphans).pop()) {
             Some(p) => p as *mut u8,
-            None => self.refill(),
+            None if CLASS.contains(&size) => self.take(),
+            None => return None,
         };
         if zeroed && !p.is_null() {
-            // SAFETY: `p` is a block of `*CLASS.end()` bytes, and `size` is
-            // in the class.
+            // SAFETY: `p` is a block of `BLOCK` bytes, and `size` is at
+            // most that.
             std::ptr::write_bytes(p, 0, size);
         }
-        p
+        Some(p)
     }
 
     /// The bug: a call after the thread's exit hook pops the cache it had
-    /// (the hook handed its blocks to the orphans), where it should have
-    /// no cache at all.
+    /// (the hook handed its blocks to the orphans), for any size, where it
+    /// should have no cache at all.
     #[inline(never)]
-    fn own_pop(&self) -> Option<usize> {
-        let (slot, live) = slot()?;
-        let mut cache = lock(&self.caches[slot]);
-        if live && cache.stale {
-            *cache = Cache::default();
+    fn own_pop(&self, size: usize) -> Option<usize> {
+        match slot()? {
+            (slot, false) => lock(&self.caches[slot]).blocks.pop(),
+            (slot, true) if CLASS.contains(&size) => lock(&self.caches[slot]).blocks.pop(),
+            _ => None,
         }
-        cache.blocks.pop()
     }
 
-    /// One block from the base for the caller, and more for its cache.
-    unsafe fn refill(&self) -> *mut u8 {
-        let p = self.base.alloc(*CLASS.end(), 16, false);
-        if let Some((slot, true)) = slot() {
-            let mut cache = lock(&self.caches[slot]);
-            for _ in 1..REFILL {
-                let more = self.base.alloc(*CLASS.end(), 16, false);
-                if more.is_null() {
-                    break;
-                }
-                cache.blocks.push(more as usize);
-            }
-        }
-        p
-    }
-
-    /// Puts block `p` of the class in the calling thread's cache (once
-    /// its thread has exited, with the orphans), or frees it to the base
-    /// when the cache is full.
-    ///
-    /// # Safety
-    /// `p` came from [`StaleCaches::alloc`] and is freed once.
-    pub(super) unsafe fn free(self: &Arc<Self>, p: *mut u8) {
-        thread_slot::on_exit(self);
+    /// Gives a live thread that has none its cache (a stale one cleared
+    /// first), and its exit hook.
+    unsafe fn fill(self: &Arc<Self>) {
         let Some((slot, true)) = slot() else {
-            return lock(&self.orphans).push(p as usize);
+            return;
         };
+        thread_slot::on_exit(self);
         let mut cache = lock(&self.caches[slot]);
         if cache.stale {
             *cache = Cache::default();
         }
-        if cache.blocks.len() < CAP {
-            return cache.blocks.push(p as usize);
+        if !cache.filled {
+            cache.filled = true;
+            for _ in 0..FILL {
+                let p = self.take();
+                if !p.is_null() {
+                    cache.blocks.push(p as usize);
+                }
+            }
         }
-        drop(cache);
-        self.base.free(p, *CLASS.end(), 16);
     }
 
-    /// Frees every cached and orphaned block to the base, each once
-    /// (between programs, with no other thread inside and none exiting).
-    pub(super) fn drain(&self) {
-        let mut all: BTreeSet<usize> = std::mem::take(&mut *lock(&self.orphans))
-            .into_iter()
-            .collect();
-        for cache in self.caches.iter() {
-            all.extend(std::mem::take(&mut *lock(cache)).blocks);
+    /// A fresh block from the base.
+    unsafe fn take(&self) -> *mut u8 {
+        let p = self.base.alloc(BLOCK, 16, false);
+        if !p.is_null() {
+            lock(&self.taken).insert(p as usize);
         }
-        for p in all {
-            // SAFETY: every block listed came from the base with the
-            // class's largest size and alignment 16, and the program has
-            // freed everything: nobody holds it, and the set lists it once.
-            unsafe { self.base.free(p as *mut u8, *CLASS.end(), 16) };
+        p
+    }
+
+    /// Takes back block `p` ([`StaleCaches::holds`]): into the calling
+    /// thread's cache, with the orphans once its thread has exited, or to
+    /// the base when the cache is full. A block listed already is not
+    /// listed twice.
+    ///
+    /// # Safety
+    /// `p` is a block [`StaleCaches::alloc`] handed out.
+    pub(super) unsafe fn free(&self, p: *mut u8) {
+        let p = p as usize;
+        // A cache before the orphans, as the exit hook locks them.
+        let Some((slot, true)) = slot() else {
+            let mut orphans = lock(&self.orphans);
+            if !orphans.contains(&p) {
+                orphans.push(p);
+            }
+            return;
+        };
+        let mut cache = lock(&self.caches[slot]);
+        if cache.blocks.contains(&p) || lock(&self.orphans).contains(&p) {
+            return;
+        }
+        if cache.blocks.len() < CAP {
+            return cache.blocks.push(p);
+        }
+        drop(cache);
+        lock(&self.taken).remove(&p);
+        self.base.free(p as *mut u8, BLOCK, 16);
+    }
+
+    /// Frees every block taken to the base, each once (between programs,
+    /// with no other thread inside and none exiting).
+    pub(super) fn drain(&self) {
+        lock(&self.orphans).clear();
+        for cache in self.caches.iter() {
+            *lock(cache) = Cache::default();
+        }
+        for p in std::mem::take(&mut *lock(&self.taken)) {
+            // SAFETY: every block taken came from the base with `BLOCK`
+            // bytes and alignment 16, and the program has freed
+            // everything: nobody holds it, and the set lists it once.
+            unsafe { self.base.free(p as *mut u8, BLOCK, 16) };
         }
     }
 }
