@@ -361,10 +361,8 @@ mod tests {
         let mut key = 0;
         // SAFETY: `key` is a valid place for the key; `key_done` has the
         // destructor's signature.
-        assert_eq!(
-            unsafe { libc::pthread_key_create(&mut key, Some(key_done)) },
-            0
-        );
+        let made = unsafe { libc::pthread_key_create(&mut key, Some(key_done)) };
+        assert_eq!(made, 0);
         let mut pool = WorkerPool::lock();
         pool.run(0, move || {
             LOCAL.with(|_| ());
