@@ -111,7 +111,7 @@ fn a_panicking_allocator_is_got_past_and_its_next_bug_filed() {
         "{filed:?}\n{stdout}"
     );
     let panic = filed.iter().find(|g| g.1 == "panic").unwrap();
-    assert!(panic.4.contains("@ zoo/src/lib.rs:"), "{panic:?}");
+    assert!(panic.4.contains("@ zoo/src/planted.rs:"), "{panic:?}");
     // The panic ended the first slice of each job; the slices after them
     // went on past it while it waited to be filed (until the stop).
     let ended = count(

@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::ThreadId;
 
 use shadow::allocator::{Allocator, Arena, EmulatedHeaps, Extras, Heaps, InUse, ReallocToZero};
 
@@ -88,8 +87,8 @@ struct State {
     freed_256: bool,
     /// XthreadWrongFree: live blocks -> (owner thread, size, align), and each
     /// thread's newest live block.
-    owners: HashMap<usize, (ThreadId, usize, usize)>,
-    newest: HashMap<ThreadId, usize>,
+    owners: HashMap<usize, (u64, usize, usize)>,
+    newest: HashMap<u64, usize>,
     /// FullPageReissue, CrowdedReissue: live blocks of the classes, and the newest one
     /// with its size.
     live_small: usize,
@@ -129,7 +128,7 @@ pub struct Zoo {
     /// `SplitNeverMerged`'s region.
     splinters: Splinters,
     /// The thread that made the zoo (`XthreadZeroedLink` spares it).
-    home: ThreadId,
+    home: u64,
 }
 
 impl Zoo {
@@ -155,7 +154,7 @@ impl Zoo {
             slow_leak: SlowLeak::new(),
             remote_frees: AtomicU64::new(0),
             splinters: Splinters::new(),
-            home: std::thread::current().id(),
+            home: thread_slot::token(),
         })
     }
 

@@ -318,7 +318,7 @@ impl Zoo {
         self.has(Bug::DroppedRemoteFree)
             && align <= 16
             && DROPPED_REMOTE.contains(&size)
-            && std::thread::current().id() != self.home
+            && super::thread_slot::token() != self.home
     }
 
     /// Whether a zeroed request is `XthreadZeroedLink`'s: its size, made
@@ -327,7 +327,7 @@ impl Zoo {
         self.has(Bug::XthreadZeroedLink)
             && align <= 16
             && ZEROED_LINK.contains(&size)
-            && std::thread::current().id() != self.home
+            && super::thread_slot::token() != self.home
     }
 
     /// A zeroed block whose first word still holds the link to the next
@@ -424,7 +424,7 @@ impl Zoo {
     pub(super) fn track_owner(&self, p: *mut u8, size: usize, align: usize) {
         let late = self.has(Bug::LateRemoteLeak) && REMOTE_LEAK.contains(&size);
         if (self.has(Bug::XthreadWrongFree) || late) && !p.is_null() {
-            let me = std::thread::current().id();
+            let me = super::thread_slot::token();
             let mut st = self.state();
             st.owners.insert(p as usize, (me, size, align));
             st.newest.insert(me, p as usize);
@@ -459,7 +459,7 @@ impl Zoo {
         align <= 16
             && self.has(Bug::SplitNeverMerged)
             && super::splinters::CLASS.contains(&size)
-            && std::thread::current().id() != self.home
+            && super::thread_slot::token() != self.home
     }
 
     /// `LateRemoteLeak`: counts a free of `p` on another thread than its
@@ -470,7 +470,7 @@ impl Zoo {
             return;
         }
         let owner = self.state().owners.remove(&(p as usize));
-        if owner.is_none_or(|(o, _, _)| o == std::thread::current().id()) {
+        if owner.is_none_or(|(o, _, _)| o == super::thread_slot::token()) {
             return;
         }
         let n = self
@@ -487,7 +487,7 @@ impl Zoo {
         if !self.has(Bug::XthreadWrongFree) {
             return false;
         }
-        let me = std::thread::current().id();
+        let me = super::thread_slot::token();
         let mut st = self.state();
         let Some((owner, _, _)) = st.owners.remove(&(p as usize)) else {
             return false;

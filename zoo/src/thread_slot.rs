@@ -4,7 +4,7 @@
 //! when the thread holding one exits.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Slots there are. A thread takes the lowest free one and gives it back
@@ -83,6 +83,22 @@ thread_local! {
 pub(super) fn current() -> usize {
     HELD.try_with(|h| h.slot)
         .unwrap_or_else(|_| SHARED.fetch_add(1, Ordering::Relaxed) % SLOTS)
+}
+
+/// A number for the calling thread, never reused, that a call from its
+/// last destructors can read too (`std::thread::current()` panics there:
+/// `exit-alloc` calls the allocator after the thread's locals are gone).
+pub(super) fn token() -> u64 {
+    thread_local! {
+        static TOKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    TOKEN.with(|t| {
+        if t.get() == 0 {
+            t.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        t.get()
+    })
 }
 
 /// The calling thread's own slot; `None` once its exit hooks have run
