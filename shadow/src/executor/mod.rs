@@ -395,8 +395,9 @@ impl Executor {
             Op::WorkerCheck { worker, slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.worker_check(i, worker))
             }
-            // Not a huge or impossible request: their paths keep
-            // thread-locals of the harness's own, gone by then.
+            // Not an impossible request, whose check keeps a thread-local
+            // of the harness's own (`sanitizer::must_fail`), gone by then;
+            // nor a huge one, which has a path and a budget of its own.
             Op::ExitAlloc {
                 worker,
                 size,
