@@ -227,12 +227,10 @@ impl WorkerPool {
         self.send(
             index,
             Box::new(move || late::arm(job)),
-            Then::Exit,
+            Then::Next,
             Place::Beside,
         );
-        // Joined here rather than reaped: a later op may start it again.
-        self.exiting.retain(|&i| i != index % WORKERS);
-        self.join(index);
+        self.exit(index);
         rx.recv().expect("worker thread ended without its last job")
     }
 
