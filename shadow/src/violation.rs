@@ -92,6 +92,19 @@ pub enum Violation {
         when: &'static str,
         by_call: bool,
     },
+    /// A live block read wrong once the kernel reclaimed every page under
+    /// the live blocks (`MADV_PAGEOUT`) `when` (after
+    /// a purge, or at the end of a program that purged): the allocator had
+    /// given a page under it back lazily (`MADV_FREE`), which keeps its
+    /// bytes until memory runs short and then reads zero. `by_call`: right
+    /// after the purge's own calls, so they released it.
+    ReleasedLive {
+        ptr: usize,
+        size: usize,
+        mismatch: Mismatch,
+        when: &'static str,
+        by_call: bool,
+    },
     /// Realloc did not keep the common prefix.
     ReallocPrefix {
         old: usize,
@@ -202,6 +215,7 @@ impl Violation {
             Violation::Overlap { .. } => "overlap",
             Violation::UsableSize { .. } => "usable-size",
             Violation::Contents { .. } => "contents",
+            Violation::ReleasedLive { .. } => "released-live",
             Violation::ReallocPrefix { .. } => "realloc-prefix",
             Violation::Zeroed { .. } => "zeroed",
             Violation::GoodSize { .. } => "good-size",
@@ -267,6 +281,7 @@ impl Violation {
                 | Violation::Fork { .. }
                 | Violation::HeapCheck { .. }
                 | Violation::Contents { by_call: true, .. }
+                | Violation::ReleasedLive { by_call: true, .. }
         )
     }
 
@@ -402,6 +417,17 @@ impl fmt::Display for Violation {
                     mismatch(m)
                 )
             }
+            Violation::ReleasedLive {
+                ptr,
+                size,
+                mismatch: m,
+                when,
+                ..
+            } => write!(
+                f,
+                "block {ptr:#x} size {size} read wrong once the kernel reclaimed the pages under live blocks {when} (a page released lazily): {}",
+                mismatch(m)
+            ),
             Violation::ReallocPrefix {
                 old,
                 new,

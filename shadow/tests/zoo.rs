@@ -59,6 +59,10 @@ fn reaching(bug: Bug) -> String {
         Bug::FreeNullPanics => "target alloc_ops\nfree-null\n",
         Bug::GoodSizeLies => "target alloc_ops\nalloc size=120 align=8\n",
         Bug::PurgeDropsLive => "target alloc_ops\nalloc size=20000 align=8\npurge delay=now force\n",
+        Bug::PurgeLazyFreesLive => "target alloc_ops\nalloc size=20000 align=8\npurge delay=now force\n",
+        // The freed block is cached; the next request takes it and, before
+        // clearing the cache, calls the hook, whose own request takes it too.
+        Bug::HookReentryReissue => "target alloc_ops\nalloc size=5000 align=8\nalloc size=5000 align=8\nhook-free slot=0\nfree slot=0\nalloc size=5000 align=8\n",
         Bug::CapacityLeak => "target alloc_ops\nalloc size=3000 align=8\nrealloc slot=0 to=100\n",
         Bug::SlowLeak => "target alloc_ops\nalloc size=64 align=8\nfree slot=0\n",
         Bug::LateRemoteLeak => "target workload\nworkload kind=xmalloc threads=4 ops=20000 slots=1000 sizes=8..1024 seed=1\n",

@@ -164,6 +164,15 @@ pub enum Bug {
     /// A purge with delay 0 zeroes the pages inside the newest live block
     /// of 4 KiB or more.
     PurgeDropsLive,
+    /// A purge with delay 0 gives the pages inside the newest live block
+    /// of 4 KiB or more back lazily (`MADV_FREE`): they read right until
+    /// the kernel reclaims them.
+    PurgeLazyFreesLive,
+    /// A freed 256..=65536-byte block is cached for the next request it
+    /// holds, and that allocation calls the allocator's hook between
+    /// taking the block and clearing the cache: an allocation from inside
+    /// the hook gets the same block.
+    HookReentryReissue,
     /// Shrinking a 2049..=4096-byte block below half never returns 64
     /// bytes of the split-off tail to the arena: planted in `arena`, whose
     /// capacity then shrinks a little with every such realloc.
@@ -238,7 +247,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 54] = [
+    pub const ALL: [Bug; 56] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -281,6 +290,8 @@ impl Bug {
         Bug::FreeNullPanics,
         Bug::GoodSizeLies,
         Bug::PurgeDropsLive,
+        Bug::PurgeLazyFreesLive,
+        Bug::HookReentryReissue,
         Bug::CapacityLeak,
         Bug::SlowLeak,
         Bug::LateRemoteLeak,
@@ -339,6 +350,8 @@ impl Bug {
             Bug::FreeNullPanics => "free-null-panics",
             Bug::GoodSizeLies => "good-size-lies",
             Bug::PurgeDropsLive => "purge-drops-live",
+            Bug::PurgeLazyFreesLive => "purge-lazy-frees-live",
+            Bug::HookReentryReissue => "hook-reentry-reissue",
             Bug::CapacityLeak => "capacity-leak",
             Bug::SlowLeak => "slow-leak",
             Bug::LateRemoteLeak => "late-remote-leak",
@@ -458,6 +471,8 @@ impl Bug {
             Bug::FreeNullPanics => &["panic"],
             Bug::GoodSizeLies => &["good-size"],
             Bug::PurgeDropsLive => &["contents"],
+            Bug::PurgeLazyFreesLive => &["released-live"],
+            Bug::HookReentryReissue => &["overlap"],
             Bug::CapacityLeak => &["capacity-leak"],
             Bug::DroppedRemoteFree => &["kept-bytes"],
             // The child hangs on the lock, and is killed.

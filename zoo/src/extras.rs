@@ -4,7 +4,7 @@
 use std::ops::RangeInclusive;
 
 use super::{Bug, Zoo, SIZED_FREE};
-use shadow::allocator::{Allocator, Extras, GoodSize, InPlace, PurgeDelay, ZeroedFrom};
+use shadow::allocator::{Allocator, Extras, GoodSize, Hook, InPlace, PurgeDelay, ZeroedFrom};
 
 const REZALLOC_DIRTY_MIN: usize = 1024;
 pub(super) const REGROW_STALE: RangeInclusive<usize> = 65..=4096;
@@ -135,13 +135,22 @@ impl Extras for Zoo {
 
     /// The base's purge, if it has one (glibc's `malloc_trim` for
     /// `system`, so a zoo's memory plateaus as its base's does), after
-    /// the bug that drops a live block's pages, if planted.
+    /// the bug that drops a live block's pages or gives them back lazily,
+    /// if planted.
     fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
-        if self.has(Bug::PurgeDropsLive) && delay == PurgeDelay::Immediate {
+        let lazy = self.has(Bug::PurgeLazyFreesLive);
+        if (lazy || self.has(Bug::PurgeDropsLive)) && delay == PurgeDelay::Immediate {
             if let Some((p, size)) = self.state().last_large {
                 let first = p.next_multiple_of(PAGE);
                 let end = (p + size) / PAGE * PAGE;
-                if end > first {
+                if end > first && lazy {
+                    // SAFETY: `[first, end)` is whole pages inside `last_large`, a live block
+                    // the state lock keeps from being freed meanwhile; `MADV_FREE` on them is
+                    // the planted bug: their bytes stay until the kernel reclaims them.
+                    unsafe {
+                        libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_FREE)
+                    };
+                } else if end > first {
                     // SAFETY: `[first, end)` lies inside `last_large`, a live block of
                     // `size` bytes (zeroing it is the planted bug); the state lock, held to
                     // the end of this `if let`, keeps its free from racing this. Assumes
@@ -153,6 +162,17 @@ impl Extras for Zoo {
             }
         }
         self.base.extras().is_none_or(|e| e.purge(delay, force))
+    }
+
+    /// Emulated: every allocation calls the hook first (`hook.rs`).
+    fn set_hook(&self, hook: Hook) -> bool {
+        self.hook.set(hook);
+        true
+    }
+
+    fn run_hook(&self) -> bool {
+        self.hook.call(false);
+        true
     }
 }
 

@@ -23,6 +23,7 @@ mod bug;
 mod exit_reclaim;
 mod extras;
 mod heaps;
+mod hook;
 mod name;
 mod planted;
 mod racy_list;
@@ -37,6 +38,7 @@ pub use name::{register, split_spec};
 
 use exit_reclaim::ExitCaches;
 use heaps::ZooHeaps;
+use hook::ZooHook;
 use planted::COMPUTED_BIN;
 use racy_list::RacyList;
 use remote_free::RemoteFrees;
@@ -95,7 +97,8 @@ struct State {
     newest_small: (usize, usize),
     /// SizedFreeMisclass: blocks a sized free filed, newest last.
     sized_cached: Vec<usize>,
-    /// PurgeDropsLive: the newest live block of 4 KiB or more.
+    /// PurgeDropsLive, PurgeLazyFreesLive: the newest live block of 4 KiB
+    /// or more.
     last_large: Option<(usize, usize)>,
     /// RegrowStale, RezallocMovedSlack: blocks with room past their
     /// request -> their room.
@@ -129,6 +132,7 @@ pub struct Zoo {
     splinters: Splinters,
     /// The thread that made the zoo (`XthreadZeroedLink` spares it).
     home: u64,
+    hook: ZooHook,
 }
 
 impl Zoo {
@@ -155,6 +159,7 @@ impl Zoo {
             remote_frees: AtomicU64::new(0),
             splinters: Splinters::new(),
             home: thread_slot::token(),
+            hook: ZooHook::default(),
         })
     }
 
@@ -227,6 +232,10 @@ impl Allocator for Zoo {
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         self.count_call();
+        let reissue = self.has(Bug::HookReentryReissue);
+        if let Some(p) = self.hook.alloc(reissue, size, align, zeroed) {
+            return p;
+        }
         self.class_of(size);
         let p = match self.is_interior(size, align, zeroed) {
             true => self.interior_class(size, align),
@@ -342,6 +351,12 @@ impl Allocator for Zoo {
         if self.splinters.holds(p) {
             return self.splinters.free(p);
         }
+        if self
+            .hook
+            .keep(self.has(Bug::HookReentryReissue), p, size, align)
+        {
+            return;
+        }
         if self.is_fork_locked(size, align) {
             return self.fork_locked(|| self.base.free(p, size, align));
         }
@@ -447,6 +462,7 @@ impl Allocator for Zoo {
         drop(st);
         self.exits.drain();
         self.stale.drain();
+        self.hook.drain(self.base);
         // SAFETY: the program has freed everything, so each block kept here is one the zoo took
         // from `base`, that nobody holds, listed once (the racy list is deduplicated, `cached_48`
         // checked on push); the stale list links through the blocks' first words. Assumes

@@ -532,10 +532,11 @@ impl Zoo {
         None
     }
 
-    /// Counts a new block for the reissue bugs and `PurgeDropsLive`.
+    /// Counts a new block for the reissue bugs and the purge bugs.
     pub(super) fn track_class(&self, p: *mut u8, size: usize, align: usize) {
         let full_page = self.reissue_at(size, align).is_some();
-        let large = self.has(Bug::PurgeDropsLive) && size >= 4096;
+        let purges = self.has(Bug::PurgeDropsLive) || self.has(Bug::PurgeLazyFreesLive);
+        let large = purges && size >= 4096;
         if !(full_page || large) {
             return;
         }

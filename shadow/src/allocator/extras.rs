@@ -189,7 +189,27 @@ pub trait Extras: Send + Sync {
     fn purge(&self, _delay: PurgeDelay, _force: bool) -> bool {
         false
     }
+
+    /// Registers `hook` as the callback the allocator calls from inside
+    /// its own calls so the program may free memory there, and allocate
+    /// (mimalloc's deferred free: "re-entrant", called from its allocation
+    /// slow path; `force`: free all you can). Once per process, for good.
+    /// `false`: not in the API.
+    fn set_hook(&self, _hook: Hook) -> bool {
+        false
+    }
+
+    /// Makes the allocator call its hook now, from inside one of its own
+    /// calls (mimalloc: a collect). `false`: not in the API.
+    fn run_hook(&self) -> bool {
+        false
+    }
 }
+
+/// A callback an allocator calls from inside its own calls
+/// ([`Extras::set_hook`]); its argument is the allocator's `force`. It
+/// never unwinds.
+pub type Hook = fn(bool);
 
 /// What a good-size call's answer promises of a fresh block's usable size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

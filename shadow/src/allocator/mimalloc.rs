@@ -7,14 +7,15 @@
 //! build: [`super::MIMALLOC_FLAVORS`].
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use libmimalloc_sys as mi;
 
 use super::heaps::collect_block;
 use super::{
-    malloc_serves, Allocator, Extras, GoodSize, HeapId, Heaps, InPlace, LiveBlock, PurgeDelay,
-    ReallocToZero, ZeroedFrom,
+    malloc_serves, Allocator, Extras, GoodSize, HeapId, Heaps, Hook, InPlace, LiveBlock,
+    PurgeDelay, ReallocToZero, ZeroedFrom,
 };
 
 #[cfg(all(feature = "mimalloc", feature = "mimalloc-v3"))]
@@ -40,6 +41,18 @@ static ERROR: Mutex<Option<String>> = Mutex::new(None);
 /// minutes. Larger requests are refused here, as a clean failure (the
 /// release build takes them all).
 const DEBUG_MAX_REQUEST: usize = 256 << 20;
+
+/// The hook [`Extras::set_hook`] registered (a `Hook` as a pointer).
+static HOOK: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+unsafe extern "C" fn deferred(force: bool, _heartbeat: std::ffi::c_ulonglong, _arg: *mut c_void) {
+    let hook = HOOK.load(Ordering::Acquire);
+    if !hook.is_null() {
+        // SAFETY: `HOOK` only ever holds a `Hook` stored by `set_hook`, cast to a pointer.
+        let hook: Hook = unsafe { std::mem::transmute::<*mut (), Hook>(hook) };
+        hook(force);
+    }
+}
 
 unsafe extern "C" fn on_error(code: c_int, _arg: *mut c_void) {
     // ENOMEM and EOVERFLOW are how a request that may fail fails; the others
@@ -538,6 +551,24 @@ impl Extras for Mimalloc {
             mi::mi_option_set(PURGE_DELAY, delay.millis().into());
             mi::mi_collect(force);
         }
+        true
+    }
+
+    /// `mi_register_deferred_free`: mimalloc calls the hook from its
+    /// allocation slow path ("re-entrant": it may free and allocate).
+    fn set_hook(&self, hook: Hook) -> bool {
+        HOOK.store(hook as *mut (), Ordering::Release);
+        // SAFETY: `deferred` has `mi_deferred_free_fun`'s C signature, ignores `arg` (null),
+        // and any thread may call it: it only reads an atomic and calls a hook that never
+        // unwinds.
+        unsafe { mi::mi_register_deferred_free(Some(deferred), std::ptr::null_mut()) };
+        true
+    }
+
+    /// A normal collect of the calling thread's heap calls the deferred free.
+    fn run_hook(&self) -> bool {
+        // SAFETY: no pointer involved; a non-forced collect only frees what mimalloc holds free.
+        unsafe { mi::mi_collect(false) };
         true
     }
 }

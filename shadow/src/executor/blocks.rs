@@ -214,6 +214,13 @@ impl Executor {
         if let Some(huge) = self.in_kept_huge(p, block.end() - p) {
             self.guard.overlap(block, huge);
         }
+        if let Some(held) = self
+            .hooked
+            .then(|| super::hooked::holding(p, block.end()))
+            .flatten()
+        {
+            self.guard.overlap(block, held);
+        }
         let base = p as *mut u8;
         match origin {
             Origin::Fresh { zeroed: true } => {

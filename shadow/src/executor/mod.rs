@@ -15,12 +15,14 @@ mod claims;
 mod contention;
 mod heap_table;
 mod heaps;
+mod hooked;
 mod huge;
 mod kept;
 mod more;
 mod race;
 mod race_ops;
 mod race_steps;
+mod released;
 mod slack;
 mod untracked;
 pub mod workload;
@@ -103,6 +105,9 @@ pub struct Stats {
     pub calls: usize,
     pub race_calls: usize,
     pub most_inside: usize,
+    /// Times the allocator called its hook with blocks to free, from
+    /// inside its own calls (a program's end aside).
+    pub hook_calls: usize,
 }
 
 /// Runs programs against one allocator: the dispatcher of one op, which
@@ -131,6 +136,10 @@ pub struct Executor {
     huge: HugeBudget,
     /// A `race-fork` has forked (one a program does).
     forked: bool,
+    /// A `purge` ran: the program's end checks its live blocks' pages.
+    purged: bool,
+    /// A `hook-free` ran: the allocator's hook holds blocks.
+    hooked: bool,
     finished: bool,
     pub stats: Stats,
 }
@@ -225,6 +234,8 @@ impl Executor {
             kept,
             huge: HugeBudget::default(),
             forked: false,
+            purged: false,
+            hooked: false,
             finished: false,
             stats: Stats::default(),
         }
@@ -279,6 +290,9 @@ impl Executor {
             Outcome::Skipped => self.stats.skipped += 1,
             Outcome::Failed => self.stats.failed += 1,
             _ => {}
+        }
+        if self.checked && self.hooked {
+            self.check_hooked();
         }
         self.locate_changes();
         if self.checked {
@@ -352,6 +366,9 @@ impl Executor {
             Op::ReallocNull { size } => self.realloc_null(size),
             Op::FreeNull => self.free_null(),
             Op::Purge { delay, force } => self.purge(delay, force),
+            Op::HookFree { slot: s } => {
+                slot(self, s).map_or(Outcome::Skipped, |i| self.hook_free(i))
+            }
             Op::HeapNew => self.heap_new(),
             Op::HeapDelete { heap } => self.heap_delete(heap),
             Op::HeapDestroy { heap } => self.heap_destroy(heap),
@@ -480,7 +497,13 @@ impl Executor {
         crate::coverage::begin_op();
         crate::sanitizer::check();
         self.guard.begin(op_count, None);
+        if self.hooked {
+            self.settle_hook(self.alloc.extras());
+        }
         if self.checked {
+            if self.purged {
+                self.check_released("at the end of a program that purged", false);
+            }
             self.validate();
         }
         self.free_kept_huge();
@@ -535,6 +558,9 @@ impl Drop for Executor {
             return;
         }
         self.checked = false;
+        if self.hooked {
+            hooked::drop_held(&self.shadow);
+        }
         for b in self.untracked.take() {
             if self.shadow.overlapping(b.ptr, b.end()).is_none() {
                 // Tracked, so a second raced block at the same place is

@@ -328,7 +328,8 @@ impl Executor {
         }
     }
 
-    /// Sets the purge delay and purges; every live block must be intact.
+    /// Sets the purge delay and purges; every live block must be intact,
+    /// its pages too once the kernel reclaims what was released lazily.
     pub(super) fn purge(&mut self, delay: PurgeDelay, force: bool) -> Outcome {
         let Some(extras) = self.alloc.extras() else {
             return Outcome::Skipped;
@@ -337,10 +338,12 @@ impl Executor {
         if !self.guard.guarded(|| extras.purge(delay, force)) {
             return Outcome::Skipped;
         }
+        self.purged = true;
         if self.checked {
             for b in self.shadow.blocks() {
                 self.guard.verify_after_call(b, "after a purge");
             }
+            self.check_released("after a purge", true);
         }
         Outcome::Done
     }

@@ -58,6 +58,7 @@ enum ArbMoreOp {
     ReallocNull(ArbSize),
     FreeNull,
     Purge(u8, bool),
+    HookFree(u8),
 }
 
 /// Extra bytes an in-place resize asks for on top.
@@ -217,6 +218,9 @@ impl ArbMoreOp {
                 size: size.resolve(h),
             },
             ArbMoreOp::FreeNull => Op::FreeNull,
+            ArbMoreOp::HookFree(slot) => Op::HookFree {
+                slot: slot_of(slot),
+            },
             ArbMoreOp::Purge(delay, force) => Op::Purge {
                 delay: DELAYS[usize::from(delay) % DELAYS.len()],
                 force,

@@ -145,6 +145,13 @@ pub enum Op {
     },
     /// `free(NULL)`, which does nothing.
     FreeNull,
+    /// Hands the block to the allocator's hook ([`crate::allocator::Extras::set_hook`]):
+    /// the allocator calls it from inside a later call of its own, where it
+    /// frees the block and allocates one of its own (reentrant calls),
+    /// which it frees the next time it is called.
+    HookFree {
+        slot: usize,
+    },
     /// Sets the purge delay and purges; every live block must be intact.
     Purge {
         delay: PurgeDelay,
@@ -330,6 +337,7 @@ impl Op {
                 | Op::ReallocPlain { .. }
                 | Op::ReallocNull { .. }
                 | Op::FreeNull
+                | Op::HookFree { .. }
                 | Op::Purge { .. }
                 | Op::RaceFree { sized: true, .. }
                 | Op::RaceResize { .. }

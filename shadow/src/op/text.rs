@@ -99,6 +99,7 @@ impl fmt::Display for Op {
             ),
             Op::ReallocNull { size } => write!(f, "realloc-null size={size}"),
             Op::FreeNull => write!(f, "free-null"),
+            Op::HookFree { slot } => write!(f, "hook-free slot={}", SlotText(*slot)),
             Op::Purge { delay, force } => write!(
                 f,
                 "purge delay={}{}",
@@ -386,6 +387,7 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
         },
         "realloc-null" => Op::ReallocNull { size: num("size")? },
         "free-null" => Op::FreeNull,
+        "hook-free" => Op::HookFree { slot: slot()? },
         "purge" => Op::Purge {
             delay: match *fields.get("delay").ok_or("missing `delay=`")? {
                 "now" => PurgeDelay::Immediate,
