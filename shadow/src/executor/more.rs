@@ -338,13 +338,13 @@ impl Executor {
         if !self.guard.guarded(|| extras.purge(delay, force)) {
             return Outcome::Skipped;
         }
-        self.purged = true;
         if self.checked {
             for b in self.shadow.blocks() {
                 self.guard.verify_after_call(b, "after a purge");
             }
             self.check_released("after a purge", true);
         }
+        self.purged = true;
         Outcome::Done
     }
 }
