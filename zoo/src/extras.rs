@@ -165,7 +165,7 @@ impl Extras for Zoo {
     }
 
     /// Emulated: every allocation calls the hook first (`hook.rs`).
-    fn set_hook(&self, hook: Hook) -> bool {
+    fn set_hook(&self, hook: Option<Hook>) -> bool {
         self.hook.set(hook);
         true
     }

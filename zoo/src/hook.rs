@@ -7,35 +7,29 @@
 //! block, which the outer call then returns too.
 
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
-use shadow::allocator::{Allocator, Hook};
+use shadow::allocator::{Allocator, Hook, HookCell};
 
 /// The sizes `HookReentryReissue`'s cache holds.
 const CLASS: RangeInclusive<usize> = 256..=65536;
 
 #[derive(Default)]
 pub(super) struct ZooHook {
-    /// The program's hook (a `Hook` as a pointer), once it set one.
-    hook: AtomicPtr<()>,
+    /// The program's hook, once it set one.
+    hook: HookCell,
     /// `HookReentryReissue`: a freed block of `CLASS`, and its size.
     cached: Mutex<Option<(usize, usize)>>,
 }
 
 impl ZooHook {
-    pub(super) fn set(&self, hook: Hook) {
-        self.hook.store(hook as *mut (), Ordering::Release);
+    pub(super) fn set(&self, hook: Option<Hook>) {
+        self.hook.set(hook);
     }
 
     /// Calls the hook, if the program set one.
     pub(super) fn call(&self, force: bool) {
-        let hook = self.hook.load(Ordering::Acquire);
-        if !hook.is_null() {
-            // SAFETY: `hook` only ever holds a `Hook` that `set` stored, cast to a pointer.
-            let hook: Hook = unsafe { std::mem::transmute::<*mut (), Hook>(hook) };
-            hook(force);
-        }
+        self.hook.call(force);
     }
 
     /// An allocation's start: the hook, or (`reissue`: the bug planted)

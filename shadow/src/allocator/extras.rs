@@ -193,9 +193,10 @@ pub trait Extras: Send + Sync {
     /// Registers `hook` as the callback the allocator calls from inside
     /// its own calls so the program may free memory there, and allocate
     /// (mimalloc's deferred free: "re-entrant", called from its allocation
-    /// slow path; `force`: free all you can). Once per process, for good.
-    /// `false`: not in the API.
-    fn set_hook(&self, _hook: Hook) -> bool {
+    /// slow path, `force`: free all you can). `None` takes it away again, so
+    /// the allocator's calls cost nothing more outside the programs that
+    /// use it. `false`: not in the API.
+    fn set_hook(&self, _hook: Option<Hook>) -> bool {
         false
     }
 
@@ -210,6 +211,37 @@ pub trait Extras: Send + Sync {
 /// ([`Extras::set_hook`]); its argument is the allocator's `force`. It
 /// never unwinds.
 pub type Hook = fn(bool);
+
+/// Where an adapter keeps the [`Hook`] a program set, for the callback it
+/// registers with its allocator to call.
+pub struct HookCell(std::sync::atomic::AtomicPtr<()>);
+
+impl HookCell {
+    pub const fn new() -> HookCell {
+        HookCell(std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    pub fn set(&self, hook: Option<Hook>) {
+        let hook = hook.map_or(std::ptr::null_mut(), |h| h as *mut ());
+        self.0.store(hook, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Calls the hook, if one was set.
+    pub fn call(&self, force: bool) {
+        let hook = self.0.load(std::sync::atomic::Ordering::Acquire);
+        if !hook.is_null() {
+            // SAFETY: the cell only ever holds a `Hook` that `set` stored, cast to a pointer.
+            let hook: Hook = unsafe { std::mem::transmute::<*mut (), Hook>(hook) };
+            hook(force);
+        }
+    }
+}
+
+impl Default for HookCell {
+    fn default() -> HookCell {
+        HookCell::new()
+    }
+}
 
 /// What a good-size call's answer promises of a fresh block's usable size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

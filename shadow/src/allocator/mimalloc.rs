@@ -7,14 +7,13 @@
 //! build: [`super::MIMALLOC_FLAVORS`].
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use libmimalloc_sys as mi;
 
 use super::heaps::collect_block;
 use super::{
-    malloc_serves, Allocator, Extras, GoodSize, HeapId, Heaps, Hook, InPlace, LiveBlock,
+    malloc_serves, Allocator, Extras, GoodSize, HeapId, Heaps, Hook, HookCell, InPlace, LiveBlock,
     PurgeDelay, ReallocToZero, ZeroedFrom,
 };
 
@@ -42,16 +41,11 @@ static ERROR: Mutex<Option<String>> = Mutex::new(None);
 /// release build takes them all).
 const DEBUG_MAX_REQUEST: usize = 256 << 20;
 
-/// The hook [`Extras::set_hook`] registered (a `Hook` as a pointer).
-static HOOK: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+/// The hook [`Extras::set_hook`] registered.
+static HOOK: HookCell = HookCell::new();
 
 unsafe extern "C" fn deferred(force: bool, _heartbeat: std::ffi::c_ulonglong, _arg: *mut c_void) {
-    let hook = HOOK.load(Ordering::Acquire);
-    if !hook.is_null() {
-        // SAFETY: `HOOK` only ever holds a `Hook` stored by `set_hook`, cast to a pointer.
-        let hook: Hook = unsafe { std::mem::transmute::<*mut (), Hook>(hook) };
-        hook(force);
-    }
+    HOOK.call(force);
 }
 
 unsafe extern "C" fn on_error(code: c_int, _arg: *mut c_void) {
@@ -556,12 +550,13 @@ impl Extras for Mimalloc {
 
     /// `mi_register_deferred_free`: mimalloc calls the hook from its
     /// allocation slow path ("re-entrant": it may free and allocate).
-    fn set_hook(&self, hook: Hook) -> bool {
-        HOOK.store(hook as *mut (), Ordering::Release);
-        // SAFETY: `deferred` has `mi_deferred_free_fun`'s C signature, ignores `arg` (null),
-        // and any thread may call it: it only reads an atomic and calls a hook that never
-        // unwinds.
-        unsafe { mi::mi_register_deferred_free(Some(deferred), std::ptr::null_mut()) };
+    fn set_hook(&self, hook: Option<Hook>) -> bool {
+        HOOK.set(hook);
+        let deferred: mi::mi_deferred_free_fun = hook.and(Some(deferred));
+        // SAFETY: `deferred`, when set, has `mi_deferred_free_fun`'s C signature, ignores `arg`
+        // (null), and any thread may call it: it only reads an atomic and calls a hook that
+        // never unwinds. None takes it away.
+        unsafe { mi::mi_register_deferred_free(deferred, std::ptr::null_mut()) };
         true
     }
 

@@ -23,7 +23,7 @@ mod system;
 pub use api2::Api2Adapter;
 pub use arena::FixedArena;
 pub use dylib::{split_spec as split_dylib_spec, CFunctions, CHeapApi, Dylib, HeapCheckReturns};
-pub use extras::{Extras, GoodSize, Hook, InPlace, PurgeDelay, ZeroedFrom};
+pub use extras::{Extras, GoodSize, Hook, HookCell, InPlace, PurgeDelay, ZeroedFrom};
 pub use global::GlobalAllocAdapter;
 pub use heaps::EmulatedHeaps;
 pub use names::{

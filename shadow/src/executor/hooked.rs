@@ -127,7 +127,7 @@ impl Executor {
         let Some(extras) = self.alloc.extras() else {
             return Outcome::Skipped;
         };
-        if b.heap.is_some() || !extras.set_hook(hook) {
+        if b.heap.is_some() || !extras.set_hook(Some(hook)) {
             return Outcome::Skipped;
         }
         if self.checked {
@@ -166,6 +166,9 @@ impl Executor {
                 .guarded(|| extras.run_hook() && extras.run_hook());
         }
         let broken = release(|_| false);
+        if let Some(extras) = extras {
+            self.guard.guarded(|| extras.set_hook(None));
+        }
         // Those calls were the end's.
         CALLS.store(0, Ordering::Relaxed);
         if self.checked {
@@ -187,8 +190,11 @@ impl Executor {
 }
 
 /// Frees what the hook holds without a check, but a block `shadow` holds
-/// too (freed with the program's): a program that ended at a tolerated
-/// violation.
-pub(super) fn drop_held(shadow: &crate::model::ShadowHeap) {
+/// too (freed with the program's), and takes the hook away: a program
+/// that ended at a tolerated violation.
+pub(super) fn drop_held(shadow: &crate::model::ShadowHeap, extras: Option<&dyn Extras>) {
     let _ = release(|b| shadow.overlapping(b.ptr, b.end()).is_some());
+    if let Some(extras) = extras {
+        let _ = crate::guard::call(|| extras.set_hook(None));
+    }
 }

@@ -559,7 +559,7 @@ impl Drop for Executor {
         }
         self.checked = false;
         if self.hooked {
-            hooked::drop_held(&self.shadow);
+            hooked::drop_held(&self.shadow, self.alloc.extras());
         }
         for b in self.untracked.take() {
             if self.shadow.overlapping(b.ptr, b.end()).is_none() {
