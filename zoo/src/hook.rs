@@ -14,8 +14,9 @@ use shadow::allocator::{Allocator, Hook, HookCell};
 /// The sizes `HookReentryReissue`'s cache holds.
 const CLASS: RangeInclusive<usize> = 256..=65536;
 
-#[derive(Default)]
 pub(super) struct ZooHook {
+    /// `HookReentryReissue` is planted.
+    reissue: bool,
     /// The program's hook, once it set one.
     hook: HookCell,
     /// `HookReentryReissue`: a freed block of `CLASS`, and its size.
@@ -23,6 +24,14 @@ pub(super) struct ZooHook {
 }
 
 impl ZooHook {
+    pub(super) fn new(reissue: bool) -> ZooHook {
+        ZooHook {
+            reissue,
+            hook: HookCell::new(),
+            cached: Mutex::new(None),
+        }
+    }
+
     pub(super) fn set(&self, hook: Option<Hook>) {
         self.hook.set(hook);
     }
@@ -32,17 +41,11 @@ impl ZooHook {
         self.hook.call(force);
     }
 
-    /// An allocation's start: the hook, or (`reissue`: the bug planted)
-    /// the cached block for a request it holds, with the hook called
-    /// between taking the block and clearing the cache (the bug).
-    pub(super) fn alloc(
-        &self,
-        reissue: bool,
-        size: usize,
-        align: usize,
-        zeroed: bool,
-    ) -> Option<*mut u8> {
-        let fits = reissue && CLASS.contains(&size) && align <= 16 && !zeroed;
+    /// An allocation's start: the hook, or (the bug planted) the cached
+    /// block for a request it holds, with the hook called between taking
+    /// the block and clearing the cache (the bug).
+    pub(super) fn alloc(&self, size: usize, align: usize, zeroed: bool) -> Option<*mut u8> {
+        let fits = self.reissue && CLASS.contains(&size) && align <= 16 && !zeroed;
         let cached = fits.then(|| *self.lock()).flatten();
         let Some((p, _)) = cached.filter(|&(_, held)| size <= held) else {
             self.call(false);
@@ -53,10 +56,10 @@ impl ZooHook {
         Some(p as *mut u8)
     }
 
-    /// A free (`reissue`: the bug planted): whether the cache kept block
-    /// `p` of `size` bytes.
-    pub(super) fn keep(&self, reissue: bool, p: *mut u8, size: usize, align: usize) -> bool {
-        if !(reissue && CLASS.contains(&size) && align <= 16) {
+    /// A free (the bug planted): whether the cache kept block `p` of
+    /// `size` bytes.
+    pub(super) fn keep(&self, p: *mut u8, size: usize, align: usize) -> bool {
+        if !(self.reissue && CLASS.contains(&size) && align <= 16) {
             return false;
         }
         let mut cached = self.lock();

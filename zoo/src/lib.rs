@@ -146,6 +146,7 @@ impl Zoo {
         };
         Ok(Zoo {
             name: name.to_string(),
+            hook: ZooHook::new(bugs.contains(&Bug::HookReentryReissue)),
             bugs,
             base,
             heaps,
@@ -159,7 +160,6 @@ impl Zoo {
             remote_frees: AtomicU64::new(0),
             splinters: Splinters::new(),
             home: thread_slot::token(),
-            hook: ZooHook::default(),
         })
     }
 
@@ -232,8 +232,7 @@ impl Allocator for Zoo {
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         self.count_call();
-        let reissue = self.has(Bug::HookReentryReissue);
-        if let Some(p) = self.hook.alloc(reissue, size, align, zeroed) {
+        if let Some(p) = self.hook.alloc(size, align, zeroed) {
             return p;
         }
         self.class_of(size);
@@ -351,10 +350,7 @@ impl Allocator for Zoo {
         if self.splinters.holds(p) {
             return self.splinters.free(p);
         }
-        if self
-            .hook
-            .keep(self.has(Bug::HookReentryReissue), p, size, align)
-        {
+        if self.hook.keep(p, size, align) {
             return;
         }
         if self.is_fork_locked(size, align) {
