@@ -37,9 +37,15 @@ static ERROR: Mutex<Option<String>> = Mutex::new(None);
 
 /// Largest request the debug build is given: its segment checks walk a
 /// huge block's 64 KiB slices on every call, so a 1 TiB block takes
-/// minutes. Larger requests are refused here, as a clean failure (the
-/// release build takes them all).
+/// minutes, and an aligned realloc to 8 TiB checks its fresh page reads
+/// zero, byte by byte. Larger requests and reallocs are refused here, as
+/// a clean failure (the release build takes them all).
 const DEBUG_MAX_REQUEST: usize = 256 << 20;
+
+/// Whether the debug build refuses a request (or a realloc) of `size`.
+fn refused(size: usize) -> bool {
+    NAME == "mimalloc-debug" && size > DEBUG_MAX_REQUEST
+}
 
 /// The hook [`Extras::set_hook`] registered.
 static HOOK: HookCell = HookCell::new();
@@ -132,7 +138,7 @@ impl Allocator for Mimalloc {
     }
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        if NAME == "mimalloc-debug" && size > DEBUG_MAX_REQUEST {
+        if refused(size) {
             return std::ptr::null_mut();
         }
         match (malloc_serves(size, align), zeroed) {
@@ -145,10 +151,16 @@ impl Allocator for Mimalloc {
     }
 
     unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
+        if refused(count.saturating_mul(size)) {
+            return std::ptr::null_mut();
+        }
         mi::mi_calloc(count, size).cast()
     }
 
     unsafe fn realloc(&self, p: *mut u8, _old: usize, align: usize, new_size: usize) -> *mut u8 {
+        if refused(new_size) {
+            return std::ptr::null_mut();
+        }
         if malloc_serves(new_size, align) {
             mi::mi_realloc(p.cast(), new_size).cast()
         } else {
