@@ -27,3 +27,13 @@ fn an_allocator_without_a_hook_skips_the_op() {
     let stats = common::run(&common::program(&hooked_program(10)), "system").expect("clean");
     assert_eq!((stats.hook_calls, stats.skipped), (0, 2));
 }
+
+#[test]
+fn an_allocator_over_a_fixed_region_skips_the_op() {
+    // The harness's size search after a refusal would run the hook, which
+    // frees the given block: room made in the middle of the search, a
+    // false `null` (the zoo gate's capacity-leak case, once).
+    let text = "target alloc_ops\nalloc size=4194303 align=4\nhook-free slot=newest\nrealloc-null size=4194303\n";
+    let stats = common::run(&common::program(text), "zoo:capacity-leak").expect("clean");
+    assert_eq!(stats.skipped, 1);
+}

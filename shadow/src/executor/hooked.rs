@@ -121,13 +121,16 @@ pub(super) fn holding(start: usize, end: usize) -> Option<Block> {
 
 impl Executor {
     /// Hands block `i` to the allocator's hook. Skipped where the
-    /// allocator has none, and for a heap's block.
+    /// allocator has none, for a heap's block, and over a fixed region:
+    /// there the harness's own size searches (is a refusal fair, is
+    /// capacity lost) would run the hook, which frees blocks and so makes
+    /// room in the middle of a search.
     pub(super) fn hook_free(&mut self, i: usize) -> Outcome {
         let b = self.shadow.blocks()[i];
         let Some(extras) = self.alloc.extras() else {
             return Outcome::Skipped;
         };
-        if b.heap.is_some() || !extras.set_hook(Some(hook)) {
+        if b.heap.is_some() || self.alloc.arena().is_some() || !extras.set_hook(Some(hook)) {
             return Outcome::Skipped;
         }
         if self.checked {
