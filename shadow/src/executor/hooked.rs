@@ -15,8 +15,9 @@
 //! own calls, does nothing.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
+use super::checks::contents;
 use super::{Executor, Outcome};
 use crate::allocator::{Allocator, Extras};
 use crate::model::Block;
@@ -56,8 +57,11 @@ fn held() -> MutexGuard<'static, Held> {
 /// `force`, which asks it to free all it can) allocates a block in place
 /// of each block the program gave it.
 fn hook(force: bool) {
-    let Ok(mut held) = HELD.try_lock() else {
-        return;
+    let mut held = match HELD.try_lock() {
+        Ok(held) => held,
+        // A panic in an earlier call of the allocator's from here.
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) => return,
     };
     let Some(alloc) = held.alloc else {
         return;
@@ -69,7 +73,7 @@ fn hook(force: bool) {
     }
     for b in given.iter().chain(&own) {
         // SAFETY: `b` is live: the hook holds it, and only the hook frees it, here.
-        if let Some(m) = unsafe { pattern::check(b.ptr as *const u8, b.extent, b.extent, b.seed) } {
+        if let Some(m) = unsafe { contents(b) } {
             held.broken.get_or_insert((*b, m));
         }
         // SAFETY: as above, with the size and alignment it was allocated with; it leaves
@@ -174,9 +178,7 @@ impl Executor {
         }
         // Those calls were the end's.
         CALLS.store(0, Ordering::Relaxed);
-        if self.checked {
-            self.hooked_broken(broken);
-        }
+        self.hooked_broken(broken);
     }
 
     fn hooked_broken(&self, broken: Option<(Block, Mismatch)>) {
