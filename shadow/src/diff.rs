@@ -170,9 +170,9 @@ fn runs_on_both(ex: &Executor, op: &Op, a: &dyn Allocator, b: &dyn Allocator) ->
     if op.uses_other_threads() && (a.single_threaded() || b.single_threaded()) {
         return false;
     }
-    // A process has one hook per allocator, and the reference may be the
-    // same library as the allocator under test.
-    if matches!(op, Op::HookFree { .. }) {
+    // A process has one hook and one OS layer per allocator, and the
+    // reference may be the same library as the allocator under test.
+    if matches!(op, Op::HookFree { .. } | Op::OsFail { .. }) {
         return false;
     }
     let reallocs_to_zero = match *op {

@@ -6,8 +6,8 @@
 //! one copy per build), so the name of this adapter is the flavor of the
 //! build: [`super::MIMALLOC_FLAVORS`].
 
-use std::ffi::{c_int, c_void};
-use std::sync::Mutex;
+use std::ffi::{c_int, c_long, c_void};
+use std::sync::{Mutex, OnceLock};
 
 use libmimalloc_sys as mi;
 
@@ -578,4 +578,20 @@ impl Extras for Mimalloc {
         unsafe { mi::mi_collect(false) };
         true
     }
+
+    /// Neither the OS nor an arena gives a new segment (every huge block,
+    /// room past the segments held); then back to the process's values.
+    fn fail_os(&self, refuse: bool) -> bool {
+        static USUAL: OnceLock<[c_long; 2]> = OnceLock::new();
+        // SAFETY: no pointer involved; `mi_option_get` range-checks the option.
+        let usual = USUAL.get_or_init(|| DISALLOW.map(|o| unsafe { mi::mi_option_get(o) }));
+        for (option, usual) in DISALLOW.into_iter().zip(usual) {
+            // SAFETY: as above; `mi_option_set` takes any value for these two.
+            unsafe { mi::mi_option_set(option, if refuse { 1 } else { *usual }) };
+        }
+        true
+    }
 }
+
+/// `mi_option_disallow_os_alloc`, `mi_option_disallow_arena_alloc`.
+const DISALLOW: [mi::mi_option_t; 2] = [17, if cfg!(feature = "mimalloc-v3") { 26 } else { 27 }];

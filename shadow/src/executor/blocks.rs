@@ -138,7 +138,7 @@ impl Executor {
             return Outcome::Failed;
         }
         if p == 0 {
-            if size != 0 && self.checked && !self.arena.refused_fairly(&self.guard, size, align) {
+            if size != 0 && self.checked && !self.refused_fairly(size, align) {
                 self.guard.flag(Violation::Null { size, align });
             }
             return Outcome::Failed;
@@ -447,7 +447,7 @@ impl Executor {
                 // A failed realloc leaves the block as it was.
                 if !impossible
                     && self.checked
-                    && !self.arena.refused_fairly(&self.guard, new, b.align)
+                    && !self.refused_fairly(new, b.align)
                 {
                     self.guard.flag(Violation::Null {
                         size: new,

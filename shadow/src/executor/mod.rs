@@ -19,6 +19,7 @@ mod hooked;
 mod huge;
 mod kept;
 mod more;
+mod os_fail;
 mod race;
 mod race_ops;
 mod race_steps;
@@ -32,6 +33,7 @@ use calls::{CallGuard, On, Workers};
 use heap_table::HeapTable;
 use huge::HugeBudget;
 use kept::KeptProbe;
+use os_fail::OsWindow;
 pub use race::serial_races;
 use race::Section;
 use race_ops::Change;
@@ -132,6 +134,8 @@ pub struct Executor {
     /// started (checked runs only), held against its end.
     arena: ArenaProbe,
     kept: KeptProbe,
+    /// An `os-fail`'s window.
+    os: OsWindow,
     /// Huge requests made so far.
     huge: HugeBudget,
     /// A `race-fork` has forked (one a program does).
@@ -232,6 +236,7 @@ impl Executor {
             race: Section::default(),
             arena,
             kept,
+            os: OsWindow::new(alloc),
             huge: HugeBudget::default(),
             forked: false,
             purged: false,
@@ -291,6 +296,7 @@ impl Executor {
             Outcome::Failed => self.stats.failed += 1,
             _ => {}
         }
+        self.count_os_window(op);
         if self.checked && self.hooked {
             self.check_hooked();
         }
@@ -366,6 +372,7 @@ impl Executor {
             Op::ReallocNull { size } => self.realloc_null(size),
             Op::FreeNull => self.free_null(),
             Op::Purge { delay, force } => self.purge(delay, force),
+            Op::OsFail { ops } => self.os_fail(ops),
             Op::HookFree { slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.hook_free(i))
             }
@@ -497,6 +504,7 @@ impl Executor {
         crate::coverage::begin_op();
         crate::sanitizer::check();
         self.guard.begin(op_count, None);
+        self.end_os_window();
         if self.hooked {
             self.settle_hook(self.alloc.extras());
         }

@@ -282,7 +282,7 @@ impl Executor {
                 Outcome::Failed
             }
             (Some(n), 0) if !impossible && self.checked => {
-                if !self.arena.refused_fairly(&self.guard, n, 1) {
+                if !self.refused_fairly(n, 1) {
                     self.guard.flag(Violation::Null { size: n, align: 1 });
                 }
                 Outcome::Failed

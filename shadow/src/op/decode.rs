@@ -59,6 +59,7 @@ enum ArbMoreOp {
     FreeNull,
     Purge(u8, bool),
     HookFree(u8),
+    OsFail(u8),
 }
 
 /// Extra bytes an in-place resize asks for on top.
@@ -220,6 +221,9 @@ impl ArbMoreOp {
             ArbMoreOp::FreeNull => Op::FreeNull,
             ArbMoreOp::HookFree(slot) => Op::HookFree {
                 slot: slot_of(slot),
+            },
+            ArbMoreOp::OsFail(ops) => Op::OsFail {
+                ops: 1 + usize::from(ops % 4),
             },
             ArbMoreOp::Purge(delay, force) => Op::Purge {
                 delay: DELAYS[usize::from(delay) % DELAYS.len()],

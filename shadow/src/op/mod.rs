@@ -145,6 +145,13 @@ pub enum Op {
     },
     /// `free(NULL)`, which does nothing.
     FreeNull,
+    /// The allocator's OS layer refuses every request for memory during
+    /// the next `ops` ops ([`crate::allocator::Extras::fail_os`]): what it
+    /// cannot serve from what it holds fails cleanly, and nothing else
+    /// changes.
+    OsFail {
+        ops: usize,
+    },
     /// Hands the block to the allocator's hook ([`crate::allocator::Extras::set_hook`]):
     /// the allocator calls it from inside a later call of its own, where it
     /// frees the block and allocates one of its own (reentrant calls),
@@ -338,6 +345,7 @@ impl Op {
                 | Op::ReallocNull { .. }
                 | Op::FreeNull
                 | Op::HookFree { .. }
+                | Op::OsFail { .. }
                 | Op::Purge { .. }
                 | Op::RaceFree { sized: true, .. }
                 | Op::RaceResize { .. }

@@ -100,6 +100,7 @@ impl fmt::Display for Op {
             Op::ReallocNull { size } => write!(f, "realloc-null size={size}"),
             Op::FreeNull => write!(f, "free-null"),
             Op::HookFree { slot } => write!(f, "hook-free slot={}", SlotText(*slot)),
+            Op::OsFail { ops } => write!(f, "os-fail ops={ops}"),
             Op::Purge { delay, force } => write!(
                 f,
                 "purge delay={}{}",
@@ -388,6 +389,7 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
         "realloc-null" => Op::ReallocNull { size: num("size")? },
         "free-null" => Op::FreeNull,
         "hook-free" => Op::HookFree { slot: slot()? },
+        "os-fail" => Op::OsFail { ops: num("ops")? },
         "purge" => Op::Purge {
             delay: match *fields.get("delay").ok_or("missing `delay=`")? {
                 "now" => PurgeDelay::Immediate,
