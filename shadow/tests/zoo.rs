@@ -63,6 +63,7 @@ fn reaching(bug: Bug) -> String {
         // The freed block is cached; the next request takes it and, before
         // clearing the cache, calls the hook, whose own request takes it too.
         Bug::HookReentryReissue => "target alloc_ops\nalloc size=5000 align=8\nalloc size=5000 align=8\nhook-free slot=0\nfree slot=0\nalloc size=5000 align=8\n",
+        Bug::OsFailLeaks => "target alloc_ops\nos-fail ops=1\nalloc size=300000 align=8\n",
         Bug::CapacityLeak => "target alloc_ops\nalloc size=3000 align=8\nrealloc slot=0 to=100\n",
         Bug::SlowLeak => "target alloc_ops\nalloc size=64 align=8\nfree slot=0\n",
         Bug::LateRemoteLeak => "target workload\nworkload kind=xmalloc threads=4 ops=20000 slots=1000 sizes=8..1024 seed=1\n",

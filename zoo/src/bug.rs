@@ -173,6 +173,10 @@ pub enum Bug {
     /// taking the block and clearing the cache: an allocation from inside
     /// the hook gets the same block.
     HookReentryReissue,
+    /// A request of 256 KiB or more that the OS layer refuses
+    /// (`os-fail`) keeps the reservation it made for it: planted in
+    /// jemalloc, whose own count of bytes in use shows the loss.
+    OsFailLeaks,
     /// Shrinking a 2049..=4096-byte block below half never returns 64
     /// bytes of the split-off tail to the arena: planted in `arena`, whose
     /// capacity then shrinks a little with every such realloc.
@@ -247,7 +251,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 56] = [
+    pub const ALL: [Bug; 57] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -292,6 +296,7 @@ impl Bug {
         Bug::PurgeDropsLive,
         Bug::PurgeLazyFreesLive,
         Bug::HookReentryReissue,
+        Bug::OsFailLeaks,
         Bug::CapacityLeak,
         Bug::SlowLeak,
         Bug::LateRemoteLeak,
@@ -352,6 +357,7 @@ impl Bug {
             Bug::PurgeDropsLive => "purge-drops-live",
             Bug::PurgeLazyFreesLive => "purge-lazy-frees-live",
             Bug::HookReentryReissue => "hook-reentry-reissue",
+            Bug::OsFailLeaks => "os-fail-leaks",
             Bug::CapacityLeak => "capacity-leak",
             Bug::SlowLeak => "slow-leak",
             Bug::LateRemoteLeak => "late-remote-leak",
@@ -382,7 +388,10 @@ impl Bug {
     pub fn base(self) -> &'static str {
         match self {
             Bug::CapacityLeak => "arena",
-            Bug::DroppedRemoteFree | Bug::CrowdedReissue | Bug::LateRemoteLeak => "jemalloc",
+            Bug::DroppedRemoteFree
+            | Bug::CrowdedReissue
+            | Bug::LateRemoteLeak
+            | Bug::OsFailLeaks => "jemalloc",
             Bug::SplitNeverMerged => "mimalloc",
             _ => "system",
         }
@@ -474,7 +483,7 @@ impl Bug {
             Bug::PurgeLazyFreesLive => &["released-live"],
             Bug::HookReentryReissue => &["overlap"],
             Bug::CapacityLeak => &["capacity-leak"],
-            Bug::DroppedRemoteFree => &["kept-bytes"],
+            Bug::DroppedRemoteFree | Bug::OsFailLeaks => &["kept-bytes"],
             // The child hangs on the lock, and is killed.
             Bug::ForkHeldLock => &["fork"],
             // Handed out again while live: the second request's overlap.

@@ -165,6 +165,12 @@ impl Extras for Zoo {
     }
 
     /// Emulated: every allocation calls the hook first (`hook.rs`).
+    /// The zoo's emulated OS layer ([`super::os_layer`]).
+    fn fail_os(&self, refuse: bool) -> bool {
+        super::os_layer::refuse(refuse);
+        true
+    }
+
     fn set_hook(&self, hook: Option<Hook>) -> bool {
         self.hook.set(hook);
         true

@@ -25,6 +25,7 @@ mod extras;
 mod heaps;
 mod hook;
 mod name;
+mod os_layer;
 mod planted;
 mod racy_list;
 mod remote_free;
@@ -232,7 +233,8 @@ impl Allocator for Zoo {
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         self.count_call();
-        if let Some(p) = self.hook.alloc(size, align, zeroed) {
+        let intercepted = self.hook.alloc(size, align, zeroed);
+        if let Some(p) = intercepted.or_else(|| self.os_refused(size, align)) {
             return p;
         }
         self.class_of(size);
