@@ -111,11 +111,18 @@ pub fn release_zero_shadow() {
         }
         let from = shadow(lo).next_multiple_of(page);
         let to = shadow(hi) / page * page;
-        if from < to {
-            release_zero_pages(from, to, page, scale, offset, is_poisoned);
+        // In pieces: a reservation of terabytes (jemalloc's retained
+        // growth doubles up to 2^46 bytes) would need a table of gigabytes.
+        for at in (from..to).step_by(page * MINCORE_PAGES) {
+            let end = to.min(at + page * MINCORE_PAGES);
+            release_zero_pages(at, end, page, scale, offset, is_poisoned);
         }
     }
 }
+
+/// Most shadow pages [`release_zero_pages`] asks about at once: a
+/// 1 MiB table, for 32 GiB of application memory.
+const MINCORE_PAGES: usize = 1 << 20;
 
 /// [`release_zero_shadow`] over the shadow pages `[from, to)`.
 fn release_zero_pages(

@@ -3,7 +3,9 @@
 //! the first folder under `soak/src`, and a room takes (`crate::…`, a
 //! doc link included, or a `super::` that leaves it) only from rooms on
 //! floors below its own. So the rooms' import graph has no circle and no
-//! arrow back up; and no file of the project's crates is over [`MAX_LINES`].
+//! arrow back up; the parts of a room (the modules right below it) take
+//! from each other in no circle either; and no file of the project's
+//! crates is over [`MAX_LINES`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -334,6 +336,74 @@ fn rooms_import_only_downward_and_in_no_circle() {
         "soak/src's rooms break their order:\n{}",
         problems.join("\n")
     );
+}
+
+/// The part of its room a module is in: the room and the module right
+/// below it (`pipeline/intake/source.rs` is `pipeline::intake`).
+fn part_of(module: &[String]) -> String {
+    module[..module.len().min(2)].join("::")
+}
+
+/// The parts of its own room a file takes from: `crate::<room>::<part>`,
+/// and a `super::` chain that climbs to the room.
+fn parts_used(rel: &Path, text: &str) -> BTreeSet<String> {
+    let module = module_path(rel);
+    let room = module[0].clone();
+    let code = code(text);
+    let mut parts = BTreeSet::new();
+    let mut add = |rest: &str| {
+        let heads = match rest.strip_prefix('{') {
+            Some(group) => group_heads(group),
+            None => vec![ident(rest).to_string()],
+        };
+        for head in heads.into_iter().filter(|h| !h.is_empty() && h != "self") {
+            parts.insert(format!("{room}::{head}"));
+        }
+    };
+    let chained = |at: usize| at > 0 && code[..at].ends_with(|c: char| is_ident(c) || c == ':');
+    let prefix = format!("crate::{room}::");
+    for (at, _) in code.match_indices(&prefix) {
+        if !chained(at) {
+            add(&code[at + prefix.len()..]);
+        }
+    }
+    for (at, _) in code.match_indices("super::") {
+        if chained(at) {
+            continue;
+        }
+        let mut rest = &code[at..];
+        let mut base = module.clone();
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        if base.len() == 1 {
+            add(rest);
+        }
+    }
+    parts
+}
+
+#[test]
+fn the_parts_of_a_room_import_in_no_circle() {
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in room_files() {
+        let rel = file.strip_prefix(src()).unwrap();
+        let from = part_of(&module_path(rel));
+        let text = std::fs::read_to_string(&file).unwrap();
+        for to in parts_used(rel, &text) {
+            if to != from {
+                edges.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    if let Some(c) = circle(&edges) {
+        panic!(
+            "a circle inside a room: {} -> {}; move what both take down",
+            c.join(" -> "),
+            c[0]
+        );
+    }
 }
 
 #[test]

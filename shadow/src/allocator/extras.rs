@@ -209,7 +209,7 @@ pub trait Extras: Send + Sync {
     /// Makes the allocator's OS layer refuse every request for memory
     /// (`true`) until called with `false`: a request it cannot serve from
     /// what it holds fails, and must fail cleanly (null, nothing else
-    /// changed, nothing kept). jemalloc: extent hooks that fail; mimalloc:
+    /// changed, nothing kept). jemalloc: extent hooks that fail (alloc, commit); mimalloc:
     /// no new memory from the OS or an arena. `false`: no OS layer
     /// allocsoak can fail.
     fn fail_os(&self, _refuse: bool) -> bool {

@@ -443,7 +443,8 @@ impl Executor {
                 });
                 return Outcome::Failed;
             }
-            if new != 0 {
+            // A realloc to 0 that allocates may fail as a request does.
+            if new != 0 || (semantics == ReallocToZero::Allocates && self.os_refusing()) {
                 // A failed realloc leaves the block as it was.
                 if !impossible
                     && self.checked

@@ -88,9 +88,14 @@ impl Executor {
         }
     }
 
+    /// Whether the window is open.
+    pub(super) fn os_refusing(&self) -> bool {
+        self.os.open()
+    }
+
     /// Whether a request the allocator refused (null) may be refused: in
     /// the window, or where a fixed region could not serve it.
     pub(super) fn refused_fairly(&self, size: usize, align: usize) -> bool {
-        self.os.open() || self.arena.refused_fairly(&self.guard, size, align)
+        self.os_refusing() || self.arena.refused_fairly(&self.guard, size, align)
     }
 }

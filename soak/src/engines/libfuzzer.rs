@@ -261,6 +261,18 @@ pub fn artifacts(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
+/// Why a replay on `binary` did not run: the soak's filing time was over
+/// (the run was stopped), or the binary would not start.
+pub fn replay_error(e: std::io::Error, binary: &Path) -> anyhow::Error {
+    match e.kind() {
+        std::io::ErrorKind::Interrupted => e.into(),
+        _ => anyhow::Error::new(e).context(format!(
+            "failed to run {}; run `just build`",
+            binary.display()
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::pipeline::intake::replay_error;
+use crate::engines::libfuzzer::replay_error;
 use anyhow::{Context, Result};
 use report::Signature;
 use triage::ddmin::ddmin;

@@ -7,14 +7,12 @@
 //! runs is built; a part that does not build keeps its slots out of this
 //! soak and says where its cargo log is.
 
-use std::collections::HashSet;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use shadow::Target;
 
 use crate::engines::project::{Build, Part, Project};
@@ -22,22 +20,7 @@ use crate::engines::Engine;
 use crate::foundation::config::{Series, Slot};
 use crate::running::slice::signal_group;
 use crate::running::soak::Soak;
-
-/// The fuzz binary `slot` runs: its target's in its allocator's build
-/// (a honggfuzz slot's findings are replayed on it too).
-fn fuzz_part(slot: &Slot) -> Part {
-    Part::Fuzz(Build::for_allocator(&slot.allocator), slot.target)
-}
-
-/// The parts `slot` runs: [`fuzz_part`], and honggfuzz's binaries for a
-/// honggfuzz slot.
-fn needs(slot: &Slot) -> Vec<Part> {
-    let mut parts = vec![fuzz_part(slot)];
-    if slot.engine == Engine::Honggfuzz.name() {
-        parts.push(Part::Honggfuzz);
-    }
-    parts
-}
+use crate::running::unbuilt::fuzz_part;
 
 /// What `slots` and the `drift` series run, in the order a soak builds
 /// it: the fuzz binary most slots run first, then the other fuzz binaries
@@ -76,62 +59,6 @@ pub fn parts(slots: &[Slot], drift: &[Series]) -> Vec<Part> {
         parts.push(Part::Honggfuzz);
     }
     parts
-}
-
-/// The parts a soak still builds beside its slices.
-pub struct Unbuilt {
-    parts: Mutex<HashSet<Part>>,
-    /// Whether the builder still runs (a part left once it ended did not
-    /// build).
-    building: std::sync::atomic::AtomicBool,
-}
-
-impl Unbuilt {
-    pub fn new(parts: &[Part]) -> Unbuilt {
-        Unbuilt {
-            parts: Mutex::new(parts.iter().copied().collect()),
-            building: (!parts.is_empty()).into(),
-        }
-    }
-
-    /// Whether every part `slot` runs is built.
-    pub fn ready(&self, slot: &Slot) -> bool {
-        let parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
-        needs(slot).iter().all(|p| !parts.contains(p))
-    }
-
-    pub fn is_built(&self, part: Part) -> bool {
-        !self
-            .parts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&part)
-    }
-
-    /// Whether the builder still runs.
-    pub fn building(&self) -> bool {
-        self.building.load(Ordering::Relaxed)
-    }
-
-    /// What is left to build, for the progress print.
-    pub fn left(&self) -> Vec<Part> {
-        let mut left: Vec<Part> = self
-            .parts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .copied()
-            .collect();
-        left.sort_by_key(|p| p.to_string());
-        left
-    }
-
-    fn built(&self, part: Part) {
-        self.parts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&part);
-    }
 }
 
 /// Builds `parts` in order, shown, on every core, before the soak's
@@ -181,7 +108,7 @@ pub fn beside(soak: &Soak, order: &[Part], cores: usize) {
             }
         }
     }
-    soak.unbuilt.building.store(false, Ordering::Relaxed);
+    soak.unbuilt.ended();
     soak.cores.give(cores);
 }
 
@@ -219,8 +146,43 @@ fn build_one(soak: &Soak, part: Part, cores: usize, log: &std::path::Path) -> Re
 fn check_loads(soak: &Soak, part: Part) -> Result<()> {
     for (slot, _) in &soak.slots {
         if fuzz_part(slot) == part {
-            super::daemon::check_loads(&soak.project, slot)?;
+            loads(&soak.project, slot)?;
         }
+    }
+    Ok(())
+}
+
+/// A library allocator must load in its slot's fuzz binary, else every
+/// slice would "crash" at its first input and file that as a finding.
+pub(crate) fn loads(project: &Project, slot: &Slot) -> Result<()> {
+    if !crate::foundation::declared::is_library(project.declared(), &slot.allocator) {
+        return Ok(());
+    }
+    let binary = project.binary(Build::for_allocator(&slot.allocator), slot.target);
+    let empty = std::env::temp_dir().join(format!(
+        "allocsoak-empty-{}-{}",
+        std::process::id(),
+        slot.target
+    ));
+    std::fs::write(&empty, b"")?;
+    let out = triage::replay::engine_command(&binary)
+        .env("ALLOCSOAK_ALLOCATOR", &slot.allocator)
+        .arg(&empty)
+        .output()
+        .with_context(|| format!("failed to run {}", binary.display()));
+    let _ = std::fs::remove_file(&empty);
+    let out = out?;
+    let log = String::from_utf8_lossy(&out.stderr);
+    let error = log.lines().find(|l| {
+        l.starts_with("allocsoak: ALLOCSOAK_ALLOCATOR") || l.contains("symbol lookup error")
+    });
+    if let Some(line) = error {
+        bail!(
+            "allocator {} does not load in {}: {}",
+            slot.allocator,
+            binary.display(),
+            line.trim()
+        );
     }
     Ok(())
 }
@@ -228,6 +190,7 @@ fn check_loads(soak: &Soak, part: Part) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::running::unbuilt::Unbuilt;
 
     fn slot(target: Target, allocator: &str, engine: Engine) -> Slot {
         Slot {

@@ -182,7 +182,7 @@ impl<'a> Corpus<'a> {
                 "merge into {} stopped, as the soak is ending; the next start merges again",
                 self.path().display()
             ),
-            Err(e) => return Err(crate::pipeline::intake::replay_error(e, how.binary)),
+            Err(e) => return Err(crate::engines::libfuzzer::replay_error(e, how.binary)),
         };
         if !out.status.success() {
             let log = String::from_utf8_lossy(&out.stderr);

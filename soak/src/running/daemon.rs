@@ -31,6 +31,7 @@ use crate::rss;
 use crate::running::corpus::Corpus;
 use crate::running::scheduler::{self, Rng};
 use crate::running::soak::{filing_grace, Soak};
+use crate::running::unbuilt::Unbuilt;
 use crate::running::{build, pending, slice, status, verify};
 
 /// What a soak is asked to do.
@@ -275,7 +276,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         true => build_first(&project, &state, &store, &options, &drift_series)?,
         false => Vec::new(),
     };
-    let unbuilt = build::Unbuilt::new(&later);
+    let unbuilt = Unbuilt::new(&later);
     check_binaries(&project, &options.slots, &unbuilt)?;
     for target in Target::ALL {
         Corpus::new(&state, target).recover()?;
@@ -455,8 +456,8 @@ fn default_slice_secs(options: &Options) -> u64 {
 /// libFuzzer build for every slot: findings are replayed on it; a
 /// honggfuzz slot's own binary and driver too), but for what is still
 /// `unbuilt` (the builder checks those), and a library allocator must
-/// load in it ([`check_loads`]).
-fn check_binaries(project: &Project, slots: &[Slot], unbuilt: &build::Unbuilt) -> Result<()> {
+/// load in it ([`build::loads`]).
+fn check_binaries(project: &Project, slots: &[Slot], unbuilt: &Unbuilt) -> Result<()> {
     for slot in slots.iter().filter(|s| unbuilt.ready(s)) {
         if slot.engine == Engine::Honggfuzz.name() {
             for file in [
@@ -484,42 +485,7 @@ fn check_binaries(project: &Project, slots: &[Slot], unbuilt: &build::Unbuilt) -
                 binary.display()
             );
         }
-        check_loads(project, slot)?;
-    }
-    Ok(())
-}
-
-/// A library allocator must load in its slot's fuzz binary, else every
-/// slice would "crash" at its first input and file that as a finding.
-pub(crate) fn check_loads(project: &Project, slot: &Slot) -> Result<()> {
-    if !crate::foundation::declared::is_library(project.declared(), &slot.allocator) {
-        return Ok(());
-    }
-    let binary = project.binary(Build::for_allocator(&slot.allocator), slot.target);
-    let empty = std::env::temp_dir().join(format!(
-        "allocsoak-empty-{}-{}",
-        std::process::id(),
-        slot.target
-    ));
-    std::fs::write(&empty, b"")?;
-    let out = triage::replay::engine_command(&binary)
-        .env("ALLOCSOAK_ALLOCATOR", &slot.allocator)
-        .arg(&empty)
-        .output()
-        .with_context(|| format!("failed to run {}", binary.display()));
-    let _ = std::fs::remove_file(&empty);
-    let out = out?;
-    let log = String::from_utf8_lossy(&out.stderr);
-    let error = log.lines().find(|l| {
-        l.starts_with("allocsoak: ALLOCSOAK_ALLOCATOR") || l.contains("symbol lookup error")
-    });
-    if let Some(line) = error {
-        bail!(
-            "allocator {} does not load in {}: {}",
-            slot.allocator,
-            binary.display(),
-            line.trim()
-        );
+        build::loads(project, slot)?;
     }
     Ok(())
 }

@@ -15,4 +15,5 @@ pub mod scheduler;
 pub mod slice;
 pub mod soak;
 pub mod status;
+pub mod unbuilt;
 pub mod verify;

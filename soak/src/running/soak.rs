@@ -1,7 +1,7 @@
 //! The running soak: what its workers share (the project, the state dir
 //! and its store, the config, the stop flag, the slots and their locks).
-//! The daemon ([`crate::running::daemon`]) makes it and schedules on it; a slice
-//! ([`crate::running::slice`]) runs and files through it.
+//! The daemon (`running/daemon.rs`) makes it and schedules on it; a slice
+//! (`running/slice/`) runs and files through it. It stands below them all.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,15 +44,15 @@ pub struct Soak {
     /// The pending folders a worker is filing now.
     pub(crate) pending_claimed: Mutex<HashSet<i64>>,
     /// Held while inputs are parked into a pending folder, and while a
-    /// filed folder is found empty and removed ([`crate::running::pending::park_in`]).
+    /// filed folder is found empty and removed (`pending::park_in`).
     pub(crate) parking: Mutex<()>,
     /// Per allocator, what ended its slices this soak: its next slices
     /// get past them while their crashes wait to be filed, as they would
     /// once filed.
     pub(crate) unfiled: Mutex<HashMap<String, BTreeSet<report::Ending>>>,
     pub(crate) slice_secs: u64,
-    /// What `--build` still builds beside the slices ([`crate::running::build`]).
-    pub(crate) unbuilt: crate::running::build::Unbuilt,
+    /// What `--build` still builds beside the slices (`running/build.rs`).
+    pub(crate) unbuilt: crate::running::unbuilt::Unbuilt,
 }
 
 /// How long after its deadline a soak still files what its last slices
@@ -90,7 +90,7 @@ impl Soak {
 
     /// Whether filing has closed: the soak was asked to stop, or its
     /// filing time is over. Artifacts not filed by then are parked in
-    /// `pending/` ([`crate::running::pending`]).
+    /// `pending/` (`running/pending.rs`).
     pub fn filing_closed(&self) -> bool {
         self.stop.load(Ordering::Relaxed) || self.filing_until.is_some_and(|t| Instant::now() >= t)
     }

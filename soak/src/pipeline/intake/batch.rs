@@ -92,7 +92,7 @@ fn show_chunk(
     let inputs: Vec<&Path> = saved.iter().map(|(i, _)| i.as_path()).collect();
     src.replayer()
         .replay_saving(&inputs, &tolerate_file, &findings)
-        .map_err(|e| super::replay_error(e, src.binary))?;
+        .map_err(|e| crate::engines::libfuzzer::replay_error(e, src.binary))?;
     // What the replay saved, by the input's bytes.
     let mut by_input: HashMap<Vec<u8>, Vec<Record>> = HashMap::new();
     for path in super::inputs(&findings)? {

@@ -30,7 +30,7 @@ pub use batch::show_saved;
 pub use saved::{inputs, record_path, saved_record};
 pub(crate) use texts::reference_setting;
 
-pub use source::{replay_error, Source};
+pub use source::Source;
 
 use groups::{add_variant, group_of_record, known_group};
 use repeat::{file_repeat, Repeat};

@@ -5,9 +5,10 @@ use std::path::Path;
 
 use anyhow::Result;
 use shadow::Target;
+use triage::budget::Budget;
 use triage::replay::{Replay, Replayer};
 
-use triage::budget::Budget;
+use crate::engines::libfuzzer::replay_error;
 
 /// What intake needs to know about the slot an artifact came from.
 pub struct Source<'a> {
@@ -50,17 +51,5 @@ impl Source<'_> {
         self.replayer()
             .replay(inputs, tolerate)
             .map_err(|e| replay_error(e, self.binary))
-    }
-}
-
-/// Why a replay on `binary` did not run: the soak's filing time was over
-/// (the run was stopped), or the binary would not start.
-pub fn replay_error(e: std::io::Error, binary: &Path) -> anyhow::Error {
-    match e.kind() {
-        std::io::ErrorKind::Interrupted => e.into(),
-        _ => anyhow::Error::new(e).context(format!(
-            "failed to run {}; run `just build`",
-            binary.display()
-        )),
     }
 }
