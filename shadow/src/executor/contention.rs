@@ -208,7 +208,7 @@ impl Executor {
             );
         }
         let unjudged = frees && self.alloc.arena().is_some();
-        if refused > 0 && !unjudged && !self.arena.refused_fairly(&self.guard, size, align) {
+        if refused > 0 && !unjudged && !self.refused_fairly(size, align) {
             self.guard.flag(Violation::Null { size, align });
         }
     }

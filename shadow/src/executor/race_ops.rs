@@ -232,7 +232,7 @@ impl Executor {
             // A fixed region's refusal cannot be judged after a section
             // that freed: the room may have come after the refusal.
             let unjudged = frees && self.alloc.arena().is_some();
-            if asked != 0 && !unjudged && !self.arena.refused_fairly(&self.guard, asked, align) {
+            if asked != 0 && !unjudged && !self.refused_fairly(asked, align) {
                 self.guard.flag(Violation::Null { size: asked, align });
             }
             return;
