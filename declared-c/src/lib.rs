@@ -15,6 +15,8 @@
 //! declared allocator) neither replaces it nor calls into it: each call
 //! resolves inside its own object. The shim hands the functions the
 //! sources define under the prefix to Rust, null for those they do not.
+//! Its calls that get memory from the OS go through allocsoak
+//! ([`OS_CALLS`]), which can refuse them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -108,7 +110,9 @@ pub fn build(
     // function's counters and PC table together (dissolving the groups
     // would let the linker drop one without the other).
     let renames = out.join(format!("declared_{ident}.renames"));
-    write(&renames, &renamed(ident, &all_defined_symbols(&linked)));
+    let mut lines = renamed(ident, &all_defined_symbols(&linked));
+    lines.push_str(&os_calls(&undefined_symbols(&linked)));
+    write(&renames, &lines);
     run(Command::new("objcopy")
         .arg(format!("--keep-global-symbol=allocsoak_c_{ident}"))
         .arg(format!("--redefine-syms={}", renames.display()))
@@ -134,6 +138,30 @@ fn all_defined_symbols(object: &Path) -> Vec<String> {
         .args(["--defined-only", "--format=posix"])
         .arg(object));
     parse_nm(&text)
+}
+
+/// The symbols `object` uses and does not define (`nm --undefined-only`).
+fn undefined_symbols(object: &Path) -> Vec<String> {
+    let text = run(Command::new("nm")
+        .args(["--undefined-only", "--format=posix"])
+        .arg(object));
+    parse_nm(&text)
+}
+
+/// The OS calls that get memory, which the allocator makes through
+/// `allocsoak_os_<name>` instead (defined in `shadow`'s C allocator
+/// adapter, which fails them in an `os-fail` window and otherwise calls
+/// the C library): its OS layer, made to refuse on demand.
+pub const OS_CALLS: [&str; 3] = ["mmap", "mmap64", "sbrk"];
+
+/// `objcopy --redefine-syms` lines sending the [`OS_CALLS`] among
+/// `undefined` to allocsoak's.
+fn os_calls(undefined: &[String]) -> String {
+    OS_CALLS
+        .iter()
+        .filter(|call| undefined.iter().any(|u| u == *call))
+        .map(|call| format!("{call} allocsoak_os_{call}\n"))
+        .collect()
 }
 
 /// Symbols the sanitizers' module constructors share across all objects
@@ -259,6 +287,15 @@ mod tests {
             "mi_malloc allocsoak.mi.mi_malloc\n\
              _mi_heap_default_key allocsoak.mi._mi_heap_default_key\n\
              .str.1b14 allocsoak.mi..str.1b14\n"
+        );
+    }
+
+    #[test]
+    fn the_os_calls_it_makes_go_through_allocsoak() {
+        let undefined = ["memcpy", "mmap", "sbrk", "munmap"].map(String::from);
+        assert_eq!(
+            os_calls(&undefined),
+            "mmap allocsoak_os_mmap\nsbrk allocsoak_os_sbrk\n"
         );
     }
 

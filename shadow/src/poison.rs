@@ -111,8 +111,8 @@ pub fn release_zero_shadow() {
         }
         let from = shadow(lo).next_multiple_of(page);
         let to = shadow(hi) / page * page;
-        // In pieces: a reservation of terabytes (jemalloc's retained
-        // growth doubles up to 2^46 bytes) would need a table of gigabytes.
+        // In pieces: a reservation of terabytes (an allocator's address
+        // space, mapped and never touched) would need a table of gigabytes.
         for at in (from..to).step_by(page * MINCORE_PAGES) {
             let end = to.min(at + page * MINCORE_PAGES);
             release_zero_pages(at, end, page, scale, offset, is_poisoned);

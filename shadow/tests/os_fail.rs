@@ -5,9 +5,8 @@
 mod common;
 
 /// A small block kept across the window; in the window, a 24 MiB request
-/// (new memory on every allocator: mimalloc's huge segment, a jemalloc
-/// extent past what it retains) and a small one; after it, the large
-/// the large request again.
+/// (new memory: mimalloc's huge segment) and a small one; after it, the
+/// large request again.
 const PROGRAM: &str = "target alloc_ops
 alloc size=100 align=8
 os-fail ops=2
@@ -17,17 +16,18 @@ alloc size=25165824 align=8
 ";
 
 #[test]
-fn jemalloc_and_mimalloc_fail_cleanly_in_the_window_and_serve_after_it() {
-    for name in ["jemalloc", "mimalloc"] {
-        let stats = common::run(&common::program(PROGRAM), name).expect(name);
-        // The large request in the window (and the small one where it
-        // needed a new slab); a null after it would be a violation.
-        assert!(stats.failed >= 1 && stats.skipped == 0, "{name}: {stats:?}");
-    }
+fn mimalloc_fails_cleanly_in_the_window_and_serves_after_it() {
+    let stats = common::run(&common::program(PROGRAM), "mimalloc").expect("clean");
+    // The large request in the window (and the small one, should it need
+    // a new segment); a null after it would be a violation.
+    assert!(stats.failed >= 1 && stats.skipped == 0, "{stats:?}");
 }
 
 #[test]
 fn an_allocator_without_an_os_layer_to_fail_skips_the_op() {
-    let stats = common::run(&common::program(PROGRAM), "system").expect("clean");
-    assert_eq!((stats.failed, stats.skipped), (0, 1), "{stats:?}");
+    // jemalloc's extent hooks were tried: see docs/targets.md.
+    for name in ["system", "jemalloc"] {
+        let stats = common::run(&common::program(PROGRAM), name).expect(name);
+        assert_eq!((stats.failed, stats.skipped), (0, 1), "{name}: {stats:?}");
+    }
 }

@@ -209,9 +209,9 @@ pub trait Extras: Send + Sync {
     /// Makes the allocator's OS layer refuse every request for memory
     /// (`true`) until called with `false`: a request it cannot serve from
     /// what it holds fails, and must fail cleanly (null, nothing else
-    /// changed, nothing kept). jemalloc: extent hooks that fail (alloc, commit); mimalloc:
-    /// no new memory from the OS or an arena. `false`: no OS layer
-    /// allocsoak can fail.
+    /// changed, nothing kept). mimalloc: no new memory from the OS or an
+    /// arena; a C allocator built from its sources: its `mmap` and `sbrk`.
+    /// `false`: no OS layer allocsoak can fail.
     fn fail_os(&self, _refuse: bool) -> bool {
         false
     }

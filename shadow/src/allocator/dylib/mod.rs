@@ -17,6 +17,7 @@ use super::{
 mod check;
 mod glibc;
 mod heaps;
+mod os;
 
 pub use check::{HeapCheckFn, HeapCheckReturns};
 pub use glibc::open as open_glibc;
@@ -517,6 +518,15 @@ impl Extras for Dylib {
     unsafe fn free_null(&self) -> bool {
         (self.free)(ptr::null_mut());
         true
+    }
+
+    /// A C allocator built from its sources calls the OS through
+    /// [`os`]; a library loaded (`dylib:`) calls it directly.
+    fn fail_os(&self, refuse: bool) -> bool {
+        if self.library.is_none() {
+            os::refuse(refuse);
+        }
+        self.library.is_none()
     }
 
     /// A C allocator's `rezalloc` is mimalloc's API, held to what

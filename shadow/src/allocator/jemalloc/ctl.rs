@@ -62,7 +62,7 @@ pub fn read_unsigned(n: &str) -> Option<u32> {
 pub fn write<T: Integer>(n: &str, mut value: T) -> bool {
     // SAFETY: the name is NUL-terminated; `value` is `size_of::<T>()` readable bytes, read only
     // if that is the ctl's size. The callers name ctls that take an integer, as `T` is (one that
-    // takes a pointer is [`set_hooks`]).
+    // takes a pointer, such as `arena.<i>.extent_hooks`, is never written here).
     let rc = unsafe {
         je::mallctl(
             name(n).as_ptr(),
@@ -127,41 +127,4 @@ pub fn arena_of(ptr: usize) -> Option<u32> {
         )
     };
     (rc == 0).then_some(arena)
-}
-
-/// `arena.<i>.extent_hooks` read: the hooks arena `arena` uses.
-pub fn hooks(arena: u32) -> Option<*mut je::extent_hooks_t> {
-    let mut hooks: *mut je::extent_hooks_t = std::ptr::null_mut();
-    let mut len = size_of::<*mut je::extent_hooks_t>();
-    // SAFETY: the name is NUL-terminated; the ctl writes an `extent_hooks_t *`, `len` bytes, into
-    // `hooks`.
-    let rc = unsafe {
-        je::mallctl(
-            name(&format!("arena.{arena}.extent_hooks")).as_ptr(),
-            (&mut hooks as *mut *mut je::extent_hooks_t).cast(),
-            &mut len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    (rc == 0 && len == size_of::<*mut je::extent_hooks_t>() && !hooks.is_null()).then_some(hooks)
-}
-
-/// `arena.<i>.extent_hooks` written: arena `arena` uses `hooks` from now
-/// on (an automatic arena not made yet is made with them).
-pub fn set_hooks(arena: u32, hooks: &'static je::extent_hooks_t) -> bool {
-    let mut hooks = hooks as *const je::extent_hooks_t as *mut je::extent_hooks_t;
-    // SAFETY: the name is NUL-terminated; the ctl reads an `extent_hooks_t *` from `hooks`, keeps
-    // it and only ever reads the table through it (jemalloc's `ehooks_t` loads the pointer and
-    // calls through it), so a `'static` shared table is sound.
-    let rc = unsafe {
-        je::mallctl(
-            name(&format!("arena.{arena}.extent_hooks")).as_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            (&mut hooks as *mut *mut je::extent_hooks_t).cast(),
-            size_of::<*mut je::extent_hooks_t>(),
-        )
-    };
-    rc == 0
 }

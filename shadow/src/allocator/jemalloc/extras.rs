@@ -123,9 +123,4 @@ impl Extras for Jemalloc {
         ctl::arena_verb(ctl::ARENAS_ALL, if force { "purge" } else { "decay" });
         true
     }
-
-    /// Extent hooks that fail on every automatic arena ([`super::os`]).
-    fn fail_os(&self, refuse: bool) -> bool {
-        super::os::refuse(refuse)
-    }
 }

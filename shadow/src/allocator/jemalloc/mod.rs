@@ -2,7 +2,7 @@
 //! beside the process's malloc): the `*allocx` family, explicit arenas with
 //! explicit tcaches as its heap API ([`heaps`]), and the extras ([`extras`]:
 //! `rallocx` with `MALLOCX_ZERO`, `xallocx`, `sdallocx`, `nallocx`, decay
-//! times and purges, an OS layer that refuses on demand: [`os`]).
+//! times and purges).
 
 use std::ffi::{c_int, c_void};
 
@@ -14,7 +14,6 @@ use crate::edges::IMPOSSIBLE_FROM;
 mod ctl;
 mod extras;
 mod heaps;
-mod os;
 
 use heaps::{Book, Heap};
 

@@ -1,0 +1,103 @@
+//! The OS calls of a C allocator built from its sources (`[allocator.c]`),
+//! made to refuse on demand ([`Extras::fail_os`]): the build
+//! (`allocsoak-declared-c`'s `OS_CALLS`) renames the object's references
+//! to `mmap`, `mmap64` and `sbrk` to `allocsoak_os_<name>` here, which
+//! fail with `ENOMEM` while [`refuse`] says so (an anonymous mapping, a
+//! break that grows) and otherwise make the call. The rest of the process
+//! (the harness, the bundled allocators, a `dylib:`) calls the C library
+//! as ever.
+//!
+//! [`Extras::fail_os`]: crate::allocator::Extras::fail_os
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set: the calls that get memory fail. One per process, as the OS is.
+static REFUSING: AtomicBool = AtomicBool::new(false);
+
+pub(super) fn refuse(refuse: bool) {
+    REFUSING.store(refuse, Ordering::Release);
+}
+
+/// Whether a call that would get memory fails now; sets `errno` if so.
+fn refused(gets_memory: bool) -> bool {
+    let refused = gets_memory && REFUSING.load(Ordering::Acquire);
+    if refused {
+        // SAFETY: `__errno_location` returns the calling thread's `errno`, valid for writes.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+    }
+    refused
+}
+
+/// `mmap` as the C allocator calls it.
+///
+/// # Safety
+/// As `mmap(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn allocsoak_os_mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: libc::c_int,
+    flags: libc::c_int,
+    fd: libc::c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
+    match refused(flags & libc::MAP_ANONYMOUS != 0) {
+        true => libc::MAP_FAILED,
+        false => libc::mmap(addr, len, prot, flags, fd, offset),
+    }
+}
+
+/// `mmap64`, glibc's name for `mmap` under `_FILE_OFFSET_BITS=64`.
+///
+/// # Safety
+/// As `mmap(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn allocsoak_os_mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: libc::c_int,
+    flags: libc::c_int,
+    fd: libc::c_int,
+    offset: libc::off64_t,
+) -> *mut c_void {
+    match refused(flags & libc::MAP_ANONYMOUS != 0) {
+        true => libc::MAP_FAILED,
+        false => libc::mmap64(addr, len, prot, flags, fd, offset),
+    }
+}
+
+/// `sbrk` as the C allocator calls it.
+///
+/// # Safety
+/// As `sbrk(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn allocsoak_os_sbrk(increment: libc::intptr_t) -> *mut c_void {
+    match refused(increment > 0) {
+        true => usize::MAX as *mut c_void,
+        false => libc::sbrk(increment),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_anonymous_mapping_is_refused_while_refusing_and_made_after() {
+        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let null = std::ptr::null_mut();
+        refuse(true);
+        // SAFETY: a fresh anonymous mapping, refused.
+        let p = unsafe { allocsoak_os_mmap(null, 4096, rw, anon, -1, 0) };
+        assert_eq!(p, libc::MAP_FAILED);
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ENOMEM));
+        refuse(false);
+        // SAFETY: a fresh anonymous mapping, unmapped at once.
+        let p = unsafe { allocsoak_os_mmap(null, 4096, rw, anon, -1, 0) };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: `p` is the mapping just made, 4096 bytes.
+        unsafe { libc::munmap(p, 4096) };
+    }
+}
