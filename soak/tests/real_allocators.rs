@@ -7,7 +7,8 @@
 //!   names in one config: one fuzz binary links all four beside the bundled
 //!   mimalloc, and each runs clean under its own name, the v2 ones beside
 //!   the bundled one as `diff_mimalloc`'s reference (1.7.5 declares the
-//!   1 MiB alignment its header documents). `heap_api` is left out: in
+//!   1 MiB alignment its header documents); 2.2.5's own `mmap` is
+//!   refused in an `os-fail` window, and served after. `heap_api` is left out: in
 //!   short runs it found what is still to triage (1.7.5's heap visit
 //!   disowning a live block, 2.2.5 refusing a 64 MiB request);
 //! - a mimalloc release built as a `dylib:` exactly as docs/allocators.md
@@ -31,21 +32,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{found, registry_crate, run_allocsoak, with_config};
+use common::{found, mimalloc_sources, registry_crate, run_allocsoak, with_config};
 use shadow::Target;
 use soak::engines::project::{Build, Project};
-
-/// A mimalloc release's C sources in its libmimalloc-sys crate: the
-/// `static.c` that includes the rest, and the include folder.
-fn mimalloc_sources(sys_version: &str) -> (PathBuf, PathBuf) {
-    let c = registry_crate("libmimalloc-sys", sys_version).join("c_src/mimalloc");
-    // From 0.1.44 the crate carries both lines, v2 in its own folder.
-    let c = match c.join("v2/src/static.c").exists() {
-        true => c.join("v2"),
-        false => c,
-    };
-    (c.join("src/static.c"), c.join("include"))
-}
 
 #[test]
 fn mimalloc_releases_sources_link_beside_the_bundled_one_and_run_clean() {
@@ -89,6 +78,39 @@ fn mimalloc_releases_sources_link_beside_the_bundled_one_and_run_clean() {
             "`build` does not say what {name} runs:\n{text}"
         );
     }
+
+    // Its OS layer refuses in an `os-fail` window: mimalloc 2.2.5's own
+    // mmap fails (its warning says so) and its 2 GiB request is null, a
+    // clean failure; the same request after the window is served.
+    let config = soak::foundation::config::Config::load(&config_path).unwrap();
+    let binary = project()
+        .with_config(&config)
+        .binary(Build::for_allocator("mimalloc-2.2.5"), Target::AllocOps);
+    // (whether it ran clean, mmaps refused, its log) for a program's text.
+    let refusals = |text: &str| {
+        let program = repo.path().join("os-fail.txt");
+        let text = format!("target alloc_ops\nalloc size=100 align=8\n{text}");
+        std::fs::write(&program, text).unwrap();
+        let verbose = [("MIMALLOC_VERBOSE", "1")];
+        let (clean, log) = common::run_text(&binary, "mimalloc-2.2.5", &program, &verbose);
+        let refused = log
+            .matches("unable to allocate OS memory (error: 12")
+            .count();
+        (clean, refused, log)
+    };
+    let huge = "alloc size=2147483648 align=8\n";
+    let (clean, in_window, log) = refusals(&format!("os-fail ops=1\n{huge}"));
+    assert!(
+        clean && in_window > 0,
+        "2.2.5's mmap not refused in the window:\n{log}"
+    );
+    let (clean, after, log) = refusals(&format!(
+        "os-fail ops=1\n{huge}alloc size=16 align=8\n{huge}"
+    ));
+    assert!(
+        clean && after == in_window,
+        "refused after the window:\n{log}"
+    );
 
     let v2: Vec<&str> = releases.iter().filter(|r| r.3).map(|r| r.0).collect();
     for (targets, allocators) in [
@@ -199,15 +221,7 @@ fn a_mimalloc_release_as_dylib_binds_to_its_own_code() {
     let program = project
         .root()
         .join("corpus/findings/mimalloc-2.2.5-rezalloc-moved-slack.txt");
-    let replay = |allocator: &str| {
-        let out = Command::new(&binary)
-            .env("ALLOCSOAK_TEXT_INPUTS", "1")
-            .env("ALLOCSOAK_ALLOCATOR", allocator)
-            .arg(&program)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    };
+    let replay = |allocator: &str| common::run_text(&binary, allocator, &program, &[]).1;
     let release = replay(&spec);
     assert!(
         release.contains("allocsoak violation: zeroed: op #2 `realloc-zeroed slot=0 to=+1`"),

@@ -446,10 +446,7 @@ impl Executor {
             // A realloc to 0 that allocates may fail as a request does.
             if new != 0 || (semantics == ReallocToZero::Allocates && self.os_refusing()) {
                 // A failed realloc leaves the block as it was.
-                if !impossible
-                    && self.checked
-                    && !self.refused_fairly(new, b.align)
-                {
+                if !impossible && self.checked && !self.refused_fairly(new, b.align) {
                     self.guard.flag(Violation::Null {
                         size: new,
                         align: b.align,

@@ -83,7 +83,8 @@ impl Executor {
         self.guard.asked(|| self.os.close());
         if self.checked {
             for b in self.shadow.blocks() {
-                self.guard.verify_after_call(b, "after the OS layer refused");
+                self.guard
+                    .verify_after_call(b, "after the OS layer refused");
             }
         }
     }

@@ -2,7 +2,7 @@
 //! Helpers the end-to-end soak tests share: the real `allocsoak` binary on
 //! a temporary state dir, and reads of its store.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -371,4 +371,36 @@ pub fn instrumented_dylib(out: &Path, sources: &[&Path], more: &[&str]) {
         .status()
         .unwrap();
     assert!(status.success(), "compiling {} failed", out.display());
+}
+
+/// Runs the program text in `program` on a fuzz binary (as written:
+/// `ALLOCSOAK_TEXT_INPUTS=1`) against `allocator`, with `env` too:
+/// whether it ran clean, and its stderr.
+pub fn run_text(
+    binary: &Path,
+    allocator: &str,
+    program: &Path,
+    env: &[(&str, &str)],
+) -> (bool, String) {
+    let out = Command::new(binary)
+        .env("ALLOCSOAK_TEXT_INPUTS", "1")
+        .env("ALLOCSOAK_ALLOCATOR", allocator)
+        .envs(env.iter().copied())
+        .arg(program)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), log)
+}
+
+/// A mimalloc release's C sources in its libmimalloc-sys crate: the
+/// `static.c` that includes the rest, and the include folder.
+pub fn mimalloc_sources(sys_version: &str) -> (PathBuf, PathBuf) {
+    let c = registry_crate("libmimalloc-sys", sys_version).join("c_src/mimalloc");
+    // From 0.1.44 the crate carries both lines, v2 in its own folder.
+    let c = match c.join("v2/src/static.c").exists() {
+        true => c.join("v2"),
+        false => c,
+    };
+    (c.join("src/static.c"), c.join("include"))
 }

@@ -92,7 +92,10 @@ mod tests {
         // SAFETY: a fresh anonymous mapping, refused.
         let p = unsafe { allocsoak_os_mmap(null, 4096, rw, anon, -1, 0) };
         assert_eq!(p, libc::MAP_FAILED);
-        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ENOMEM));
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOMEM)
+        );
         refuse(false);
         // SAFETY: a fresh anonymous mapping, unmapped at once.
         let p = unsafe { allocsoak_os_mmap(null, 4096, rw, anon, -1, 0) };
