@@ -2,26 +2,34 @@
 //! made to refuse on demand ([`Extras::fail_os`]): the build
 //! (`allocsoak-declared-c`'s `OS_CALLS`) renames the object's references
 //! to `mmap`, `mmap64` and `sbrk` to `allocsoak_os_<name>` here, which
-//! fail with `ENOMEM` while [`refuse`] says so (an anonymous mapping, a
-//! break that grows) and otherwise make the call. The rest of the process
-//! (the harness, the bundled allocators, a `dylib:`) calls the C library
-//! as ever.
+//! fail with `ENOMEM` while [`refuse`] says so on the calling thread (an
+//! anonymous mapping, a break that grows) and otherwise make the call.
+//! The rest of the process (the harness, the bundled allocators, a
+//! `dylib:`) calls the C library as ever.
 //!
 //! [`Extras::fail_os`]: crate::allocator::Extras::fail_os
 
+use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Set: the calls that get memory fail. One per process, as the OS is.
-static REFUSING: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    /// Set: the calls that get memory fail on this thread, the program's.
+    /// A worker's would fail too if the flag were the process's, and the
+    /// state it sets up at its first request would be missing in later
+    /// programs (mimalloc 1.7.5, whose thread heap the OS refused, then
+    /// crashed freeing a huge block on that thread): a finding no
+    /// program reproduces.
+    static REFUSING: Cell<bool> = const { Cell::new(false) };
+}
 
+/// Refuses (`true`) or serves again the calling thread's calls.
 pub(super) fn refuse(refuse: bool) {
-    REFUSING.store(refuse, Ordering::Release);
+    REFUSING.set(refuse);
 }
 
 /// Whether a call that would get memory fails now; sets `errno` if so.
 fn refused(gets_memory: bool) -> bool {
-    let refused = gets_memory && REFUSING.load(Ordering::Acquire);
+    let refused = gets_memory && REFUSING.get();
     if refused {
         // SAFETY: `__errno_location` returns the calling thread's `errno`, valid for writes.
         unsafe { *libc::__errno_location() = libc::ENOMEM };
