@@ -56,7 +56,8 @@ pub unsafe extern "C" fn allocsoak_os_mmap(
     }
 }
 
-/// `mmap64`, glibc's name for `mmap` under `_FILE_OFFSET_BITS=64`.
+/// `mmap64`, glibc's name for `mmap` under `_FILE_OFFSET_BITS=64`: the
+/// same call on 64-bit Linux, where `off64_t` is `off_t`.
 ///
 /// # Safety
 /// As `mmap(2)`.
@@ -69,10 +70,7 @@ pub unsafe extern "C" fn allocsoak_os_mmap64(
     fd: libc::c_int,
     offset: libc::off64_t,
 ) -> *mut c_void {
-    match refused(flags & libc::MAP_ANONYMOUS != 0) {
-        true => libc::MAP_FAILED,
-        false => libc::mmap64(addr, len, prot, flags, fd, offset),
-    }
+    allocsoak_os_mmap(addr, len, prot, flags, fd, offset)
 }
 
 /// `sbrk` as the C allocator calls it.
