@@ -243,15 +243,48 @@ impl Signature {
     /// of one kind (or kind family, [`crate::key::path_family`]) and one
     /// allocator: `other` is the path this one wraps.
     pub fn contains_path(&self, other: &Signature) -> bool {
+        self.is_path_kin(other) && other.frames.iter().all(|f| self.runs(f))
+    }
+
+    /// Whether both are code paths of one kind (or kind family) and one
+    /// allocator.
+    fn is_path_kin(&self, other: &Signature) -> bool {
         use crate::key::path_family;
         self.path
             && other.path
             && path_family(&self.kind) == path_family(&other.kind)
             && self.allocator == other.allocator
-            && other
+    }
+
+    /// Whether this code path runs function `f`.
+    fn runs(&self, f: &String) -> bool {
+        self.frames.binary_search(f).is_ok()
+    }
+
+    /// Which of `groups` (code-path signatures, one per filed group) this
+    /// path shows by their own functions: among the groups of its kind
+    /// (family) and allocator, the one whose own functions (those no other
+    /// of them runs) this path runs every one of, when no other group's
+    /// are all in it; `None` when none or several are. A path neither
+    /// inside nor around a group's ([`same_path`](Signature::same_path))
+    /// still ran that group's bug when it ran the group's own code beside
+    /// code the group's first path did not (a realloc of a block that a
+    /// tolerated bug misaligned frees it by another branch). That other
+    /// code may hold a second bug: the risk containment takes too.
+    pub fn own_functions_of(&self, groups: &[Signature]) -> Option<usize> {
+        let kin: Vec<&Signature> = groups.iter().filter(|g| g.is_path_kin(self)).collect();
+        let shows = |g: &Signature| {
+            let mut own = g
                 .frames
                 .iter()
-                .all(|f| self.frames.binary_search(f).is_ok())
+                .filter(|f| kin.iter().all(|h| std::ptr::eq(*h, g) || !h.runs(f)))
+                .peekable();
+            own.peek().is_some() && own.all(|f| self.runs(f))
+        };
+        match kin.iter().filter(|g| shows(g)).collect::<Vec<_>>()[..] {
+            [g] => groups.iter().position(|h| std::ptr::eq(h, *g)),
+            _ => None,
+        }
     }
 
     /// The full identity: the kind, the allocator, the message and each

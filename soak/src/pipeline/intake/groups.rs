@@ -11,7 +11,8 @@ use crate::foundation::store::{self, Store};
 /// The group a replay's signature files into: the group of that
 /// signature, the oldest code-path group of the same bug (one path
 /// containing the other: [`Signature::same_path`]), the one group one of
-/// whose crashes came by such a path, or the oldest group of its
+/// whose crashes came by such a path, the one group whose own functions
+/// it ran ([`Signature::own_functions_of`]), or the oldest group of its
 /// allocator with one of its alternative titles ([`Signature::alt`]);
 /// `None` for a new bug. A group merged into another
 /// ([`merge_bridged`]) answers for it.
@@ -51,10 +52,19 @@ pub(super) fn group_of(store: &Store, sig: &Signature) -> Result<Option<String>>
         .map(|(g, _)| g)
         .collect();
     groups.dedup();
-    Ok(match groups.len() {
-        1 => groups.pop(),
-        _ => None,
-    })
+    if groups.len() == 1 {
+        return Ok(groups.pop());
+    }
+    if groups.len() > 1 {
+        return Ok(None);
+    }
+    // Neither inside nor around: the group whose own functions it ran.
+    let (ids, sigs): (Vec<String>, Vec<Signature>) = store
+        .path_groups()?
+        .into_iter()
+        .filter_map(|g| Some((g.id.clone(), g.signature()?)))
+        .unzip();
+    Ok(sig.own_functions_of(&sigs).map(|i| ids[i].clone()))
 }
 
 /// Merges into group `into` every other code-path group whose path
@@ -285,6 +295,32 @@ mod tests {
             .add_group_path(&h, &sig("contents", &["split"]))
             .unwrap();
         let both = sig("contents", &["free", "realloc_plain", "split"]);
+        assert_eq!(group_of(&store, &both).unwrap(), None);
+    }
+
+    /// Two realloc copies short in two functions, then a realloc of a
+    /// block a tolerated alignment bug misaligned: its free of the old
+    /// block takes another branch (no `is_stale_block`) and its new block
+    /// comes by the misaligning code, so its path is neither inside nor
+    /// around either group's. It runs one group's own function only.
+    #[test]
+    fn a_path_beside_a_group_files_into_the_one_whose_own_functions_it_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open_for_soak(&dir.path().join("state")).unwrap();
+        let store = Store::open(&state.store()).unwrap();
+        let common = ["alloc", "free", "is_stale_block", "realloc"];
+        let with = |f: &str| path(&[&common[..], &[f]].concat());
+        let short = insert(&store, &with("short_copy"), 1, 1);
+        let tiny = insert(&store, &with("tiny_copy"), 2, 1);
+        let beside = |f: &str| path(&["alloc", "free", "realloc", "shifted", f]);
+        assert_eq!(
+            group_of(&store, &beside("short_copy")).unwrap(),
+            Some(short)
+        );
+        assert_eq!(group_of(&store, &beside("tiny_copy")).unwrap(), Some(tiny));
+        // Running neither group's own code, or both groups', is a new bug.
+        assert_eq!(group_of(&store, &beside("zeroed_copy")).unwrap(), None);
+        let both = path(&["alloc", "realloc", "short_copy", "tiny_copy"]);
         assert_eq!(group_of(&store, &both).unwrap(), None);
     }
 }
