@@ -1,7 +1,9 @@
 //! A program's first huge block (over 64 MiB) is kept across its later
 //! ops, and its second huge request reallocates it with its alignment:
 //! huge grows and shrinks, and aligned reallocs of over-aligned huge
-//! blocks, are made and checked.
+//! blocks, are made and checked. A normal block reallocated to a huge
+//! size becomes the kept block, and the program's end shrinks half the
+//! kept blocks to a normal size: reallocs across 64 MiB both ways.
 
 mod common;
 
@@ -93,4 +95,49 @@ fn a_huge_realloc_that_loses_the_contents_is_found() {
         "realloc-prefix",
     );
     assert!(line.contains("realloc"), "{line}");
+}
+
+/// `pad` small blocks (each draws a seed, so the kept block's seed, which
+/// picks whether the program's end shrinks it, differs by `pad`), then a
+/// huge block: grown into from a normal block (`grown`), or allocated.
+fn crossing(pad: usize, grown: bool) -> String {
+    let mut text = "target alloc_ops\n".to_string() + &"alloc size=48 align=8\n".repeat(pad);
+    text += match grown {
+        true => "alloc size=5000 align=64\nrealloc slot=newest to=100000000\n",
+        false => "alloc size=100000000 align=64\n",
+    };
+    text
+}
+
+#[test]
+fn reallocs_across_64_mib_run_clean_on_correct_allocators() {
+    for (pad, grown) in [(0, true), (1, true), (2, false), (3, false)] {
+        let program = common::program(&crossing(pad, grown));
+        for allocator in ["system", "mimalloc", "jemalloc"] {
+            common::run(&program, allocator)
+                .unwrap_or_else(|line| panic!("{allocator}, pad {pad}: {line}"));
+        }
+    }
+}
+
+/// A realloc across 64 MiB that copies a page short is found both ways:
+/// a normal block grown to a huge size, and a huge block shrunk at the
+/// program's end (in the programs whose seed picks the shrink).
+#[test]
+fn a_realloc_across_64_mib_that_copies_short_is_found_both_ways() {
+    let base = common::by_name("system").unwrap();
+    let name = "zoo:huge-cross-short@system";
+    let zoo: &'static dyn Allocator = Box::leak(Box::new(
+        zoo::Zoo::new(name, "huge-cross-short", base).unwrap(),
+    ));
+    let _one = common::exclusive(name);
+    let line = common::caught_as(&common::program(&crossing(0, true)), zoo, "realloc-prefix");
+    assert!(line.contains("100000000"), "{line}");
+    let shrunk: Vec<usize> = (0..6)
+        .filter(|&pad| common::caught(&common::program(&crossing(pad, false)), zoo).is_err())
+        .collect();
+    assert!(
+        !shrunk.is_empty() && shrunk.len() < 6,
+        "programs that shrank the kept block short: {shrunk:?} of 0..6"
+    );
 }

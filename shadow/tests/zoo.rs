@@ -80,6 +80,7 @@ fn reaching(bug: Bug) -> String {
         Bug::DroppedRemoteFree => "target mt_ops\nalloc size=14000 align=8\nrace-free worker=1 slot=0\n",
         Bug::LargeInteriorSpan => "target alloc_ops\nalloc size=5000000 align=8\nusable-size slot=0\n",
         Bug::HugeReallocMisaligns => "target alloc_ops\nalloc size=100000000 align=65536\nalloc size=300000000 align=8\n",
+        Bug::HugeCrossShort => "target alloc_ops\nalloc size=5000 align=8\nrealloc slot=0 to=100000000\n",
         Bug::SlackFooter => "target alloc_ops\nalloc size=9000 align=8\nusable-size slot=0\nfree slot=0\n",
     };
     text.to_string()

@@ -236,6 +236,12 @@ pub enum Bug {
     /// `mremap` picks one): only a huge block kept and reallocated with
     /// its alignment reaches it.
     HugeReallocMisaligns,
+    /// A realloc that crosses 64 MiB, from a normal size to a huge one or
+    /// back, moves the block by another path (as a large allocator hands
+    /// a block to its OS layer) that copies a page less than it must:
+    /// only a normal block reallocated to a huge size, or a huge one
+    /// reallocated down to a normal size, reaches it.
+    HugeCrossShort,
     /// A free of a 12289..=16384-byte block made on any thread but the
     /// one that made the allocator is dropped: the block stays allocated
     /// in the base for good. Planted in jemalloc, whose blocks nothing can
@@ -251,7 +257,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 57] = [
+    pub const ALL: [Bug; 58] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -307,6 +313,7 @@ impl Bug {
         Bug::XthreadZeroedLink,
         Bug::SlackFooter,
         Bug::HugeReallocMisaligns,
+        Bug::HugeCrossShort,
         Bug::DroppedRemoteFree,
         Bug::LargeInteriorSpan,
     ];
@@ -370,6 +377,7 @@ impl Bug {
             Bug::LargeInteriorSpan => "large-interior-span",
             Bug::SlackFooter => "slack-footer",
             Bug::HugeReallocMisaligns => "huge-realloc-misaligns",
+            Bug::HugeCrossShort => "huge-cross-short",
         }
     }
 
@@ -451,9 +459,10 @@ impl Bug {
                 &["double-free"]
             }
             Bug::LeakOnShrink => &["leak"],
-            Bug::MisalignedReallocShort | Bug::TinyReallocShort | Bug::LargeReallocHole => {
-                &["realloc-prefix"]
-            }
+            Bug::MisalignedReallocShort
+            | Bug::TinyReallocShort
+            | Bug::LargeReallocHole
+            | Bug::HugeCrossShort => &["realloc-prefix"],
             Bug::LargeDirtyZeroed
             | Bug::RezallocDirty
             | Bug::RegrowStale

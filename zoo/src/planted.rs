@@ -230,8 +230,9 @@ impl Zoo {
         self.base.alloc(size, align, false)
     }
 
-    /// `HugeReallocMisaligns`: a huge block aligned past a page, moved to
-    /// a huge size at an address a page past an aligned one.
+    /// A realloc's paths past 64 MiB: `HugeCrossShort`'s across it, and
+    /// `HugeReallocMisaligns`' (a huge block aligned past a page, moved
+    /// to a huge size at an address a page past an aligned one).
     #[inline(never)]
     pub(super) unsafe fn huge_realloc(
         &self,
@@ -241,6 +242,9 @@ impl Zoo {
         new_size: usize,
     ) -> Option<*mut u8> {
         let huge = shadow::model::MAX_BLOCK;
+        if self.has(Bug::HugeCrossShort) && (old > huge) != (new_size > huge) {
+            return Some(self.huge_cross(p, old, align, new_size));
+        }
         if !(self.has(Bug::HugeReallocMisaligns) && align > 4096 && old > huge && new_size > huge) {
             return None;
         }
@@ -250,6 +254,18 @@ impl Zoo {
             shadow::allocator::Allocator::free(self, p, old, align);
         }
         Some(q)
+    }
+
+    /// `HugeCrossShort`: moves a block across 64 MiB, copying a page
+    /// less than the smaller of its sizes.
+    #[inline(never)]
+    unsafe fn huge_cross(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+        let q = self.alloc_computed(new_size, align, false);
+        if !q.is_null() {
+            std::ptr::copy_nonoverlapping(p, q, old.min(new_size).saturating_sub(4096));
+            shadow::allocator::Allocator::free(self, p, old, align);
+        }
+        q
     }
 
     /// Whether a request gets `SlackFooter`'s footer.

@@ -342,7 +342,8 @@ impl Executor {
 
     /// Resizes block `i` with the realloc `call` names; a call the
     /// allocator does not have, or a size its contract leaves undefined,
-    /// is skipped.
+    /// is skipped. A plain realloc to a huge size makes the block the
+    /// program's kept huge block ([`Executor::realloc_to_huge`]).
     pub(super) fn realloc_block(
         &mut self,
         i: usize,
@@ -357,6 +358,10 @@ impl Executor {
             _ => ReallocToZero::Undefined,
         };
         let impossible = new >= IMPOSSIBLE_FROM;
+        let plain_main = call == ReallocCall::Plain && b.heap.is_none() && matches!(on, On::Main);
+        if new > MAX_BLOCK && !impossible && plain_main && self.huge.kept.is_none() {
+            return self.realloc_to_huge(i, new);
+        }
         let extras = self.alloc.extras();
         if (new == 0 && semantics == ReallocToZero::Undefined)
             || (!impossible && !self.shadow.fits_resize(new))

@@ -5,7 +5,9 @@
 //! (its pages checked again before its next call and at the program's
 //! end), and its second huge request reallocates it instead, with its
 //! alignment: huge grows and shrinks (mremap's paths) and aligned
-//! reallocs of large over-aligned blocks.
+//! reallocs of large over-aligned blocks. A plain realloc of a normal
+//! block to a huge size makes it the kept block, and the program's end
+//! shrinks half the kept blocks to a normal size before it frees them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -207,6 +209,132 @@ impl Executor {
         Outcome::Done
     }
 
+    /// Reallocates normal block `i` to a huge `size` (a plain realloc on
+    /// the main thread, of a block in no heap, while no huge block is
+    /// kept): every byte of the block must have moved, and the new block
+    /// is checked as a fresh huge one and kept. A refusal is fair and
+    /// leaves the block as it was.
+    pub(super) fn realloc_to_huge(&mut self, i: usize, size: usize) -> Outcome {
+        let b = self.shadow.blocks()[i];
+        if !self.huge.admit(size, false) {
+            return Outcome::Skipped;
+        }
+        let clock = Instant::now();
+        if self.checked {
+            self.guard.verify(&b, "before realloc");
+        }
+        self.guard.set_site(Site::new("realloc", b.size, b.align));
+        let p = b.ptr as *mut u8;
+        let q = sanitizer::given(b.ptr, || {
+            // SAFETY: `b` is live in the shadow (verified above), in no heap, passed with its
+            // tracked size and alignment; it leaves the shadow once the realloc succeeded.
+            self.guard
+                .guarded(|| unsafe { self.alloc.realloc(p, b.size, b.align, size) })
+        }) as usize;
+        if q == 0 {
+            if self.checked {
+                self.guard.verify_after_call(&b, "after a failed realloc");
+            }
+            spend(clock);
+            return Outcome::Failed;
+        }
+        let old = self.shadow.remove(i);
+        if q != b.ptr {
+            self.guard.given_back(&b, "realloc");
+        }
+        let mut new = Block {
+            ptr: q,
+            size,
+            usable: size,
+            extent: 0,
+            written: None,
+            ..old
+        };
+        if self.checked {
+            self.untracked.hold(new);
+            // SAFETY: reads the first `old.size` bytes of the new block, which has `size`
+            // (larger) bytes.
+            let moved = unsafe { pattern::check(q as *const u8, old.extent, old.size, old.seed) };
+            if let Some(mismatch) = moved {
+                self.guard.fail(Violation::ReallocPrefix {
+                    old: old.ptr,
+                    new: q,
+                    old_size: old.size,
+                    new_size: size,
+                    mismatch,
+                });
+            }
+            new.extent = self.touch_huge(&new, false);
+            self.untracked.let_go();
+        }
+        self.huge.kept = Some(new);
+        spend(clock);
+        Outcome::Done
+    }
+
+    /// Reallocates the kept huge block `b` down to a normal size (one to
+    /// four pages, as its seed picks) before the program's end frees it:
+    /// the pages of it the new block keeps must still hold their pattern,
+    /// and the new block must be aligned, usable for its size and apart
+    /// from every live block. Returns the block to free (the old one
+    /// when the realloc was refused, which is fair).
+    fn shrink_kept_huge(&mut self, b: Block) -> Block {
+        let size = PAGE * (1 + (b.seed >> 1) as usize % 4);
+        self.guard.set_site(Site::new("realloc", b.size, b.align));
+        let p = b.ptr as *mut u8;
+        let q = sanitizer::given(b.ptr, || {
+            // SAFETY: `b` is the kept huge block, live, passed with its size and alignment;
+            // the caller frees what this returns, never `b` once the realloc succeeded.
+            self.guard
+                .guarded(|| unsafe { self.alloc.realloc(p, b.size, b.align, size) })
+        }) as usize;
+        if q == 0 {
+            return b;
+        }
+        self.huge.kept = None;
+        let new = Block {
+            ptr: q,
+            size,
+            usable: size,
+            extent: size,
+            ..b
+        };
+        self.untracked.hold(new);
+        let kept = huge_pages(b.extent, b.seed)
+            .into_iter()
+            .filter(|&(_, to)| to <= size)
+            // SAFETY: each page lies in the first `size` bytes of the new block.
+            .find_map(|(from, to)| unsafe {
+                pattern::check_range(q as *const u8, from, to, b.seed)
+            });
+        if let Some(mismatch) = kept {
+            self.guard.fail(Violation::ReallocPrefix {
+                old: b.ptr,
+                new: q,
+                old_size: b.size,
+                new_size: size,
+                mismatch,
+            });
+        }
+        if !q.is_multiple_of(b.align) {
+            self.guard.flag(
+                self.guard
+                    .misaligned(q, size, b.align, self.shadow.blocks()),
+            );
+        }
+        let claimed = sanitizer::given(q, || {
+            // SAFETY: `q` is the block the realloc just returned for `size` bytes.
+            self.guard
+                .guarded(|| unsafe { self.alloc.usable_size(q as *mut u8, size, b.align) })
+        });
+        self.guard.checked_usable(q, size, claimed, None);
+        if let Some(other) = self.shadow.overlapping(q, q + size) {
+            self.guard.overlap(new, other);
+        }
+        self.untracked.let_go();
+        new
+    }
+
     /// Checks the kept huge block's pages still hold their pattern.
     fn check_huge_pages(&self, b: &Block, when: &'static str) {
         let changed = huge_pages(b.extent, b.seed)
@@ -236,7 +364,14 @@ impl Executor {
         if self.checked {
             self.check_huge_pages(&b, "by the program's other calls");
         }
+        // Half the programs, as the block's seed picks, shrink it to a
+        // normal size first (the realloc from a huge size).
+        let b = match self.checked && b.seed & 1 == 1 {
+            true => self.shrink_kept_huge(b),
+            false => b,
+        };
         self.huge.kept = None;
+        self.guard.set_site(Site::new("free", b.size, b.align));
         self.free_call(b, On::Main);
     }
 
