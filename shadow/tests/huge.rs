@@ -18,14 +18,19 @@ fn kept_then(second: usize) -> String {
     )
 }
 
+/// One test, so that one thread runs the programs on each allocator, as a
+/// fuzz process does: jemalloc's count of bytes in use (`kept-bytes`)
+/// moved by 20 KiB under another test thread's programs on it.
 #[test]
-fn a_huge_block_is_kept_and_reallocated_clean_on_correct_allocators() {
-    for second in [300_000_000, 70_000_000] {
-        let program = common::program(&kept_then(second));
+fn huge_blocks_kept_reallocated_and_crossing_64_mib_run_clean_on_correct_allocators() {
+    let kept = [300_000_000, 70_000_000].map(kept_then);
+    let crossing = [(0, true), (1, true), (2, false), (3, false)].map(|(p, g)| crossing(p, g));
+    for text in kept.iter().chain(&crossing) {
+        let program = common::program(text);
         for allocator in ["system", "mimalloc", "jemalloc"] {
             for _ in 0..3 {
                 common::run(&program, allocator)
-                    .unwrap_or_else(|line| panic!("{allocator}, to {second}: {line}"));
+                    .unwrap_or_else(|line| panic!("{allocator}, {text}: {line}"));
             }
         }
     }
@@ -107,17 +112,6 @@ fn crossing(pad: usize, grown: bool) -> String {
         false => "alloc size=100000000 align=64\n",
     };
     text
-}
-
-#[test]
-fn reallocs_across_64_mib_run_clean_on_correct_allocators() {
-    for (pad, grown) in [(0, true), (1, true), (2, false), (3, false)] {
-        let program = common::program(&crossing(pad, grown));
-        for allocator in ["system", "mimalloc", "jemalloc"] {
-            common::run(&program, allocator)
-                .unwrap_or_else(|line| panic!("{allocator}, pad {pad}: {line}"));
-        }
-    }
 }
 
 /// A realloc across 64 MiB that copies a page short is found both ways:

@@ -120,6 +120,13 @@ fn the_dashboard_shows_a_live_soak_and_its_groups_safely() {
         |v| (!v.is_empty()).then(|| v.to_string()),
     );
     assert_eq!(shown, repro, "the repro command to copy");
+    // Run as the page shows it, it ends at the bug.
+    let out = common::repro(&shown);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("overlap"),
+        "`{shown}` as the page shows it: {stderr}"
+    );
     assert_ne!(browser.eval("document.title"), "owned", "the script ran");
     let text = browser.eval("document.querySelector('.report').textContent");
     assert!(text.contains(SCRIPT), "shown as text: {text}");

@@ -459,3 +459,31 @@ fn the_reader_sees_every_form_of_import() {
         .collect();
     assert_eq!(rooms, ["running"]);
 }
+
+/// One rule for a poisoned lock (`foundation::lock`): every lock of
+/// `soak/src`, the binary's included, goes through it, so no panic of a
+/// worker takes the soak down with it at the next lock.
+#[test]
+fn every_lock_takes_a_poisoned_value_as_it_is() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let own = src().join("foundation").join("lock.rs");
+    let raw: Vec<String> = files
+        .iter()
+        .filter(|f| **f != own)
+        .flat_map(|f| {
+            let text = code(&std::fs::read_to_string(f).unwrap());
+            let rel = f.strip_prefix(src()).unwrap().display().to_string();
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| l.contains(".lock()"))
+                .map(|(i, l)| format!("{rel}:{}: {}", i + 1, l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "locks outside `foundation::lock::lock`:\n{}",
+        raw.join("\n")
+    );
+}

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::{Executor, On, Outcome};
 use crate::allocator::HeapId;
 use crate::model::Block;
-use crate::pattern;
+use crate::pattern::{self, Mismatch};
 use crate::poison;
 use crate::sanitizer;
 use crate::violation::{Site, Violation};
@@ -166,13 +166,7 @@ impl Executor {
         if self.checked {
             self.check_huge_pages(&old, "before its realloc");
         }
-        let p = old.ptr as *mut u8;
-        let q = sanitizer::given(old.ptr, || {
-            // SAFETY: `old` is the kept huge block, live, passed with its size and alignment;
-            // it is forgotten below once the realloc succeeded.
-            self.guard
-                .guarded(|| unsafe { self.alloc.realloc(p, old.size, old.align, size) })
-        }) as usize;
+        let q = self.realloc_call(&old, size);
         if q == 0 {
             return Outcome::Failed;
         }
@@ -186,27 +180,54 @@ impl Executor {
         };
         if self.checked {
             self.untracked.hold(new);
-            let kept = huge_pages(old.extent, old.seed)
-                .into_iter()
-                .filter(|&(_, to)| to <= size)
-                // SAFETY: each page lies in the first `min(old, new)` bytes the realloc kept.
-                .find_map(|(from, to)| unsafe {
-                    pattern::check_range(q as *const u8, from, to, old.seed)
-                });
-            if let Some(mismatch) = kept {
-                self.guard.fail(Violation::ReallocPrefix {
-                    old: old.ptr,
-                    new: q,
-                    old_size: old.size,
-                    new_size: size,
-                    mismatch,
-                });
-            }
+            self.check_kept_pages(&old, q, size);
             new.extent = self.touch_huge(&new, false);
             self.untracked.let_go();
         }
         self.huge.kept = Some(new);
         Outcome::Done
+    }
+
+    /// Reallocates block `b` (live, forgotten by the caller once this
+    /// returns non-null) to `size` bytes with its alignment, at site
+    /// `realloc`: the new address, or 0 for a refusal.
+    fn realloc_call(&mut self, b: &Block, size: usize) -> usize {
+        self.guard.set_site(Site::new("realloc", b.size, b.align));
+        let p = b.ptr as *mut u8;
+        sanitizer::given(b.ptr, || {
+            // SAFETY: callers pass a live block with its tracked size and alignment, and
+            // forget it once the realloc succeeded.
+            self.guard
+                .guarded(|| unsafe { self.alloc.realloc(p, b.size, b.align, size) })
+        }) as usize
+    }
+
+    /// Ends the program unless the pages of huge block `old` that lie in
+    /// the first `size` bytes of its realloc at `q` still hold them.
+    fn check_kept_pages(&self, old: &Block, q: usize, size: usize) {
+        let kept = huge_pages(old.extent, old.seed)
+            .into_iter()
+            .filter(|&(_, to)| to <= size)
+            // SAFETY: each page lies in the first `size` bytes of the block the realloc
+            // returned for `size` bytes.
+            .find_map(|(from, to)| unsafe {
+                pattern::check_range(q as *const u8, from, to, old.seed)
+            });
+        if let Some(mismatch) = kept {
+            self.prefix_lost(old, q, size, mismatch);
+        }
+    }
+
+    /// Ends the program: the realloc of `old` to `size` bytes at `q` lost
+    /// what `mismatch` says.
+    fn prefix_lost(&self, old: &Block, q: usize, size: usize, mismatch: Mismatch) -> ! {
+        self.guard.fail(Violation::ReallocPrefix {
+            old: old.ptr,
+            new: q,
+            old_size: old.size,
+            new_size: size,
+            mismatch,
+        })
     }
 
     /// Reallocates normal block `i` to a huge `size` (a plain realloc on
@@ -223,14 +244,7 @@ impl Executor {
         if self.checked {
             self.guard.verify(&b, "before realloc");
         }
-        self.guard.set_site(Site::new("realloc", b.size, b.align));
-        let p = b.ptr as *mut u8;
-        let q = sanitizer::given(b.ptr, || {
-            // SAFETY: `b` is live in the shadow (verified above), in no heap, passed with its
-            // tracked size and alignment; it leaves the shadow once the realloc succeeded.
-            self.guard
-                .guarded(|| unsafe { self.alloc.realloc(p, b.size, b.align, size) })
-        }) as usize;
+        let q = self.realloc_call(&b, size);
         if q == 0 {
             if self.checked {
                 self.guard.verify_after_call(&b, "after a failed realloc");
@@ -256,13 +270,7 @@ impl Executor {
             // (larger) bytes.
             let moved = unsafe { pattern::check(q as *const u8, old.extent, old.size, old.seed) };
             if let Some(mismatch) = moved {
-                self.guard.fail(Violation::ReallocPrefix {
-                    old: old.ptr,
-                    new: q,
-                    old_size: old.size,
-                    new_size: size,
-                    mismatch,
-                });
+                self.prefix_lost(&old, q, size, mismatch);
             }
             new.extent = self.touch_huge(&new, false);
             self.untracked.let_go();
@@ -280,14 +288,8 @@ impl Executor {
     /// when the realloc was refused, which is fair).
     fn shrink_kept_huge(&mut self, b: Block) -> Block {
         let size = PAGE * (1 + (b.seed >> 1) as usize % 4);
-        self.guard.set_site(Site::new("realloc", b.size, b.align));
-        let p = b.ptr as *mut u8;
-        let q = sanitizer::given(b.ptr, || {
-            // SAFETY: `b` is the kept huge block, live, passed with its size and alignment;
-            // the caller frees what this returns, never `b` once the realloc succeeded.
-            self.guard
-                .guarded(|| unsafe { self.alloc.realloc(p, b.size, b.align, size) })
-        }) as usize;
+        // The caller frees what this returns, never `b` once this succeeded.
+        let q = self.realloc_call(&b, size);
         if q == 0 {
             return b;
         }
@@ -300,22 +302,7 @@ impl Executor {
             ..b
         };
         self.untracked.hold(new);
-        let kept = huge_pages(b.extent, b.seed)
-            .into_iter()
-            .filter(|&(_, to)| to <= size)
-            // SAFETY: each page lies in the first `size` bytes of the new block.
-            .find_map(|(from, to)| unsafe {
-                pattern::check_range(q as *const u8, from, to, b.seed)
-            });
-        if let Some(mismatch) = kept {
-            self.guard.fail(Violation::ReallocPrefix {
-                old: b.ptr,
-                new: q,
-                old_size: b.size,
-                new_size: size,
-                mismatch,
-            });
-        }
+        self.check_kept_pages(&b, q, size);
         if !q.is_multiple_of(b.align) {
             self.guard.flag(
                 self.guard

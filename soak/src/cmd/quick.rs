@@ -11,8 +11,9 @@ use soak::quick::{self, report};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seconds per slot (target × allocator × engine). The default runs
-    /// soak.toml's 32 slots in about 3 minutes on 2 cores.
+    /// Seconds per slot (target × allocator × engine). The gate takes
+    /// about slots × secs / jobs, plus its builds (soak.toml's 45 slots at
+    /// 5 s: 166 s on 2 cores).
     #[arg(long, default_value_t = 10)]
     secs: u64,
     /// Inputs per slot (libFuzzer -runs, honggfuzz --iterations); a slot ends at whichever comes first.

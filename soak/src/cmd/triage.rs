@@ -122,7 +122,8 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
             }
         }
         Some(Action::Export { id, out }) => {
-            let bundle = groups::export(&project, &state, &store, &config, &id, &out)?;
+            let group = groups::Group::find(&state, &store, &id)?;
+            let bundle = groups::export(&project, &config, &group, &out)?;
             println!("export: {}", bundle.display());
         }
         Some(Action::Import { .. }) => unreachable!("handled above"),

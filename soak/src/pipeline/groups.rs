@@ -191,17 +191,10 @@ pub fn test_name(g: &GroupRow) -> String {
 }
 
 /// Writes `<out>/allocsoak-<id>/` with everything an upstream bug report
-/// needs: the report, the inputs, the program text, the stack, the replay
-/// log and the emitted test, plus a README saying how to replay.
-pub fn export(
-    project: &Project,
-    state: &StateDir,
-    store: &Store,
-    config: &Config,
-    id: &str,
-    out: &Path,
-) -> Result<PathBuf> {
-    let g = Group::find(state, store, id)?;
+/// of group `g` needs: the report, the inputs, the program text, the
+/// stack, the replay log and the emitted test, plus a README saying how
+/// to replay.
+pub fn export(project: &Project, config: &Config, g: &Group, out: &Path) -> Result<PathBuf> {
     let bundle = out.join(format!("allocsoak-{}", g.row.id));
     if bundle.exists() {
         bail!(

@@ -40,23 +40,36 @@ impl Minimized {
     }
 }
 
-/// Minimizes `input`'s program (its replay after `before` failed with
-/// `sig` and `log`) into `work/minimized`. `None` when nothing smaller
-/// fails the same way, and for timeouts and OOMs (each replay would take
-/// the whole limit) and race programs (whether one fails is up to the
-/// machine).
-#[allow(clippy::too_many_arguments)]
+/// A crash to minimize: `input`'s program, replayed on `slot` of
+/// `target` after the history inputs `before`, failed with `sig`, its
+/// replay's log `log`.
+pub struct Failing<'a> {
+    pub target: Target,
+    pub slot: &'a str,
+    pub before: &'a [PathBuf],
+    pub input: &'a Path,
+    pub sig: &'a Signature,
+    pub log: &'a str,
+}
+
+/// Minimizes `crash`'s program into `work/minimized`. `None` when nothing
+/// smaller fails the same way, and for timeouts and OOMs (each replay
+/// would take the whole limit) and race programs (whether one fails is up
+/// to the machine).
 pub fn minimize(
     replayer: &Replayer,
-    target: Target,
-    slot: &str,
-    before: &[PathBuf],
-    input: &Path,
-    sig: &Signature,
-    log: &str,
+    crash: &Failing,
     work: &Path,
     budget: &Budget,
 ) -> Result<Option<Minimized>> {
+    let Failing {
+        target,
+        slot,
+        before,
+        input,
+        sig,
+        log,
+    } = *crash;
     if matches!(sig.kind.as_str(), "timeout" | "oom") {
         return Ok(None);
     }

@@ -32,6 +32,7 @@ use drift::{Reading, Verdict};
 
 use crate::engines::project::Build;
 use crate::foundation::config::Series;
+use crate::foundation::lock::lock;
 use crate::pipeline::intake::{self, Source};
 
 /// How often a series' old points are thinned.
@@ -91,7 +92,7 @@ pub fn watch(w: &Watch, series: &Series) -> Result<()> {
             End::Drifts(trend) => {
                 let id = finding::file(w, series, slot.id, trend.as_ref())?;
                 println!("drift {}: filed {id} ({outcome})", series.label());
-                w.filed.lock().unwrap().push(id);
+                lock(w.filed).push(id);
             }
             End::Violation(program) => {
                 let files = (tolerate_file(w, slot.id), history_file(w, slot.id));
@@ -300,7 +301,7 @@ fn file_violation(
         filed.group_id
     );
     if filed.new {
-        w.filed.lock().unwrap().push(filed.group_id);
+        lock(w.filed).push(filed.group_id);
     }
     Ok(())
 }

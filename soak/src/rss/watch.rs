@@ -10,6 +10,7 @@ use triage::budget::Budget;
 
 use crate::engines::project::Project;
 use crate::foundation::config::{Config, Series};
+use crate::foundation::lock::lock;
 use crate::foundation::state::StateDir;
 use crate::foundation::store::Store;
 
@@ -35,7 +36,7 @@ pub struct Watch<'a> {
 
 impl Watch<'_> {
     pub fn lock_store(&self) -> std::sync::MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+        lock(self.store)
     }
 
     /// What a series replays: its trace, or the target's persistent

@@ -22,6 +22,7 @@ use shadow::Target;
 use crate::engines::project::{Build, Part, Project};
 use crate::engines::Engine;
 use crate::foundation::config::{Config, Series, Slot};
+use crate::foundation::lock::lock;
 use crate::foundation::notify::Notifier;
 use crate::foundation::state::StateDir;
 use crate::foundation::store::Store;
@@ -64,7 +65,7 @@ impl Soak {
         let Some(ran) = &self.ran else {
             return self.draw();
         };
-        let mut ran = ran.lock().unwrap();
+        let mut ran = lock(ran);
         let next = self
             .slots
             .iter()
@@ -72,7 +73,7 @@ impl Soak {
             .find(|id| !ran.contains(id));
         if let Some(id) = next {
             ran.insert(id);
-            self.busy.lock().unwrap().insert(id);
+            lock(&self.busy).insert(id);
         }
         Ok(next)
     }
@@ -81,7 +82,7 @@ impl Soak {
     /// when none is (its parts are still being built).
     fn draw(&self) -> Result<Option<i64>> {
         let store = self.lock_store();
-        let mut busy = self.busy.lock().unwrap();
+        let mut busy = lock(&self.busy);
         let mut candidates = Vec::new();
         for (slot, id) in &self.slots {
             let row = store.slot_by_id(*id)?;
@@ -96,7 +97,7 @@ impl Soak {
         }
         let pool = scheduler::drawable(&candidates, self.unbuilt.building());
         let weights: Vec<f64> = pool.iter().map(|c| c.weight).collect();
-        let roll = self.rng.lock().unwrap().roll();
+        let roll = lock(&self.rng).roll();
         let Some(at) = scheduler::pick(&weights, roll) else {
             return Ok(None);
         };
@@ -106,6 +107,23 @@ impl Soak {
 
     fn remaining(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// The time left as the progress line shows it: to the deadline, but
+    /// in a soak that runs each slot once (the quick gate), whose
+    /// deadline is only a cap, a slice's time for the slices running now
+    /// and for each round of the slots not yet started over the `jobs`.
+    fn shown_remaining(&self, jobs: usize) -> Duration {
+        let Some(ran) = &self.ran else {
+            return self.remaining();
+        };
+        let rounds = self
+            .slots
+            .len()
+            .saturating_sub(lock(ran).len())
+            .div_ceil(jobs.max(1));
+        let left = Duration::from_secs((rounds as u64 + 1) * self.slice_secs);
+        self.remaining().min(left)
     }
 
     /// Whether the soak's deadline passed more than `grace` ago.
@@ -159,7 +177,7 @@ impl Soak {
             return Ok(false);
         };
         let Some(cores) = self.cores.take(self.slot_cores(slot_id), &self.stop) else {
-            self.busy.lock().unwrap().remove(&slot_id);
+            lock(&self.busy).remove(&slot_id);
             return Ok(false);
         };
         // Waiting for cores took some of the time left.
@@ -169,7 +187,7 @@ impl Soak {
             _ => self.run_slice(slot_id, secs, cores),
         };
         self.cores.give(cores);
-        self.busy.lock().unwrap().remove(&slot_id);
+        lock(&self.busy).remove(&slot_id);
         result.map(|()| true)
     }
 
@@ -409,7 +427,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
                 if let Ok(text) = status::render(
                     &soak.state,
                     &store,
-                    Some((started.elapsed(), soak.remaining())),
+                    Some((started.elapsed(), soak.shown_remaining(options.jobs))),
                     &soak.config.drift.trend(),
                 ) {
                     println!("{text}");
@@ -435,7 +453,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     ) {
         println!("{text}");
     }
-    let new_groups = soak.new_groups.lock().unwrap().clone();
+    let new_groups = lock(&soak.new_groups).clone();
     Ok(Summary {
         new_groups,
         run_id: soak.run_id,

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use shadow::Target;
 
 use crate::engines::project::Build;
+use crate::foundation::lock::lock;
 use crate::foundation::state::{self, StateDir};
 use crate::pipeline::intake::{self, inputs, Source};
 use crate::running::soak::Soak;
@@ -138,7 +139,7 @@ pub fn park(state: &StateDir, slice_id: i64, scratch: &Path, found: &Found) -> R
 /// [`park`], while no intake worker can find the folder empty and remove
 /// it (see [`file`]).
 pub fn park_in(soak: &Soak, slice_id: i64, scratch: &Path, found: &Found) -> Result<()> {
-    let _parking = soak.parking.lock().unwrap_or_else(|e| e.into_inner());
+    let _parking = lock(&soak.parking);
     park(&soak.state, slice_id, scratch, found)
 }
 
@@ -246,7 +247,7 @@ pub fn claim(soak: &Soak) -> Result<Option<i64>> {
     if soak.filing_closed() {
         return Ok(None);
     }
-    let mut claimed = soak.pending_claimed.lock().unwrap();
+    let mut claimed = lock(&soak.pending_claimed);
     let next = slices(&soak.state)?
         .into_iter()
         .find(|id| !claimed.contains(id));
@@ -265,7 +266,7 @@ pub fn claim(soak: &Soak) -> Result<Option<i64>> {
 pub fn file(soak: &Soak, id: i64) {
     match file_claimed(soak, id) {
         Ok(()) => {
-            soak.pending_claimed.lock().unwrap().remove(&id);
+            lock(&soak.pending_claimed).remove(&id);
         }
         Err(e) => eprintln!(
             "allocsoak: pending slice {id}: {e:#}; left for the next soak in {}",
@@ -358,7 +359,7 @@ fn file_claimed(soak: &Soak, id: i64) -> Result<()> {
     }
     // Under the parking lock: an input parked since the listing above
     // keeps the folder (it is filed at the next claim).
-    let _parking = soak.parking.lock().unwrap_or_else(|e| e.into_inner());
+    let _parking = lock(&soak.parking);
     if waiting(&dir)? == 0 {
         state::remove_scratch(&dir)?;
     }

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
+use crate::foundation::lock::lock;
 use crate::foundation::store::SliceStats;
 
 /// Runs `each` on every item, `jobs` at a time; the results in the
@@ -26,13 +27,13 @@ pub fn in_parallel<C: Sync, T: Send>(
         for _ in 0..jobs.clamp(1, items.len().max(1)) {
             s.spawn(|| loop {
                 let i = {
-                    let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut n = lock(&next);
                     *n += 1;
                     *n - 1
                 };
                 let Some(item) = items.get(i) else { break };
                 let result = each(item);
-                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+                lock(&results)[i] = Some(result);
             });
         }
     });
@@ -65,7 +66,7 @@ impl Cores {
     /// returns how many it took, or None when `stop` was set first.
     pub fn take(&self, n: usize, stop: &AtomicBool) -> Option<usize> {
         let n = n.clamp(1, self.all);
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = lock(&self.free);
         while *free < n {
             if stop.load(Ordering::Relaxed) {
                 return None;
@@ -82,7 +83,7 @@ impl Cores {
 
     /// Gives back what [`Cores::take`] took.
     pub fn give(&self, n: usize) {
-        *self.free.lock().unwrap_or_else(|e| e.into_inner()) += n;
+        *lock(&self.free) += n;
         self.freed.notify_all();
     }
 }

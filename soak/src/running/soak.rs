@@ -13,6 +13,7 @@ use shadow::Target;
 
 use crate::engines::project::Project;
 use crate::foundation::config::{Config, Slot};
+use crate::foundation::lock::lock;
 use crate::foundation::state::StateDir;
 use crate::foundation::store::{SlotRow, Store};
 use crate::pipeline::intake::Filed;
@@ -65,7 +66,7 @@ pub fn filing_grace(duration: Duration) -> Duration {
 
 impl Soak {
     pub fn lock_store(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.store)
     }
 
     pub fn slot(&self, id: i64) -> Result<SlotRow> {
@@ -83,9 +84,7 @@ impl Soak {
 
     /// Held while a target's corpus is merged or pruned.
     pub fn merge_lock(&self, target: Target) -> MutexGuard<'_, ()> {
-        self.merging[&target]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        lock(&self.merging[&target])
     }
 
     /// Whether filing has closed: the soak was asked to stop, or its
@@ -105,13 +104,13 @@ impl Soak {
 
     /// What ended `allocator`'s slices this soak.
     pub fn unfiled(&self, allocator: &str) -> BTreeSet<report::Ending> {
-        let unfiled = self.unfiled.lock().unwrap_or_else(|e| e.into_inner());
+        let unfiled = lock(&self.unfiled);
         unfiled.get(allocator).cloned().unwrap_or_default()
     }
 
     /// Adds `endings`, what ended a slice of `allocator`.
     pub fn add_unfiled(&self, allocator: &str, endings: impl IntoIterator<Item = report::Ending>) {
-        let mut unfiled = self.unfiled.lock().unwrap_or_else(|e| e.into_inner());
+        let mut unfiled = lock(&self.unfiled);
         unfiled
             .entry(allocator.to_string())
             .or_default()
@@ -119,7 +118,7 @@ impl Soak {
     }
 
     pub fn filed(&self, f: &Filed) {
-        self.new_groups.lock().unwrap().push(f.group_id.clone());
+        lock(&self.new_groups).push(f.group_id.clone());
     }
 
     /// Whether a target's corpus is due a prune: `prune_hours` after the

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use crate::engines::project::{Build, Part};
 use crate::engines::Engine;
 use crate::foundation::config::Slot;
+use crate::foundation::lock::lock;
 
 /// The fuzz binary `slot` runs: its target's in its allocator's build
 /// (a honggfuzz slot's findings are replayed on it too).
@@ -44,16 +45,12 @@ impl Unbuilt {
 
     /// Whether every part `slot` runs is built.
     pub fn ready(&self, slot: &Slot) -> bool {
-        let parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        let parts = lock(&self.parts);
         needs(slot).iter().all(|p| !parts.contains(p))
     }
 
     pub fn is_built(&self, part: Part) -> bool {
-        !self
-            .parts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&part)
+        !lock(&self.parts).contains(&part)
     }
 
     /// The builder ended: what is left did not build.
@@ -68,21 +65,12 @@ impl Unbuilt {
 
     /// What is left to build, for the progress print.
     pub fn left(&self) -> Vec<Part> {
-        let mut left: Vec<Part> = self
-            .parts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .copied()
-            .collect();
+        let mut left: Vec<Part> = lock(&self.parts).iter().copied().collect();
         left.sort_by_key(|p| p.to_string());
         left
     }
 
     pub(super) fn built(&self, part: Part) {
-        self.parts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&part);
+        lock(&self.parts).remove(&part);
     }
 }

@@ -15,6 +15,7 @@ use triage::replay::Replayer;
 
 use crate::engines::libfuzzer::{Outcome, Run};
 use crate::engines::project::{Build, Project};
+use crate::pipeline::minimize;
 
 /// Correct allocators that must run clean under the same budget; `arena`
 /// runs out of room on purpose, so its refusals must not read as `null`
@@ -351,14 +352,17 @@ fn minimized_ops(
     let Some(sig) = replayer.replay(&inputs, true)?.signature(&slot) else {
         return Ok(format!("{ops} (reproduces only after earlier inputs)"));
     };
-    let m = crate::pipeline::minimize::minimize(
+    let crash = minimize::Failing {
+        target: case.target,
+        slot: &slot,
+        before: &[],
+        input: &artifact,
+        sig: &sig,
+        log: &log,
+    };
+    let m = minimize::minimize(
         &replayer,
-        case.target,
-        &slot,
-        &[],
-        &artifact,
-        &sig,
-        &log,
+        &crash,
         dir,
         &triage::budget::Budget {
             until: Some(std::time::Instant::now() + std::time::Duration::from_secs(secs)),

@@ -16,6 +16,7 @@ use report::Record;
 
 use super::groups::group_of_record;
 use super::{saved_record, Source};
+use crate::foundation::lock::lock;
 use crate::foundation::store::Store;
 
 /// Saved findings replayed in one process, at most (one command line
@@ -41,7 +42,7 @@ pub fn show_saved(
         .collect();
     // A key a known group was reached by needs no replay at all.
     {
-        let store = super::lock(store);
+        let store = lock(store);
         let mut unknown = Vec::with_capacity(saved.len());
         for (input, record) in saved {
             if group_of_record(&store, &record)?.is_none() {

@@ -14,8 +14,10 @@ use anyhow::{Context, Result};
 use report::{Record, Signature};
 use triage::replay::Replay;
 
+use crate::foundation::lock::lock;
 use crate::foundation::state::{self, StateDir};
 use crate::foundation::store::{self, GroupRow, Store};
+use crate::pipeline::minimize;
 use crate::pipeline::record::GroupFile;
 use crate::pipeline::sequence::{self, History};
 
@@ -157,7 +159,7 @@ fn unreproduced(
 /// file one group, not race to build its folder.
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&ONE_AT_A_TIME)
 }
 
 /// Files a saved finding that [`show_saved`] showed again as `shown` (its
@@ -280,17 +282,17 @@ pub fn file(
         None => Vec::new(),
     };
     let minimized = match reproduced {
-        true => crate::pipeline::minimize::minimize(
-            &src.replayer(),
-            src.target,
-            &src.slot_label(),
-            &before,
-            artifact,
-            &sig,
-            shrunk.as_ref().map_or(&replay.log, |s| &s.replay.log),
-            &work,
-            &src.budget,
-        )?,
+        true => {
+            let crash = minimize::Failing {
+                target: src.target,
+                slot: &src.slot_label(),
+                before: &before,
+                input: artifact,
+                sig: &sig,
+                log: shrunk.as_ref().map_or(&replay.log, |s| &s.replay.log),
+            };
+            minimize::minimize(&src.replayer(), &crash, &work, &src.budget)?
+        }
         false => None,
     };
     let (shown_input, shown_log) = match (&minimized, &shrunk) {
@@ -306,7 +308,12 @@ pub fn file(
         ),
     };
     let program = program_text(src.target, &before, &shown_input, shown_log)?;
-    let repro = repro_command(src, &dir, minimized.is_some(), &before, &shown_input, &sig)?;
+    let shown = texts::Shown {
+        input: &shown_input,
+        minimized: minimized.is_some(),
+        before: &before,
+    };
+    let repro = repro_command(src, &dir, &shown, &sig)?;
     // The group's folder holds a tolerate file exactly when its repro
     // needs one (`Group::tolerate`).
     if let Some(t) = src.tolerate.filter(|t| repro.needs_tolerate && t.is_file()) {
@@ -414,10 +421,6 @@ fn keep_history(inputs: &[PathBuf], work: &Path) -> Result<Vec<PathBuf>> {
         kept.push(to);
     }
     Ok(kept)
-}
-
-fn lock(store: &std::sync::Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
-    store.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Puts a group the store does not know (its folder was renamed into place

@@ -18,19 +18,31 @@ pub(super) struct Repro {
     pub needs_tolerate: bool,
 }
 
+/// The program a new group's page shows: `input` (its minimized text
+/// when `minimized`, else the original input), replayed after the
+/// history inputs `before`.
+pub(super) struct Shown<'a> {
+    pub input: &'a Path,
+    pub minimized: bool,
+    pub before: &'a [PathBuf],
+}
+
 /// The command that reproduces the group: the fuzz binary on the inputs
 /// it needs before the crash (`history/`, in the group's folder `dir`; now
-/// at `before`) and the crash input (now at `input`), plus the tolerate
+/// at `shown.before`) and the crash input (now at `shown.input`), plus the tolerate
 /// file only when they need it. A minimized input is op program text,
 /// which the binary runs as written under `ALLOCSOAK_TEXT_INPUTS=1`.
 pub(super) fn repro_command(
     src: &Source,
     dir: &Path,
-    minimized: bool,
-    before: &[PathBuf],
-    input: &Path,
+    shown: &Shown,
     sig: &Signature,
 ) -> Result<Repro> {
+    let Shown {
+        input,
+        minimized,
+        before,
+    } = *shown;
     let file = dir.join(if minimized { "minimized" } else { "original" });
     let files: Vec<PathBuf> = (0..before.len())
         .map(|i| dir.join("history").join(sequence::file_name(i)))
