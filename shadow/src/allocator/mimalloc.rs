@@ -459,9 +459,14 @@ pub fn purge_when_asked() {
 const FAR: PurgeDelay = PurgeDelay::Millis(3_600_000);
 
 /// `mi_option_purge_delay` in mimalloc's option enum (the sys crate does
-/// not name it), and `_disallow_os_alloc`, `_disallow_arena_alloc` (26 in v3).
+/// not name it).
 const PURGE_DELAY: mi::mi_option_t = 15;
-const DISALLOW: [mi::mi_option_t; 2] = [17, 27 - cfg!(feature = "mimalloc-v3") as mi::mi_option_t];
+/// `mi_option_disallow_os_alloc`, `mi_option_disallow_arena_alloc`.
+#[cfg(not(feature = "mimalloc-v3"))]
+const DISALLOW: [mi::mi_option_t; 2] = [17, 27];
+/// The same in v3, whose enum puts the second one place earlier.
+#[cfg(feature = "mimalloc-v3")]
+const DISALLOW: [mi::mi_option_t; 2] = [17, 26];
 /// Largest request whose usable size `mi_good_size` gives exactly: the
 /// small and medium bins (`MI_MEDIUM_OBJ_SIZE_MAX`).
 const GOOD_SIZE_MAX: usize = 64 << 10;

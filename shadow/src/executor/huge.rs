@@ -171,21 +171,29 @@ impl Executor {
             return Outcome::Failed;
         }
         self.huge.kept = None;
+        self.keep_realloc(&old, q, size, |s| s.check_kept_pages(&old, q, size));
+        Outcome::Done
+    }
+
+    /// Keeps `old`'s realloc to `size` bytes at `q` as the program's huge
+    /// block: `moved` checks what the realloc had to carry over, then the
+    /// new block is checked as a fresh huge one.
+    fn keep_realloc(&mut self, old: &Block, q: usize, size: usize, moved: impl FnOnce(&Self)) {
         let mut new = Block {
             ptr: q,
             size,
             usable: size,
             extent: 0,
-            ..old
+            written: None,
+            ..*old
         };
         if self.checked {
             self.untracked.hold(new);
-            self.check_kept_pages(&old, q, size);
+            moved(self);
             new.extent = self.touch_huge(&new, false);
             self.untracked.let_go();
         }
         self.huge.kept = Some(new);
-        Outcome::Done
     }
 
     /// Reallocates block `b` (live, forgotten by the caller once this
@@ -256,26 +264,14 @@ impl Executor {
         if q != b.ptr {
             self.guard.given_back(&b, "realloc");
         }
-        let mut new = Block {
-            ptr: q,
-            size,
-            usable: size,
-            extent: 0,
-            written: None,
-            ..old
-        };
-        if self.checked {
-            self.untracked.hold(new);
+        self.keep_realloc(&old, q, size, |s| {
             // SAFETY: reads the first `old.size` bytes of the new block, which has `size`
             // (larger) bytes.
             let moved = unsafe { pattern::check(q as *const u8, old.extent, old.size, old.seed) };
             if let Some(mismatch) = moved {
-                self.prefix_lost(&old, q, size, mismatch);
+                s.prefix_lost(&old, q, size, mismatch);
             }
-            new.extent = self.touch_huge(&new, false);
-            self.untracked.let_go();
-        }
-        self.huge.kept = Some(new);
+        });
         spend(clock);
         Outcome::Done
     }

@@ -112,8 +112,8 @@ impl Soak {
     /// The time left as the progress line shows it: to the deadline, but
     /// in a soak that runs each slot once (the quick gate), whose
     /// deadline is only a cap, a slice's time for the slices running now
-    /// and for each round of the slots not yet started over the `jobs`.
-    fn shown_remaining(&self, jobs: usize) -> Duration {
+    /// and for each round of the slots not yet started over its cores.
+    fn shown_remaining(&self) -> Duration {
         let Some(ran) = &self.ran else {
             return self.remaining();
         };
@@ -121,7 +121,7 @@ impl Soak {
             .slots
             .len()
             .saturating_sub(lock(ran).len())
-            .div_ceil(jobs.max(1));
+            .div_ceil(self.cores.all());
         let left = Duration::from_secs((rounds as u64 + 1) * self.slice_secs);
         self.remaining().min(left)
     }
@@ -427,7 +427,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
                 if let Ok(text) = status::render(
                     &soak.state,
                     &store,
-                    Some((started.elapsed(), soak.shown_remaining(options.jobs))),
+                    Some((started.elapsed(), soak.shown_remaining())),
                     &soak.config.drift.trend(),
                 ) {
                     println!("{text}");

@@ -62,6 +62,11 @@ impl Cores {
         }
     }
 
+    /// The cores the soak holds (its `--jobs`).
+    pub fn all(&self) -> usize {
+        self.all
+    }
+
     /// Waits until `n` cores (at most all) are free and takes them;
     /// returns how many it took, or None when `stop` was set first.
     pub fn take(&self, n: usize, stop: &AtomicBool) -> Option<usize> {
