@@ -30,16 +30,20 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     let corpus = args
         .corpus
         .unwrap_or_else(|| project.work_dir("fuzz").join("corpus"));
-    let findings = pass::run(
-        &project,
-        &config,
-        &corpus,
-        &super::common::or_all(args.pairs.targets, &Target::ALL),
-        &super::common::allocators(&config, args.pairs.allocators, &config.allocators())?,
-        args.secs,
-        args.jobs
+    let pass = pass::Pass {
+        corpus: &corpus,
+        targets: &super::common::or_all(args.pairs.targets, &Target::ALL),
+        allocators: &super::common::allocators(
+            &config,
+            args.pairs.allocators,
+            &config.allocators(),
+        )?,
+        secs: args.secs,
+        jobs: args
+            .jobs
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-    )?;
+    };
+    let findings = pass::run(&project, &config, &pass)?;
     println!("fuzz: {findings} findings");
     Ok(findings == 0)
 }

@@ -180,15 +180,14 @@ impl Site {
         recent.truncate(10);
         let drift = data::drift(&store, &self.drift)?;
         let coverage = data::source_coverage(&self.state)?;
-        pages::overview(
-            &self.env,
-            links,
-            &o,
-            data::range(range).0,
-            &recent,
-            &drift,
-            &coverage,
-        )
+        let home = pages::Home {
+            o: &o,
+            range: data::range(range).0,
+            recent: &recent,
+            drift: &drift,
+            coverage: &coverage,
+        };
+        pages::overview(&self.env, links, &home)
     }
 
     fn groups_page(&self, links: Links, filter: &Filter) -> Result<String> {

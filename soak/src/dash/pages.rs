@@ -78,15 +78,24 @@ pub fn environment() -> Environment<'static> {
     env
 }
 
-pub fn overview(
-    env: &Environment,
-    links: Links,
-    o: &Overview,
-    range: &str,
-    recent: &[GroupLine],
-    drift: &[DriftSeries],
-    coverage: &data::SourceCoverage,
-) -> Result<String> {
+/// What the overview page shows: the soak's state, the range its charts
+/// cover, the newest groups, the drift series and the source coverage.
+pub struct Home<'a> {
+    pub o: &'a Overview,
+    pub range: &'a str,
+    pub recent: &'a [GroupLine],
+    pub drift: &'a [DriftSeries],
+    pub coverage: &'a data::SourceCoverage,
+}
+
+pub fn overview(env: &Environment, links: Links, home: &Home) -> Result<String> {
+    let Home {
+        o,
+        range,
+        recent,
+        drift,
+        coverage,
+    } = *home;
     let totals = context! {
         execs_per_sec => o.slots.iter().map(|s| s.execs_per_sec).sum::<f64>().round(),
         corpus => o.slots.iter().map(|s| s.corpus).sum::<i64>(),

@@ -100,8 +100,17 @@ pub fn import(
         let copy = scratch.join(format!("imported-{name}"));
         state::copy_atomic(input, &copy)?;
         filed.push(
-            intake::file(&state, &store, &src, &copy, "")
-                .with_context(|| format!("filing {}", input.display()))?,
+            intake::file(
+                &state,
+                &store,
+                &src,
+                &intake::Artifact {
+                    path: &copy,
+                    engine_log: "",
+                    shown: None,
+                },
+            )
+            .with_context(|| format!("filing {}", input.display()))?,
         );
     }
     state::remove_scratch(&scratch)?;

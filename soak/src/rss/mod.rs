@@ -294,7 +294,16 @@ fn file_violation(
         rss_limit_mb: w.config.rss_limit_mb,
         budget: w.filing,
     };
-    let filed = intake::file(w.state, w.store, &src, &artifact, &engine_log)?;
+    let filed = intake::file(
+        w.state,
+        w.store,
+        &src,
+        &intake::Artifact {
+            path: &artifact,
+            engine_log: &engine_log,
+            shown: None,
+        },
+    )?;
     println!(
         "drift {}: violation filed as {}",
         series.label(),

@@ -327,12 +327,12 @@ fn file_claimed(soak: &Soak, id: i64) -> Result<()> {
             if soak.filing_closed() {
                 break 'kinds;
             }
-            let filed = match shown.get(&input) {
-                Some(record) => {
-                    intake::file_shown(&soak.state, &soak.store, &src, &input, record, &log)
-                }
-                None => intake::file(&soak.state, &soak.store, &src, &input, &log),
+            let artifact = intake::Artifact {
+                path: &input,
+                engine_log: &log,
+                shown: shown.get(&input),
             };
+            let filed = intake::file(&soak.state, &soak.store, &src, &artifact);
             if filed.is_ok() {
                 let _ = std::fs::remove_file(intake::record_path(&input));
             }

@@ -10,19 +10,27 @@ use crate::engines::libfuzzer::Run;
 use crate::engines::project::{Build, Project};
 use crate::foundation::config::Config;
 
-/// Runs each (target, allocator) for `secs`, `jobs` pairs at a time,
-/// growing a corpus per target in `corpus`, but the pairs `config` leaves
-/// out, with a line saying why. Each pair's lines are printed as it ends.
-/// Returns the number of findings.
-pub fn run(
-    project: &Project,
-    config: &Config,
-    corpus: &Path,
-    targets: &[Target],
-    allocators: &[String],
-    secs: u64,
-    jobs: usize,
-) -> Result<usize> {
+/// One pass: each (target, allocator) for `secs`, `jobs` pairs at a
+/// time, growing a corpus per target in `corpus`.
+pub struct Pass<'a> {
+    pub corpus: &'a Path,
+    pub targets: &'a [Target],
+    pub allocators: &'a [String],
+    pub secs: u64,
+    pub jobs: usize,
+}
+
+/// Runs `pass`, but the pairs `config` leaves out, with a line saying
+/// why. Each pair's lines are printed as it ends. Returns the number of
+/// findings.
+pub fn run(project: &Project, config: &Config, pass: &Pass) -> Result<usize> {
+    let Pass {
+        corpus,
+        targets,
+        allocators,
+        secs,
+        jobs,
+    } = *pass;
     for allocator in allocators {
         project.build(Build::for_allocator(allocator))?;
     }

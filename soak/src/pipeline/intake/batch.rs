@@ -5,7 +5,7 @@
 //! replay of its own, a process start or more apiece. Sound violations
 //! leave the heap as it was, so one process can replay many of them in
 //! turn, saving each one's record with its path, and each that shows its
-//! key again is signed from that record ([`super::file_shown`]).
+//! key again is signed from that record ([`super::file`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

@@ -162,41 +162,39 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     lock(&ONE_AT_A_TIME)
 }
 
-/// Files a saved finding that [`show_saved`] showed again as `shown` (its
-/// record, code path included): a repeat of the known group that path
-/// belongs to, with no replay of its own; else as [`file`].
-pub fn file_shown(
-    state: &StateDir,
-    store: &std::sync::Mutex<Store>,
-    src: &Source,
-    artifact: &Path,
-    shown: &Record,
-    engine_log: &str,
-) -> Result<Filed> {
-    {
-        let _one = one_at_a_time();
-        let sig = Signature::from_record(shown);
-        let known = known_group(&lock(store), &sig, Some(shown))?;
-        if let Some(id) = known {
-            let repeat = Repeat::shown(&id, shown, &sig);
-            return file_repeat(state, store, src, artifact, repeat);
-        }
-    }
-    file(state, store, src, artifact, engine_log)
+/// An artifact to file (a libFuzzer `crash-`, `leak-`, `timeout-` or
+/// `oom-` file, a honggfuzz `SIG*.fuzz`): its path, the log of the run
+/// that wrote it, and the record [`show_saved`] showed for it again (code
+/// path included), when it did.
+#[derive(Clone, Copy)]
+pub struct Artifact<'a> {
+    pub path: &'a Path,
+    pub engine_log: &'a str,
+    pub shown: Option<&'a Record>,
 }
 
-/// Files one artifact (a libFuzzer `crash-`, `leak-`, `timeout-` or `oom-`
-/// file, a honggfuzz `SIG*.fuzz`), replayed on `src.binary` (the libFuzzer
-/// build, whichever engine found it); `engine_log` is the log of the run
-/// that wrote it.
+/// Files one artifact, replayed on `src.binary` (the libFuzzer build,
+/// whichever engine found it). One that was shown again is a repeat of
+/// the known group its path belongs to, with no replay of its own.
 pub fn file(
     state: &StateDir,
     store: &std::sync::Mutex<Store>,
     src: &Source,
-    artifact: &Path,
-    engine_log: &str,
+    artifact: &Artifact,
 ) -> Result<Filed> {
+    let Artifact {
+        path: artifact,
+        engine_log,
+        shown,
+    } = *artifact;
     let _one = one_at_a_time();
+    if let Some(shown) = shown {
+        let sig = Signature::from_record(shown);
+        if let Some(id) = known_group(&lock(store), &sig, Some(shown))? {
+            let repeat = Repeat::shown(&id, shown, &sig);
+            return file_repeat(state, store, src, artifact, repeat);
+        }
+    }
     // A saved finding of a known group is a repeat: the record the harness
     // wrote beside it says what it showed (a key the group was reached by
     // before), and counting it needs no replay.
