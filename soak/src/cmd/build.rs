@@ -3,7 +3,7 @@
 //! declares allocators, and plain as well.
 
 use anyhow::Result;
-use soak::engines::project::{Build, Project};
+use soak::engines::project::{honggfuzz_runs_jemalloc, Build, Project};
 use soak::engines::Engine;
 use soak::foundation::config::Config;
 
@@ -26,12 +26,26 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         engines.push(Engine::parse(name)?);
     }
     let mut slotted = vec!["system".to_string()];
+    // honggfuzz's binaries serve the config's honggfuzz slots, and every
+    // name when `--engine honggfuzz` asks for them.
+    let mut honggfuzz = Vec::new();
     for slot in config.slots()? {
-        engines.push(Engine::parse(&slot.engine)?);
+        let engine = Engine::parse(&slot.engine)?;
+        if engine == Engine::Honggfuzz {
+            honggfuzz.push(slot.allocator.clone());
+        }
+        engines.push(engine);
         slotted.push(slot.allocator);
     }
     let names = super::common::allocators(&config, args.allocators, &slotted)?;
     let (names, builds) = builds(&project, names)?;
+    if engines[..args.engines.len()].contains(&Engine::Honggfuzz) {
+        honggfuzz.extend(names.iter().cloned());
+    }
+    let jemalloc = honggfuzz_runs_jemalloc(
+        honggfuzz.iter().map(String::as_str),
+        &project.declared_names(),
+    );
     // With declared allocators the plain targets are built first (the glue
     // build reuses what they compiled): a config that declares none, such
     // as a test's or a `--config` of one slot, runs them.
@@ -44,7 +58,7 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
             project.build(build)?;
         }
         if engines.contains(&Engine::Honggfuzz) {
-            project.build_honggfuzz()?;
+            project.build_honggfuzz(jemalloc)?;
         }
         project.build_drift()?;
     }

@@ -82,15 +82,34 @@ impl Build {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Part {
     Fuzz(Build, Target),
-    Honggfuzz,
+    /// With the bundled jemalloc only when a slot's allocator may run it
+    /// ([`honggfuzz_runs_jemalloc`]): its C build is the longest of all.
+    Honggfuzz {
+        jemalloc: bool,
+    },
     Drift,
+}
+
+/// Whether honggfuzz's binaries for slots of `allocators` need the
+/// bundled jemalloc: not when none of them can run it (allocsoak's other
+/// bundled allocators, a `dylib:`, one the config `declared`).
+pub fn honggfuzz_runs_jemalloc<'a>(
+    allocators: impl IntoIterator<Item = &'a str>,
+    declared: &[&str],
+) -> bool {
+    let without = |a: &str| {
+        matches!(a, "system" | "glibc" | "arena" | "mimalloc")
+            || a.starts_with("dylib:")
+            || declared.contains(&a)
+    };
+    !allocators.into_iter().all(without)
 }
 
 impl std::fmt::Display for Part {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Part::Fuzz(build, target) => write!(f, "{} {}", build.name(), target.name()),
-            Part::Honggfuzz => f.write_str("honggfuzz"),
+            Part::Honggfuzz { .. } => f.write_str("honggfuzz"),
             Part::Drift => f.write_str("drift"),
         }
     }
@@ -157,6 +176,11 @@ impl Project {
     /// The config's declared allocators (none without a config's).
     pub fn declared(&self) -> &[Declared] {
         self.declared.as_ref().map_or(&[], |d| &d.list)
+    }
+
+    /// The names of [`Project::declared`].
+    pub fn declared_names(&self) -> Vec<&str> {
+        self.declared().iter().map(|d| d.name.as_str()).collect()
     }
 
     /// The config's lock file, whose versions the glue builds with
@@ -291,9 +315,9 @@ impl Project {
     /// Builds every target for honggfuzz with `cargo hfuzz` (a no-op when
     /// cargo finds it fresh), the C allocators compiled by nightly's clang
     /// with coverage in the form honggfuzz reads.
-    pub fn build_honggfuzz(&self) -> Result<()> {
+    pub fn build_honggfuzz(&self, jemalloc: bool) -> Result<()> {
         let status = self
-            .honggfuzz_command()?
+            .honggfuzz_command(jemalloc)?
             .status()
             .context("failed to run `cargo +nightly hfuzz`; run `just setup`")?;
         if !status.success() {
@@ -304,8 +328,9 @@ impl Project {
         Ok(())
     }
 
-    /// `cargo hfuzz build` of every target, the glue written.
-    fn honggfuzz_command(&self) -> Result<Command> {
+    /// `cargo hfuzz build` of every target, the glue written; with the
+    /// bundled jemalloc when `jemalloc`.
+    fn honggfuzz_command(&self, jemalloc: bool) -> Result<Command> {
         let clang = clang()?;
         if let Some(d) = &self.declared {
             d.glue.write(&self.root, &d.base, &d.list)?;
@@ -315,7 +340,7 @@ impl Project {
         cmd.env("RUSTFLAGS", rustflags(&uncovered))
             .current_dir(self.fuzz_dir())
             .args(["+nightly", "hfuzz", "build", "--no-default-features"])
-            .args(["--features", "honggfuzz,mimalloc,jemalloc"])
+            .args(["--features", honggfuzz_features(jemalloc)])
             .env("CARGO_TARGET_DIR", self.hfuzz_dir())
             .env("CXX", clang.replace("clang", "clang++"))
             .env("CC", &clang)
@@ -456,7 +481,7 @@ impl Project {
                 cmd.arg(self.binary_name(target));
                 cmd
             }
-            Part::Honggfuzz => self.honggfuzz_command()?,
+            Part::Honggfuzz { jemalloc } => self.honggfuzz_command(jemalloc)?,
             Part::Drift => self.drift_command()?,
         })
     }
@@ -483,6 +508,15 @@ impl Project {
             rustflags(&format!("-Zsanitizer-recover=address {uncovered}")),
         );
         Ok(cmd)
+    }
+}
+
+/// The features of honggfuzz's build (its mimalloc is the plain one: the
+/// flavors have no honggfuzz build).
+fn honggfuzz_features(jemalloc: bool) -> &'static str {
+    match jemalloc {
+        true => "honggfuzz,mimalloc,jemalloc",
+        false => "honggfuzz,mimalloc",
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
-use crate::engines::project::{Build, Part, Project};
+use crate::engines::project::{honggfuzz_runs_jemalloc, Build, Part, Project};
 use crate::engines::Engine;
 use crate::foundation::config::{Series, Slot};
 use crate::running::slice::signal_group;
@@ -28,7 +28,7 @@ use crate::running::unbuilt::fuzz_part;
 /// violations on (a trace's is `workload`'s), then the drift replay
 /// binary, then honggfuzz's (a build of everything again, and a few
 /// slots' worth).
-pub fn parts(slots: &[Slot], drift: &[Series]) -> Vec<Part> {
+pub fn parts(slots: &[Slot], drift: &[Series], declared: &[&str]) -> Vec<Part> {
     let mut fuzz: Vec<(Part, usize)> = Vec::new();
     for slot in slots {
         let part = fuzz_part(slot);
@@ -55,8 +55,15 @@ pub fn parts(slots: &[Slot], drift: &[Series]) -> Vec<Part> {
     if !drift.is_empty() {
         parts.push(Part::Drift);
     }
-    if slots.iter().any(|s| s.engine == Engine::Honggfuzz.name()) {
-        parts.push(Part::Honggfuzz);
+    let honggfuzz: Vec<&str> = slots
+        .iter()
+        .filter(|s| s.engine == Engine::Honggfuzz.name())
+        .map(|s| s.allocator.as_str())
+        .collect();
+    if !honggfuzz.is_empty() {
+        parts.push(Part::Honggfuzz {
+            jemalloc: honggfuzz_runs_jemalloc(honggfuzz, declared),
+        });
     }
     parts
 }
@@ -221,7 +228,7 @@ mod tests {
             series(Target::HeapApi, None),
             series(Target::Workload, Some("app.trace")),
         ];
-        let order = parts(&slots, &drift);
+        let order = parts(&slots, &drift, &[]);
         assert_eq!(
             order,
             vec![
@@ -230,7 +237,7 @@ mod tests {
                 Part::Fuzz(Build::AsanMimallocDebug, Target::AllocOps),
                 Part::Fuzz(Build::Asan, Target::Workload),
                 Part::Drift,
-                Part::Honggfuzz,
+                Part::Honggfuzz { jemalloc: false },
             ]
         );
         let unbuilt = Unbuilt::new(&order[1..]);
@@ -239,5 +246,38 @@ mod tests {
         assert!(!unbuilt.ready(&slots[0]));
         unbuilt.built(Part::Fuzz(Build::Asan, Target::HeapApi));
         assert!(unbuilt.ready(&slots[0]));
+    }
+
+    /// honggfuzz's binaries leave jemalloc's C build out unless a
+    /// honggfuzz slot's allocator may run it.
+    #[test]
+    fn honggfuzz_builds_jemalloc_only_for_a_slot_that_may_run_it() {
+        let hongg = |allocator: &str| [slot(Target::AllocOps, allocator, Engine::Honggfuzz)];
+        let jemalloc = |slots: &[Slot], declared: &[&str]| {
+            parts(slots, &[], declared)
+                .into_iter()
+                .find_map(|p| match p {
+                    Part::Honggfuzz { jemalloc } => Some(jemalloc),
+                    _ => None,
+                })
+                .expect("a honggfuzz slot builds honggfuzz's binaries")
+        };
+        for (allocator, declared, runs) in [
+            ("system", &[][..], false),
+            ("mimalloc", &[], false),
+            ("dylib:/lib/libmy.so:my_", &[], false),
+            ("mine", &["mine"], false),
+            ("jemalloc", &[], true),
+            ("zoo:os-fail-leaks", &[], true),
+            ("mine", &[], true),
+        ] {
+            assert_eq!(jemalloc(&hongg(allocator), declared), runs, "{allocator}");
+        }
+        // A libFuzzer slot of jemalloc beside needs no jemalloc in honggfuzz's.
+        let both = [
+            slot(Target::AllocOps, "jemalloc", Engine::LibFuzzer),
+            slot(Target::AllocOps, "system", Engine::Honggfuzz),
+        ];
+        assert!(!jemalloc(&both, &[]));
     }
 }

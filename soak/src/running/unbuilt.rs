@@ -17,14 +17,13 @@ pub(crate) fn fuzz_part(slot: &Slot) -> Part {
     Part::Fuzz(Build::for_allocator(&slot.allocator), slot.target)
 }
 
-/// The parts `slot` runs: [`fuzz_part`], and honggfuzz's binaries for a
-/// honggfuzz slot.
-fn needs(slot: &Slot) -> Vec<Part> {
-    let mut parts = vec![fuzz_part(slot)];
-    if slot.engine == Engine::Honggfuzz.name() {
-        parts.push(Part::Honggfuzz);
+/// Whether `slot` runs `part`: its [`fuzz_part`], and honggfuzz's
+/// binaries (with jemalloc or without) for a honggfuzz slot.
+fn needs(slot: &Slot, part: &Part) -> bool {
+    match part {
+        Part::Honggfuzz { .. } => slot.engine == Engine::Honggfuzz.name(),
+        _ => *part == fuzz_part(slot),
     }
-    parts
 }
 
 /// The parts a soak still builds beside its slices.
@@ -45,8 +44,7 @@ impl Unbuilt {
 
     /// Whether every part `slot` runs is built.
     pub fn ready(&self, slot: &Slot) -> bool {
-        let parts = lock(&self.parts);
-        needs(slot).iter().all(|p| !parts.contains(p))
+        !lock(&self.parts).iter().any(|p| needs(slot, p))
     }
 
     pub fn is_built(&self, part: Part) -> bool {
