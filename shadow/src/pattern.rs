@@ -99,18 +99,22 @@ pub fn layout(len: usize, seed: u64) -> impl Iterator<Item = (usize, usize)> {
 /// # Safety
 /// `base + from .. base + to` must be writable.
 pub unsafe fn fill_range(base: *mut u8, from: usize, to: usize, seed: u64) {
-    let to = crate::poison::accessible(base, from, to);
+    // SAFETY: `[from, to)` is what this fn writes, writable (its contract).
+    let to = unsafe { crate::poison::accessible(base, from, to) };
     let mut i = from;
     while i < to && !i.is_multiple_of(8) {
-        *base.add(i) = byte(seed, i);
+        // SAFETY: `from <= i < to`, in the writable range (this fn's contract).
+        unsafe { *base.add(i) = byte(seed, i) };
         i += 1;
     }
     while i + 8 <= to {
-        (base.add(i) as *mut u64).write_unaligned(word(seed, i / 8).to_le());
+        // SAFETY: `i + 8 <= to`: eight writable bytes; the write is unaligned.
+        unsafe { (base.add(i) as *mut u64).write_unaligned(word(seed, i / 8).to_le()) };
         i += 8;
     }
     while i < to {
-        *base.add(i) = byte(seed, i);
+        // SAFETY: `from <= i < to`, in the writable range (this fn's contract).
+        unsafe { *base.add(i) = byte(seed, i) };
         i += 1;
     }
 }
@@ -120,17 +124,20 @@ pub unsafe fn fill_range(base: *mut u8, from: usize, to: usize, seed: u64) {
 /// # Safety
 /// `base + from .. base + to` must be readable.
 pub unsafe fn check_range(base: *const u8, from: usize, to: usize, seed: u64) -> Option<Mismatch> {
-    let to = crate::poison::accessible(base, from, to);
+    // SAFETY: `[from, to)` is what this fn reads, readable (its contract).
+    let to = unsafe { crate::poison::accessible(base, from, to) };
     let mut i = from;
     while i + 8 <= to && i.is_multiple_of(8) {
-        let found = (base.add(i) as *const u64).read_unaligned();
+        // SAFETY: `i + 8 <= to`: eight readable bytes; the read is unaligned.
+        let found = unsafe { (base.add(i) as *const u64).read_unaligned() };
         if found != word(seed, i / 8).to_le() {
             break;
         }
         i += 8;
     }
     while i < to {
-        let (expected, found) = (byte(seed, i), *base.add(i));
+        // SAFETY: `from <= i < to`, in the readable range (this fn's contract).
+        let (expected, found) = (byte(seed, i), unsafe { *base.add(i) });
         if expected != found {
             return Some(Mismatch {
                 offset: i,
@@ -140,7 +147,8 @@ pub unsafe fn check_range(base: *const u8, from: usize, to: usize, seed: u64) ->
         }
         i += 1;
         if i.is_multiple_of(8) && i + 8 <= to {
-            return check_range(base, i, to, seed);
+            // SAFETY: `[i, to)` is inside `[from, to)`, readable (this fn's contract).
+            return unsafe { check_range(base, i, to, seed) };
         }
     }
     None
@@ -152,7 +160,8 @@ pub unsafe fn check_range(base: *const u8, from: usize, to: usize, seed: u64) ->
 /// The block must be writable for `len` bytes.
 pub unsafe fn fill(base: *mut u8, len: usize, seed: u64) {
     for (a, b) in layout(len, seed) {
-        fill_range(base, a, b, seed);
+        // SAFETY: `layout` gives ranges inside `[0, len)`, writable (this fn's contract).
+        unsafe { fill_range(base, a, b, seed) };
     }
 }
 
@@ -164,7 +173,8 @@ pub unsafe fn fill(base: *mut u8, len: usize, seed: u64) {
 pub unsafe fn check(base: *const u8, len: usize, limit: usize, seed: u64) -> Option<Mismatch> {
     layout(len, seed)
         .map(|(a, b)| (a.min(limit), b.min(limit)))
-        .find_map(|(a, b)| check_range(base, a, b, seed))
+        // SAFETY: each range is inside `[0, min(len, limit))`, readable (this fn's contract).
+        .find_map(|(a, b)| unsafe { check_range(base, a, b, seed) })
 }
 
 /// Checks that the layout of a `len`-byte block with `seed` reads zero
@@ -176,7 +186,8 @@ pub unsafe fn check(base: *const u8, len: usize, limit: usize, seed: u64) -> Opt
 pub unsafe fn check_zero(base: *const u8, len: usize, from: usize, seed: u64) -> Option<Mismatch> {
     layout(len, seed)
         .filter(|&(_, b)| b > from)
-        .find_map(|(a, b)| check_zero_range(base, a.max(from), b))
+        // SAFETY: `layout` gives ranges inside `[0, len)`, readable (this fn's contract).
+        .find_map(|(a, b)| unsafe { check_zero_range(base, a.max(from), b) })
 }
 
 /// Checks that `[from, to)` of the block at `base` reads zero.
@@ -184,8 +195,11 @@ pub unsafe fn check_zero(base: *const u8, len: usize, from: usize, seed: u64) ->
 /// # Safety
 /// `base + from .. base + to` must be readable.
 pub unsafe fn check_zero_range(base: *const u8, from: usize, to: usize) -> Option<Mismatch> {
-    for i in from..crate::poison::accessible(base, from, to) {
-        let found = *base.add(i);
+    // SAFETY: `[from, to)` is what this fn reads, readable (its contract).
+    let to = unsafe { crate::poison::accessible(base, from, to) };
+    for i in from..to {
+        // SAFETY: `from <= i < to`, in the readable range (this fn's contract).
+        let found = unsafe { *base.add(i) };
         if found != 0 {
             return Some(Mismatch {
                 offset: i,
@@ -205,12 +219,16 @@ pub unsafe fn check_zero_range(base: *const u8, from: usize, to: usize) -> Optio
 /// Both blocks must be readable for `len` bytes.
 pub unsafe fn compare(a: *const u8, b: *const u8, len: usize, seed: u64) -> Option<Mismatch> {
     for (from, to) in layout(len, seed) {
-        let to = crate::poison::accessible(a, from, to);
-        let to = crate::poison::accessible(b, from, to);
-        let (sa, sb) = (
-            std::slice::from_raw_parts(a.add(from), to - from),
-            std::slice::from_raw_parts(b.add(from), to - from),
-        );
+        // SAFETY: `layout` gives ranges inside `[0, len)`, readable in both
+        // blocks (this fn's contract); `from <= to` after both clamps.
+        let (sa, sb) = unsafe {
+            let to = crate::poison::accessible(a, from, to);
+            let to = crate::poison::accessible(b, from, to);
+            (
+                std::slice::from_raw_parts(a.add(from), to - from),
+                std::slice::from_raw_parts(b.add(from), to - from),
+            )
+        };
         if sa != sb {
             let i = sa.iter().zip(sb).position(|(x, y)| x != y).unwrap_or(0);
             return Some(Mismatch {

@@ -109,17 +109,22 @@ impl Allocator for Uncounted {
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         match align > self.1 {
             true => std::ptr::null_mut(),
-            false => self.0.alloc(size, align, zeroed),
+            // SAFETY: the caller's contract: `align` is a power of two within
+            // `self.1`, which the test keeps within `self.0`'s `max_align`.
+            false => unsafe { self.0.alloc(size, align, zeroed) },
         }
     }
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
-        self.0.realloc(p, old, align, new_size)
+        // SAFETY: our blocks are `self.0`'s: the caller's contract for `p` holds there.
+        unsafe { self.0.realloc(p, old, align, new_size) }
     }
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        self.0.free(p, size, align)
+        // SAFETY: our blocks are `self.0`'s: the caller's contract for `p` holds there.
+        unsafe { self.0.free(p, size, align) }
     }
     unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
-        self.0.usable_size(p, size, align)
+        // SAFETY: our blocks are `self.0`'s: the caller's contract for `p` holds there.
+        unsafe { self.0.usable_size(p, size, align) }
     }
     fn arena(&self) -> Option<Arena> {
         self.0.arena().map(|a| Arena { free: None, ..a })
@@ -160,13 +165,19 @@ struct ViaGlobalAlloc(FixedArena);
 // takes back only what it handed out, as `GlobalAlloc` requires.
 unsafe impl GlobalAlloc for ViaGlobalAlloc {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        self.0.alloc(l.size(), l.align(), false)
+        // SAFETY: a `Layout`'s align is a power of two; the adapter asks no more
+        // than its `max_align`, `MAX_ALIGN`, which is the arena's too.
+        unsafe { self.0.alloc(l.size(), l.align(), false) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        self.0.free(p, l.size(), l.align())
+        // SAFETY: `GlobalAlloc`'s contract: `p` is a live block of ours, so of
+        // the arena, allocated with `l`.
+        unsafe { self.0.free(p, l.size(), l.align()) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
-        self.0.realloc(p, l.size(), l.align(), new_size)
+        // SAFETY: `GlobalAlloc`'s contract: `p` is a live block of ours, so of
+        // the arena, allocated with `l`.
+        unsafe { self.0.realloc(p, l.size(), l.align(), new_size) }
     }
 }
 
@@ -216,21 +227,30 @@ impl Allocator for LazyMerge {
             return std::ptr::null_mut();
         }
         self.live.fetch_add(size, Relaxed);
-        match zeroed {
-            true => System.alloc_zeroed(layout),
-            false => System.alloc(layout),
+        // SAFETY: `layout` is valid and its size non-zero (`size.max(1)`).
+        unsafe {
+            match zeroed {
+                true => System.alloc_zeroed(layout),
+                false => System.alloc(layout),
+            }
         }
     }
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
-        let q = self.alloc(new_size, align, false);
+        // SAFETY: `align` is `p`'s, which this allocator served.
+        let q = unsafe { self.alloc(new_size, align, false) };
         if !q.is_null() {
-            std::ptr::copy_nonoverlapping(p, q, old.min(new_size));
-            self.free(p, old, align);
+            // SAFETY: `p` holds `old` live bytes (the caller's contract) and `q`,
+            // a new block apart from it, `new_size`.
+            unsafe { std::ptr::copy_nonoverlapping(p, q, old.min(new_size)) };
+            // SAFETY: the caller's contract: `p` is live with `old` and `align`; freed once.
+            unsafe { self.free(p, old, align) };
         }
         q
     }
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        System.dealloc(p, Layout::from_size_align(size.max(1), align).unwrap());
+        // SAFETY: the caller's contract: `p` came from `alloc`, so from `System`
+        // with this layout.
+        unsafe { System.dealloc(p, Layout::from_size_align(size.max(1), align).unwrap()) };
         self.live.fetch_sub(size, Relaxed);
         match size {
             1 => self.split.store(true, Relaxed),
@@ -281,17 +301,21 @@ impl Allocator for Refuses1000 {
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         match size {
             1000 => std::ptr::null_mut(),
-            _ => self.0.alloc(size, align, zeroed),
+            // SAFETY: forwarded as called, under the caller's `alloc` contract.
+            _ => unsafe { self.0.alloc(size, align, zeroed) },
         }
     }
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
-        self.0.realloc(p, old, align, new_size)
+        // SAFETY: our blocks are `self.0`'s: the caller's contract for `p` holds there.
+        unsafe { self.0.realloc(p, old, align, new_size) }
     }
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        self.0.free(p, size, align)
+        // SAFETY: our blocks are `self.0`'s: the caller's contract for `p` holds there.
+        unsafe { self.0.free(p, size, align) }
     }
     unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
-        self.0.usable_size(p, size, align)
+        // SAFETY: our blocks are `self.0`'s: the caller's contract for `p` holds there.
+        unsafe { self.0.usable_size(p, size, align) }
     }
     fn arena(&self) -> Option<Arena> {
         self.0.arena()

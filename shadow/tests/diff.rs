@@ -64,30 +64,38 @@ impl Allocator for Picky {
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         match size {
             0 => std::ptr::null_mut(),
-            _ => self.inner.alloc(size, align, zeroed),
+            // SAFETY: the caller's contract: `align` is a power of two within
+            // 16, which `inner` serves.
+            _ => unsafe { self.inner.alloc(size, align, zeroed) },
         }
     }
     unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
         match count.checked_mul(size) {
             Some(0) => std::ptr::null_mut(),
-            _ => self.inner.calloc(count, size),
+            // SAFETY: forwarded as called, under the caller's `calloc` contract.
+            _ => unsafe { self.inner.calloc(count, size) },
         }
     }
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
         if new == 0 {
-            self.inner.free(p, old, align);
+            // SAFETY: our blocks are `inner`'s: the caller's contract for `p`
+            // holds there; it is freed once.
+            unsafe { self.inner.free(p, old, align) };
             return std::ptr::null_mut();
         }
-        self.inner.realloc(p, old, align, new)
+        // SAFETY: our blocks are `inner`'s: the caller's contract for `p` holds there.
+        unsafe { self.inner.realloc(p, old, align, new) }
     }
     fn realloc_to_zero(&self) -> ReallocToZero {
         ReallocToZero::Frees
     }
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        self.inner.free(p, size, align)
+        // SAFETY: our blocks are `inner`'s: the caller's contract for `p` holds there.
+        unsafe { self.inner.free(p, size, align) }
     }
     unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
-        self.inner.usable_size(p, size, align)
+        // SAFETY: our blocks are `inner`'s: the caller's contract for `p` holds there.
+        unsafe { self.inner.usable_size(p, size, align) }
     }
     fn size_classes(&self) -> Option<&'static str> {
         self.classes

@@ -66,26 +66,34 @@ impl Allocator for ForgetsHuge {
     }
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        common::by_name("system")
-            .unwrap()
-            .alloc(size, align, zeroed)
+        // SAFETY: forwarded as called, under the caller's `alloc` contract.
+        unsafe {
+            common::by_name("system")
+                .unwrap()
+                .alloc(size, align, zeroed)
+        }
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        let q = self.alloc(new, align, false);
+        // SAFETY: `align` is `p`'s, which this allocator served.
+        let q = unsafe { self.alloc(new, align, false) };
         if !q.is_null() {
             let kept = match new > shadow::model::MAX_BLOCK {
                 true => 0,
                 false => old.min(new),
             };
-            std::ptr::copy_nonoverlapping(p, q, kept);
-            self.free(p, old, align);
+            // SAFETY: `kept` is at most `old`, the bytes `p` holds (the caller's
+            // contract), and `new`, those of `q`, a new block apart from `p`.
+            unsafe { std::ptr::copy_nonoverlapping(p, q, kept) };
+            // SAFETY: the caller's contract: `p` is live with `old` and `align`; freed once.
+            unsafe { self.free(p, old, align) };
         }
         q
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        common::by_name("system").unwrap().free(p, size, align)
+        // SAFETY: our blocks are `system`'s: the caller's contract for `p` holds there.
+        unsafe { common::by_name("system").unwrap().free(p, size, align) }
     }
 }
 

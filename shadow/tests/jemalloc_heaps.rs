@@ -20,9 +20,14 @@ fn heaps() -> &'static dyn Heaps {
 }
 
 /// Writes `len` bytes of `byte` and reads them back.
+///
+/// # Safety
+/// `p` is valid for writes and reads of `len` bytes.
 unsafe fn touch(p: *mut u8, len: usize, byte: u8) {
-    std::ptr::write_bytes(p, byte, len);
-    assert!(std::slice::from_raw_parts(p, len) == vec![byte; len].as_slice());
+    // SAFETY: this fn's contract: `p` is valid for writing `len` bytes.
+    unsafe { std::ptr::write_bytes(p, byte, len) };
+    // SAFETY: this fn's contract, and the `len` bytes were just written.
+    assert!(unsafe { std::slice::from_raw_parts(p, len) } == vec![byte; len].as_slice());
 }
 
 /// The process's mapped address space, in MiB.
@@ -209,19 +214,23 @@ impl Allocator for Planted {
         }
     }
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        jemalloc().alloc(size, align, zeroed)
+        // SAFETY: forwarded as called, under the caller's `alloc` contract.
+        unsafe { jemalloc().alloc(size, align, zeroed) }
     }
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        jemalloc().realloc(p, old, align, new)
+        // SAFETY: our blocks are jemalloc's: the caller's contract for `p` holds there.
+        unsafe { jemalloc().realloc(p, old, align, new) }
     }
     fn realloc_to_zero(&self) -> ReallocToZero {
         jemalloc().realloc_to_zero()
     }
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        jemalloc().free(p, size, align)
+        // SAFETY: our blocks are jemalloc's: the caller's contract for `p` holds there.
+        unsafe { jemalloc().free(p, size, align) }
     }
     unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
-        jemalloc().usable_size(p, size, align)
+        // SAFETY: our blocks are jemalloc's: the caller's contract for `p` holds there.
+        unsafe { jemalloc().usable_size(p, size, align) }
     }
     fn heaps(&self) -> Option<&dyn Heaps> {
         Some(self)
@@ -240,8 +249,10 @@ impl Heaps for Planted {
     }
     unsafe fn alloc_in(&self, h: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         match self {
-            Planted::Misplaced => jemalloc().alloc(size, align, zeroed),
-            Planted::BlindVisit => heaps().alloc_in(h, size, align, zeroed),
+            // SAFETY: the caller's contract, which includes `alloc`'s.
+            Planted::Misplaced => unsafe { jemalloc().alloc(size, align, zeroed) },
+            // SAFETY: forwarded as called: our heaps are jemalloc's.
+            Planted::BlindVisit => unsafe { heaps().alloc_in(h, size, align, zeroed) },
         }
     }
     unsafe fn realloc_in(
@@ -253,21 +264,30 @@ impl Heaps for Planted {
         new: usize,
     ) -> *mut u8 {
         match self {
-            Planted::Misplaced => jemalloc().realloc(p, old, align, new),
-            Planted::BlindVisit => heaps().realloc_in(h, p, old, align, new),
+            // SAFETY: the caller's contract for `p`; misplaced, it came from
+            // jemalloc's plain `alloc`.
+            Planted::Misplaced => unsafe { jemalloc().realloc(p, old, align, new) },
+            // SAFETY: forwarded as called: our heaps and their blocks are jemalloc's.
+            Planted::BlindVisit => unsafe { heaps().realloc_in(h, p, old, align, new) },
         }
     }
     unsafe fn free_in(&self, h: HeapId, p: *mut u8, size: usize, align: usize) {
         match self {
-            Planted::Misplaced => jemalloc().free(p, size, align),
-            Planted::BlindVisit => heaps().free_in(h, p, size, align),
+            // SAFETY: the caller's contract for `p`; misplaced, it came from
+            // jemalloc's plain `alloc`.
+            Planted::Misplaced => unsafe { jemalloc().free(p, size, align) },
+            // SAFETY: forwarded as called: our heaps and their blocks are jemalloc's.
+            Planted::BlindVisit => unsafe { heaps().free_in(h, p, size, align) },
         }
     }
     unsafe fn delete(&self, h: HeapId) {
-        heaps().delete(h)
+        // SAFETY: forwarded as called: `h` is a live jemalloc heap, not used again.
+        unsafe { heaps().delete(h) }
     }
     unsafe fn destroy(&self, h: HeapId) {
-        heaps().destroy(h)
+        // SAFETY: forwarded as called: `h` is a live jemalloc heap, none of its
+        // blocks used again.
+        unsafe { heaps().destroy(h) }
     }
     fn collect(&self, h: HeapId, force: bool) {
         heaps().collect(h, force)

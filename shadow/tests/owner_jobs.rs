@@ -29,22 +29,28 @@ impl Allocator for Scribbler {
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         let last = LAST.get();
         if last != 0 {
-            *(last as *mut u8) ^= 0xff;
+            // SAFETY: the planted bug, meant to be caught: `last` is this thread's
+            // latest block (at least 1 byte), not freed on this thread (`free` clears it).
+            unsafe { *(last as *mut u8) ^= 0xff };
         }
-        let p = system().alloc(size.max(1), align, zeroed);
+        // SAFETY: forwarded under the caller's `alloc` contract (size 0 asked as 1).
+        let p = unsafe { system().alloc(size.max(1), align, zeroed) };
         LAST.set(p as usize);
         p
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        common::moved(self, p, old, align, new)
+        // SAFETY: the caller's contract: `p` is a live block of ours with `old`, `align`.
+        unsafe { common::moved(self, p, old, align, new) }
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
         if LAST.get() == p as usize {
             LAST.set(0);
         }
-        system().free(p, size.max(1), align)
+        // SAFETY: the caller's contract: `p` came from `system` in `alloc`, with
+        // `size.max(1)` and `align`.
+        unsafe { system().free(p, size.max(1), align) }
     }
 }
 
@@ -91,13 +97,15 @@ impl Allocator for FreeScribbler {
     }
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        let p = system().alloc(size.max(1), align, zeroed);
+        // SAFETY: forwarded under the caller's `alloc` contract (size 0 asked as 1).
+        let p = unsafe { system().alloc(size.max(1), align, zeroed) };
         MADE.with_borrow_mut(|made| made.push(p as usize));
         p
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        common::moved(self, p, old, align, new)
+        // SAFETY: the caller's contract: `p` is a live block of ours with `old`, `align`.
+        unsafe { common::moved(self, p, old, align, new) }
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
@@ -105,11 +113,15 @@ impl Allocator for FreeScribbler {
             if let Some(k) = made.iter().position(|&m| m == p as usize) {
                 made.remove(k);
                 if let Some(&next) = made.get(k) {
-                    *(next as *mut u8) ^= 0xff;
+                    // SAFETY: the planted bug, meant to be caught: `next` is a block
+                    // (at least 1 byte) this thread made and has not freed (`free` drops it).
+                    unsafe { *(next as *mut u8) ^= 0xff };
                 }
             }
         });
-        system().free(p, size.max(1), align)
+        // SAFETY: the caller's contract: `p` came from `system` in `alloc`, with
+        // `size.max(1)` and `align`.
+        unsafe { system().free(p, size.max(1), align) }
     }
 }
 

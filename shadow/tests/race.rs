@@ -142,16 +142,20 @@ impl Allocator for Recycler {
         match kept {
             Some(p) => {
                 if zeroed {
-                    std::ptr::write_bytes(p as *mut u8, 0, size);
+                    // SAFETY: `p` is a block of `size` bytes `free` kept aside, never
+                    // given back to `system`: its bytes are still writable.
+                    unsafe { std::ptr::write_bytes(p as *mut u8, 0, size) };
                 }
                 p as *mut u8
             }
-            None => system().alloc(size, align, zeroed),
+            // SAFETY: forwarded as called, under the caller's `alloc` contract.
+            None => unsafe { system().alloc(size, align, zeroed) },
         }
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        common::moved(self, p, old, align, new)
+        // SAFETY: the caller's contract: `p` is a live block of ours with `old`, `align`.
+        unsafe { common::moved(self, p, old, align, new) }
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
@@ -397,12 +401,15 @@ impl OneThread {
 unsafe impl std::alloc::GlobalAlloc for OneThread {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         self.here();
-        std::alloc::System.alloc(layout)
+        // SAFETY: forwarded unchanged, under the caller's `GlobalAlloc` contract.
+        unsafe { std::alloc::System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, p: *mut u8, layout: std::alloc::Layout) {
         self.here();
-        std::alloc::System.dealloc(p, layout)
+        // SAFETY: the caller's contract: `p` came from `alloc` above, so from
+        // `System`, with `layout`.
+        unsafe { std::alloc::System.dealloc(p, layout) }
     }
 }
 

@@ -85,9 +85,12 @@ impl Allocator for TwiceOver {
             return last as *mut u8;
         }
         let layout = Layout::from_size_align(size.max(8), align).unwrap();
-        let p = match zeroed {
-            true => System.alloc_zeroed(layout),
-            false => System.alloc(layout),
+        // SAFETY: `layout` is valid and its size non-zero (`size.max(8)`).
+        let p = unsafe {
+            match zeroed {
+                true => System.alloc_zeroed(layout),
+                false => System.alloc(layout),
+            }
         };
         if size <= 8 && align <= 16 {
             self.last.store(p as usize, Ordering::Relaxed);
@@ -96,11 +99,15 @@ impl Allocator for TwiceOver {
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        System.realloc(
-            p,
-            Layout::from_size_align(old.max(8), align).unwrap(),
-            new.max(8),
-        )
+        // SAFETY: the caller's contract: `p` came from `System` in `alloc` with
+        // this layout; `new.max(8)` is non-zero.
+        unsafe {
+            System.realloc(
+                p,
+                Layout::from_size_align(old.max(8), align).unwrap(),
+                new.max(8),
+            )
+        }
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
@@ -108,7 +115,9 @@ impl Allocator for TwiceOver {
         let _ = self
             .last
             .compare_exchange(p as usize, 0, Ordering::Relaxed, Ordering::Relaxed);
-        System.dealloc(p, Layout::from_size_align(size.max(8), align).unwrap())
+        // SAFETY: the caller's contract: `p` came from `System` in `alloc` with
+        // this layout.
+        unsafe { System.dealloc(p, Layout::from_size_align(size.max(8), align).unwrap()) }
     }
 }
 
@@ -205,13 +214,16 @@ impl Allocator for OneThread {
         true
     }
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        self.0.alloc(size, align, zeroed)
+        // SAFETY: forwarded as called, under the caller's `alloc` contract.
+        unsafe { self.0.alloc(size, align, zeroed) }
     }
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-        self.0.realloc(p, old, align, new)
+        // SAFETY: our blocks are `self.0`'s: the caller's contract for `p` holds there.
+        unsafe { self.0.realloc(p, old, align, new) }
     }
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        self.0.free(p, size, align)
+        // SAFETY: our blocks are `self.0`'s: the caller's contract for `p` holds there.
+        unsafe { self.0.free(p, size, align) }
     }
 }
 

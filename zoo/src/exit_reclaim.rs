@@ -101,13 +101,14 @@ impl ExitCaches {
             Some(p) => p as *mut u8,
             None => match self.caches[thread_slot::current()].pop() {
                 Some(p) => p as *mut u8,
-                None => self.base.alloc(*CLASS.end(), 16, false),
+                // SAFETY: align 16 is a power of two within every allocator's max_align.
+                None => unsafe { self.base.alloc(*CLASS.end(), 16, false) },
             },
         };
         if zeroed && !p.is_null() {
             // SAFETY: `p` is a block of `*CLASS.end()` bytes, and `size` is
             // in the class.
-            std::ptr::write_bytes(p, 0, size);
+            unsafe { std::ptr::write_bytes(p, 0, size) };
         }
         p
     }
@@ -129,7 +130,9 @@ impl ExitCaches {
     pub(super) unsafe fn free(self: &Arc<Self>, p: *mut u8) {
         thread_slot::on_exit(self);
         if !self.caches[thread_slot::current()].push(p as usize) {
-            self.base.free(p, *CLASS.end(), 16);
+            // SAFETY: `p` came from `alloc` (this fn's contract), so from the base with the
+            // class's largest size and align 16, and is freed once.
+            unsafe { self.base.free(p, *CLASS.end(), 16) };
         }
     }
 

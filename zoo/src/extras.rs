@@ -25,21 +25,27 @@ impl Extras for Zoo {
         new_size: usize,
     ) -> Option<*mut u8> {
         if self.has_rooms() {
-            if let Some(q) = self.regrow_stale(p, new_size) {
+            // SAFETY: `p` is a live block of the zoo (this fn's contract).
+            if let Some(q) = unsafe { self.regrow_stale(p, new_size) } {
                 return Some(q);
             }
         }
         if self.has(Bug::RezallocMovedSlack) {
-            if let Some(q) = self.rezalloc_moved_slack(p, old, align, new_size) {
+            // SAFETY: `p` is a live block of the zoo with `old` and `align` (this fn's contract).
+            if let Some(q) = unsafe { self.rezalloc_moved_slack(p, old, align, new_size) } {
                 return Some(q);
             }
         }
-        let q = self.realloc(p, old, align, new_size);
+        // SAFETY: `p` is a live block of the zoo with `old` and `align` (this fn's contract).
+        let q = unsafe { self.realloc(p, old, align, new_size) };
         if !q.is_null() && new_size > old {
-            std::ptr::write_bytes(q.add(old), 0, new_size - old);
+            // SAFETY: `q` is a block of `new_size` bytes, so `[old, new_size)` lies in it.
+            unsafe { std::ptr::write_bytes(q.add(old), 0, new_size - old) };
             if self.has(Bug::RezallocDirty) && new_size >= REZALLOC_DIRTY_MIN {
                 let dirty = (new_size - old).min(16);
-                std::ptr::write_bytes(q.add(new_size - dirty), 0xa5, dirty);
+                // SAFETY: `q`'s last `dirty` bytes, as `dirty <= new_size - old` (dirtying them
+                // is the planted bug, not unsound).
+                unsafe { std::ptr::write_bytes(q.add(new_size - dirty), 0xa5, dirty) };
             }
         }
         Some(q)
@@ -69,7 +75,8 @@ impl Extras for Zoo {
         if self.is_own(p, old, align) != self.is_own(p, new_size, align) {
             return Some(InPlace::Unchanged);
         }
-        let usable = self.usable_size(p, old, align);
+        // SAFETY: `p` is a live block of the zoo with `old` and `align` (this fn's contract).
+        let usable = unsafe { self.usable_size(p, old, align) };
         let limit = match self.has(Bug::ExpandOverclaims) && EXPAND_OVERCLAIMS.contains(&old) {
             true => 2 * usable,
             false => usable,
@@ -90,7 +97,8 @@ impl Extras for Zoo {
             self.state().sized_cached.push(p as usize);
             return true;
         }
-        self.free(p, size, align);
+        // SAFETY: `p` is a live block of the zoo with `size` and `align` (this fn's contract).
+        unsafe { self.free(p, size, align) };
         true
     }
 
@@ -103,12 +111,18 @@ impl Extras for Zoo {
         new_size: usize,
     ) -> Option<*mut u8> {
         let q = match self.has(Bug::PlainReallocMisaligns) && align >= PLAIN_REALLOC_MISALIGNS_MIN {
-            true => self.shifted(new_size, 16, 8, false),
-            false => self.alloc_computed(new_size, 1, false),
+            // SAFETY: align 16 is a power of two within every allocator's max_align.
+            true => unsafe { self.shifted(new_size, 16, 8, false) },
+            // SAFETY: align 1 is a power of two within every allocator's max_align.
+            false => unsafe { self.alloc_computed(new_size, 1, false) },
         };
         if !q.is_null() {
-            std::ptr::copy_nonoverlapping(p, q, old.min(new_size));
-            self.free(p, old, align);
+            // SAFETY: `p` holds `old` bytes (this fn's contract), `q` is a new block of
+            // `new_size`; only a planted reissue bug hands out `p` itself as `q`.
+            unsafe { std::ptr::copy_nonoverlapping(p, q, old.min(new_size)) };
+            // SAFETY: `p` is a live block of the zoo with `old` and `align` (this fn's
+            // contract), freed once, here.
+            unsafe { self.free(p, old, align) };
         }
         Some(q)
     }
@@ -117,7 +131,8 @@ impl Extras for Zoo {
         if self.has(Bug::ReallocNullFails) && REALLOC_NULL_FAILS.contains(&size) {
             return Some(std::ptr::null_mut());
         }
-        Some(self.alloc(size, 1, false))
+        // SAFETY: align 1 is a power of two within every allocator's max_align.
+        Some(unsafe { self.alloc(size, 1, false) })
     }
 
     unsafe fn free_null(&self) -> bool {
@@ -210,7 +225,9 @@ impl Zoo {
         if new_size <= room || !REGROW_STALE.contains(&new_size) {
             return None;
         }
-        let q = self.with_room(new_size, align, false);
+        // SAFETY: `align` is the one `p` was allocated with (`realloc_zeroed`'s contract), a
+        // valid one.
+        let q = unsafe { self.with_room(new_size, align, false) };
         if !q.is_null() {
             // SAFETY: `q` is a new block of at least `new_size` bytes, and
             // `room - 8 < new_size` (`new_size > room >= 64`); `p` is the
@@ -219,7 +236,9 @@ impl Zoo {
                 std::ptr::write_bytes(q.add(room - 8), 0, new_size - (room - 8));
                 std::ptr::copy_nonoverlapping(p, q, room);
             }
-            self.free(p, old, align);
+            // SAFETY: `p` is a live block of the zoo with `old` and `align` (`realloc_zeroed`'s
+            // contract), freed once, here.
+            unsafe { self.free(p, old, align) };
         }
         Some(q)
     }

@@ -25,7 +25,8 @@ impl Heaps for ZooHeaps {
         self.inner.new_heap()
     }
     unsafe fn alloc_in(&self, heap: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        self.inner.alloc_in(heap, size, align, zeroed)
+        // SAFETY: forwarded: this fn's contract (a valid align, `heap` live) is `alloc_in`'s.
+        unsafe { self.inner.alloc_in(heap, size, align, zeroed) }
     }
     unsafe fn realloc_in(
         &self,
@@ -35,17 +36,25 @@ impl Heaps for ZooHeaps {
         align: usize,
         new_size: usize,
     ) -> *mut u8 {
-        self.inner.realloc_in(heap, p, old, align, new_size)
+        // SAFETY: forwarded: `p` is a live block of `heap` with `old` and `align` (this fn's
+        // contract).
+        unsafe { self.inner.realloc_in(heap, p, old, align, new_size) }
     }
     unsafe fn free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
-        self.inner.free_in(heap, p, size, align)
+        // SAFETY: forwarded: `p` is a live block of `heap` with `size` and `align` (this fn's
+        // contract).
+        unsafe { self.inner.free_in(heap, p, size, align) }
     }
     unsafe fn remote_free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
-        self.inner.free_in(heap, p, size, align);
+        // SAFETY: forwarded: `p` is a live block of `heap` with `size` and `align` (this fn's
+        // contract).
+        unsafe { self.inner.free_in(heap, p, size, align) };
         if self.has(Bug::HeapRemoteFreeTwice) {
             // The bug: the free queued for the heap's own thread is done
             // here too, and the queue frees it again.
-            self.base.free(p, size, align);
+            // SAFETY: not sound, on purpose: the planted `HeapRemoteFreeTwice` frees `p`,
+            // freed just above, a second time.
+            unsafe { self.base.free(p, size, align) };
         }
     }
     unsafe fn realloc_zeroed_in(
@@ -58,14 +67,18 @@ impl Heaps for ZooHeaps {
     ) -> Option<*mut u8> {
         // The base has no zeroed realloc: a realloc, then zeroes past the
         // old request, as the zoo's own does.
-        let q = self.inner.realloc_in(heap, p, old, align, new_size);
+        // SAFETY: `p` is a live block of `heap` with `old` and `align` (this fn's contract).
+        let q = unsafe { self.inner.realloc_in(heap, p, old, align, new_size) };
         if self.has(Bug::HeapRezallocFreesTwice) && !q.is_null() && q != p {
             // The bug: the moved block's old home is freed again, by a
             // fall-through into the plain zeroed realloc's own free.
-            self.base.free(p, old, align);
+            // SAFETY: not sound, on purpose: the planted `HeapRezallocFreesTwice` frees `p`,
+            // which the realloc that moved it freed already.
+            unsafe { self.base.free(p, old, align) };
         }
         if !q.is_null() && new_size > old {
-            std::ptr::write_bytes(q.add(old), 0, new_size - old);
+            // SAFETY: `q` is a block of `new_size` bytes, so `[old, new_size)` lies in it.
+            unsafe { std::ptr::write_bytes(q.add(old), 0, new_size - old) };
         }
         Some(q)
     }
@@ -85,15 +98,22 @@ impl Heaps for ZooHeaps {
                 owned: new_size,
             });
         }
-        self.inner
-            .resize_in_place_in(heap, p, old, align, new_size, extra)
+        // SAFETY: forwarded: `p` is a live block of `heap` with `old` and `align` (this fn's
+        // contract).
+        unsafe {
+            self.inner
+                .resize_in_place_in(heap, p, old, align, new_size, extra)
+        }
     }
     unsafe fn free_sized_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
-        self.inner.free_in(heap, p, size, align);
+        // SAFETY: `p` is a live block of `heap` with `size` and `align` (this fn's contract).
+        unsafe { self.inner.free_in(heap, p, size, align) };
         if self.has(Bug::HeapSizedFreeTwice) {
             // The bug: the heap's sized free falls through to the global
             // one, which frees the block again.
-            self.base.free(p, size, align);
+            // SAFETY: not sound, on purpose: the planted `HeapSizedFreeTwice` frees `p`,
+            // freed just above, a second time.
+            unsafe { self.base.free(p, size, align) };
         }
         true
     }
@@ -101,13 +121,18 @@ impl Heaps for ZooHeaps {
         let blocks = self.inner.blocks(heap);
         if self.has(Bug::HeapDeleteDrops) && blocks.len() >= 3 {
             if let Some(&(p, size, align)) = blocks.iter().max_by_key(|(p, size, _)| (*size, *p)) {
-                self.base.free(p as *mut u8, size, align);
+                // SAFETY: not sound, on purpose: the planted `HeapDeleteDrops` frees a block
+                // of the heap (with its size and align) that delete must leave live.
+                unsafe { self.base.free(p as *mut u8, size, align) };
             }
         }
-        self.inner.delete(heap)
+        // SAFETY: forwarded: `heap` is live and not used again (this fn's contract).
+        unsafe { self.inner.delete(heap) }
     }
     unsafe fn destroy(&self, heap: HeapId) {
-        self.inner.destroy(heap)
+        // SAFETY: forwarded: `heap` is live and none of its blocks is used again (this fn's
+        // contract).
+        unsafe { self.inner.destroy(heap) }
     }
     fn collect(&self, heap: HeapId, force: bool) {
         self.inner.collect(heap, force)

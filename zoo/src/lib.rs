@@ -19,16 +19,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use shadow::allocator::{Allocator, Arena, EmulatedHeaps, Extras, Heaps, InUse, ReallocToZero};
 
+mod alloc_inner;
 mod bug;
 mod exit_reclaim;
 mod extras;
 mod heaps;
 mod hook;
+mod huge_realloc;
 mod name;
 mod os_layer;
 mod planted;
 mod racy_list;
 mod remote_free;
+mod slack_footer;
 mod slow_leak;
 mod splinters;
 mod stale_cache;
@@ -40,7 +43,6 @@ pub use name::{register, split_spec};
 use exit_reclaim::ExitCaches;
 use heaps::ZooHeaps;
 use hook::ZooHook;
-use planted::COMPUTED_BIN;
 use racy_list::RacyList;
 use remote_free::RemoteFrees;
 use slow_leak::SlowLeak;
@@ -192,11 +194,13 @@ impl Zoo {
         let Some(whole) = size.checked_add(offset) else {
             return std::ptr::null_mut();
         };
-        let base = self.base.alloc(whole, align, zeroed);
+        // SAFETY: the caller passes a power of two within max_align (as `alloc`'s contract).
+        let base = unsafe { self.base.alloc(whole, align, zeroed) };
         if base.is_null() {
             return base;
         }
-        let p = base.add(offset);
+        // SAFETY: `base` is a block of `size + offset` bytes: `offset` lies in it.
+        let p = unsafe { base.add(offset) };
         self.state().shifted.insert(p as usize, base as usize);
         p
     }
@@ -239,8 +243,10 @@ impl Allocator for Zoo {
         }
         self.class_of(size);
         let p = match self.is_interior(size, align, zeroed) {
-            true => self.interior_class(size, align),
-            false => self.alloc_inner(size, align, zeroed),
+            // SAFETY: `align` is a power of two within max_align (this fn's contract).
+            true => unsafe { self.interior_class(size, align) },
+            // SAFETY: `align` is a power of two within max_align (this fn's contract).
+            false => unsafe { self.alloc_inner(size, align, zeroed) },
         };
         self.track_owner(p, size, align);
         if !p.is_null() {
@@ -254,9 +260,11 @@ impl Allocator for Zoo {
 
     unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
         match count.checked_mul(size) {
-            Some(n) => self.alloc_computed(n, 1, true),
+            // SAFETY: align 1 is a power of two within every allocator's max_align.
+            Some(n) => unsafe { self.alloc_computed(n, 1, true) },
             None if self.has(Bug::CallocWrap) && count.wrapping_mul(size) <= 1 << 20 => {
-                self.base.alloc(count.wrapping_mul(size), 1, true)
+                // SAFETY: align 1 is valid; the wrapped size is the planted bug, not unsound.
+                unsafe { self.base.alloc(count.wrapping_mul(size), 1, true) }
             }
             None => std::ptr::null_mut(),
         }
@@ -268,7 +276,8 @@ impl Allocator for Zoo {
         if self.has(Bug::CapacityLeak) && CAPACITY_LEAK.contains(&old) && new_size < old / 2 {
             // The bug: the split-off tail's last bytes never go back to
             // the free lists (a block of the base nobody will free).
-            let _lost = self.base.alloc(LOST_TAIL, 16, false);
+            // SAFETY: align 16 is a power of two within every allocator's max_align.
+            let _lost = unsafe { self.base.alloc(LOST_TAIL, 16, false) };
         }
         let grows_large = self.has(Bug::ShortReallocCopy) && old >= 256 && new_size > old;
         let shrinks_large = self.has(Bug::LeakOnShrink) && old >= 1024 && new_size < old / 2;
@@ -277,9 +286,11 @@ impl Allocator for Zoo {
         let grows_misaligned =
             self.has(Bug::MisalignedReallocShort) && new_size > old && self.is_shifted(p);
         if self.has(Bug::LargeReallocHole) && old >= LARGE_HOLE_MIN && new_size > old {
-            return self.large_realloc_hole(p, old, align, new_size);
+            // SAFETY: `p` is a live block of the zoo with `old` and `align` (this fn's contract).
+            return unsafe { self.large_realloc_hole(p, old, align, new_size) };
         }
-        if let Some(q) = self.huge_realloc(p, old, align, new_size) {
+        // SAFETY: `p` is a live block of the zoo with `old` and `align` (this fn's contract).
+        if let Some(q) = unsafe { self.huge_realloc(p, old, align, new_size) } {
             return q;
         }
         if !(grows_large
@@ -292,9 +303,13 @@ impl Allocator for Zoo {
             if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&new_size) {
                 // The new block comes from alloc, whose size check is the
                 // one missing: one bug, reached from each entry point.
-                return self.alloc_computed(new_size, align, false);
+                // SAFETY: `align` is the one `p` was allocated with (this fn's contract), a
+                // valid one.
+                return unsafe { self.alloc_computed(new_size, align, false) };
             }
-            let q = self.base.realloc(p, old, align, new_size);
+            // SAFETY: `p` is a live block with `old` and `align` (this fn's contract), and
+            // not one the zoo keeps itself (`is_own`): the base's.
+            let q = unsafe { self.base.realloc(p, old, align, new_size) };
             // A realloc to zero that frees returns null: `p` is gone too.
             let freed = new_size == 0 && self.base.realloc_to_zero() == ReallocToZero::Frees;
             if !q.is_null() || freed {
@@ -307,7 +322,8 @@ impl Allocator for Zoo {
             }
             return q;
         }
-        let q = self.alloc_computed(new_size, align, false);
+        // SAFETY: `align` is the one `p` was allocated with (this fn's contract), a valid one.
+        let q = unsafe { self.alloc_computed(new_size, align, false) };
         if q.is_null() || q == p {
             // `q == p`: DoubleIssue handed the live block itself back.
             return q;
@@ -321,9 +337,13 @@ impl Allocator for Zoo {
         } else {
             old.min(new_size)
         };
-        std::ptr::copy_nonoverlapping(p, q, copy);
+        // SAFETY: `p` holds `old` live bytes (this fn's contract), `q` is a new block of
+        // `new_size`, not `p`, and `copy` is at most the smaller.
+        unsafe { std::ptr::copy_nonoverlapping(p, q, copy) };
         if !shrinks_large {
-            self.free(p, old, align);
+            // SAFETY: `p` is a live block of the zoo with `old` and `align` (this fn's
+            // contract), freed once, here.
+            unsafe { self.free(p, old, align) };
         }
         q
     }
@@ -334,10 +354,12 @@ impl Allocator for Zoo {
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
         self.count_call();
-        if self.wrong_free(p, size) {
+        // SAFETY: `p` is a live block of the zoo with `size` (this fn's contract).
+        if unsafe { self.wrong_free(p, size) } {
             return;
         }
-        self.check_footer(p);
+        // SAFETY: `p` is a live block of the zoo (this fn's contract).
+        unsafe { self.check_footer(p) };
         self.count_remote_free(p);
         self.untrack_class(p, size, align);
         if self.has(Bug::DirtyZeroed) && DIRTY_ZEROED.contains(&size) {
@@ -347,7 +369,10 @@ impl Allocator for Zoo {
             self.latent.store(FLUSH_QUEUED, Ordering::Relaxed);
         }
         if let Some(base) = self.state().shifted.remove(&(p as usize)) {
-            return self.base.free(base as *mut u8, size, align);
+            // SAFETY: `base` is the block `shifted` took from the base for `p` (live, this fn's
+            // contract), listed once; freed with `size`, not `size + offset`: assumes the base
+            // ignores it.
+            return unsafe { self.base.free(base as *mut u8, size, align) };
         }
         if self.splinters.holds(p) {
             return self.splinters.free(p);
@@ -356,7 +381,9 @@ impl Allocator for Zoo {
             return;
         }
         if self.is_fork_locked(size, align) {
-            return self.fork_locked(|| self.base.free(p, size, align));
+            // SAFETY: `p` is a live block with `size` and `align` (this fn's contract), one
+            // `alloc` took from the base for the fork-locked class.
+            return self.fork_locked(|| unsafe { self.base.free(p, size, align) });
         }
         if self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN && self.keep_large(p, size) {
             return;
@@ -369,27 +396,39 @@ impl Allocator for Zoo {
             return;
         }
         if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
-            return self.push_stale_list(p);
+            // SAFETY: `p` is a live block of the class (this fn's contract), which `alloc`
+            // takes from the base with `*STALE_LINK.end()` bytes and align 16.
+            return unsafe { self.push_stale_list(p) };
         }
         if self.is_racy(size, align) && self.racy.push(p as usize) {
             return;
         }
         if self.is_racy(size, align) {
-            return self.base.free(p, *RACY.end(), 16);
+            // SAFETY: `p` is a live block of the class (this fn's contract), which `racy_pop`
+            // takes from the base with `*RACY.end()` bytes and align 16.
+            return unsafe { self.base.free(p, *RACY.end(), 16) };
         }
         if self.is_lost_remote(size, align) {
-            return self.remote.free(self.base, p);
+            // SAFETY: `p` is a live block of the class (this fn's contract), which
+            // `remote.alloc` gave with `self.base`; freed once, here.
+            return unsafe { self.remote.free(self.base, p) };
         }
         if self.is_exit_reclaim(size, align) {
-            return self.exits.free(p);
+            // SAFETY: `p` is a live block of the class (this fn's contract), which
+            // `exits.alloc` gave; freed once, here.
+            return unsafe { self.exits.free(p) };
         }
         if self.is_stale_block(p) {
-            return self.stale.free(p);
+            // SAFETY: `p` is live (this fn's contract) and one of `stale`'s blocks
+            // (`is_stale_block`), which `stale.alloc` handed out.
+            return unsafe { self.stale.free(p) };
         }
         if self.drops_remote_free(size, align) {
             return;
         }
-        self.base.free(p, size, align)
+        // SAFETY: `p` is a live block with `size` and `align` (this fn's contract), not one the
+        // zoo keeps itself: the base's.
+        unsafe { self.base.free(p, size, align) }
     }
 
     unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
@@ -399,7 +438,9 @@ impl Allocator for Zoo {
         if let Some(&room) = self.state().rooms.get(&(p as usize)) {
             return room;
         }
-        let real = self.base.usable_size(p, size, align);
+        // SAFETY: `p` is a live block with `size` and `align` (this fn's contract), not one the
+        // zoo keeps itself (`is_own`): the base's.
+        let real = unsafe { self.base.usable_size(p, size, align) };
         if self.has(Bug::UsableOversize) && USABLE_OVERSIZE.contains(&size) {
             return real + 8;
         }
@@ -486,114 +527,5 @@ impl Allocator for Zoo {
                 link = next;
             }
         }
-    }
-}
-
-impl Zoo {
-    /// `alloc` past its fast path, by the computed bin: what realloc and
-    /// calloc call. (Through `alloc` itself, so a bug in the code they
-    /// share keys on one path whichever call reached it.)
-    unsafe fn alloc_computed(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        COMPUTED_BIN.set(true);
-        let p = self.alloc(size, align, zeroed);
-        COMPUTED_BIN.set(false);
-        p
-    }
-
-    unsafe fn alloc_inner(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        if self.has(Bug::HugeSuccess) && HUGE_SUCCESS.contains(&size) {
-            return self.base.alloc(64, align, false);
-        }
-        if self.has(Bug::HugeTruncate)
-            && size > u32::MAX as usize
-            && size < shadow::edges::IMPOSSIBLE_FROM
-        {
-            return self.base.alloc(size as u32 as usize, align, zeroed);
-        }
-        if let Some(at) = self.reissue_at(size, align) {
-            let st = self.state();
-            if st.live_small >= at && st.newest_small.1 == size {
-                return st.newest_small.0 as *mut u8;
-            }
-        }
-        if align <= 16 && self.has(Bug::SizedFreeMisclass) && SIZED_FREE.contains(&size) {
-            if let Some(p) = self.sized_filed(size, zeroed) {
-                return p;
-            }
-        }
-        if self.has(Bug::AlignIgnored) && align >= 32 && size < shadow::edges::IMPOSSIBLE_FROM {
-            return self.align_ignored(size, align, zeroed);
-        }
-        if self.has(Bug::SmallUnderalign) && size <= 64 && align == 16 {
-            return self.small_underalign(size, zeroed);
-        }
-        if self.has(Bug::SizeEqAlign) && size == 4096 && align == 4096 {
-            return self.size_eq_align(size, zeroed);
-        }
-        if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
-            return self.double_issue(size, zeroed);
-        }
-        if self.is_racy(size, align) {
-            return self.racy_pop(size, zeroed);
-        }
-        if self.is_lost_remote(size, align) {
-            return self.remote.alloc(self.base, size, zeroed);
-        }
-        if self.is_exit_reclaim(size, align) {
-            return self.exits.alloc(size, zeroed);
-        }
-        if align <= 16 && self.has(Bug::ExitStaleCache) {
-            if let Some(p) = self.stale.alloc(size, zeroed) {
-                return p;
-            }
-        }
-        if self.is_fork_locked(size, align) {
-            return self.fork_locked(|| self.base.alloc(size, align, zeroed));
-        }
-        if self.is_splintered(size, align) {
-            let p = self.splinters.alloc(size, zeroed);
-            if !p.is_null() {
-                return p;
-            }
-        }
-        if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
-            let p = match self.pop_stale_list() {
-                Some(p) => p,
-                None => self.base.alloc(*STALE_LINK.end(), 16, false),
-            };
-            if zeroed && !p.is_null() {
-                std::ptr::write_bytes(p, 0, size);
-            }
-            return p;
-        }
-        if zeroed && self.is_zeroed_link(size, align) {
-            return self.xthread_zeroed_link(size, align);
-        }
-        if zeroed && self.has(Bug::HugeZeroedFooter) && size > shadow::model::MAX_BLOCK {
-            return self.huge_zeroed_footer(size, align);
-        }
-        if zeroed && self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN {
-            if let Some(p) = self.large_reuse(size) {
-                return p;
-            }
-        }
-        if zeroed && self.has(Bug::LargeDirtyZeroed) && size >= LARGE_DIRTY_MIN {
-            return self.large_dirty_zeroed(size, align);
-        }
-        if zeroed
-            && align <= 16
-            && self.has(Bug::DirtyZeroed)
-            && DIRTY_ZEROED.contains(&size)
-            && self.state().freed_256
-        {
-            return self.dirty_zeroed(size, align);
-        }
-        if self.is_footed(size, align) {
-            return self.footed(size, align, zeroed);
-        }
-        if align <= 16 && self.has_rooms() && extras::REGROW_STALE.contains(&size) {
-            return self.with_room(size, align, zeroed);
-        }
-        self.base.alloc(size, align, zeroed)
     }
 }

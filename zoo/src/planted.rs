@@ -44,10 +44,6 @@ const REMOTE_LEAK_EVERY: u64 = 8;
 const FORK_LOCKED: RangeInclusive<usize> = 16385..=20480;
 static FORK_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// `SlackFooter`: the sizes, and the footer's tag.
-const FOOTED: RangeInclusive<usize> = 8193..=12288;
-const FOOTER_TAG: usize = 0xF007_E5CA_1AB1_E000;
-
 /// `InteriorClass`: the sizes, and how far past a multiple of 16 they are.
 const INTERIOR: RangeInclusive<usize> = 257..=4095;
 const INTERIOR_OFFSETS: RangeInclusive<usize> = 2..=14;
@@ -83,17 +79,21 @@ impl Zoo {
 
     #[inline(never)]
     pub(super) unsafe fn align_ignored(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        self.shifted(size, align, 16, zeroed)
+        // SAFETY: `align` is a power of two within max_align (`alloc`'s contract, passed on).
+        unsafe { self.shifted(size, align, 16, zeroed) }
     }
 
     #[inline(never)]
     pub(super) unsafe fn small_underalign(&self, size: usize, zeroed: bool) -> *mut u8 {
-        self.shifted(size, 16, 8, zeroed)
+        // SAFETY: align 16 is a power of two within every allocator's max_align.
+        unsafe { self.shifted(size, 16, 8, zeroed) }
     }
 
     #[inline(never)]
     pub(super) unsafe fn size_eq_align(&self, size: usize, zeroed: bool) -> *mut u8 {
-        self.shifted(size, 4096, 2048, zeroed)
+        // SAFETY: the request's own align, 4096: a power of two within max_align (`alloc`'s
+        // contract).
+        unsafe { self.shifted(size, 4096, 2048, zeroed) }
     }
 
     /// Whether 65..=4096-byte blocks get room past their request
@@ -112,14 +112,16 @@ impl Zoo {
         // the base left it.
         let p = match zeroed && self.has(Bug::RezallocMovedSlack) {
             true => {
-                let p = self.base.alloc(room, align, false);
+                // SAFETY: `align` is a power of two within max_align (`alloc`'s contract).
+                let p = unsafe { self.base.alloc(room, align, false) };
                 if !p.is_null() {
                     // SAFETY: `p` is a new block of `room >= size` bytes.
                     unsafe { std::ptr::write_bytes(p, 0, size) };
                 }
                 p
             }
-            false => self.base.alloc(room, align, zeroed),
+            // SAFETY: `align` is a power of two within max_align (`alloc`'s contract).
+            false => unsafe { self.base.alloc(room, align, zeroed) },
         };
         if !p.is_null() {
             self.state().rooms.insert(p as usize, room);
@@ -142,7 +144,8 @@ impl Zoo {
     /// rounds down gives it.
     #[inline(never)]
     pub(super) unsafe fn interior_class(&self, size: usize, align: usize) -> *mut u8 {
-        self.base.alloc(size & !15, align, false)
+        // SAFETY: `align` is a power of two within max_align (`alloc`'s contract).
+        unsafe { self.base.alloc(size & !15, align, false) }
     }
 
     /// `SizedFreeMisclass`: the block a sized free filed last, whatever
@@ -151,7 +154,9 @@ impl Zoo {
     pub(super) unsafe fn sized_filed(&self, size: usize, zeroed: bool) -> Option<*mut u8> {
         let p = self.state().sized_cached.pop()? as *mut u8;
         if zeroed {
-            std::ptr::write_bytes(p, 0, size.min(self.base.usable_size(p, 0, 16)));
+            // SAFETY: a sized free filed `p`, a block of the base's it never gave back; zeroes
+            // no more than the base says it holds (assumes `usable_size` ignores the 0 and 16).
+            unsafe { std::ptr::write_bytes(p, 0, size.min(self.base.usable_size(p, 0, 16))) };
         }
         Some(p)
     }
@@ -161,10 +166,12 @@ impl Zoo {
     pub(super) unsafe fn racy_pop(&self, size: usize, zeroed: bool) -> *mut u8 {
         let p = match self.racy.pop() {
             Some(p) => p as *mut u8,
-            None => self.base.alloc(*RACY.end(), 16, false),
+            // SAFETY: align 16 is a power of two within every allocator's max_align.
+            None => unsafe { self.base.alloc(*RACY.end(), 16, false) },
         };
         if zeroed && !p.is_null() {
-            std::ptr::write_bytes(p, 0, size);
+            // SAFETY: `p` is a block of `*RACY.end()` bytes, and `size` is in the class.
+            unsafe { std::ptr::write_bytes(p, 0, size) };
         }
         p
     }
@@ -173,9 +180,11 @@ impl Zoo {
     /// footer over its last 8 bytes.
     #[inline(never)]
     pub(super) unsafe fn huge_zeroed_footer(&self, size: usize, align: usize) -> *mut u8 {
-        let p = self.base.alloc(size, align, true);
+        // SAFETY: `align` is a power of two within max_align (`alloc`'s contract).
+        let p = unsafe { self.base.alloc(size, align, true) };
         if !p.is_null() {
-            p.add(size - 8).cast::<u64>().write_unaligned(size as u64);
+            // SAFETY: `p` is a block of `size` bytes, past `MAX_BLOCK`: its last 8 are in it.
+            unsafe { p.add(size - 8).cast::<u64>().write_unaligned(size as u64) };
         }
         p
     }
@@ -208,101 +217,33 @@ impl Zoo {
         let cached = self.state().cached_48.last().copied();
         let p = match cached {
             Some(p) => p as *mut u8,
-            None => self.base.alloc(*DOUBLE_ISSUE.end(), 16, false),
+            // SAFETY: align 16 is a power of two within every allocator's max_align.
+            None => unsafe { self.base.alloc(*DOUBLE_ISSUE.end(), 16, false) },
         };
         if zeroed && !p.is_null() {
-            std::ptr::write_bytes(p, 0, size);
+            // SAFETY: `p` is a block of `*DOUBLE_ISSUE.end()` bytes the zoo keeps from the
+            // base, and `size` is in the class.
+            unsafe { std::ptr::write_bytes(p, 0, size) };
         }
         p
     }
 
     #[inline(never)]
     pub(super) unsafe fn large_dirty_zeroed(&self, size: usize, align: usize) -> *mut u8 {
-        let p = self.base.alloc(size, align, true);
+        // SAFETY: `align` is a power of two within max_align (`alloc`'s contract).
+        let p = unsafe { self.base.alloc(size, align, true) };
         if !p.is_null() {
-            std::ptr::write_bytes(p.add(between_fixed_windows(size)), 0xa5, 64);
+            // SAFETY: `p` is a block of `size >= LARGE_DIRTY_MIN` bytes, which hold the 64 at
+            // `between_fixed_windows(size)` (dirtying them is the planted bug).
+            unsafe { std::ptr::write_bytes(p.add(between_fixed_windows(size)), 0xa5, 64) };
         }
         p
     }
 
     #[inline(never)]
     pub(super) unsafe fn dirty_zeroed(&self, size: usize, align: usize) -> *mut u8 {
-        self.base.alloc(size, align, false)
-    }
-
-    /// A realloc's paths past 64 MiB: `HugeCrossShort`'s across it, and
-    /// `HugeReallocMisaligns`' (a huge block aligned past a page, moved
-    /// to a huge size at an address a page past an aligned one).
-    #[inline(never)]
-    pub(super) unsafe fn huge_realloc(
-        &self,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
-        let huge = shadow::model::MAX_BLOCK;
-        if self.has(Bug::HugeCrossShort) && (old > huge) != (new_size > huge) {
-            return Some(self.huge_cross(p, old, align, new_size));
-        }
-        if !(self.has(Bug::HugeReallocMisaligns) && align > 4096 && old > huge && new_size > huge) {
-            return None;
-        }
-        let q = self.shifted(new_size, align, 4096, false);
-        if !q.is_null() {
-            std::ptr::copy_nonoverlapping(p, q, old.min(new_size));
-            shadow::allocator::Allocator::free(self, p, old, align);
-        }
-        Some(q)
-    }
-
-    /// `HugeCrossShort`: moves a block across 64 MiB, copying a page
-    /// less than the smaller of its sizes.
-    #[inline(never)]
-    unsafe fn huge_cross(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
-        let q = self.alloc_computed(new_size, align, false);
-        if !q.is_null() {
-            std::ptr::copy_nonoverlapping(p, q, old.min(new_size).saturating_sub(4096));
-            shadow::allocator::Allocator::free(self, p, old, align);
-        }
-        q
-    }
-
-    /// Whether a request gets `SlackFooter`'s footer.
-    pub(super) fn is_footed(&self, size: usize, align: usize) -> bool {
-        self.has(Bug::SlackFooter) && align <= 16 && FOOTED.contains(&size)
-    }
-
-    /// A block with 8 bytes of room past `size`, reported usable, that
-    /// hold the footer free checks.
-    #[inline(never)]
-    pub(super) unsafe fn footed(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        let room = size + 8;
-        let p = self.base.alloc(room, align, zeroed);
-        if !p.is_null() {
-            (p.add(size) as *mut usize).write_unaligned(FOOTER_TAG ^ size);
-            self.state().rooms.insert(p as usize, room);
-        }
-        p
-    }
-
-    /// Checks a footed block's footer before its free: a broken one is
-    /// heap corruption, which the allocator stops at.
-    #[inline(never)]
-    pub(super) unsafe fn check_footer(&self, p: *mut u8) {
-        let room = match self.has(Bug::SlackFooter) {
-            true => self.state().rooms.get(&(p as usize)).copied(),
-            false => None,
-        };
-        if let Some(room) = room {
-            let size = room - 8;
-            let footer = (p.add(size) as *const usize).read_unaligned();
-            assert_eq!(
-                footer,
-                FOOTER_TAG ^ size,
-                "zoo: the footer of a {size}-byte block is corrupt"
-            );
-        }
+        // SAFETY: `align` is a power of two within max_align (`alloc`'s contract).
+        unsafe { self.base.alloc(size, align, false) }
     }
 
     /// Whether a new `size`-byte block is `LargeInteriorSpan`'s: a
@@ -350,10 +291,15 @@ impl Zoo {
     /// free block of its list.
     #[inline(never)]
     pub(super) unsafe fn xthread_zeroed_link(&self, size: usize, align: usize) -> *mut u8 {
-        let p = self.base.alloc(size, align, false);
+        // SAFETY: `align` is a power of two within max_align (`alloc`'s contract).
+        let p = unsafe { self.base.alloc(size, align, false) };
         if !p.is_null() {
-            std::ptr::write_bytes(p, 0, size);
-            (p as *mut usize).write_unaligned(p as usize + size);
+            // SAFETY: `p` is a new block of `size` bytes, more than a word (`ZEROED_LINK`); the
+            // link left in its first word is the planted bug, not unsound.
+            unsafe {
+                std::ptr::write_bytes(p, 0, size);
+                (p as *mut usize).write_unaligned(p as usize + size);
+            }
         }
         p
     }
@@ -367,9 +313,13 @@ impl Zoo {
         align: usize,
         new_size: usize,
     ) -> *mut u8 {
-        let q = self.base.realloc(p, old, align, new_size);
+        // SAFETY: `p` is a live block with `old` and `align` (`realloc`'s contract); assumes
+        // it is the base's, not one the zoo shifted or keeps.
+        let q = unsafe { self.base.realloc(p, old, align, new_size) };
         if !q.is_null() {
-            std::ptr::write_bytes(q.add(between_fixed_windows(old)), 0, 256);
+            // SAFETY: `q` holds `new_size > old >= LARGE_HOLE_MIN` bytes, which hold the 256 at
+            // `between_fixed_windows(old)` (zeroing them is the planted bug).
+            unsafe { std::ptr::write_bytes(q.add(between_fixed_windows(old)), 0, 256) };
         }
         q
     }
@@ -417,7 +367,9 @@ impl Zoo {
         if b == 0 {
             return None;
         }
-        st.list_head = *(b as *const usize);
+        // SAFETY: `b` is a block of `*STALE_LINK.end()` bytes, 16-aligned, which the zoo
+        // keeps from the base until reset; `push_stale_list` wrote its first word.
+        st.list_head = unsafe { *(b as *const usize) };
         // The bug: `last_pushed` still names `b`, now live again.
         Some(b as *mut u8)
     }
@@ -425,11 +377,15 @@ impl Zoo {
     /// `StaleLink`: pushes `b`, and links the previous push to it.
     pub(super) unsafe fn push_stale_list(&self, b: *mut u8) {
         let mut st = self.state();
-        *(b as *mut usize) = st.list_head;
+        // SAFETY: `b` is a block of the class freed by the program (`free`'s contract), one
+        // of at least 65 bytes taken with align 16: its first word is writable.
+        unsafe { *(b as *mut usize) = st.list_head };
         if st.last_pushed != 0 {
             // Back-link into the previous push: a stale pointer if that block
             // has been handed out since.
-            *((st.last_pushed + 8) as *mut usize) = b as usize;
+            // SAFETY: `last_pushed` is such a block too, which the zoo keeps from the base
+            // until reset; a write into it while live again is the planted bug.
+            unsafe { *((st.last_pushed + 8) as *mut usize) = b as usize };
         }
         st.list_head = b as usize;
         st.last_pushed = b as usize;
@@ -519,7 +475,9 @@ impl Zoo {
             return false;
         };
         drop(st);
-        self.base.free(w as *mut u8, wsize, walign);
+        // SAFETY: not sound, on purpose: `XthreadWrongFree` frees `w`, the thread's newest
+        // live block of the base (with its size and align), which its owner still holds.
+        unsafe { self.base.free(w as *mut u8, wsize, walign) };
         true
     }
 }

@@ -90,7 +90,8 @@ impl RemoteFrees {
         let me = thread_slot::current();
         let p = match self.lists[me].pop() {
             Some(p) => p as *mut u8,
-            None => base.alloc(*CLASS.end(), 16, false),
+            // SAFETY: align 16 is a power of two within every allocator's max_align.
+            None => unsafe { base.alloc(*CLASS.end(), 16, false) },
         };
         if p.is_null() {
             return p;
@@ -102,7 +103,7 @@ impl RemoteFrees {
         if zeroed {
             // SAFETY: `p` is a block of `*CLASS.end()` bytes, and `size` is
             // in the class.
-            std::ptr::write_bytes(p, 0, size);
+            unsafe { std::ptr::write_bytes(p, 0, size) };
         }
         p
     }
@@ -120,7 +121,9 @@ impl RemoteFrees {
             .remove(&(p as usize));
         match owner {
             Some(o) if o != thread_slot::current() && self.lists[o].push(p as usize) => {}
-            _ => base.free(p, *CLASS.end(), 16),
+            // SAFETY: `p` came from `alloc` with `base` (this fn's contract), so from `base`
+            // with the class's largest size and align 16, and is freed once.
+            _ => unsafe { base.free(p, *CLASS.end(), 16) },
         }
     }
 
@@ -132,7 +135,9 @@ impl RemoteFrees {
     pub(super) unsafe fn drain(&self, base: &dyn Allocator) {
         for list in self.lists.iter() {
             while let Some(p) = list.pop() {
-                base.free(p as *mut u8, *CLASS.end(), 16);
+                // SAFETY: every block on a remote list came from `base` (this fn's contract)
+                // with the class's largest size and align 16, and was pushed by its one free.
+                unsafe { base.free(p as *mut u8, *CLASS.end(), 16) };
             }
         }
     }

@@ -91,16 +91,18 @@ impl StaleCaches {
         if size > BLOCK {
             return None;
         }
-        self.fill();
+        // SAFETY: `fill` only takes fresh blocks from the base (`take`), which asks align 16.
+        unsafe { self.fill() };
         let p = match self.own_pop(size).or_else(|| lock(&self.orphans).pop()) {
             Some(p) => p as *mut u8,
-            None if CLASS.contains(&size) => self.take(),
+            // SAFETY: `take` asks the base for align 16, a power of two within any max_align.
+            None if CLASS.contains(&size) => unsafe { self.take() },
             None => return None,
         };
         if zeroed && !p.is_null() {
             // SAFETY: `p` is a block of `BLOCK` bytes, and `size` is at
             // most that.
-            std::ptr::write_bytes(p, 0, size);
+            unsafe { std::ptr::write_bytes(p, 0, size) };
         }
         Some(p)
     }
@@ -131,7 +133,8 @@ impl StaleCaches {
         if !cache.filled {
             cache.filled = true;
             for _ in 0..FILL {
-                let p = self.take();
+                // SAFETY: `take` asks the base for align 16, a power of two within any max_align.
+                let p = unsafe { self.take() };
                 if !p.is_null() {
                     cache.blocks.push(p as usize);
                 }
@@ -141,7 +144,8 @@ impl StaleCaches {
 
     /// A fresh block from the base.
     unsafe fn take(&self) -> *mut u8 {
-        let p = self.base.alloc(BLOCK, 16, false);
+        // SAFETY: align 16 is a power of two within every allocator's max_align.
+        let p = unsafe { self.base.alloc(BLOCK, 16, false) };
         if !p.is_null() {
             lock(&self.taken).insert(p as usize);
         }
@@ -174,7 +178,9 @@ impl StaleCaches {
         }
         drop(cache);
         lock(&self.taken).remove(&p);
-        self.base.free(p as *mut u8, BLOCK, 16);
+        // SAFETY: `p` came from `alloc` (this fn's contract), so from the base through `take`,
+        // with `BLOCK` bytes and align 16; unlisted above, it is freed once.
+        unsafe { self.base.free(p as *mut u8, BLOCK, 16) };
     }
 
     /// Frees every block taken to the base, each once (between programs,

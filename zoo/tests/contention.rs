@@ -67,7 +67,9 @@ impl Allocator for Quarantine {
     }
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        let p = self.system.alloc(size, align.max(16), zeroed);
+        // SAFETY: `align` is a power of two within max_align (this fn's contract), and so is
+        // `align.max(16)`.
+        let p = unsafe { self.system.alloc(size, align.max(16), zeroed) };
         if !p.is_null() {
             self.blocks().insert(p as usize, (size, 0));
         }
@@ -75,10 +77,15 @@ impl Allocator for Quarantine {
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
-        let q = self.alloc(new_size, align, false);
+        // SAFETY: `align` is the one `p` was allocated with (this fn's contract), a valid one.
+        let q = unsafe { self.alloc(new_size, align, false) };
         if !q.is_null() {
-            std::ptr::copy_nonoverlapping(p, q, old.min(new_size));
-            self.free(p, old, align);
+            // SAFETY: `p` is a live block of `old` bytes (this fn's contract), `q` a new one of
+            // `new_size`.
+            unsafe { std::ptr::copy_nonoverlapping(p, q, old.min(new_size)) };
+            // SAFETY: `p` is a live block with `old` and `align` (this fn's contract), freed
+            // once, here.
+            unsafe { self.free(p, old, align) };
         }
         q
     }

@@ -79,6 +79,9 @@ where
 
     /// `grow` / `grow_zeroed` / `shrink` as the sizes ask. Null: failed,
     /// and the block is as it was.
+    ///
+    /// # Safety
+    /// `p` is a live block of this allocator, allocated with `old`, `align`.
     unsafe fn resize(
         &self,
         p: *mut u8,
@@ -95,19 +98,24 @@ where
         };
         let q = self.with(|i| {
             let a = &i.alloc;
-            let block = if to.size() > from.size() && zero {
-                a.grow_zeroed(p, from, to)
-            } else if to.size() > from.size() {
-                a.grow(p, from, to)
-            } else {
-                a.shrink(p, from, to)
+            // SAFETY: `p` is a block of `a` with layout `from` (this fn's contract; `reset` swaps
+            // `a` only once no block is live), and each call gets the size order it requires.
+            let block = unsafe {
+                if to.size() > from.size() && zero {
+                    a.grow_zeroed(p, from, to)
+                } else if to.size() > from.size() {
+                    a.grow(p, from, to)
+                } else {
+                    a.shrink(p, from, to)
+                }
             };
             i.returned(Some(p), block)
         });
         // A block of size 0 holds one byte the caller never owned, which
         // grow_zeroed leaves as it was: the caller's byte 0 is new.
         if zero && old == 0 && new > 0 && !q.is_null() {
-            *q = 0;
+            // SAFETY: `q` is the non-null block just returned, at least `new` > 0 bytes long.
+            unsafe { *q = 0 };
         }
         q
     }
@@ -140,14 +148,17 @@ where
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
-        self.resize(p, old, align, new_size, false)
+        // SAFETY: `p` is a live block with `old`, `align` (`Allocator::realloc`'s contract).
+        unsafe { self.resize(p, old, align, new_size, false) }
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
         if let (Some(l), Some(p)) = (layout(size, align), NonNull::new(p)) {
             self.with(|i| {
                 i.len.remove(&(p.as_ptr() as usize));
-                (&i.alloc).deallocate(p, l)
+                // SAFETY: `p` is a live block of `i.alloc` with layout `l`, its size and alignment
+                // (`Allocator::free`'s contract; `reset` swaps the allocator only once none is).
+                unsafe { (&i.alloc).deallocate(p, l) }
             })
         }
     }
@@ -182,7 +193,8 @@ where
         align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        Some(self.resize(p, old, align, new_size, true))
+        // SAFETY: `p` is a live block with `old`, `align` (`Extras::realloc_zeroed`'s contract).
+        Some(unsafe { self.resize(p, old, align, new_size, true) })
     }
 
     /// `Allocator::grow_zeroed`'s documentation: "Bytes

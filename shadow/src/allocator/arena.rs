@@ -91,7 +91,8 @@ impl Allocator for FixedArena {
             return std::ptr::null_mut();
         };
         if zeroed {
-            std::ptr::write_bytes(p.as_ptr(), 0, l.size());
+            // SAFETY: `p` is the block just allocated, of at least `l.size()` bytes.
+            unsafe { std::ptr::write_bytes(p.as_ptr(), 0, l.size()) };
         }
         p.as_ptr()
     }
@@ -100,20 +101,23 @@ impl Allocator for FixedArena {
         let (Some(l), Some(p)) = (layout(new_size, align), NonNull::new(p)) else {
             return std::ptr::null_mut();
         };
-        self.tlsf()
-            .reallocate(p, l)
-            .map_or(std::ptr::null_mut(), NonNull::as_ptr)
+        // SAFETY: `p` is a live block of this pool allocated with `align`, the alignment of `l`
+        // (`Allocator::realloc`'s contract).
+        unsafe { self.tlsf().reallocate(p, l) }.map_or(std::ptr::null_mut(), NonNull::as_ptr)
     }
 
     unsafe fn free(&self, p: *mut u8, _size: usize, align: usize) {
         if let Some(p) = NonNull::new(p) {
-            self.tlsf().deallocate(p, align)
+            // SAFETY: `p` is a live block of this pool allocated with `align` (`Allocator::free`'s
+            // contract).
+            unsafe { self.tlsf().deallocate(p, align) }
         }
     }
 
     unsafe fn usable_size(&self, p: *mut u8, size: usize, _align: usize) -> usize {
         match NonNull::new(p) {
-            Some(p) => Pool::allocation_usable_size(p),
+            // SAFETY: `p` is a live block of this pool (`Allocator::usable_size`'s contract).
+            Some(p) => unsafe { Pool::allocation_usable_size(p) },
             None => size,
         }
     }

@@ -70,21 +70,26 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         match (layout(size, align), zeroed) {
             (None, _) => std::ptr::null_mut(),
-            (Some(l), false) => self.inner.alloc(l),
-            (Some(l), true) => self.inner.alloc_zeroed(l),
+            // SAFETY: `l` has a nonzero size (`layout` asks at least 1 byte).
+            (Some(l), false) => unsafe { self.inner.alloc(l) },
+            // SAFETY: as above.
+            (Some(l), true) => unsafe { self.inner.alloc_zeroed(l) },
         }
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
         match (layout(old, align), layout(new_size, align)) {
-            (Some(l), Some(_)) => self.inner.realloc(p, l, new_size.max(1)),
+            // SAFETY: `p` is a live block of `inner` with layout `l` (`Allocator::realloc`'s
+            // contract); the new size is nonzero and valid in a `Layout` with `align` (checked).
+            (Some(l), Some(_)) => unsafe { self.inner.realloc(p, l, new_size.max(1)) },
             _ => std::ptr::null_mut(),
         }
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
         if let Some(l) = layout(size, align) {
-            self.inner.dealloc(p, l)
+            // SAFETY: `p` is a live block of `inner`, layout `l` (`Allocator::free`'s contract).
+            unsafe { self.inner.dealloc(p, l) }
         }
     }
 

@@ -103,7 +103,8 @@ impl Heaps for EmulatedHeaps {
     }
 
     unsafe fn alloc_in(&self, heap: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        let p = self.inner.alloc(size, align, zeroed);
+        // SAFETY: `align` is one the allocator serves (this fn's contract).
+        let p = unsafe { self.inner.alloc(size, align, zeroed) };
         if !p.is_null() {
             self.state().heaps.entry(heap).or_default().push(Member {
                 ptr: p as usize,
@@ -122,7 +123,9 @@ impl Heaps for EmulatedHeaps {
         align: usize,
         new_size: usize,
     ) -> *mut u8 {
-        let q = self.inner.realloc(p, old, align, new_size);
+        // SAFETY: `p` is a live block of the allocator, with `old` and `align` (this
+        // fn's contract).
+        let q = unsafe { self.inner.realloc(p, old, align, new_size) };
         let freed =
             q.is_null() && new_size == 0 && self.inner.realloc_to_zero() == ReallocToZero::Frees;
         if !q.is_null() || freed {
@@ -139,10 +142,10 @@ impl Heaps for EmulatedHeaps {
         align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        let q = self
-            .inner
-            .extras()?
-            .realloc_zeroed(p, old, align, new_size)?;
+        let x = self.inner.extras()?;
+        // SAFETY: `p` is a live block of the allocator, with `old` and `align` (this
+        // fn's contract).
+        let q = unsafe { x.realloc_zeroed(p, old, align, new_size) }?;
         if !q.is_null() {
             self.moved(heap, p, q, new_size, align);
         }
@@ -151,7 +154,9 @@ impl Heaps for EmulatedHeaps {
 
     unsafe fn free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
         self.forget(heap, p);
-        self.inner.free(p, size, align)
+        // SAFETY: `p` is a live block of the allocator, with `size` and `align` (this
+        // fn's contract).
+        unsafe { self.inner.free(p, size, align) }
     }
 
     /// The allocator's realloc; a block that moves leaves the heap.
@@ -163,7 +168,9 @@ impl Heaps for EmulatedHeaps {
         align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        let q = self.inner.realloc(p, old, align, new_size);
+        // SAFETY: `p` is a live block of the allocator, with `old` and `align` (this
+        // fn's contract).
+        let q = unsafe { self.inner.realloc(p, old, align, new_size) };
         if q == p {
             self.moved(heap, p, q, new_size, align);
         } else if !q.is_null() {
@@ -185,10 +192,10 @@ impl Heaps for EmulatedHeaps {
         new_size: usize,
         extra: usize,
     ) -> Option<InPlace> {
-        let result = self
-            .inner
-            .extras()?
-            .resize_in_place(p, old, align, new_size, extra)?;
+        let x = self.inner.extras()?;
+        // SAFETY: `p` is a live block of the allocator, with `old` and `align` (this
+        // fn's contract).
+        let result = unsafe { x.resize_in_place(p, old, align, new_size, extra) }?;
         if let InPlace::Resized { owned, .. } = result {
             self.moved(heap, p, p, owned, align);
         }
@@ -199,7 +206,9 @@ impl Heaps for EmulatedHeaps {
         let freed = self
             .inner
             .extras()
-            .is_some_and(|x| x.free_sized(p, size, align));
+            // SAFETY: `p` is a live block of the allocator, with `size` and `align`
+            // (this fn's contract).
+            .is_some_and(|x| unsafe { x.free_sized(p, size, align) });
         if freed {
             self.forget(heap, p);
         }
@@ -213,7 +222,9 @@ impl Heaps for EmulatedHeaps {
     unsafe fn destroy(&self, heap: HeapId) {
         let blocks = self.state().heaps.remove(&heap).unwrap_or_default();
         for m in blocks {
-            self.inner.free(m.ptr as *mut u8, m.size, m.align);
+            // SAFETY: each member is a live block of the heap, with its size and
+            // alignment; none is used again (this fn's contract).
+            unsafe { self.inner.free(m.ptr as *mut u8, m.size, m.align) };
         }
     }
 
@@ -254,7 +265,9 @@ pub(crate) unsafe extern "C" fn collect_block<Heap, Area>(
     arg: *mut std::ffi::c_void,
 ) -> bool {
     if !block.is_null() {
-        (*(arg as *mut Vec<(usize, usize)>)).push((block as usize, size));
+        // SAFETY: `arg` is a `&mut Vec<(usize, usize)>` alive for the visit, which
+        // only this visitor touches (this fn's contract).
+        unsafe { (*(arg as *mut Vec<(usize, usize)>)).push((block as usize, size)) };
     }
     true
 }
@@ -276,14 +289,17 @@ mod tests {
             "recording"
         }
         unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-            by_name("system").unwrap().alloc(size, align, zeroed)
+            // SAFETY: the caller's contract holds for `system` too (the same `max_align`).
+            unsafe { by_name("system").unwrap().alloc(size, align, zeroed) }
         }
         unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new: usize) -> *mut u8 {
-            by_name("system").unwrap().realloc(p, old, align, new)
+            // SAFETY: the caller's: `p` is a block of `system`, as every block here is.
+            unsafe { by_name("system").unwrap().realloc(p, old, align, new) }
         }
         unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
             self.frees.lock().unwrap().push(p as usize);
-            by_name("system").unwrap().free(p, size, align)
+            // SAFETY: the caller's: `p` is a block of `system`, as every block here is.
+            unsafe { by_name("system").unwrap().free(p, size, align) }
         }
     }
 

@@ -119,7 +119,8 @@ pub trait Allocator: Send + Sync {
     /// As for `alloc`.
     unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
         match count.checked_mul(size) {
-            Some(n) => self.alloc(n, 1, true),
+            // SAFETY: alignment 1 is a power of two no larger than any `max_align()`.
+            Some(n) => unsafe { self.alloc(n, 1, true) },
             None => std::ptr::null_mut(),
         }
     }
@@ -353,7 +354,8 @@ pub trait Heaps: Send + Sync {
     /// # Safety
     /// As for [`Heaps::free_in`].
     unsafe fn remote_free_in(&self, heap: HeapId, ptr: *mut u8, size: usize, align: usize) {
-        self.free_in(heap, ptr, size, align)
+        // SAFETY: `heap` and the block are as `free_in` needs (`Heaps::remote_free_in`'s contract).
+        unsafe { self.free_in(heap, ptr, size, align) }
     }
     /// Reallocs a block of `heap` from a thread that is not the heap's,
     /// through the allocator's plain realloc: a block that stays where it

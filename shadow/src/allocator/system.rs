@@ -18,10 +18,13 @@ pub struct System;
 
 unsafe fn aligned(size: usize, align: usize) -> *mut u8 {
     if size.is_multiple_of(align) && size > 0 {
-        return libc::aligned_alloc(align, size).cast();
+        // SAFETY: no pointer involved; `align` is a power of two and `size` a nonzero multiple.
+        return unsafe { libc::aligned_alloc(align, size) }.cast();
     }
     let mut p = ptr::null_mut();
-    match libc::posix_memalign(&mut p, align.max(std::mem::size_of::<usize>()), size) {
+    // SAFETY: `p` is a valid out-parameter; the alignment is a power of two (both callers have
+    // one from `Allocator`'s contract) and a multiple of a pointer's size, as POSIX asks.
+    match unsafe { libc::posix_memalign(&mut p, align.max(std::mem::size_of::<usize>()), size) } {
         0 => p.cast(),
         _ => ptr::null_mut(),
     }
@@ -57,12 +60,16 @@ impl Allocator for System {
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         match (malloc_serves(size, align), zeroed) {
-            (true, false) => libc::malloc(size).cast(),
-            (true, true) => libc::calloc(1, size).cast(),
+            // SAFETY: `malloc` takes any size.
+            (true, false) => unsafe { libc::malloc(size) }.cast(),
+            // SAFETY: `calloc` takes any count and size.
+            (true, true) => unsafe { libc::calloc(1, size) }.cast(),
             (false, zeroed) => {
-                let p = aligned(size, align);
+                // SAFETY: `align` is a power of two (`Allocator::alloc`'s contract).
+                let p = unsafe { aligned(size, align) };
                 if zeroed && !p.is_null() {
-                    ptr::write_bytes(p, 0, size);
+                    // SAFETY: `p` is a fresh block of at least `size` bytes.
+                    unsafe { ptr::write_bytes(p, 0, size) };
                 }
                 p
             }
@@ -70,7 +77,8 @@ impl Allocator for System {
     }
 
     unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
-        libc::calloc(count, size).cast()
+        // SAFETY: `calloc` takes any count and size; it fails cleanly on overflow.
+        unsafe { libc::calloc(count, size) }.cast()
     }
 
     unsafe fn realloc(
@@ -81,13 +89,18 @@ impl Allocator for System {
         new_size: usize,
     ) -> *mut u8 {
         if malloc_serves(new_size, align) {
-            return libc::realloc(p.cast(), new_size).cast();
+            // SAFETY: `p` is a live block of this allocator (`Allocator::realloc`'s contract).
+            return unsafe { libc::realloc(p.cast(), new_size) }.cast();
         }
         // C has no aligned realloc: move by hand, as Rust's System does.
-        let q = aligned(new_size, align);
+        // SAFETY: `align` is a power of two (`Allocator::realloc`'s contract).
+        let q = unsafe { aligned(new_size, align) };
         if !q.is_null() {
-            ptr::copy_nonoverlapping(p, q, old_size.min(new_size));
-            libc::free(p.cast());
+            // SAFETY: `p` is live with `old_size` bytes (the caller's contract) and `q` is a fresh
+            // block of `new_size`: both hold the bytes copied, and they are distinct blocks.
+            unsafe { ptr::copy_nonoverlapping(p, q, old_size.min(new_size)) };
+            // SAFETY: `p` is a live block of this allocator, not used again once moved.
+            unsafe { libc::free(p.cast()) };
         }
         q
     }
@@ -97,11 +110,13 @@ impl Allocator for System {
     }
 
     unsafe fn free(&self, p: *mut u8, _size: usize, _align: usize) {
-        libc::free(p.cast())
+        // SAFETY: `p` is a live block of this allocator (`Allocator::free`'s contract).
+        unsafe { libc::free(p.cast()) }
     }
 
     unsafe fn usable_size(&self, p: *mut u8, _size: usize, _align: usize) -> usize {
-        libc::malloc_usable_size(p.cast())
+        // SAFETY: `p` is a live block of this allocator (`Allocator::usable_size`'s contract).
+        unsafe { libc::malloc_usable_size(p.cast()) }
     }
 
     fn extras(&self) -> Option<&dyn Extras> {
@@ -118,15 +133,18 @@ impl Extras for System {
         _align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        Some(libc::realloc(p.cast(), new_size).cast())
+        // SAFETY: `p` is a live block of this allocator (`Extras::realloc_plain`'s contract).
+        Some(unsafe { libc::realloc(p.cast(), new_size) }.cast())
     }
 
     unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
-        Some(libc::realloc(ptr::null_mut(), size).cast())
+        // SAFETY: a null block is allowed: `realloc` then allocates, as `malloc`.
+        Some(unsafe { libc::realloc(ptr::null_mut(), size) }.cast())
     }
 
     unsafe fn free_null(&self) -> bool {
-        libc::free(ptr::null_mut());
+        // SAFETY: freeing null does nothing.
+        unsafe { libc::free(ptr::null_mut()) };
         true
     }
 

@@ -241,7 +241,8 @@ impl CallGuard {
 /// unless the allocator broke that (which is what ASan then reports).
 #[inline(never)]
 pub(super) unsafe fn contents(b: &Block) -> Option<pattern::Mismatch> {
-    let found = pattern::check(b.ptr as *const u8, b.extent, b.extent, b.seed);
+    // SAFETY: `b` is live, its `extent` bytes readable (this fn's contract).
+    let found = unsafe { pattern::check(b.ptr as *const u8, b.extent, b.extent, b.seed) };
     // Used after the call, so it is not a tail call: this frame stays on
     // the stack a report shows.
     std::hint::black_box(found)

@@ -68,7 +68,10 @@ struct On<'a> {
 /// a live heap if in one; `align` is one the allocator serves.
 impl On<'_> {
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool, seed: u64) -> Done {
-        let p = self.inside.during(|| self.alloc.alloc(size, align, zeroed));
+        // SAFETY: `align` is one the allocator serves (the contract above).
+        let p = self
+            .inside
+            .during(|| unsafe { self.alloc.alloc(size, align, zeroed) });
         let mut broken = None;
         if !p.is_null() {
             if let Err(held) = self.claims.claim(p as usize, size) {
@@ -78,10 +81,13 @@ impl On<'_> {
                     held,
                 };
             }
-            if zeroed {
-                broken = pattern::check_zero(p, size, 0, seed);
+            // SAFETY: a new block of `size` bytes, claimed by this worker alone.
+            unsafe {
+                if zeroed {
+                    broken = pattern::check_zero(p, size, 0, seed);
+                }
+                pattern::fill(p, size, seed);
             }
-            pattern::fill(p, size, seed);
         }
         Done::Block {
             ptr: p as usize,
@@ -93,14 +99,18 @@ impl On<'_> {
         let p = b.ptr as *mut u8;
         self.claims.release(b.ptr);
         crate::sanitizer::given(b.ptr, || {
-            self.inside.during(|| match (b.heap, self.alloc.extras()) {
-                (Some(h), _) => self.heaps.remote_free_in(h, p, b.size, b.align),
-                (None, Some(x)) if sized => {
-                    if !x.free_sized(p, b.size, b.align) {
-                        self.alloc.free(p, b.size, b.align);
+            // SAFETY: `b` is live, this worker's alone, with its tracked size and
+            // alignment, in a live heap if in one (the contract above).
+            self.inside.during(|| unsafe {
+                match (b.heap, self.alloc.extras()) {
+                    (Some(h), _) => self.heaps.remote_free_in(h, p, b.size, b.align),
+                    (None, Some(x)) if sized => {
+                        if !x.free_sized(p, b.size, b.align) {
+                            self.alloc.free(p, b.size, b.align);
+                        }
                     }
+                    (None, _) => self.alloc.free(p, b.size, b.align),
                 }
-                (None, _) => self.alloc.free(p, b.size, b.align),
             });
         });
         Done::Freed
@@ -110,12 +120,16 @@ impl On<'_> {
         let p = b.ptr as *mut u8;
         self.claims.release(b.ptr);
         let q = crate::sanitizer::given(b.ptr, || {
-            self.inside.during(|| match b.heap {
-                Some(h) => self
-                    .heaps
-                    .remote_realloc_in(h, p, b.size, b.align, new)
-                    .unwrap_or(std::ptr::null_mut()),
-                None => self.alloc.realloc(p, b.size, b.align, new),
+            // SAFETY: `b` is live, this worker's alone, with its tracked size and
+            // alignment, in a live heap if in one (the contract above).
+            self.inside.during(|| unsafe {
+                match b.heap {
+                    Some(h) => self
+                        .heaps
+                        .remote_realloc_in(h, p, b.size, b.align, new)
+                        .unwrap_or(std::ptr::null_mut()),
+                    None => self.alloc.realloc(p, b.size, b.align, new),
+                }
             })
         });
         // A refused realloc leaves the old block live.
@@ -128,8 +142,12 @@ impl On<'_> {
         }
         let mut broken = None;
         if !q.is_null() {
-            broken = pattern::check(q, b.extent, b.size.min(new), b.seed);
-            pattern::fill(q, new, seed);
+            // SAFETY: the new block holds `new` bytes, claimed by this worker alone
+            // above; both calls stay within them.
+            unsafe {
+                broken = pattern::check(q, b.extent, b.size.min(new), b.seed);
+                pattern::fill(q, new, seed);
+            }
         }
         Done::Block {
             ptr: q as usize,
@@ -146,7 +164,9 @@ impl On<'_> {
         let to = crate::sanitizer::given(b.ptr, || {
             self.inside.during(|| {
                 let x = self.alloc.extras()?;
-                x.resize_in_place(p, b.size, b.align, new, extra)
+                // SAFETY: `b` is live, this worker's alone, with its tracked size and
+                // alignment, in no heap (the contract above; queued only then).
+                unsafe { x.resize_in_place(p, b.size, b.align, new, extra) }
             })
         });
         if let Some(InPlace::Resized { ptr, .. }) = to {
@@ -170,10 +190,13 @@ impl On<'_> {
     unsafe fn usable(&self, b: Block) -> Done {
         let p = b.ptr as *mut u8;
         let usable = crate::sanitizer::given(b.ptr, || {
+            // SAFETY: `b` is live, with its tracked size and alignment (the contract above).
             self.inside
-                .during(|| self.alloc.usable_size(p, b.size, b.align))
+                .during(|| unsafe { self.alloc.usable_size(p, b.size, b.align) })
         });
-        let extent = fill_slack(&b, usable.min(b.usable));
+        // SAFETY: `b` is live and this worker's alone; the bytes written are
+        // within the usable size it came with.
+        let extent = unsafe { fill_slack(&b, usable.min(b.usable)) };
         Done::Usable { usable, extent }
     }
 
@@ -183,7 +206,10 @@ impl On<'_> {
         let mut ptrs = Vec::with_capacity(count);
         let mut refused = 0;
         for i in 0..count {
-            let p = self.inside.during(|| self.alloc.alloc(size, align, false));
+            // SAFETY: `align` is one the allocator serves (the contract above).
+            let p = self
+                .inside
+                .during(|| unsafe { self.alloc.alloc(size, align, false) });
             if p.is_null() {
                 refused += 1;
                 continue;
@@ -196,18 +222,22 @@ impl On<'_> {
                     held,
                 };
             }
-            pattern::fill(p, size, seed.wrapping_add(i as u64));
+            // SAFETY: a new block of `size` bytes, claimed by this worker alone.
+            unsafe { pattern::fill(p, size, seed.wrapping_add(i as u64)) };
             ptrs.push((p as usize, i));
         }
         let mut broken = None;
         for &(p, i) in &ptrs {
             if broken.is_none() {
                 let seed = seed.wrapping_add(i as u64);
-                broken = pattern::check(p as *const u8, size, size, seed).map(|m| (p, m));
+                // SAFETY: a live block of `size` bytes of this churn, written above.
+                let found = unsafe { pattern::check(p as *const u8, size, size, seed) };
+                broken = found.map(|m| (p, m));
             }
             self.claims.release(p);
+            // SAFETY: a live block of this churn, allocated with `size` and `align`.
             self.inside
-                .during(|| self.alloc.free(p as *mut u8, size, align));
+                .during(|| unsafe { self.alloc.free(p as *mut u8, size, align) });
         }
         Done::Churned {
             ptrs: ptrs.into_iter().map(|(p, _)| p).collect(),

@@ -78,7 +78,11 @@ pub(super) unsafe fn fill_slack(b: &Block, usable: usize) -> Option<usize> {
         return None;
     }
     let base = b.ptr as *mut u8;
-    pattern::fill(base, usable, b.seed);
-    pattern::fill_range(base, b.size, usable, b.seed);
+    // SAFETY: `b` is live and the caller's alone, and `usable` is within the
+    // usable size it came with (this fn's contract): those bytes are writable.
+    unsafe {
+        pattern::fill(base, usable, b.seed);
+        pattern::fill_range(base, b.size, usable, b.seed);
+    }
     Some(usable)
 }

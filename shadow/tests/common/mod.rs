@@ -166,10 +166,15 @@ pub unsafe fn moved(
     align: usize,
     new: usize,
 ) -> *mut u8 {
-    let q = a.alloc(new, align, false);
+    // SAFETY: `align` is that of `p`'s block, which `a` served.
+    let q = unsafe { a.alloc(new, align, false) };
     if !q.is_null() {
-        std::ptr::copy_nonoverlapping(p, q, old.min(new));
-        a.free(p, old, align);
+        // SAFETY: `p` holds `old` live bytes (this fn's contract) and `q`, a new
+        // block apart from it, `new`.
+        unsafe { std::ptr::copy_nonoverlapping(p, q, old.min(new)) };
+        // SAFETY: this fn's contract: `p` is a live block of `a` with `old`,
+        // `align`; freed once.
+        unsafe { a.free(p, old, align) };
     }
     q
 }

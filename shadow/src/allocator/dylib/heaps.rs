@@ -93,14 +93,18 @@ impl Heaps for Dylib {
     unsafe fn alloc_in(&self, h: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         let api = &self.more.heap;
         let plain = malloc_serves(size, align);
-        let p = match (plain, zeroed, api.zalloc, api.zalloc_aligned) {
-            (true, true, Some(f), _) => return f(heap(h), size).cast(),
-            (false, true, _, Some(f)) => return f(heap(h), size, align).cast(),
-            (true, ..) => api.malloc.expect("whole heap API")(heap(h), size),
-            (false, ..) => api.malloc_aligned.expect("whole heap API")(heap(h), size, align),
+        // SAFETY: `h` is a live heap and `align` one the API serves (this fn's contract).
+        let p = unsafe {
+            match (plain, zeroed, api.zalloc, api.zalloc_aligned) {
+                (true, true, Some(f), _) => return f(heap(h), size).cast(),
+                (false, true, _, Some(f)) => return f(heap(h), size, align).cast(),
+                (true, ..) => api.malloc.expect("whole heap API")(heap(h), size),
+                (false, ..) => api.malloc_aligned.expect("whole heap API")(heap(h), size, align),
+            }
         };
         if zeroed && !p.is_null() {
-            self.zero_whole(p.cast(), size, align);
+            // SAFETY: `p` was just allocated with `size` and `align`, not yet handed out.
+            unsafe { self.zero_whole(p.cast(), size, align) };
         }
         p.cast()
     }
@@ -114,25 +118,36 @@ impl Heaps for Dylib {
         new_size: usize,
     ) -> *mut u8 {
         let api = &self.more.heap;
-        match (
-            malloc_serves(new_size, align),
-            api.realloc,
-            api.realloc_aligned,
-        ) {
-            (true, Some(f), _) => return f(heap(h), p.cast(), new_size).cast(),
-            (false, _, Some(f)) => return f(heap(h), p.cast(), new_size, align).cast(),
-            _ => {}
+        // SAFETY: `p` is a live block of live heap `h`, allocated with `old` and
+        // `align` (this fn's contract).
+        unsafe {
+            match (
+                malloc_serves(new_size, align),
+                api.realloc,
+                api.realloc_aligned,
+            ) {
+                (true, Some(f), _) => return f(heap(h), p.cast(), new_size).cast(),
+                (false, _, Some(f)) => return f(heap(h), p.cast(), new_size, align).cast(),
+                _ => {}
+            }
         }
-        let q = self.alloc_in(h, new_size, align, false);
+        // SAFETY: `h` is live and `align` one the API serves (this fn's contract).
+        let q = unsafe { self.alloc_in(h, new_size, align, false) };
         if !q.is_null() {
-            ptr::copy_nonoverlapping(p, q, old.min(new_size));
-            (self.free)(p.cast());
+            // SAFETY: `p` holds `old` bytes and `q`, a new block, `new_size`; `p` is
+            // live until this free (this fn's contract).
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, old.min(new_size));
+                (self.free)(p.cast());
+            }
         }
         q
     }
 
     unsafe fn free_in(&self, _h: HeapId, p: *mut u8, _size: usize, _align: usize) {
-        (self.free)(p.cast())
+        // SAFETY: `p` is a live block of a heap, freed with the allocator's `free`
+        // (this fn's contract).
+        unsafe { (self.free)(p.cast()) }
     }
 
     /// `heap_rezalloc` / `heap_rezalloc_aligned`, as the plain zeroed
@@ -147,14 +162,18 @@ impl Heaps for Dylib {
         new_size: usize,
     ) -> Option<*mut u8> {
         let api = &self.more.heap;
-        match (
-            malloc_serves(new_size, align),
-            api.rezalloc,
-            api.rezalloc_aligned,
-        ) {
-            (true, Some(f), _) => Some(f(heap(h), p.cast(), new_size).cast()),
-            (_, _, Some(f)) => Some(f(heap(h), p.cast(), new_size, align).cast()),
-            _ => None,
+        // SAFETY: `p` is a live block of live heap `h`, with its alignment (this
+        // fn's contract).
+        unsafe {
+            match (
+                malloc_serves(new_size, align),
+                api.rezalloc,
+                api.rezalloc_aligned,
+            ) {
+                (true, Some(f), _) => Some(f(heap(h), p.cast(), new_size).cast()),
+                (_, _, Some(f)) => Some(f(heap(h), p.cast(), new_size, align).cast()),
+                _ => None,
+            }
         }
     }
 
@@ -168,21 +187,27 @@ impl Heaps for Dylib {
         new_size: usize,
         extra: usize,
     ) -> Option<InPlace> {
-        self.resize_in_place(p, old, align, new_size, extra)
+        // SAFETY: `p` is a live block of this allocator, with `old` and `align`
+        // (this fn's contract).
+        unsafe { self.resize_in_place(p, old, align, new_size, extra) }
     }
 
     /// `free_size` / `free_size_aligned`: a heap's blocks are freed with
     /// the allocator's own free calls.
     unsafe fn free_sized_in(&self, _h: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
-        self.free_sized(p, size, align)
+        // SAFETY: `p` is a live block of this allocator, with `size` and `align`
+        // (this fn's contract).
+        unsafe { self.free_sized(p, size, align) }
     }
 
     unsafe fn delete(&self, h: HeapId) {
-        self.more.heap.delete.expect("whole heap API")(heap(h))
+        // SAFETY: `h` is live and not used again (this fn's contract).
+        unsafe { self.more.heap.delete.expect("whole heap API")(heap(h)) }
     }
 
     unsafe fn destroy(&self, h: HeapId) {
-        self.more.heap.destroy.expect("whole heap API")(heap(h))
+        // SAFETY: `h` is live and none of its blocks is used again (this fn's contract).
+        unsafe { self.more.heap.destroy.expect("whole heap API")(heap(h)) }
     }
 
     fn collect(&self, h: HeapId, force: bool) {

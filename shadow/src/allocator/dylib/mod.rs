@@ -10,11 +10,10 @@ use std::ptr;
 
 use libloading::Library;
 
-use super::{
-    malloc_serves, Allocator, Extras, GoodSize, Heaps, InPlace, ReallocToZero, ZeroedFrom,
-};
+use super::{malloc_serves, Allocator, Extras, Heaps, ReallocToZero, ZeroedFrom};
 
 mod check;
+mod extras;
 mod glibc;
 mod heaps;
 mod os;
@@ -150,14 +149,21 @@ const MALLOC_ALIGN: usize = 8;
 /// on a library handle also finds its dependencies' symbols (libc's
 /// `malloc`), which must never stand in for the allocator under test.
 unsafe fn own_symbol<T: Copy>(lib: &Library, own: &Path, prefix: &str, name: &str) -> Option<T> {
-    let f: T = *lib.get::<T>(format!("{prefix}{name}\0").as_bytes()).ok()?;
-    let mut info: libc::Dl_info = std::mem::zeroed();
-    if libc::dladdr(std::mem::transmute_copy::<T, *const c_void>(&f), &mut info) == 0
-        || info.dli_fname.is_null()
-    {
+    // SAFETY: `T` is the symbol's own `unsafe extern "C" fn` type (as the caller promises).
+    let f: T = *unsafe { lib.get::<T>(format!("{prefix}{name}\0").as_bytes()) }.ok()?;
+    // SAFETY: `Dl_info` is plain C data (pointers and ints), valid all zero.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `T` is a fn pointer, pointer-sized (as the caller promises); `dladdr`
+    // only reads the address and writes `info`.
+    let found =
+        unsafe { libc::dladdr(std::mem::transmute_copy::<T, *const c_void>(&f), &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
         return None;
     }
-    let file = std::ffi::CStr::from_ptr(info.dli_fname).to_str().ok()?;
+    // SAFETY: a non-null `dli_fname` of a successful `dladdr` is a NUL-terminated path.
+    let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+        .to_str()
+        .ok()?;
     (std::fs::canonicalize(file).ok()? == own).then_some(f)
 }
 
@@ -341,7 +347,7 @@ impl Dylib {
     }
 
     /// Declares that `good_size` gives the usable size exactly for
-    /// requests up to `size` bytes (see [`GoodSize`]).
+    /// requests up to `size` bytes (see [`GoodSize`](super::GoodSize)).
     pub fn with_good_size_exact_up_to(mut self, size: usize) -> Self {
         self.properties.good_size_exact_up_to = size;
         self
@@ -368,21 +374,25 @@ impl Dylib {
     }
 
     unsafe fn aligned(&self, size: usize, align: usize) -> *mut u8 {
-        match self.aligned {
-            AlignedApi::PosixMemalign(f) => {
-                let mut p = ptr::null_mut();
-                match f(&mut p, align.max(std::mem::size_of::<usize>()), size) {
-                    0 => p.cast(),
-                    _ => ptr::null_mut(),
+        // SAFETY: each call takes sizes and the caller's power-of-two `align`, and
+        // `posix_memalign` writes only `p`, a local.
+        unsafe {
+            match self.aligned {
+                AlignedApi::PosixMemalign(f) => {
+                    let mut p = ptr::null_mut();
+                    match f(&mut p, align.max(std::mem::size_of::<usize>()), size) {
+                        0 => p.cast(),
+                        _ => ptr::null_mut(),
+                    }
                 }
+                AlignedApi::Memalign(f) => f(align, size).cast(),
+                AlignedApi::AlignedAlloc(f) => match size.checked_next_multiple_of(align) {
+                    Some(rounded) => f(align, rounded).cast(),
+                    None => ptr::null_mut(),
+                },
+                AlignedApi::SizeFirst(f) => f(size, align).cast(),
+                AlignedApi::None => ptr::null_mut(),
             }
-            AlignedApi::Memalign(f) => f(align, size).cast(),
-            AlignedApi::AlignedAlloc(f) => match size.checked_next_multiple_of(align) {
-                Some(rounded) => f(align, rounded).cast(),
-                None => ptr::null_mut(),
-            },
-            AlignedApi::SizeFirst(f) => f(size, align).cast(),
-            AlignedApi::None => ptr::null_mut(),
         }
     }
 }
@@ -402,39 +412,52 @@ impl Allocator for Dylib {
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         let plain = malloc_serves(size, align);
         if let (true, true, Some(calloc)) = (zeroed, plain, self.calloc) {
-            return calloc(1, size).cast();
+            // SAFETY: C `calloc` takes only sizes.
+            return unsafe { calloc(1, size) }.cast();
         }
         let p = if plain {
-            (self.malloc)(size).cast()
+            // SAFETY: C `malloc` takes only a size.
+            unsafe { (self.malloc)(size) }.cast()
         } else {
-            self.aligned(size, align)
+            // SAFETY: `align` is a power of two the allocator serves (this fn's contract).
+            unsafe { self.aligned(size, align) }
         };
         if zeroed && !p.is_null() {
-            self.zero_whole(p, size, align);
+            // SAFETY: `p` was just allocated with `size` and `align`, not yet handed out.
+            unsafe { self.zero_whole(p, size, align) };
         }
         p
     }
 
     unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
         match self.calloc {
-            Some(f) => f(count, size).cast(),
+            // SAFETY: C `calloc` takes only sizes (and checks their product).
+            Some(f) => unsafe { f(count, size) }.cast(),
             None => count
                 .checked_mul(size)
-                .map_or(ptr::null_mut(), |n| self.alloc(n, 1, true)),
+                // SAFETY: alignment 1 is a power of two every allocator serves.
+                .map_or(ptr::null_mut(), |n| unsafe { self.alloc(n, 1, true) }),
         }
     }
 
     unsafe fn realloc(&self, p: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
         if let (Some(f), true) = (self.realloc, malloc_serves(new_size, align)) {
-            return f(p.cast(), new_size).cast();
+            // SAFETY: `p` is a live block of this allocator (this fn's contract).
+            return unsafe { f(p.cast(), new_size) }.cast();
         }
         if let Some(f) = self.more.realloc_aligned {
-            return f(p.cast(), new_size, align).cast();
+            // SAFETY: `p` is a live block of this allocator, with `align` (this fn's contract).
+            return unsafe { f(p.cast(), new_size, align) }.cast();
         }
-        let q = self.alloc(new_size, align, false);
+        // SAFETY: `align` is the live block's, so one the allocator serves (this fn's contract).
+        let q = unsafe { self.alloc(new_size, align, false) };
         if !q.is_null() {
-            ptr::copy_nonoverlapping(p, q, old.min(new_size));
-            (self.free)(p.cast());
+            // SAFETY: `p` holds `old` bytes and `q`, a new block, `new_size`; `p` is
+            // live until this free (this fn's contract).
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, old.min(new_size));
+                (self.free)(p.cast());
+            }
         }
         q
     }
@@ -447,11 +470,13 @@ impl Allocator for Dylib {
     }
 
     unsafe fn free(&self, p: *mut u8, _size: usize, _align: usize) {
-        (self.free)(p.cast())
+        // SAFETY: `p` is a live block of this allocator (this fn's contract).
+        unsafe { (self.free)(p.cast()) }
     }
 
     unsafe fn usable_size(&self, p: *mut u8, size: usize, _align: usize) -> usize {
-        self.usable.map_or(size, |f| f(p.cast()))
+        // SAFETY: `p` is a live block of this allocator (this fn's contract).
+        self.usable.map_or(size, |f| unsafe { f(p.cast()) })
     }
 
     fn max_align(&self) -> usize {
@@ -496,100 +521,5 @@ impl Allocator for Dylib {
     /// Its own heap API when it has the whole of it ([`CHeapApi::whole`]).
     fn heaps(&self) -> Option<&dyn Heaps> {
         self.more.heap.whole().then_some(self as &dyn Heaps)
-    }
-}
-
-/// C's realloc edge cases, where the library has `realloc`.
-impl Extras for Dylib {
-    unsafe fn realloc_plain(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
-        self.realloc.map(|f| f(p.cast(), new_size).cast())
-    }
-
-    unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
-        self.realloc.map(|f| f(ptr::null_mut(), size).cast())
-    }
-
-    unsafe fn free_null(&self) -> bool {
-        (self.free)(ptr::null_mut());
-        true
-    }
-
-    /// A C allocator built from its sources calls the OS through
-    /// [`os`]; a library loaded (`dylib:`) calls it directly.
-    fn fail_os(&self, refuse: bool) -> bool {
-        if self.library.is_none() {
-            os::refuse(refuse);
-        }
-        self.library.is_none()
-    }
-
-    /// A C allocator's `rezalloc` is mimalloc's API, held to what
-    /// mimalloc documents of it ([`ZeroedFrom::Written`]) unless declared
-    /// otherwise.
-    fn zeroed_from(&self) -> ZeroedFrom {
-        self.properties.zeroed_from.unwrap_or(ZeroedFrom::Written)
-    }
-
-    unsafe fn realloc_zeroed(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
-        let more = &self.more;
-        match (
-            malloc_serves(new_size, align),
-            more.rezalloc,
-            more.rezalloc_aligned,
-        ) {
-            (true, Some(f), _) => Some(f(p.cast(), new_size).cast()),
-            (_, _, Some(f)) => Some(f(p.cast(), new_size, align).cast()),
-            _ => None,
-        }
-    }
-
-    unsafe fn resize_in_place(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-        _extra: usize,
-    ) -> Option<InPlace> {
-        let expand = self.more.expand?;
-        Some(InPlace::of_expand(expand(p.cast(), new_size), new_size))
-    }
-
-    unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {
-        let more = &self.more;
-        match (
-            malloc_serves(size, align),
-            more.free_size,
-            more.free_size_aligned,
-        ) {
-            (true, Some(f), _) => f(p.cast(), size),
-            (_, _, Some(f)) => f(p.cast(), size, align),
-            _ => return false,
-        }
-        true
-    }
-
-    /// At least the request (mimalloc's promise, whose API family this
-    /// is), and exact up to the declared `good_size_exact_up_to`.
-    fn good_size(&self, size: usize, align: usize) -> Option<GoodSize> {
-        let f = self.more.good_size?;
-        // SAFETY: a pure function of its argument, by its contract.
-        let good = malloc_serves(size, align).then(|| unsafe { f(size) })?;
-        Some(match size <= self.properties.good_size_exact_up_to {
-            true => GoodSize::Exact(good),
-            false => GoodSize::AtLeastAsked(good),
-        })
     }
 }

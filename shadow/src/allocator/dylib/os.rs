@@ -52,7 +52,8 @@ pub unsafe extern "C" fn allocsoak_os_mmap(
 ) -> *mut c_void {
     match refused(flags & libc::MAP_ANONYMOUS != 0) {
         true => libc::MAP_FAILED,
-        false => libc::mmap(addr, len, prot, flags, fd, offset),
+        // SAFETY: the caller's arguments, passed on as they came (this fn's contract).
+        false => unsafe { libc::mmap(addr, len, prot, flags, fd, offset) },
     }
 }
 
@@ -70,7 +71,8 @@ pub unsafe extern "C" fn allocsoak_os_mmap64(
     fd: libc::c_int,
     offset: libc::off64_t,
 ) -> *mut c_void {
-    allocsoak_os_mmap(addr, len, prot, flags, fd, offset)
+    // SAFETY: the same call, `off64_t` being `off_t` here (this fn's contract).
+    unsafe { allocsoak_os_mmap(addr, len, prot, flags, fd, offset) }
 }
 
 /// `sbrk` as the C allocator calls it.
@@ -81,7 +83,8 @@ pub unsafe extern "C" fn allocsoak_os_mmap64(
 pub unsafe extern "C" fn allocsoak_os_sbrk(increment: libc::intptr_t) -> *mut c_void {
     match refused(increment > 0) {
         true => usize::MAX as *mut c_void,
-        false => libc::sbrk(increment),
+        // SAFETY: the caller's argument, passed on as it came (this fn's contract).
+        false => unsafe { libc::sbrk(increment) },
     }
 }
 

@@ -21,11 +21,16 @@ pub(super) fn set_decay(ms: Option<isize>) -> bool {
 
 /// `rallocx` with `flags` (`MALLOCX_ZERO` among them); an impossible size,
 /// undefined for *allocx, is refused here.
+///
+/// # Safety
+/// `p` is a live jemalloc block; `flags` hold a power-of-two alignment and
+/// only arena and tcache flags of this adapter's.
 pub(super) unsafe fn rezalloc(p: *mut u8, new_size: usize, flags: c_int) -> *mut u8 {
     if classic(new_size) {
         return std::ptr::null_mut();
     }
-    je::rallocx(p.cast(), new_size, flags).cast()
+    // SAFETY: `p` is live and `flags` valid (this fn's contract); `new_size` is not `classic`.
+    unsafe { je::rallocx(p.cast(), new_size, flags) }.cast()
 }
 
 impl Extras for Jemalloc {
@@ -38,7 +43,9 @@ impl Extras for Jemalloc {
         new_size: usize,
     ) -> Option<*mut u8> {
         let flags = flags(align, true) | self.arenas.free_flags(p as usize);
-        Some(rezalloc(p, new_size, flags))
+        // SAFETY: `p` is a live block with `align` (`Extras::realloc_zeroed`'s contract), and
+        // `free_flags` adds only `MALLOCX_TCACHE_NONE`.
+        Some(unsafe { rezalloc(p, new_size, flags) })
     }
 
     /// jemalloc(3) on `MALLOCX_ZERO`: "In the growing reallocation case,
@@ -62,7 +69,9 @@ impl Extras for Jemalloc {
         if classic(new_size) || classic(new_size.saturating_add(extra)) {
             return None;
         }
-        let real = je::xallocx(p.cast(), new_size, extra, flags(align, false));
+        // SAFETY: `p` is a live block with `align` (`Extras::resize_in_place`'s contract); the
+        // sizes are not `classic`.
+        let real = unsafe { je::xallocx(p.cast(), new_size, extra, flags(align, false)) };
         Some(match real >= new_size {
             true => InPlace::Resized {
                 ptr: p as usize,
@@ -77,7 +86,9 @@ impl Extras for Jemalloc {
             return false;
         }
         let flags = flags(align, false) | self.arenas.free_flags(p as usize);
-        je::sdallocx(p.cast(), size, flags);
+        // SAFETY: `p` is a live block allocated with `size`, `align` (`Extras::free_sized`'s
+        // contract), as `sdallocx` needs; `free_flags` adds only `MALLOCX_TCACHE_NONE`.
+        unsafe { je::sdallocx(p.cast(), size, flags) };
         true
     }
 
@@ -91,17 +102,22 @@ impl Extras for Jemalloc {
         // A deleted heap's block must skip the tcaches: `rallocx` can say so.
         let orphan = self.arenas.free_flags(p as usize);
         if orphan != 0 && !classic(new_size) {
-            return Some(je::rallocx(p.cast(), new_size, orphan).cast());
+            // SAFETY: `p` is a live block (`Extras::realloc_plain`'s contract); the size is not
+            // `classic`.
+            return Some(unsafe { je::rallocx(p.cast(), new_size, orphan) }.cast());
         }
-        Some(je::realloc(p.cast(), new_size).cast())
+        // SAFETY: `p` is a live block of this allocator (`Extras::realloc_plain`'s contract).
+        Some(unsafe { je::realloc(p.cast(), new_size) }.cast())
     }
 
     unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
-        Some(je::realloc(std::ptr::null_mut(), size).cast())
+        // SAFETY: a null block is allowed: `realloc` then allocates, as `malloc`.
+        Some(unsafe { je::realloc(std::ptr::null_mut(), size) }.cast())
     }
 
     unsafe fn free_null(&self) -> bool {
-        je::free(std::ptr::null_mut());
+        // SAFETY: freeing null does nothing.
+        unsafe { je::free(std::ptr::null_mut()) };
         true
     }
 

@@ -44,13 +44,20 @@ fn classic(size: usize) -> bool {
 /// class change counts: sized free (`sdallocx`) later needs
 /// `nallocx(new_size) == sallocx(p)`, and an in-place shrink that could not
 /// shrink leaves the block in its old class.
+///
+/// # Safety
+/// `p` is a live jemalloc block, `new_size` is not [`classic`], and `flags`
+/// hold a power-of-two alignment and only arena and tcache flags of this
+/// adapter's.
 unsafe fn resize(p: *mut u8, new_size: usize, flags: c_int) -> *mut u8 {
     if new_size.is_multiple_of(2)
-        && je::xallocx(p.cast(), new_size, 0, flags) == je::nallocx(new_size, flags)
+        // SAFETY: `p` is live, `new_size` not 0 and `flags` valid (this fn's contract).
+        && unsafe { je::xallocx(p.cast(), new_size, 0, flags) == je::nallocx(new_size, flags) }
     {
         return p;
     }
-    je::rallocx(p.cast(), new_size, flags).cast()
+    // SAFETY: as above.
+    unsafe { je::rallocx(p.cast(), new_size, flags) }.cast()
 }
 
 impl Allocator for Jemalloc {
@@ -66,37 +73,49 @@ impl Allocator for Jemalloc {
 
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         if !classic(size) {
-            return je::mallocx(size, flags(align, zeroed)).cast();
+            // SAFETY: `size` is not 0; `align` is a power of two (`Allocator::alloc`'s contract).
+            return unsafe { je::mallocx(size, flags(align, zeroed)) }.cast();
         }
         let mut p = std::ptr::null_mut();
-        if je::posix_memalign(&mut p, align.max(std::mem::size_of::<usize>()), size) != 0 {
+        // SAFETY: `p` is a valid out-parameter; the alignment is a power of two (as above) and a
+        // multiple of a pointer's size.
+        if unsafe { je::posix_memalign(&mut p, align.max(std::mem::size_of::<usize>()), size) } != 0
+        {
             return std::ptr::null_mut();
         }
         p.cast()
     }
 
     unsafe fn calloc(&self, count: usize, size: usize) -> *mut u8 {
-        je::calloc(count, size).cast()
+        // SAFETY: `calloc` takes any count and size; it fails cleanly on overflow.
+        unsafe { je::calloc(count, size) }.cast()
     }
 
     unsafe fn realloc(&self, p: *mut u8, _old: usize, align: usize, new_size: usize) -> *mut u8 {
         if classic(new_size) {
-            return je::realloc(p.cast(), new_size).cast();
+            // SAFETY: `p` is a live block of this allocator (`Allocator::realloc`'s contract).
+            return unsafe { je::realloc(p.cast(), new_size) }.cast();
         }
-        resize(
-            p,
-            new_size,
-            flags(align, false) | self.arenas.free_flags(p as usize),
-        )
+        // SAFETY: `p` is live (as above), `new_size` is not `classic`, `align` is the block's
+        // power-of-two alignment, and `free_flags` adds only `MALLOCX_TCACHE_NONE`.
+        unsafe {
+            resize(
+                p,
+                new_size,
+                flags(align, false) | self.arenas.free_flags(p as usize),
+            )
+        }
     }
 
     /// Unsized: `sdallocx` is the `free-sized` op's ([`extras`]).
     unsafe fn free(&self, p: *mut u8, _size: usize, _align: usize) {
-        je::dallocx(p.cast(), self.arenas.free_flags(p as usize))
+        // SAFETY: `p` is a live block of this allocator (`Allocator::free`'s contract).
+        unsafe { je::dallocx(p.cast(), self.arenas.free_flags(p as usize)) }
     }
 
     unsafe fn usable_size(&self, p: *mut u8, _size: usize, align: usize) -> usize {
-        je::sallocx(p as *const c_void, flags(align, false))
+        // SAFETY: `p` is a live block of this allocator (`Allocator::usable_size`'s contract).
+        unsafe { je::sallocx(p as *const c_void, flags(align, false)) }
     }
 
     fn heaps(&self) -> Option<&dyn Heaps> {
@@ -202,7 +221,9 @@ impl Heaps for Jemalloc {
             return std::ptr::null_mut();
         }
         let heap = Heap::of(h);
-        let p = je::mallocx(size.max(1), flags(align, zeroed) | heap.flags());
+        // SAFETY: the size is not 0, `align` is a power of two and `h` a live heap, whose arena
+        // and tcache are valid (`Heaps::alloc_in`'s contract).
+        let p = unsafe { je::mallocx(size.max(1), flags(align, zeroed) | heap.flags()) };
         if !p.is_null() {
             self.arenas.allocated(heap);
         }
@@ -220,11 +241,15 @@ impl Heaps for Jemalloc {
         if new_size >= IMPOSSIBLE_FROM {
             return std::ptr::null_mut();
         }
-        resize(
-            p,
-            new_size.max(1),
-            flags(align, false) | Heap::of(h).flags(),
-        )
+        // SAFETY: `p` is a live block of live heap `h`, with `align` (`Heaps::realloc_in`'s
+        // contract); the size is not `classic`; the flags are its alignment and the heap's.
+        unsafe {
+            resize(
+                p,
+                new_size.max(1),
+                flags(align, false) | Heap::of(h).flags(),
+            )
+        }
     }
 
     /// `rallocx` with `MALLOCX_ZERO` and the heap's arena.
@@ -237,7 +262,8 @@ impl Heaps for Jemalloc {
         new_size: usize,
     ) -> Option<*mut u8> {
         let flags = flags(align, true) | Heap::of(h).flags();
-        Some(extras::rezalloc(p, new_size, flags))
+        // SAFETY: as for `realloc_in` (`Heaps::realloc_zeroed_in`'s contract).
+        Some(unsafe { extras::rezalloc(p, new_size, flags) })
     }
 
     /// `xallocx`: the block stays where it is, in its arena.
@@ -250,7 +276,8 @@ impl Heaps for Jemalloc {
         new_size: usize,
         extra: usize,
     ) -> Option<InPlace> {
-        self.resize_in_place(p, old, align, new_size, extra)
+        // SAFETY: `p` is a live block with `old`, `align` (`Heaps::resize_in_place_in`'s contract).
+        unsafe { self.resize_in_place(p, old, align, new_size, extra) }
     }
 
     /// `sdallocx` with the heap's tcache flag, as `free_in`.
@@ -258,7 +285,8 @@ impl Heaps for Jemalloc {
         if size == 0 {
             return false;
         }
-        self.free_in(h, p, size, align);
+        // SAFETY: `p` is a live block of heap `h` with `size`, `align` (`Heaps::free_sized_in`).
+        unsafe { self.free_in(h, p, size, align) };
         true
     }
 
@@ -266,9 +294,11 @@ impl Heaps for Jemalloc {
         let heap = Heap::of(h);
         self.arenas.freed(heap);
         if size == 0 {
-            je::dallocx(p.cast(), heap.tcache_flag())
+            // SAFETY: `p` is a live block of live heap `h` (`Heaps::free_in`'s contract).
+            unsafe { je::dallocx(p.cast(), heap.tcache_flag()) }
         } else {
-            je::sdallocx(p.cast(), size, flags(align, false) | heap.tcache_flag())
+            // SAFETY: as above, allocated with `size` and `align`, as `sdallocx` needs.
+            unsafe { je::sdallocx(p.cast(), size, flags(align, false) | heap.tcache_flag()) }
         }
     }
 
@@ -289,8 +319,10 @@ impl Heaps for Jemalloc {
         self.arenas.freed(Heap::of(h));
         let orphan = self.arenas.free_flags(p as usize);
         match size {
-            0 => je::dallocx(p.cast(), orphan),
-            _ => je::sdallocx(p.cast(), size, flags(align, false) | orphan),
+            // SAFETY: `p` is a live block of heap `h` (`Heaps::remote_free_in`'s contract).
+            0 => unsafe { je::dallocx(p.cast(), orphan) },
+            // SAFETY: as above, allocated with `size` and `align`, as `sdallocx` needs.
+            _ => unsafe { je::sdallocx(p.cast(), size, flags(align, false) | orphan) },
         }
         ctl::run("thread.tcache.flush");
     }
@@ -310,7 +342,9 @@ impl Heaps for Jemalloc {
             return Some(std::ptr::null_mut());
         }
         let orphan = self.arenas.free_flags(p as usize);
-        let q = resize(p, new_size, flags(align, false) | orphan);
+        // SAFETY: `p` is a live block with `align` (`Heaps::remote_realloc_in`'s contract);
+        // `new_size` is not `classic`.
+        let q = unsafe { resize(p, new_size, flags(align, false) | orphan) };
         ctl::run("thread.tcache.flush");
         if !q.is_null() && q != p {
             self.arenas.freed(Heap::of(h));

@@ -6,16 +6,17 @@
 //! one copy per build), so the name of this adapter is the flavor of the
 //! build: [`super::MIMALLOC_FLAVORS`].
 
-use std::ffi::{c_int, c_long, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
 
 use libmimalloc_sys as mi;
 
 use super::heaps::collect_block;
 use super::{
-    malloc_serves, Allocator, Extras, GoodSize, HeapId, Heaps, Hook, HookCell, InPlace, LiveBlock,
-    PurgeDelay, ReallocToZero, ZeroedFrom,
+    malloc_serves, Allocator, Extras, HeapId, Heaps, InPlace, LiveBlock, PurgeDelay, ReallocToZero,
 };
+
+mod extras;
 
 #[cfg(all(feature = "mimalloc", feature = "mimalloc-v3"))]
 compile_error!("`mimalloc` links mimalloc's v2 line, so `mimalloc-v3` builds without it: `--no-default-features --features jemalloc,mimalloc-v3`");
@@ -45,13 +46,6 @@ const DEBUG_MAX_REQUEST: usize = 256 << 20;
 /// Whether the debug build refuses a request (or a realloc) of `size`.
 fn refused(size: usize) -> bool {
     NAME == "mimalloc-debug" && size > DEBUG_MAX_REQUEST
-}
-
-/// The hook [`Extras::set_hook`] registered.
-static HOOK: HookCell = HookCell::new();
-
-unsafe extern "C" fn deferred(force: bool, _heartbeat: std::ffi::c_ulonglong, _arg: *mut c_void) {
-    HOOK.call(force);
 }
 
 unsafe extern "C" fn on_error(code: c_int, _arg: *mut c_void) {
@@ -141,11 +135,14 @@ impl Allocator for Mimalloc {
         if refused(size) {
             return std::ptr::null_mut();
         }
-        match (malloc_serves(size, align), zeroed) {
-            (true, false) => mi::mi_malloc(size),
-            (true, true) => mi::mi_zalloc(size),
-            (false, false) => mi::mi_malloc_aligned(size, align),
-            (false, true) => mi::mi_zalloc_aligned(size, align),
+        // SAFETY: any size may be asked; `align` is a power of two (`Allocator::alloc`'s contract).
+        unsafe {
+            match (malloc_serves(size, align), zeroed) {
+                (true, false) => mi::mi_malloc(size),
+                (true, true) => mi::mi_zalloc(size),
+                (false, false) => mi::mi_malloc_aligned(size, align),
+                (false, true) => mi::mi_zalloc_aligned(size, align),
+            }
         }
         .cast()
     }
@@ -154,7 +151,8 @@ impl Allocator for Mimalloc {
         if refused(count.saturating_mul(size)) {
             return std::ptr::null_mut();
         }
-        mi::mi_calloc(count, size).cast()
+        // SAFETY: `mi_calloc` takes any count and size, and fails cleanly on overflow.
+        unsafe { mi::mi_calloc(count, size) }.cast()
     }
 
     unsafe fn realloc(&self, p: *mut u8, _old: usize, align: usize, new_size: usize) -> *mut u8 {
@@ -162,9 +160,11 @@ impl Allocator for Mimalloc {
             return std::ptr::null_mut();
         }
         if malloc_serves(new_size, align) {
-            mi::mi_realloc(p.cast(), new_size).cast()
+            // SAFETY: `p` is a live block of this allocator (`Allocator::realloc`'s contract).
+            unsafe { mi::mi_realloc(p.cast(), new_size) }.cast()
         } else {
-            mi::mi_realloc_aligned(p.cast(), new_size, align).cast()
+            // SAFETY: as above, and `align`, the block's alignment, is a power of two.
+            unsafe { mi::mi_realloc_aligned(p.cast(), new_size, align) }.cast()
         }
     }
 
@@ -173,11 +173,13 @@ impl Allocator for Mimalloc {
     }
 
     unsafe fn free(&self, p: *mut u8, _size: usize, _align: usize) {
-        mi::mi_free(p.cast())
+        // SAFETY: `p` is a live block of this allocator (`Allocator::free`'s contract).
+        unsafe { mi::mi_free(p.cast()) }
     }
 
     unsafe fn usable_size(&self, p: *mut u8, _size: usize, _align: usize) -> usize {
-        mi::mi_usable_size(p.cast())
+        // SAFETY: `p` is a live block of this allocator (`Allocator::usable_size`'s contract).
+        unsafe { mi::mi_usable_size(p.cast()) }
     }
 
     /// The v2 line's classes (a port declares `mimalloc`); v3's are its own.
@@ -287,7 +289,8 @@ fn heap(id: HeapId) -> *mut mi::mi_heap_t {
 /// Whether heap `h` owns the live block `p`.
 #[cfg(not(feature = "mimalloc-v3"))]
 unsafe fn heap_owns(h: HeapId, p: *const c_void) -> bool {
-    mi::mi_heap_check_owned(heap(h), p)
+    // SAFETY: `h` is a live heap of this thread, as both callers assume; any `p` may be asked.
+    unsafe { mi::mi_heap_check_owned(heap(h), p) }
 }
 
 /// Whether heap `h` owns the live block `p`: v3's `mi_heap_contains`
@@ -298,7 +301,8 @@ unsafe fn heap_owns(h: HeapId, p: *const c_void) -> bool {
     extern "C" {
         fn mi_heap_contains(heap: *const mi::mi_heap_t, p: *const c_void) -> bool;
     }
-    mi_heap_contains(heap(h), p)
+    // SAFETY: `h` is a live heap of this thread, as both callers assume; any `p` may be asked.
+    unsafe { mi_heap_contains(heap(h), p) }
 }
 
 impl Heaps for Mimalloc {
@@ -310,11 +314,14 @@ impl Heaps for Mimalloc {
     }
 
     unsafe fn alloc_in(&self, h: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8 {
-        match (malloc_serves(size, align), zeroed) {
-            (true, false) => mi::mi_heap_malloc(heap(h), size),
-            (true, true) => mi::mi_heap_zalloc(heap(h), size),
-            (false, false) => mi::mi_heap_malloc_aligned(heap(h), size, align),
-            (false, true) => mi::mi_heap_zalloc_aligned(heap(h), size, align),
+        // SAFETY: `h` is a live heap of this thread and `align` a power of two (`Heaps::alloc_in`).
+        unsafe {
+            match (malloc_serves(size, align), zeroed) {
+                (true, false) => mi::mi_heap_malloc(heap(h), size),
+                (true, true) => mi::mi_heap_zalloc(heap(h), size),
+                (false, false) => mi::mi_heap_malloc_aligned(heap(h), size, align),
+                (false, true) => mi::mi_heap_zalloc_aligned(heap(h), size, align),
+            }
         }
         .cast()
     }
@@ -328,14 +335,17 @@ impl Heaps for Mimalloc {
         new_size: usize,
     ) -> *mut u8 {
         if malloc_serves(new_size, align) {
-            mi::mi_heap_realloc(heap(h), p.cast(), new_size).cast()
+            // SAFETY: `p` is a live block of live heap `h`, on its thread (`Heaps::realloc_in`).
+            unsafe { mi::mi_heap_realloc(heap(h), p.cast(), new_size) }.cast()
         } else {
-            mi::mi_heap_realloc_aligned(heap(h), p.cast(), new_size, align).cast()
+            // SAFETY: as above, and `align`, the block's alignment, is a power of two.
+            unsafe { mi::mi_heap_realloc_aligned(heap(h), p.cast(), new_size, align) }.cast()
         }
     }
 
     unsafe fn free_in(&self, _h: HeapId, p: *mut u8, _size: usize, _align: usize) {
-        mi::mi_free(p.cast())
+        // SAFETY: `p` is a live block of this allocator (`Heaps::free_in`'s contract).
+        unsafe { mi::mi_free(p.cast()) }
     }
 
     /// `mi_heap_rezalloc` / `mi_heap_recalloc` and their aligned forms, as
@@ -350,11 +360,14 @@ impl Heaps for Mimalloc {
         new_size: usize,
     ) -> Option<*mut u8> {
         let (h, p) = (heap(h), p.cast());
-        let q = match (malloc_serves(new_size, align), new_size.is_multiple_of(2)) {
-            (true, false) => mi::mi_heap_rezalloc(h, p, new_size),
-            (true, true) => mi::mi_heap_recalloc(h, p, new_size / 2, 2),
-            (false, false) => mi::mi_heap_rezalloc_aligned(h, p, new_size, align),
-            (false, true) => mi::mi_heap_recalloc_aligned(h, p, new_size / 2, 2, align),
+        // SAFETY: as for `realloc_in` (`Heaps::realloc_zeroed_in`'s contract).
+        let q = unsafe {
+            match (malloc_serves(new_size, align), new_size.is_multiple_of(2)) {
+                (true, false) => mi::mi_heap_rezalloc(h, p, new_size),
+                (true, true) => mi::mi_heap_recalloc(h, p, new_size / 2, 2),
+                (false, false) => mi::mi_heap_rezalloc_aligned(h, p, new_size, align),
+                (false, true) => mi::mi_heap_recalloc_aligned(h, p, new_size / 2, 2, align),
+            }
         };
         Some(q.cast())
     }
@@ -369,20 +382,24 @@ impl Heaps for Mimalloc {
         new_size: usize,
         extra: usize,
     ) -> Option<InPlace> {
-        self.resize_in_place(p, old, align, new_size, extra)
+        // SAFETY: `p` is a live block with `old`, `align` (`Heaps::resize_in_place_in`'s contract).
+        unsafe { self.resize_in_place(p, old, align, new_size, extra) }
     }
 
     /// `mi_free_size`: any heap's block.
     unsafe fn free_sized_in(&self, _h: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
-        self.free_sized(p, size, align)
+        // SAFETY: `p` is a live block with `size`, `align` (`Heaps::free_sized_in`'s contract).
+        unsafe { self.free_sized(p, size, align) }
     }
 
     unsafe fn delete(&self, h: HeapId) {
-        mi::mi_heap_delete(heap(h))
+        // SAFETY: `h` is a live heap of this thread, not used again (`Heaps::delete`'s contract).
+        unsafe { mi::mi_heap_delete(heap(h)) }
     }
 
     unsafe fn destroy(&self, h: HeapId) {
-        mi::mi_heap_destroy(heap(h))
+        // SAFETY: `h` is live, of this thread; none of its blocks is used again (`Heaps::destroy`).
+        unsafe { mi::mi_heap_destroy(heap(h)) }
     }
 
     fn collect(&self, h: HeapId, force: bool) {
@@ -401,7 +418,8 @@ impl Heaps for Mimalloc {
         align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        Some(self.realloc(p, old, align, new_size))
+        // SAFETY: `p` is a live block with `old`, `align` (`Heaps::remote_realloc_in`'s contract).
+        Some(unsafe { self.realloc(p, old, align, new_size) })
     }
 
     fn reallocs_remotely(&self) -> bool {
@@ -461,140 +479,3 @@ const FAR: PurgeDelay = PurgeDelay::Millis(3_600_000);
 /// `mi_option_purge_delay` in mimalloc's option enum (the sys crate does
 /// not name it).
 const PURGE_DELAY: mi::mi_option_t = 15;
-/// `mi_option_disallow_os_alloc`, `mi_option_disallow_arena_alloc`.
-#[cfg(not(feature = "mimalloc-v3"))]
-const DISALLOW: [mi::mi_option_t; 2] = [17, 27];
-/// The same in v3, whose enum puts the second one place earlier.
-#[cfg(feature = "mimalloc-v3")]
-const DISALLOW: [mi::mi_option_t; 2] = [17, 26];
-/// Largest request whose usable size `mi_good_size` gives exactly: the
-/// small and medium bins (`MI_MEDIUM_OBJ_SIZE_MAX`).
-const GOOD_SIZE_MAX: usize = 64 << 10;
-
-impl Extras for Mimalloc {
-    /// `mi_rezalloc` for odd sizes, `mi_recalloc(p, n / 2, 2)` for even
-    /// ones; their aligned forms for over-aligned blocks. (mimalloc zeroes
-    /// from the old usable size on, whatever the block was allocated with.)
-    unsafe fn realloc_zeroed(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
-        let p = p.cast();
-        let q = match (malloc_serves(new_size, align), new_size.is_multiple_of(2)) {
-            (true, false) => mi::mi_rezalloc(p, new_size),
-            (true, true) => mi::mi_recalloc(p, new_size / 2, 2),
-            (false, false) => mi::mi_rezalloc_aligned(p, new_size, align),
-            (false, true) => mi::mi_recalloc_aligned(p, new_size / 2, 2, align),
-        };
-        Some(q.cast())
-    }
-
-    /// mimalloc's "Re-allocation of zero initialized blocks" zeroes from
-    /// the old usable size on; the bundled release has mimalloc#763, so it
-    /// is held to that for every block ([`ZeroedFrom::MIMALLOC`]).
-    fn zeroed_from(&self) -> ZeroedFrom {
-        ZeroedFrom::MIMALLOC
-    }
-
-    /// `mi_expand`: fits in the block's usable size, or null (always null
-    /// in builds with padding).
-    unsafe fn resize_in_place(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-        _extra: usize,
-    ) -> Option<InPlace> {
-        Some(InPlace::of_expand(
-            mi::mi_expand(p.cast(), new_size),
-            new_size,
-        ))
-    }
-
-    unsafe fn free_sized(&self, p: *mut u8, size: usize, align: usize) -> bool {
-        match malloc_serves(size, align) {
-            true => mi::mi_free_size(p.cast(), size),
-            false => mi::mi_free_size_aligned(p.cast(), size, align),
-        }
-        true
-    }
-
-    unsafe fn realloc_plain(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
-        Some(mi::mi_realloc(p.cast(), new_size).cast())
-    }
-
-    unsafe fn realloc_null(&self, size: usize) -> Option<*mut u8> {
-        Some(mi::mi_realloc(std::ptr::null_mut(), size).cast())
-    }
-
-    unsafe fn free_null(&self) -> bool {
-        mi::mi_free(std::ptr::null_mut());
-        true
-    }
-
-    /// Exact for the small and medium bins of a release build without
-    /// ASan: padding (debug and secure builds, and ASan tracking in the
-    /// fuzz builds) makes the usable size smaller, and large blocks round
-    /// to what the segment gives. Elsewhere, at least the request.
-    fn good_size(&self, size: usize, align: usize) -> Option<GoodSize> {
-        let padded = NAME != "mimalloc" || crate::poison::active();
-        // SAFETY: `mi_good_size` is a pure function of its argument, for any size.
-        let good = malloc_serves(size, align).then(|| unsafe { mi::mi_good_size(size) })?;
-        Some(match !padded && size <= GOOD_SIZE_MAX {
-            true => GoodSize::Exact(good),
-            false => GoodSize::AtLeastAsked(good),
-        })
-    }
-
-    fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
-        // SAFETY: no pointer involved: `mi_option_set` range-checks the option, and
-        // `mi_collect` only releases memory mimalloc holds free.
-        unsafe {
-            mi::mi_option_set(PURGE_DELAY, delay.millis().into());
-            mi::mi_collect(force);
-        }
-        true
-    }
-
-    /// `mi_register_deferred_free`: mimalloc calls the hook from its
-    /// allocation slow path ("re-entrant": it may free and allocate).
-    fn set_hook(&self, hook: Option<Hook>) -> bool {
-        HOOK.set(hook);
-        let deferred: mi::mi_deferred_free_fun = hook.and(Some(deferred));
-        // SAFETY: `deferred`, when set, has `mi_deferred_free_fun`'s C signature, ignores `arg`
-        // (null), and any thread may call it: it only reads an atomic and calls a hook that
-        // never unwinds. None takes it away.
-        unsafe { mi::mi_register_deferred_free(deferred, std::ptr::null_mut()) };
-        true
-    }
-
-    /// A normal collect of the calling thread's heap calls the deferred free.
-    fn run_hook(&self) -> bool {
-        // SAFETY: no pointer involved; a non-forced collect only frees what mimalloc holds free.
-        unsafe { mi::mi_collect(false) };
-        true
-    }
-
-    /// Neither the OS nor an arena gives a new segment (every huge block,
-    /// room past the segments held); then back to the process's values.
-    fn fail_os(&self, refuse: bool) -> bool {
-        static USUAL: OnceLock<[c_long; 2]> = OnceLock::new();
-        // SAFETY: no pointer involved; `mi_option_get` range-checks the option.
-        let usual = USUAL.get_or_init(|| DISALLOW.map(|o| unsafe { mi::mi_option_get(o) }));
-        for (option, usual) in DISALLOW.into_iter().zip(usual) {
-            // SAFETY: as above; `mi_option_set` takes any value for these two.
-            unsafe { mi::mi_option_set(option, if refuse { 1 } else { *usual }) };
-        }
-        true
-    }
-}
