@@ -25,7 +25,7 @@ pub const REFERENCE: &str = " [reference allocator ";
 /// counts in use once everything was freed: every block stays where it
 /// was, a lost one is only leaked; a forked child's failure, in the child): a fuzz process goes on past them, filed or not, so a replay of
 /// what it found after one must go on past them too ([`sound_patterns`]).
-pub const SOUND_KINDS: [&str; 11] = [
+pub const SOUND_KINDS: [&str; 12] = [
     "alignment",
     "usable-size",
     "good-size",
@@ -36,6 +36,7 @@ pub const SOUND_KINDS: [&str; 11] = [
     "capacity-leak",
     "remote-free-lost",
     "kept-bytes",
+    "purge-kept",
     "fork",
 ];
 

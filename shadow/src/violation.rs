@@ -161,6 +161,11 @@ pub enum Violation {
     /// ([`crate::allocator::Allocator::bytes_in_use`]) is higher once a
     /// program has freed everything than when it started: a free it lost.
     KeptBytes { before: usize, after: usize },
+    /// A forced purge with no delay left `bytes` of whole free pages
+    /// resident, by the allocator's own count
+    /// ([`crate::allocator::Extras::free_pages_kept`]): memory it was
+    /// asked to give back and kept.
+    PurgeKept { bytes: usize },
     /// A block the harness gave back to the allocator (`call`: a free, a
     /// realloc that moved it) was never freed, and nothing points to it:
     /// LeakSanitizer's leak, keyed by the call that lost it.
@@ -229,6 +234,7 @@ impl Violation {
             Violation::Panic { .. } => "panic",
             Violation::CapacityLeak { .. } => "capacity-leak",
             Violation::KeptBytes { .. } => "kept-bytes",
+            Violation::PurgeKept { .. } => "purge-kept",
             Violation::RemoteFreeLost { .. } => "remote-free-lost",
             Violation::Fork { .. } => "fork",
             Violation::Leak { .. } => "leak",
@@ -282,6 +288,7 @@ impl Violation {
                 | Violation::HeapCheck { .. }
                 | Violation::Contents { by_call: true, .. }
                 | Violation::ReleasedLive { by_call: true, .. }
+                | Violation::PurgeKept { .. }
         )
     }
 
@@ -484,6 +491,10 @@ impl fmt::Display for Violation {
             Violation::KeptBytes { before, after } => write!(
                 f,
                 "the allocator counts {after} bytes in use after everything was freed, {before} when the program started"
+            ),
+            Violation::PurgeKept { bytes } => write!(
+                f,
+                "the allocator counts {bytes} bytes of free pages still resident after a forced purge with no delay"
             ),
             Violation::RemoteFreeLost {
                 ptr,

@@ -72,6 +72,8 @@ fn reaching(bug: Bug) -> String {
         Bug::GoodSizeLies => "target alloc_ops\nalloc size=120 align=8\n",
         Bug::PurgeDropsLive => "target alloc_ops\nalloc size=20000 align=8\npurge delay=now force\n",
         Bug::PurgeLazyFreesLive => "target alloc_ops\nalloc size=20000 align=8\npurge delay=now force\n",
+        // A large block's pages freed just before: dirty until a purge.
+        Bug::PurgeIgnoresDelay => "target alloc_ops\nalloc size=300000 align=8\nfree slot=0\npurge delay=now force\n",
         // The freed block is cached; the next request takes it and, before
         // clearing the cache, calls the hook, whose own request takes it too.
         Bug::HookReentryReissue => "target alloc_ops\nalloc size=5000 align=8\nalloc size=5000 align=8\nhook-free slot=0\nfree slot=0\nalloc size=5000 align=8\n",

@@ -173,6 +173,12 @@ pub enum Bug {
     /// taking the block and clearing the cache: an allocation from inside
     /// the hook gets the same block.
     HookReentryReissue,
+    /// A purge asked for with no delay runs with the allocator's usual
+    /// one (ten seconds: it decays, it does not purge), so the pages
+    /// freed in the last seconds stay resident: planted in jemalloc,
+    /// whose own count of dirty pages shows them. No live block is on
+    /// them: only the count read after a forced purge sees it.
+    PurgeIgnoresDelay,
     /// A request of 256 KiB or more that the OS layer refuses
     /// (`os-fail`) keeps the reservation it made for it: planted in
     /// jemalloc, whose own count of bytes in use shows the loss.
@@ -257,7 +263,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 58] = [
+    pub const ALL: [Bug; 59] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -301,6 +307,7 @@ impl Bug {
         Bug::GoodSizeLies,
         Bug::PurgeDropsLive,
         Bug::PurgeLazyFreesLive,
+        Bug::PurgeIgnoresDelay,
         Bug::HookReentryReissue,
         Bug::OsFailLeaks,
         Bug::CapacityLeak,
@@ -363,6 +370,7 @@ impl Bug {
             Bug::GoodSizeLies => "good-size-lies",
             Bug::PurgeDropsLive => "purge-drops-live",
             Bug::PurgeLazyFreesLive => "purge-lazy-frees-live",
+            Bug::PurgeIgnoresDelay => "purge-ignores-delay",
             Bug::HookReentryReissue => "hook-reentry-reissue",
             Bug::OsFailLeaks => "os-fail-leaks",
             Bug::CapacityLeak => "capacity-leak",
@@ -399,6 +407,7 @@ impl Bug {
             Bug::DroppedRemoteFree
             | Bug::CrowdedReissue
             | Bug::LateRemoteLeak
+            | Bug::PurgeIgnoresDelay
             | Bug::OsFailLeaks => "jemalloc",
             Bug::SplitNeverMerged => "mimalloc",
             _ => "system",
@@ -490,6 +499,7 @@ impl Bug {
             Bug::GoodSizeLies => &["good-size"],
             Bug::PurgeDropsLive => &["contents"],
             Bug::PurgeLazyFreesLive => &["released-live"],
+            Bug::PurgeIgnoresDelay => &["purge-kept"],
             Bug::HookReentryReissue => &["overlap"],
             Bug::CapacityLeak => &["capacity-leak"],
             Bug::DroppedRemoteFree | Bug::OsFailLeaks => &["kept-bytes"],

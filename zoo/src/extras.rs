@@ -176,7 +176,19 @@ impl Extras for Zoo {
                 }
             }
         }
+        if self.has(Bug::PurgeIgnoresDelay) && delay == PurgeDelay::Immediate {
+            // The bug: the delay asked for is dropped, and the base decays
+            // by its usual one instead of purging.
+            return self
+                .base
+                .extras()
+                .is_none_or(|e| e.purge(PurgeDelay::Millis(10_000), false));
+        }
         self.base.extras().is_none_or(|e| e.purge(delay, force))
+    }
+
+    fn free_pages_kept(&self) -> Option<usize> {
+        self.base.extras()?.free_pages_kept()
     }
 
     /// Emulated: every allocation calls the hook first (`hook.rs`).

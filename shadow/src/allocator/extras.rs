@@ -190,6 +190,14 @@ pub trait Extras: Send + Sync {
         false
     }
 
+    /// The bytes of whole free pages the allocator still holds resident,
+    /// by its own count, right after a forced purge with no delay
+    /// (`purge(Immediate, true)`), which must release every one of them:
+    /// jemalloc's dirty and muzzy pages. `None`: no such count.
+    fn free_pages_kept(&self) -> Option<usize> {
+        None
+    }
+
     /// Registers `hook` as the callback the allocator calls from inside
     /// its own calls so the program may free memory there, and allocate
     /// (mimalloc's deferred free: "re-entrant", called from its allocation

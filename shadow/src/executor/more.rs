@@ -4,7 +4,7 @@
 //! requests: [`super::huge`]).
 
 use super::{Executor, On, Origin, Outcome};
-use crate::allocator::{GoodSize, InPlace, PurgeDelay};
+use crate::allocator::{Extras, GoodSize, InPlace, PurgeDelay};
 use crate::edges::IMPOSSIBLE_FROM;
 use crate::model::{Block, ShadowHeap};
 use crate::op::{BulkOrder, NewSize};
@@ -328,6 +328,15 @@ impl Executor {
         }
     }
 
+    /// After a forced purge with no delay: the whole free pages the
+    /// allocator counts resident must be none ([`Violation::PurgeKept`]).
+    fn check_purged(&self, extras: &dyn Extras) {
+        let kept = self.guard.guarded(|| extras.free_pages_kept());
+        if let Some(bytes) = kept.filter(|&b| b > 0) {
+            self.guard.flag(Violation::PurgeKept { bytes });
+        }
+    }
+
     /// Sets the purge delay and purges; every live block must be intact,
     /// its pages too once the kernel reclaims what was released lazily.
     pub(super) fn purge(&mut self, delay: PurgeDelay, force: bool) -> Outcome {
@@ -343,6 +352,9 @@ impl Executor {
                 self.guard.verify_after_call(b, "after a purge");
             }
             self.check_released("after a purge", true);
+            if delay == PurgeDelay::Immediate && force {
+                self.check_purged(extras);
+            }
         }
         self.purged = true;
         Outcome::Done

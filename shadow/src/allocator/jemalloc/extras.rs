@@ -139,4 +139,15 @@ impl Extras for Jemalloc {
         ctl::arena_verb(ctl::ARENAS_ALL, if force { "purge" } else { "decay" });
         true
     }
+
+    /// Every arena's dirty and muzzy pages (`stats.arenas.<all>.pdirty`,
+    /// `.pmuzzy`, after an `epoch` refresh): freed pages not yet given
+    /// back, which `arena.<all>.purge` purges ("all unused dirty pages").
+    fn free_pages_kept(&self) -> Option<usize> {
+        ctl::write("epoch", 1u64);
+        let all =
+            |stat: &str| ctl::read::<usize>(&format!("stats.arenas.{}.{stat}", ctl::ARENAS_ALL));
+        let pages = all("pdirty")? + all("pmuzzy")?;
+        Some(pages * ctl::read::<usize>("arenas.page")?)
+    }
 }
