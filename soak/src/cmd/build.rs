@@ -25,9 +25,10 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     for name in &args.engines {
         engines.push(Engine::parse(name)?);
     }
+    // honggfuzz's binaries serve every name when `--engine honggfuzz`
+    // asks for them, else the config's honggfuzz slots.
+    let asked_honggfuzz = engines.contains(&Engine::Honggfuzz);
     let mut slotted = vec!["system".to_string()];
-    // honggfuzz's binaries serve the config's honggfuzz slots, and every
-    // name when `--engine honggfuzz` asks for them.
     let mut honggfuzz = Vec::new();
     for slot in config.slots()? {
         let engine = Engine::parse(&slot.engine)?;
@@ -39,7 +40,7 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     }
     let names = super::common::allocators(&config, args.allocators, &slotted)?;
     let (names, builds) = builds(&project, names)?;
-    if engines[..args.engines.len()].contains(&Engine::Honggfuzz) {
+    if asked_honggfuzz {
         honggfuzz.extend(names.iter().cloned());
     }
     let jemalloc = honggfuzz_runs_jemalloc(

@@ -190,7 +190,9 @@ pub fn file(
     let _one = one_at_a_time();
     if let Some(shown) = shown {
         let sig = Signature::from_record(shown);
-        if let Some(id) = known_group(&lock(store), &sig, Some(shown))? {
+        // The store's lock ends with this statement: a repeat takes it again.
+        let known = known_group(&lock(store), &sig, Some(shown))?;
+        if let Some(id) = known {
             let repeat = Repeat::shown(&id, shown, &sig);
             return file_repeat(state, store, src, artifact, repeat);
         }
