@@ -3,7 +3,7 @@
 //! declares allocators, and plain as well.
 
 use anyhow::Result;
-use soak::engines::project::{honggfuzz_runs_jemalloc, Build, Project};
+use soak::engines::project::{runs_jemalloc, Build, Project};
 use soak::engines::Engine;
 use soak::foundation::config::Config;
 
@@ -29,24 +29,16 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     // asks for them, else the config's honggfuzz slots.
     let asked_honggfuzz = engines.contains(&Engine::Honggfuzz);
     let mut slotted = vec!["system".to_string()];
-    let mut honggfuzz = Vec::new();
+    let mut jemalloc = false;
     for slot in config.slots()? {
         let engine = Engine::parse(&slot.engine)?;
-        if engine == Engine::Honggfuzz {
-            honggfuzz.push(slot.allocator.clone());
-        }
+        jemalloc |= engine == Engine::Honggfuzz && runs_jemalloc(&slot.allocator);
         engines.push(engine);
         slotted.push(slot.allocator);
     }
     let names = super::common::allocators(&config, args.allocators, &slotted)?;
     let (names, builds) = builds(&project, names)?;
-    if asked_honggfuzz {
-        honggfuzz.extend(names.iter().cloned());
-    }
-    let jemalloc = honggfuzz_runs_jemalloc(
-        honggfuzz.iter().map(String::as_str),
-        &project.declared_names(),
-    );
+    jemalloc |= asked_honggfuzz && names.iter().any(|a| runs_jemalloc(a));
     // With declared allocators the plain targets are built first (the glue
     // build reuses what they compiled): a config that declares none, such
     // as a test's or a `--config` of one slot, runs them.

@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
-use crate::engines::project::{Build, Project};
+use crate::engines::project::{runs_jemalloc, Build, Project};
 use crate::foundation::state::StateDir;
 use crate::foundation::store::Store;
 pub use summary::Coverage;
@@ -167,11 +167,7 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
         skipped: Vec::new(),
     };
     // jemalloc is built in only when covered (a zoo on it too).
-    let jemalloc = allocators.iter().any(|a| {
-        a.strip_prefix("zoo:")
-            .map_or(a.as_str(), |spec| ::zoo::split_spec(spec).1)
-            == "jemalloc"
-    });
+    let jemalloc = allocators.iter().any(|a| runs_jemalloc(a));
     for allocator in allocators {
         let build = Build::for_allocator(&allocator);
         let graph = match graphs.entry(build) {

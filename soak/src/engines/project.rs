@@ -83,26 +83,21 @@ impl Build {
 pub enum Part {
     Fuzz(Build, Target),
     /// With the bundled jemalloc only when a slot's allocator may run it
-    /// ([`honggfuzz_runs_jemalloc`]): its C build is the longest of all.
+    /// ([`runs_jemalloc`]): its C build is the longest of all.
     Honggfuzz {
         jemalloc: bool,
     },
     Drift,
 }
 
-/// Whether honggfuzz's binaries for slots of `allocators` need the
-/// bundled jemalloc: not when none of them can run it (allocsoak's other
-/// bundled allocators, a `dylib:`, one the config `declared`).
-pub fn honggfuzz_runs_jemalloc<'a>(
-    allocators: impl IntoIterator<Item = &'a str>,
-    declared: &[&str],
-) -> bool {
-    let without = |a: &str| {
-        matches!(a, "system" | "glibc" | "arena" | "mimalloc")
-            || a.starts_with("dylib:")
-            || declared.contains(&a)
-    };
-    !allocators.into_iter().all(without)
+/// Whether `allocator` runs the bundled jemalloc: jemalloc itself, or a
+/// zoo on it (its base, given or its first bug's). What the builds that
+/// leave jemalloc's C out unless needed (coverage, honggfuzz) ask.
+pub fn runs_jemalloc(allocator: &str) -> bool {
+    allocator
+        .strip_prefix("zoo:")
+        .map_or(allocator, |spec| ::zoo::split_spec(spec).1)
+        == "jemalloc"
 }
 
 impl std::fmt::Display for Part {
@@ -176,11 +171,6 @@ impl Project {
     /// The config's declared allocators (none without a config's).
     pub fn declared(&self) -> &[Declared] {
         self.declared.as_ref().map_or(&[], |d| &d.list)
-    }
-
-    /// The names of [`Project::declared`].
-    pub fn declared_names(&self) -> Vec<&str> {
-        self.declared().iter().map(|d| d.name.as_str()).collect()
     }
 
     /// The config's lock file, whose versions the glue builds with

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
-use crate::engines::project::{honggfuzz_runs_jemalloc, Build, Part, Project};
+use crate::engines::project::{runs_jemalloc, Build, Part, Project};
 use crate::engines::Engine;
 use crate::foundation::config::{Series, Slot};
 use crate::running::slice::signal_group;
@@ -28,7 +28,7 @@ use crate::running::unbuilt::fuzz_part;
 /// violations on (a trace's is `workload`'s), then the drift replay
 /// binary, then honggfuzz's (a build of everything again, and a few
 /// slots' worth).
-pub fn parts(slots: &[Slot], drift: &[Series], declared: &[&str]) -> Vec<Part> {
+pub fn parts(slots: &[Slot], drift: &[Series]) -> Vec<Part> {
     let mut fuzz: Vec<(Part, usize)> = Vec::new();
     for slot in slots {
         let part = fuzz_part(slot);
@@ -55,14 +55,13 @@ pub fn parts(slots: &[Slot], drift: &[Series], declared: &[&str]) -> Vec<Part> {
     if !drift.is_empty() {
         parts.push(Part::Drift);
     }
-    let honggfuzz: Vec<&str> = slots
+    let mut honggfuzz = slots
         .iter()
         .filter(|s| s.engine == Engine::Honggfuzz.name())
-        .map(|s| s.allocator.as_str())
-        .collect();
-    if !honggfuzz.is_empty() {
+        .peekable();
+    if honggfuzz.peek().is_some() {
         parts.push(Part::Honggfuzz {
-            jemalloc: honggfuzz_runs_jemalloc(honggfuzz, declared),
+            jemalloc: honggfuzz.any(|s| runs_jemalloc(&s.allocator)),
         });
     }
     parts
@@ -228,7 +227,7 @@ mod tests {
             series(Target::HeapApi, None),
             series(Target::Workload, Some("app.trace")),
         ];
-        let order = parts(&slots, &drift, &[]);
+        let order = parts(&slots, &drift);
         assert_eq!(
             order,
             vec![
@@ -253,8 +252,8 @@ mod tests {
     #[test]
     fn honggfuzz_builds_jemalloc_only_for_a_slot_that_may_run_it() {
         let hongg = |allocator: &str| [slot(Target::AllocOps, allocator, Engine::Honggfuzz)];
-        let jemalloc = |slots: &[Slot], declared: &[&str]| {
-            parts(slots, &[], declared)
+        let jemalloc = |slots: &[Slot]| {
+            parts(slots, &[])
                 .into_iter()
                 .find_map(|p| match p {
                     Part::Honggfuzz { jemalloc } => Some(jemalloc),
@@ -262,22 +261,23 @@ mod tests {
                 })
                 .expect("a honggfuzz slot builds honggfuzz's binaries")
         };
-        for (allocator, declared, runs) in [
-            ("system", &[][..], false),
-            ("mimalloc", &[], false),
-            ("dylib:/lib/libmy.so:my_", &[], false),
-            ("mine", &["mine"], false),
-            ("jemalloc", &[], true),
-            ("zoo:os-fail-leaks", &[], true),
-            ("mine", &[], true),
+        for (allocator, runs) in [
+            ("system", false),
+            ("mimalloc", false),
+            ("dylib:/lib/libmy.so:my_", false),
+            ("a-declared-crate", false),
+            ("zoo:short-realloc-copy", false),
+            ("jemalloc", true),
+            ("zoo:os-fail-leaks", true),
+            ("zoo:short-realloc-copy@jemalloc", true),
         ] {
-            assert_eq!(jemalloc(&hongg(allocator), declared), runs, "{allocator}");
+            assert_eq!(jemalloc(&hongg(allocator)), runs, "{allocator}");
         }
         // A libFuzzer slot of jemalloc beside needs no jemalloc in honggfuzz's.
         let both = [
             slot(Target::AllocOps, "jemalloc", Engine::LibFuzzer),
             slot(Target::AllocOps, "system", Engine::Honggfuzz),
         ];
-        assert!(!jemalloc(&both, &[]));
+        assert!(!jemalloc(&both));
     }
 }

@@ -521,7 +521,7 @@ fn build_first(
     options: &Options,
     drift: &[Series],
 ) -> Result<Vec<Part>> {
-    let parts = build::parts(&options.slots, drift, &project.declared_names());
+    let parts = build::parts(&options.slots, drift);
     let slices = state.slices();
     let interrupted = std::fs::read_dir(&slices)
         .with_context(|| format!("failed to read {}", slices.display()))?
