@@ -75,6 +75,17 @@ pub fn write<T: Integer>(n: &str, mut value: T) -> bool {
     rc == 0
 }
 
+/// Refreshes the snapshot every `stats.*` read gives (`epoch`).
+pub fn refresh_stats() {
+    write("epoch", 1u64);
+}
+
+/// `stats.arenas.<all>.<stat>`: the figure of every arena together, as of
+/// the last [`refresh_stats`].
+pub fn all_arenas<T: Integer>(stat: &str) -> Option<T> {
+    read(&format!("stats.arenas.{ARENAS_ALL}.{stat}"))
+}
+
 /// `tcache.flush`, `tcache.destroy`: a write-only `unsigned`.
 pub fn write_unsigned(n: &str, value: u32) -> bool {
     write(n, value)

@@ -144,10 +144,8 @@ impl Extras for Jemalloc {
     /// `.pmuzzy`, after an `epoch` refresh): freed pages not yet given
     /// back, which `arena.<all>.purge` purges ("all unused dirty pages").
     fn free_pages_kept(&self) -> Option<usize> {
-        ctl::write("epoch", 1u64);
-        let all =
-            |stat: &str| ctl::read::<usize>(&format!("stats.arenas.{}.{stat}", ctl::ARENAS_ALL));
-        let pages = all("pdirty")? + all("pmuzzy")?;
+        ctl::refresh_stats();
+        let pages = ctl::all_arenas::<usize>("pdirty")? + ctl::all_arenas::<usize>("pmuzzy")?;
         Some(pages * ctl::read::<usize>("arenas.page")?)
     }
 }

@@ -175,12 +175,11 @@ impl Allocator for Jemalloc {
     /// flushed). Each thread's cache is an allocation of its own, so the
     /// threads jemalloc serves are counted too.
     fn bytes_in_use(&self) -> Option<InUse> {
-        ctl::write("epoch", 1u64);
-        let all = |stat: &str| format!("stats.arenas.{}.{stat}", ctl::ARENAS_ALL);
+        ctl::refresh_stats();
         let allocated = ctl::read::<usize>("stats.allocated")?;
         Some(InUse {
-            bytes: allocated.checked_sub(ctl::read::<usize>(&all("tcache_bytes"))?)?,
-            threads: ctl::read_unsigned(&all("nthreads"))?,
+            bytes: allocated.checked_sub(ctl::all_arenas::<usize>("tcache_bytes")?)?,
+            threads: ctl::all_arenas::<u32>("nthreads")?,
         })
     }
 
@@ -190,7 +189,7 @@ impl Allocator for Jemalloc {
     /// decay, so a free shows in `allocated` at once and in `resident`
     /// later. A statistic jemalloc refuses is left out.
     fn memory_figures(&self) -> Vec<(&'static str, u64)> {
-        ctl::write("epoch", 1u64);
+        ctl::refresh_stats();
         FIGURES
             .into_iter()
             .filter_map(|(figure, stat)| ctl::read::<usize>(stat).map(|v| (figure, v as u64)))
