@@ -71,7 +71,7 @@ test: setup-test
     cargo clippy --release --workspace --all-targets -- -D warnings
     cargo test --release --workspace --exclude shadow
     cargo test --release -p shadow
-    cargo test --release -p shadow --features mimalloc-secure --test clean mimalloc
+    cargo test --release -p shadow --features mimalloc-secure --test clean --test hardening mimalloc
     cargo test --release -p shadow --features mimalloc-debug --test clean --test mimalloc_debug mimalloc
     cargo test --release -p shadow --no-default-features --features jemalloc,mimalloc-v3 --test clean --test mimalloc_v3 mimalloc
     {{allocsoak}} instrumentation

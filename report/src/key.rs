@@ -23,9 +23,11 @@ pub const REFERENCE: &str = " [reference allocator ";
 /// a request that had to fail and did not, capacity lost at a program's
 /// end, a remote free that never came back, bytes the allocator still
 /// counts in use once everything was freed: every block stays where it
-/// was, a lost one is only leaked; a forked child's failure, in the child): a fuzz process goes on past them, filed or not, so a replay of
+/// was, a lost one is only leaked; a forked child's failure, or a heap
+/// corruption a hardened allocator did not stop, in a child): a fuzz
+/// process goes on past them, filed or not, so a replay of
 /// what it found after one must go on past them too ([`sound_patterns`]).
-pub const SOUND_KINDS: [&str; 12] = [
+pub const SOUND_KINDS: [&str; 13] = [
     "alignment",
     "usable-size",
     "good-size",
@@ -38,6 +40,7 @@ pub const SOUND_KINDS: [&str; 12] = [
     "kept-bytes",
     "purge-kept",
     "fork",
+    "hardening",
 ];
 
 /// How a sanitizer report's tolerance key starts (`asan: <title>`,

@@ -171,8 +171,12 @@ fn runs_on_both(ex: &Executor, op: &Op, a: &dyn Allocator, b: &dyn Allocator) ->
         return false;
     }
     // A process has one hook and one OS layer per allocator, and the
-    // reference may be the same library as the allocator under test.
-    if matches!(op, Op::HookFree { .. } | Op::OsFail { .. }) {
+    // reference may be the same library as the allocator under test; an
+    // attack is made in a child, on the allocator under test alone.
+    if matches!(
+        op,
+        Op::HookFree { .. } | Op::OsFail { .. } | Op::Attack { .. }
+    ) {
         return false;
     }
     let reallocs_to_zero = match *op {

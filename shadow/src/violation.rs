@@ -193,6 +193,16 @@ pub enum Violation {
     /// broke, the allocator panicked, a signal ended it). The parent's
     /// heap is as it was.
     Fork { size: usize, how: String },
+    /// A heap corruption the allocator promises to stop
+    /// ([`crate::allocator::Allocator::stops`]), made on blocks of `size`
+    /// in a forked child, was not (`how`: the allocator returned from it,
+    /// or handed out the memory a freed block was made to point to). The
+    /// parent's heap is as it was.
+    Hardening {
+        attack: crate::allocator::Attack,
+        size: usize,
+        how: &'static str,
+    },
 }
 
 /// The `why` of a usable size larger than the block.
@@ -237,6 +247,7 @@ impl Violation {
             Violation::PurgeKept { .. } => "purge-kept",
             Violation::RemoteFreeLost { .. } => "remote-free-lost",
             Violation::Fork { .. } => "fork",
+            Violation::Hardening { .. } => "hardening",
             Violation::Leak { .. } => "leak",
         }
     }
@@ -510,6 +521,9 @@ impl fmt::Display for Violation {
                 f,
                 "a child forked while other threads were in the allocator {how}, at its own blocks of size {size}"
             ),
+            Violation::Hardening { attack, size, how } => {
+                write!(f, "{attack} at blocks of size {size}: {how}")
+            }
             Violation::Leak { ptr, size, call } => write!(
                 f,
                 "block {ptr:#x} (size {size}) given back to {call} was never freed, and nothing points to it"

@@ -260,10 +260,17 @@ pub enum Bug {
     /// large octave reaches it, as every edge a program names up there is
     /// within 1 of such a multiple.
     LargeInteriorSpan,
+    /// 129..=160-byte frees wait in a cache in front of glibc that caches
+    /// a block freed twice twice: the double free glibc stops, it lets by.
+    CacheMissesDoubleFree,
+    /// 161..=192-byte frees wait in a cache in front of glibc whose links
+    /// are plain pointers: a pointer written into a freed block is handed
+    /// out.
+    CacheRawLinks,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 59] = [
+    pub const ALL: [Bug; 61] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -323,6 +330,8 @@ impl Bug {
         Bug::HugeCrossShort,
         Bug::DroppedRemoteFree,
         Bug::LargeInteriorSpan,
+        Bug::CacheMissesDoubleFree,
+        Bug::CacheRawLinks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -382,6 +391,8 @@ impl Bug {
             Bug::AlignIgnored => "align-ignored",
             Bug::XthreadZeroedLink => "xthread-zeroed-link",
             Bug::DroppedRemoteFree => "dropped-remote-free",
+            Bug::CacheMissesDoubleFree => "cache-misses-double-free",
+            Bug::CacheRawLinks => "cache-raw-links",
             Bug::LargeInteriorSpan => "large-interior-span",
             Bug::SlackFooter => "slack-footer",
             Bug::HugeReallocMisaligns => "huge-realloc-misaligns",
@@ -410,6 +421,7 @@ impl Bug {
             | Bug::PurgeIgnoresDelay
             | Bug::OsFailLeaks => "jemalloc",
             Bug::SplitNeverMerged => "mimalloc",
+            Bug::CacheMissesDoubleFree | Bug::CacheRawLinks => "glibc",
             _ => "system",
         }
     }
@@ -502,6 +514,7 @@ impl Bug {
             Bug::PurgeIgnoresDelay => &["purge-kept"],
             Bug::HookReentryReissue => &["overlap"],
             Bug::CapacityLeak => &["capacity-leak"],
+            Bug::CacheMissesDoubleFree | Bug::CacheRawLinks => &["hardening"],
             Bug::DroppedRemoteFree | Bug::OsFailLeaks => &["kept-bytes"],
             // The child hangs on the lock, and is killed.
             Bug::ForkHeldLock => &["fork"],

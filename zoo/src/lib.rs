@@ -23,6 +23,7 @@ mod alloc_inner;
 mod bug;
 mod exit_reclaim;
 mod extras;
+mod front_cache;
 mod heaps;
 mod hook;
 mod huge_realloc;
@@ -41,6 +42,7 @@ pub use bug::{default_base, parse_bugs, Bug};
 pub use name::{register, split_spec};
 
 use exit_reclaim::ExitCaches;
+use front_cache::FrontCaches;
 use heaps::ZooHeaps;
 use hook::ZooHook;
 use racy_list::RacyList;
@@ -136,6 +138,8 @@ pub struct Zoo {
     /// The thread that made the zoo (`XthreadZeroedLink` spares it).
     home: u64,
     hook: ZooHook,
+    /// `CacheMissesDoubleFree`'s and `CacheRawLinks`' caches.
+    front: FrontCaches,
 }
 
 impl Zoo {
@@ -163,6 +167,7 @@ impl Zoo {
             remote_frees: AtomicU64::new(0),
             splinters: Splinters::new(),
             home: thread_slot::token(),
+            front: FrontCaches::new(),
         })
     }
 
@@ -215,6 +220,7 @@ impl Zoo {
             || self.is_stale_block(p)
             || self.is_shifted(p)
             || self.splinters.holds(p)
+            || self.front(size, align).is_some()
     }
 
     fn is_shifted(&self, p: *mut u8) -> bool {
@@ -388,6 +394,15 @@ impl Allocator for Zoo {
         if self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN && self.keep_large(p, size) {
             return;
         }
+        if let Some(cache) = self.front(size, align) {
+            // SAFETY: `p` is a block of the class (this fn's contract), which `alloc` took
+            // from the base for the cache.
+            if unsafe { cache.free(self.base, p) } {
+                return;
+            }
+            // SAFETY: as above; the cache is full, so the base takes it back.
+            return unsafe { self.base.free(p, *cache.class_end(), 16) };
+        }
         if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
             let mut st = self.state();
             if !st.cached_48.contains(&(p as usize)) {
@@ -461,6 +476,12 @@ impl Allocator for Zoo {
         self.bugs == [Bug::ForkHeldLock] && self.base.fork_safe()
     }
 
+    /// The base's: the front caches keep all of its promises but the one
+    /// each breaks.
+    fn stops(&self) -> &'static [shadow::allocator::Attack] {
+        self.base.stops()
+    }
+
     fn max_align(&self) -> usize {
         self.base.max_align()
     }
@@ -501,6 +522,9 @@ impl Allocator for Zoo {
         drop(st);
         self.exits.drain();
         self.stale.drain();
+        // SAFETY: the program has freed everything; a cache holds each block once (a double
+        // free, cached twice, is only ever made in an attack's child).
+        unsafe { self.drain_front() };
         self.hook.drain(self.base);
         // SAFETY: the program has freed everything, so each block kept here is one the zoo took
         // from `base`, that nobody holds, listed once (the racy list is deduplicated, `cached_48`

@@ -19,6 +19,8 @@ pub struct GlobalAllocAdapter<A: 'static> {
     max_align: usize,
     single_threaded: bool,
     fork_safe: bool,
+    /// The heap corruptions it stops ([`Allocator::stops`]).
+    stops: &'static [super::Attack],
     /// The crate's own usable size of a block ([`Self::with_usable_size`]).
     usable: Option<fn(&'static A, *mut u8) -> usize>,
 }
@@ -40,6 +42,7 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
             max_align: crate::edges::MAX_ALIGN,
             single_threaded: false,
             fork_safe: false,
+            stops: &[],
             usable: None,
         }
     }
@@ -115,6 +118,10 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
         self.fork_safe
     }
 
+    fn stops(&self) -> &'static [super::Attack] {
+        self.stops
+    }
+
     fn arena(&self) -> Option<super::Arena> {
         self.arena_size
             .map(|size| super::Arena { size, free: None })
@@ -149,6 +156,12 @@ impl<A: 'static> GlobalAllocAdapter<A> {
     /// allocate (see [`Allocator::fork_safe`]).
     pub fn with_fork_safe(mut self) -> Self {
         self.fork_safe = true;
+        self
+    }
+
+    /// Declares the heap corruptions it stops (see [`Allocator::stops`]).
+    pub fn with_stops(mut self, stops: &'static [super::Attack]) -> Self {
+        self.stops = stops;
         self
     }
 

@@ -12,6 +12,7 @@ mod arena;
 mod dylib;
 mod extras;
 mod global;
+mod hardening;
 mod heaps;
 #[cfg(feature = "jemalloc")]
 mod jemalloc;
@@ -25,6 +26,7 @@ pub use arena::FixedArena;
 pub use dylib::{split_spec as split_dylib_spec, CFunctions, CHeapApi, Dylib, HeapCheckReturns};
 pub use extras::{Extras, GoodSize, Hook, HookCell, InPlace, PurgeDelay, ZeroedFrom};
 pub use global::GlobalAllocAdapter;
+pub use hardening::Attack;
 pub use heaps::EmulatedHeaps;
 pub use names::{
     bundled_names, by_name, check_name, declare, declare_library, declare_zoo, declared_names,
@@ -192,6 +194,13 @@ pub trait Allocator: Send + Sync {
     /// plain locks make none), so `race-fork` skips it.
     fn fork_safe(&self) -> bool {
         false
+    }
+
+    /// The heap corruptions the allocator promises to stop ([`Attack`]):
+    /// the `attack` op makes each in a forked child and holds it to that.
+    /// Default: none (an allocator that is not hardened may do anything).
+    fn stops(&self) -> &'static [Attack] {
+        &[]
     }
 
     fn remote_reuse(&self, _size: usize, _align: usize) -> Option<usize> {

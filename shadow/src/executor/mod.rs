@@ -8,9 +8,11 @@ use crate::tolerance;
 use crate::violation::{Site, Violation};
 
 mod arena;
+mod attack;
 mod blocks;
 mod calls;
 mod checks;
+mod child;
 mod claims;
 mod contention;
 mod heap_table;
@@ -138,7 +140,7 @@ pub struct Executor {
     os: OsWindow,
     /// Huge requests made so far.
     huge: HugeBudget,
-    /// A `race-fork` has forked (one a program does).
+    /// A `race-fork` or an `attack` has forked (one a program does).
     forked: bool,
     /// A `purge` ran: the program's end checks its live blocks' pages.
     purged: bool,
@@ -371,6 +373,7 @@ impl Executor {
             }),
             Op::ReallocNull { size } => self.realloc_null(size),
             Op::FreeNull => self.free_null(),
+            Op::Attack { attack, size } => self.attack(attack, size),
             Op::Purge { delay, force } => self.purge(delay, force),
             Op::OsFail { ops } => self.os_fail(ops),
             Op::HookFree { slot: s } => {

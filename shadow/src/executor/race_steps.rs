@@ -4,7 +4,7 @@
 //! on the main thread ([`super::race_ops`]).
 
 use super::claims::Claims;
-use super::race::{Done, ForkEnd, Inside, Step, FORK_BLOCKS, FORK_PATIENCE};
+use super::race::{Done, ForkEnd, Inside, Step, FORK_BLOCKS};
 use super::slack::fill_slack;
 use crate::allocator::{Allocator, Heaps, InPlace};
 use crate::guard;
@@ -248,7 +248,7 @@ impl On<'_> {
 
     /// A fork step: the child makes its calls and exits
     /// ([`in_forked_child`]); this worker waits for it, and kills it once
-    /// it has waited [`FORK_PATIENCE`].
+    /// it has waited [`super::race::FORK_PATIENCE`].
     unsafe fn fork(&self, size: usize, align: usize, seed: u64) -> Done {
         // SAFETY: `fork` takes no pointer; the child runs only what the
         // next block says.
@@ -263,47 +263,7 @@ impl On<'_> {
             0 => unsafe { in_forked_child(self.alloc, size, align, seed) },
             _ => {}
         }
-        let deadline = std::time::Instant::now() + FORK_PATIENCE;
-        let mut status = 0;
-        loop {
-            // SAFETY: waits for this step's own child, without blocking.
-            let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if done == pid {
-                break;
-            }
-            if done < 0 {
-                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                // Reaped by someone else: its end is not known here.
-                return Done::Forked(ForkEnd::Refused);
-            }
-            if std::time::Instant::now() >= deadline {
-                // SAFETY: the child is this step's, not yet reaped.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                    libc::waitpid(pid, &mut status, 0);
-                }
-                return Done::Forked(ForkEnd::Hung);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let end = match (libc::WIFEXITED(status), libc::WIFSIGNALED(status)) {
-            (true, _) if libc::WEXITSTATUS(status) == 0 => ForkEnd::Clean,
-            (true, _) => ForkEnd::Failed {
-                code: Some(libc::WEXITSTATUS(status)),
-                signal: None,
-            },
-            (_, true) => ForkEnd::Failed {
-                code: None,
-                signal: Some(libc::WTERMSIG(status)),
-            },
-            _ => ForkEnd::Failed {
-                code: None,
-                signal: None,
-            },
-        };
-        Done::Forked(end)
+        Done::Forked(super::child::wait_for(pid))
     }
 }
 
@@ -320,17 +280,9 @@ unsafe fn in_forked_child(
     align: usize,
     seed: u64,
 ) -> ! {
-    // The child says nothing (a sanitizer's report, a panic's message):
-    // the parent's `fork` finding is what the log holds.
-    // SAFETY: opens a NUL-terminated path and moves the descriptor onto
-    // the standard ones, this process's own.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
-        if null >= 0 {
-            libc::dup2(null, 1);
-            libc::dup2(null, 2);
-        }
-    }
+    // SAFETY: this is a forked child (the caller's contract), which
+    // leaves by `_exit` below.
+    unsafe { super::child::quiet() };
     let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut ptrs = [std::ptr::null_mut::<u8>(); FORK_BLOCKS];
         for (i, p) in ptrs.iter_mut().enumerate() {

@@ -7,7 +7,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 
-use super::{BulkOrder, Op, PurgeDelay, Target, NEWEST};
+use super::{Attack, BulkOrder, Op, PurgeDelay, Target, NEWEST};
 use crate::edges::{bulk_count, size_align, ArbAlign, ArbCount, ArbNewSize, ArbSize, History};
 
 /// The next op of a `target` program, lowered; an error when the bytes
@@ -56,11 +56,18 @@ enum ArbMoreOp {
     FreeSized(u8),
     ReallocPlain(u8, ArbNewSize),
     ReallocNull(ArbSize),
-    FreeNull,
+    /// An `attack` when its first byte is below [`ATTACK_BELOW`], else a
+    /// `free(NULL)`: an attack costs a fork.
+    FreeNull(u8, u8, ArbSize),
     Purge(u8, bool),
     HookFree(u8),
     OsFail(u8),
 }
+
+/// Of `ArbMoreOp::FreeNull`'s draws, those whose gate byte is below this
+/// attack (1 in 64): each forks a child (about 9 ms under ASan), once a
+/// program, where the allocator promises to stop it.
+const ATTACK_BELOW: u8 = 4;
 
 /// Extra bytes an in-place resize asks for on top.
 const EXTRAS: [usize; 5] = [0, 1, 16, 4096, 64 << 10];
@@ -218,7 +225,11 @@ impl ArbMoreOp {
             ArbMoreOp::ReallocNull(size) => Op::ReallocNull {
                 size: size.resolve(h),
             },
-            ArbMoreOp::FreeNull => Op::FreeNull,
+            ArbMoreOp::FreeNull(gate, attack, size) if gate < ATTACK_BELOW => Op::Attack {
+                attack: Attack::ALL[usize::from(attack) % Attack::ALL.len()],
+                size: size.resolve(h),
+            },
+            ArbMoreOp::FreeNull(..) => Op::FreeNull,
             ArbMoreOp::HookFree(slot) => Op::HookFree {
                 slot: slot_of(slot),
             },

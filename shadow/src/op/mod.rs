@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use arbitrary::{Arbitrary, Unstructured};
 
-pub use crate::allocator::PurgeDelay;
+pub use crate::allocator::{Attack, PurgeDelay};
 use crate::edges::History;
 pub use crate::edges::NewSize;
 
@@ -145,6 +145,13 @@ pub enum Op {
     },
     /// `free(NULL)`, which does nothing.
     FreeNull,
+    /// A heap corruption the allocator promises to stop
+    /// ([`crate::allocator::Allocator::stops`]), made on blocks of `size`
+    /// in a forked child: the program's own heap is not touched.
+    Attack {
+        attack: Attack,
+        size: usize,
+    },
     /// The allocator's OS layer refuses every request for memory during
     /// the next `ops` ops ([`crate::allocator::Extras::fail_os`]): what it
     /// cannot serve from what it holds fails cleanly, and nothing else

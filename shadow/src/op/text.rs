@@ -99,6 +99,7 @@ impl fmt::Display for Op {
             ),
             Op::ReallocNull { size } => write!(f, "realloc-null size={size}"),
             Op::FreeNull => write!(f, "free-null"),
+            Op::Attack { attack, size } => write!(f, "attack kind={attack} size={size}"),
             Op::HookFree { slot } => write!(f, "hook-free slot={}", SlotText(*slot)),
             Op::OsFail { ops } => write!(f, "os-fail ops={ops}"),
             Op::Purge { delay, force } => write!(
@@ -388,6 +389,10 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
         },
         "realloc-null" => Op::ReallocNull { size: num("size")? },
         "free-null" => Op::FreeNull,
+        "attack" => Op::Attack {
+            attack: fields.get("kind").ok_or("missing `kind=`")?.parse()?,
+            size: num("size")?,
+        },
         "hook-free" => Op::HookFree { slot: slot()? },
         "os-fail" => Op::OsFail { ops: num("ops")? },
         "purge" => Op::Purge {

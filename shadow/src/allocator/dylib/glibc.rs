@@ -10,12 +10,21 @@ use std::ffi::{c_void, CStr};
 use std::sync::OnceLock;
 
 use super::{own_symbol, Dylib};
+use crate::allocator::Attack;
 
 /// glibc's `mallinfo2`, as libc.so.6 defines it (ASan's interposer
 /// would answer for its own heap).
 type Mallinfo2 = unsafe extern "C" fn() -> libc::mallinfo2;
 
 static MALLINFO2: OnceLock<Mallinfo2> = OnceLock::new();
+
+/// What glibc's malloc stops: a double free (its tcache's key, 2.29 on;
+/// its fastbin's and bins' checks past a full tcache), a free of memory
+/// it never handed out whose header reads zero (`free(): invalid
+/// pointer`), and a freed block's link overwritten (safe-linking, 2.32
+/// on, turns the written pointer into another, often misaligned one,
+/// `malloc(): unaligned tcache chunk detected`).
+const STOPS: [Attack; 3] = [Attack::DoubleFree, Attack::ForeignFree, Attack::FreedWrite];
 
 /// libc.so.6 as glibc's malloc, with its arena walk as the heap check.
 pub fn open() -> Result<Dylib, String> {
@@ -27,7 +36,7 @@ pub fn open() -> Result<Dylib, String> {
     let walk = unsafe { own_symbol::<Mallinfo2>(lib, own, "", "mallinfo2") }
         .ok_or_else(|| format!("`{path}` has no mallinfo2 (glibc 2.33 or later has)"))?;
     MALLINFO2.get_or_init(|| walk);
-    let mut glibc = glibc.with_fork_safe();
+    let mut glibc = glibc.with_fork_safe().with_stops(&STOPS);
     glibc.more.heap_check = Some(walk_arenas);
     serves_from_its_arenas(&glibc, walk)?;
     Ok(glibc)

@@ -80,6 +80,8 @@ struct Properties {
     /// Whether a child forked from a busy process can allocate
     /// ([`Allocator::fork_safe`]).
     fork_safe: bool,
+    /// The heap corruptions it stops ([`Allocator::stops`]).
+    stops: &'static [super::Attack],
     /// The largest request whose usable size `good_size` gives exactly
     /// (0: none; above it, at least the request).
     good_size_exact_up_to: usize,
@@ -367,6 +369,12 @@ impl Dylib {
         self
     }
 
+    /// Declares the heap corruptions it stops (see [`Allocator::stops`]).
+    pub fn with_stops(mut self, stops: &'static [super::Attack]) -> Self {
+        self.properties.stops = stops;
+        self
+    }
+
     /// Declares it single-threaded (see [`Allocator::single_threaded`]).
     pub fn with_single_thread(mut self) -> Self {
         self.properties.single_threaded = true;
@@ -493,6 +501,10 @@ impl Allocator for Dylib {
 
     fn fork_safe(&self) -> bool {
         self.properties.fork_safe
+    }
+
+    fn stops(&self) -> &'static [super::Attack] {
+        self.properties.stops
     }
 
     fn size_classes(&self) -> Option<&'static str> {

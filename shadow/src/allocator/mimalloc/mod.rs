@@ -98,6 +98,20 @@ impl Allocator for Mimalloc {
         true
     }
 
+    /// The secure build's checks (`MI_SECURE=4`): a double free is found
+    /// in the page's free lists, a free outside its segments by their
+    /// cookies, and a freed block's overwritten link by its encoding
+    /// (`corrupted free list entry`), each an error through
+    /// `mi_register_error`, which [`Allocator::take_error`] takes. The
+    /// other builds promise none.
+    fn stops(&self) -> &'static [crate::allocator::Attack] {
+        if cfg!(feature = "mimalloc-secure") {
+            &crate::allocator::Attack::ALL
+        } else {
+            &[]
+        }
+    }
+
     fn name(&self) -> &str {
         NAME
     }

@@ -1,0 +1,61 @@
+//! The heap corruptions a hardened allocator promises to stop
+//! ([`super::Allocator::stops`]), as the allocators' own death tests
+//! require of their hardened builds (Scudo's `DeathCombined`, snmalloc's
+//! `corruption_detection`, jemalloc's `double_free` and `safety_check`):
+//! a clean return from one is the failure. The `attack` op makes one in a
+//! forked child (`executor/attack.rs`), so the program's heap is never
+//! touched.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One heap corruption, made right after the child has taken a few blocks
+/// of its size (a thread cache's worth, so the free goes where the
+/// allocator keeps blocks of that size, not past a full cache).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Attack {
+    /// A block freed, then freed again. Stopped: the process ends (a
+    /// signal, an abort, an exit) or the allocator reports an error
+    /// ([`super::Allocator::take_error`]).
+    DoubleFree,
+    /// A free of a pointer into zeroed memory the allocator never handed
+    /// out (a mapping of the child's own). Stopped as a double free is.
+    ForeignFree,
+    /// A use after free: the first words of a freed block (the newest of
+    /// two freed) overwritten with a pointer into memory the allocator
+    /// never handed out, as ArcHeap's write-after-free does. The allocator
+    /// may go on, but must never hand that memory out (the attack
+    /// outcome ArcHeap calls an arbitrary chunk).
+    FreedWrite,
+}
+
+impl Attack {
+    pub const ALL: [Attack; 3] = [Attack::DoubleFree, Attack::ForeignFree, Attack::FreedWrite];
+
+    /// The name programs and configs use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Attack::DoubleFree => "double-free",
+            Attack::ForeignFree => "foreign-free",
+            Attack::FreedWrite => "freed-write",
+        }
+    }
+}
+
+impl fmt::Display for Attack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Attack {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Attack, String> {
+        Attack::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                format!("unknown attack `{s}`; expected double-free, foreign-free or freed-write")
+            })
+    }
+}

@@ -1,0 +1,94 @@
+//! A child the executor forks (a `race-fork`'s, an `attack`'s): how it
+//! starts, and how its parent waits for it.
+
+use super::race::{ForkEnd, FORK_PATIENCE};
+
+/// In a child: says nothing (a sanitizer's report, a panic's message, an
+/// allocator's abort message): the parent's finding is what the log holds.
+///
+/// # Safety
+/// Only in a forked child, which leaves by `_exit`.
+pub(super) unsafe fn quiet() {
+    // SAFETY: opens a NUL-terminated path and moves the descriptor onto
+    // the standard ones, this process's own.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+        if null >= 0 {
+            libc::dup2(null, 1);
+            libc::dup2(null, 2);
+        }
+    }
+}
+
+/// In a child: a deadly signal ends it at once, with no handler of the
+/// parent's (libFuzzer's would save the parent's input as a crash, a
+/// sanitizer's would report it) and no core file.
+///
+/// # Safety
+/// Only in a forked child, which leaves by `_exit` or a signal.
+pub(super) unsafe fn die_plainly() {
+    let none = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `none` is a valid limit; the signals are valid ones, and
+    // the default action takes no handler.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+        for signal in [
+            libc::SIGABRT,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+        ] {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+}
+
+/// Waits for child `pid` to end, and kills it once it has waited
+/// [`FORK_PATIENCE`].
+pub(super) fn wait_for(pid: libc::pid_t) -> ForkEnd {
+    let deadline = std::time::Instant::now() + FORK_PATIENCE;
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for the caller's own child, without blocking.
+        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if done == pid {
+            break;
+        }
+        if done < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            // Reaped by someone else: its end is not known here.
+            return ForkEnd::Refused;
+        }
+        if std::time::Instant::now() >= deadline {
+            // SAFETY: the child is the caller's, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return ForkEnd::Hung;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    match (libc::WIFEXITED(status), libc::WIFSIGNALED(status)) {
+        (true, _) if libc::WEXITSTATUS(status) == 0 => ForkEnd::Clean,
+        (true, _) => ForkEnd::Failed {
+            code: Some(libc::WEXITSTATUS(status)),
+            signal: None,
+        },
+        (_, true) => ForkEnd::Failed {
+            code: None,
+            signal: Some(libc::WTERMSIG(status)),
+        },
+        _ => ForkEnd::Failed {
+            code: None,
+            signal: None,
+        },
+    }
+}

@@ -1,0 +1,191 @@
+//! `CacheMissesDoubleFree`, `CacheRawLinks`: a cache of the zoo's own in
+//! front of a hardened base (glibc), for one class each. Freed blocks of
+//! the class wait in it, linked through their first word, and are handed
+//! out again before the base is asked, as a thread cache does. Each cache
+//! keeps all but one of the base's promises ([`Allocator::stops`]): a free
+//! of a block the base says is not in use stops the process, and
+//!
+//! - `CacheMissesDoubleFree`'s links are protected (the link's own
+//!   address and a secret mixed in, as glibc's safe-linking does), but a
+//!   block freed twice is cached twice, as glibc's tcache did before 2.29;
+//! - `CacheRawLinks` walks its list for a block freed twice, but keeps its
+//!   links as plain pointers, so a pointer written into a freed block is
+//!   the next block it hands out.
+
+use std::ops::RangeInclusive;
+use std::sync::Mutex;
+
+use shadow::allocator::Allocator;
+
+use super::{Bug, Zoo};
+
+/// The classes, each taken from the base as its largest size, 16-aligned.
+pub(super) const MISSES_DOUBLE_FREE: RangeInclusive<usize> = 129..=160;
+pub(super) const RAW_LINKS: RangeInclusive<usize> = 161..=192;
+/// Blocks a cache holds; a free past it goes to the base.
+const CAP: usize = 64;
+/// What a protected link is mixed with.
+const SECRET: usize = 0x5a5a_1234_9876_a5a5;
+
+/// One class's cache.
+pub(super) struct FrontCache {
+    class: RangeInclusive<usize>,
+    /// Whether links are stored protected (else a double free is looked
+    /// for instead).
+    protected: bool,
+    /// The newest cached block (0: none), and how many are cached.
+    head: Mutex<(usize, usize)>,
+}
+
+impl FrontCache {
+    pub(super) fn new(class: RangeInclusive<usize>, protected: bool) -> FrontCache {
+        FrontCache {
+            class,
+            protected,
+            head: Mutex::new((0, 0)),
+        }
+    }
+
+    /// The class's largest size: what its blocks are taken from the base as.
+    pub(super) fn class_end(&self) -> &usize {
+        self.class.end()
+    }
+
+    /// Whether the cache serves requests of `size` and `align`.
+    pub(super) fn serves(&self, size: usize, align: usize) -> bool {
+        align <= 16 && self.class.contains(&size)
+    }
+
+    fn link(&self, at: usize, next: usize) -> usize {
+        match self.protected {
+            true => next ^ (at >> 12) ^ SECRET,
+            false => next,
+        }
+    }
+
+    /// A cached block, or a new one from `base`.
+    ///
+    /// # Safety
+    /// `base` is the allocator the cache's blocks came from.
+    pub(super) unsafe fn alloc(&self, base: &dyn Allocator, zeroed: bool) -> *mut u8 {
+        let mut head = self.head.lock().unwrap_or_else(|e| e.into_inner());
+        let p = head.0;
+        if p == 0 {
+            drop(head);
+            // SAFETY: align 16 is a power of two within every allocator's max_align.
+            return unsafe { base.alloc(*self.class.end(), 16, zeroed) };
+        }
+        // SAFETY: `p` is a cached block of the class (at least 129 bytes),
+        // whose first word `free` wrote.
+        let next = self.link(p, unsafe { *(p as *const usize) });
+        *head = (next, head.1.saturating_sub(1));
+        drop(head);
+        if zeroed {
+            // SAFETY: `p` is a block of `*self.class.end()` bytes, no one else's now.
+            unsafe { std::ptr::write_bytes(p as *mut u8, 0, *self.class.end()) };
+        }
+        p as *mut u8
+    }
+
+    /// Caches `p`, a block of the class; `false` when the cache is full
+    /// (the caller gives it to the base).
+    ///
+    /// # Safety
+    /// `base` is the allocator the cache's blocks came from; `p` is a
+    /// block of the class the program frees (or, in an attack's child, a
+    /// pointer it claims is one).
+    pub(super) unsafe fn free(&self, base: &dyn Allocator, p: *mut u8) -> bool {
+        let size = *self.class.end();
+        // SAFETY: the base's own check of a pointer it is asked about (glibc's
+        // reads the chunk's header, which reads zero for memory it never
+        // handed out).
+        if unsafe { base.usable_size(p, size, 16) } < size {
+            std::process::abort();
+        }
+        let mut head = self.head.lock().unwrap_or_else(|e| e.into_inner());
+        if head.1 == CAP {
+            return false;
+        }
+        if !self.protected && self.holds(head.0, p as usize) {
+            std::process::abort();
+        }
+        // SAFETY: `p` is a block of at least 129 bytes no one holds now.
+        unsafe { *(p as *mut usize) = self.link(p as usize, head.0) };
+        *head = (p as usize, head.1 + 1);
+        true
+    }
+
+    /// Whether the list from `head` holds `p`.
+    fn holds(&self, mut at: usize, p: usize) -> bool {
+        while at != 0 {
+            if at == p {
+                return true;
+            }
+            // SAFETY: `at` is a cached block, whose first word `free` wrote.
+            at = self.link(at, unsafe { *(at as *const usize) });
+        }
+        false
+    }
+
+    /// Gives every cached block back to `base`.
+    ///
+    /// # Safety
+    /// `base` is the allocator the cache's blocks came from, and no block
+    /// is in the cache twice.
+    pub(super) unsafe fn drain(&self, base: &dyn Allocator) {
+        let mut head = self.head.lock().unwrap_or_else(|e| e.into_inner());
+        let mut at = head.0;
+        *head = (0, 0);
+        while at != 0 {
+            // SAFETY: `at` is a cached block, whose first word `free` wrote,
+            // given back once.
+            unsafe {
+                let next = self.link(at, *(at as *const usize));
+                base.free(at as *mut u8, *self.class.end(), 16);
+                at = next;
+            }
+        }
+    }
+}
+
+/// Both bugs' caches.
+pub(super) struct FrontCaches {
+    misses_double_free: FrontCache,
+    raw_links: FrontCache,
+}
+
+impl FrontCaches {
+    pub(super) fn new() -> FrontCaches {
+        FrontCaches {
+            misses_double_free: FrontCache::new(MISSES_DOUBLE_FREE, true),
+            raw_links: FrontCache::new(RAW_LINKS, false),
+        }
+    }
+}
+
+impl Zoo {
+    /// The planted cache that serves `size` and `align`, if any.
+    pub(super) fn front(&self, size: usize, align: usize) -> Option<&FrontCache> {
+        let caches = &self.front;
+        [
+            (Bug::CacheMissesDoubleFree, &caches.misses_double_free),
+            (Bug::CacheRawLinks, &caches.raw_links),
+        ]
+        .into_iter()
+        .find(|(bug, cache)| self.has(*bug) && cache.serves(size, align))
+        .map(|(_, cache)| cache)
+    }
+
+    /// Gives both caches' blocks back to the base.
+    ///
+    /// # Safety
+    /// The program has freed everything (no cached block is live), each
+    /// block once.
+    pub(super) unsafe fn drain_front(&self) {
+        // SAFETY: the caches' blocks came from `self.base` (the caller's contract for the rest).
+        unsafe {
+            self.front.misses_double_free.drain(self.base);
+            self.front.raw_links.drain(self.base);
+        }
+    }
+}
