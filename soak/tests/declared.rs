@@ -90,6 +90,8 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "planted-oversize",
             "--allocator",
             "planted-overlong",
+            "--allocator",
+            "tlsf-claims-hardened",
             "--secs",
             "60",
         ],
@@ -106,8 +108,9 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             .find(|(_, allocator, _)| allocator == name)
             .map(|(_, _, kind)| kind.as_str())
     };
-    assert_eq!(found_bugs.len(), 4, "{text}");
+    assert_eq!(found_bugs.len(), 5, "{text}");
     assert_eq!(kind_of("planted-buggy"), Some("realloc-prefix"), "{text}");
+    assert_eq!(kind_of("tlsf-claims-hardened"), Some("hardening"), "{text}");
     assert_eq!(kind_of("tinyc"), Some("zeroed"), "{text}");
     // The usable sizes the crate's `usable_size` and the slices claim:
     // the harness writes up to them, past the blocks, which ASan sees (or
@@ -205,7 +208,8 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         "clean allocators had findings:\n{text}"
     );
 
-    // Two releases of one crate, each its own code, side by side.
+    // Two releases of one crate, each its own code, side by side; and
+    // Scudo, held to the attacks it stops (the fixture says why alloc_ops).
     let (out, text) = with_config(
         &config,
         &[
@@ -216,14 +220,16 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "dlmalloc-0.1",
             "--allocator",
             "dlmalloc-0.2",
+            "--allocator",
+            "scudo",
             "--secs",
-            "3",
+            "6",
         ],
     );
     let clean = found(&text);
     assert!(
-        out.status.success() && clean.len() == 2 && clean.iter().all(|(_, _, f)| f == "none"),
-        "two releases of dlmalloc:\n{text}"
+        out.status.success() && clean.len() == 3 && clean.iter().all(|(_, _, f)| f == "none"),
+        "two releases of dlmalloc, and scudo:\n{text}"
     );
 
     // An allocator-api2 allocator whose slices are longer than asked (and

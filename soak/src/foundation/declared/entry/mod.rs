@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::Deserialize;
+use shadow::allocator::Attack;
 
 /// One `[[allocator]]` entry.
 #[derive(Clone, Debug, Deserialize)]
@@ -87,6 +88,12 @@ pub struct Declared {
     /// malloc in a threaded process's child).
     #[serde(default)]
     pub fork_safe: bool,
+    /// The heap corruptions the allocator stops by ending the process (an
+    /// abort, a panic, a signal), by their `attack` names (`double-free`,
+    /// `foreign-free`, `freed-write`): the `attack` op holds it to each
+    /// (docs/invariants.md). Default: none.
+    #[serde(default)]
+    pub stops: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -362,6 +369,14 @@ impl Declared {
         {
             return Err(bad("size_classes knows only \"mimalloc\""));
         }
+        if !self.stops.is_empty() && self.api == Api::AllocatorApi2 {
+            return Err(bad("`stops` is for a GlobalAlloc, C sources or a library: an allocator-api2 allocator's misuse is its caller's"));
+        }
+        for attack in &self.stops {
+            attack
+                .parse::<Attack>()
+                .map_err(|e| bad(&format!("stops: {e}")))?;
+        }
         match (self.threads, self.api) {
             (None, _) => {}
             (Some(1), Api::GlobalAlloc) => {}
@@ -487,6 +502,13 @@ impl Declared {
         }
         if self.fork_safe {
             properties.push_str(".with_fork_safe()");
+        }
+        if !self.stops.is_empty() {
+            let attacks: Vec<String> = (self.stops.iter())
+                .filter_map(|a| a.parse::<Attack>().ok())
+                .map(|a| format!("shadow::allocator::Attack::{a:?}"))
+                .collect();
+            properties.push_str(&format!(".with_stops(&[{}])", attacks.join(", ")));
         }
         let exact = (self.c.as_ref().and_then(|c| c.good_size_exact_up_to))
             .or(self.dylib.as_ref().and_then(|l| l.good_size_exact_up_to));

@@ -82,6 +82,21 @@ fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
         line.contains("|library| library.with_fork_safe())"),
         "{line}"
     );
+    let hardened = entry("stops = [\"double-free\", \"freed-write\"]\n[dylib]\npath = \"a.so\"\n");
+    hardened.check().unwrap();
+    let line = hardened.registration(Path::new("/r"));
+    assert!(
+        line.contains("|library| library.with_stops(&[shadow::allocator::Attack::DoubleFree, shadow::allocator::Attack::FreedWrite]))"),
+        "{line}"
+    );
+    let e = entry("stops = [\"overflow\"]\n[dylib]\npath = \"a.so\"\n")
+        .check()
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("stops: unknown attack `overflow`; expected double-free"),
+        "{e}"
+    );
     for (extra, says) in [
         (
             "[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n[dylib]\npath = \"a.so\"\n",
