@@ -23,12 +23,6 @@
 //!
 //! The `allocsoak` binary is a thin CLI over these.
 
-// The daemon's threads share the store and the state behind locks: a
-// guard made in an `if let` or `match` scrutinee lives to the end of the
-// block (edition 2021), and a call in it that takes the lock again hangs
-// the soak (an intake repeat once did).
-#![warn(clippy::significant_drop_in_scrutinee)]
-
 pub mod coverage;
 pub mod dash;
 pub mod engines;

@@ -155,7 +155,10 @@ impl Extras for Zoo {
     fn purge(&self, delay: PurgeDelay, force: bool) -> bool {
         let lazy = self.has(Bug::PurgeLazyFreesLive);
         if (lazy || self.has(Bug::PurgeDropsLive)) && delay == PurgeDelay::Immediate {
-            if let Some((p, size)) = self.state().last_large {
+            // The state lock is held over the planted bug on purpose: it
+            // keeps the block from being freed meanwhile.
+            let st = self.state();
+            if let Some((p, size)) = st.last_large {
                 let first = p.next_multiple_of(PAGE);
                 let end = (p + size) / PAGE * PAGE;
                 if end > first && lazy {
@@ -167,8 +170,8 @@ impl Extras for Zoo {
                     };
                 } else if end > first {
                     // SAFETY: `[first, end)` lies inside `last_large`, a live block of
-                    // `size` bytes (zeroing it is the planted bug); the state lock, held to
-                    // the end of this `if let`, keeps its free from racing this. Assumes
+                    // `size` bytes (zeroing it is the planted bug); the state lock, held in
+                    // `st`, keeps its free from racing this. Assumes
                     // every free or move of the block clears `last_large`: the
                     // `LargeReallocHole` realloc and `wrong_free`'s victim free skip
                     // `untrack_class`.

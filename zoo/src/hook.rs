@@ -73,7 +73,8 @@ impl ZooHook {
     /// A program's end: the cached block goes back to `base`, so each
     /// program starts with the cache empty.
     pub(super) fn drain(&self, base: &dyn Allocator) {
-        if let Some((p, size)) = self.lock().take() {
+        let cached = self.lock().take();
+        if let Some((p, size)) = cached {
             // SAFETY: the cached block is one `base` gave (through `keep`, a zoo free of a
             // block the zoo took from it) and nobody holds; it leaves the cache here, so it is
             // freed once, with the size it was last freed with (the base's `free` ignores it).

@@ -374,7 +374,8 @@ impl Allocator for Zoo {
         if self.has(Bug::LatentCorruption) && LATENT.contains(&size) {
             self.latent.store(FLUSH_QUEUED, Ordering::Relaxed);
         }
-        if let Some(base) = self.state().shifted.remove(&(p as usize)) {
+        let shifted = self.state().shifted.remove(&(p as usize));
+        if let Some(base) = shifted {
             // SAFETY: `base` is the block `shifted` took from the base for `p` (live, this fn's
             // contract), listed once; freed with `size`, not `size + offset`: assumes the base
             // ignores it.

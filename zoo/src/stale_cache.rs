@@ -190,7 +190,8 @@ impl StaleCaches {
         for cache in self.caches.iter() {
             *lock(cache) = Cache::default();
         }
-        for p in std::mem::take(&mut *lock(&self.taken)) {
+        let taken = std::mem::take(&mut *lock(&self.taken));
+        for p in taken {
             // SAFETY: every block taken came from the base with `BLOCK`
             // bytes and alignment 16, and the program has freed
             // everything: nobody holds it, and the set lists it once.

@@ -163,7 +163,8 @@ pub fn fork_for(program: &Program) {
 
 /// The parent's program ended: the child, unasked, exits.
 pub fn drop_child() {
-    if let Some(child) = lock().take() {
+    let child = lock().take();
+    if let Some(child) = child {
         reap(child.pid);
     }
 }

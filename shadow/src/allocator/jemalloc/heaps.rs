@@ -175,7 +175,8 @@ impl Book {
         if self.orphan_count.load(Relaxed) == 0 {
             return;
         }
-        for arena in std::mem::take(&mut *lock(&self.orphans)) {
+        let orphans = std::mem::take(&mut *lock(&self.orphans));
+        for arena in orphans {
             self.orphaned[arena as usize].store(false, Relaxed);
             self.orphan_count.fetch_sub(1, Relaxed);
             self.retire(arena);
