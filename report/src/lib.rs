@@ -34,6 +34,8 @@ pub mod record;
 mod signature;
 
 pub use frame::{declared_name, Frame};
-pub use parse::{reported_address, reported_region, HELD_BLOCK, ON_REFERENCE};
+pub use parse::{
+    reported_address, reported_region, HELD_BLOCK, ON_REFERENCE, REFERENCE_FRAME, REFERENCE_NAMED,
+};
 pub use record::{Ending, Record};
 pub use signature::{kind, stack, Signature, DEADLY};

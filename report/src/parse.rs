@@ -311,6 +311,35 @@ pub fn reference_side<'a>(after: &[&'a str]) -> Option<&'a str> {
         .and_then(|l| crate::key::reference_of(l))
 }
 
+/// The function `diff_mimalloc` runs each of its reference's ops in
+/// (`shadow::sanitizer::on_reference_side`): a stack that holds it is of
+/// a call the reference made.
+pub const REFERENCE_FRAME: &str = "on_reference_side";
+
+/// What a `diff_mimalloc` process prints once it has loaded its
+/// reference, before the reference's name.
+pub const REFERENCE_NAMED: &str = "allocsoak: diff_mimalloc's reference: ";
+
+/// The reference allocator a finding at `lines[at]` with no line of the
+/// harness's after it (a timeout, a leak) was raised on: the first stack
+/// after it (the hung call's, the leaked block's allocation) runs in
+/// [`REFERENCE_FRAME`], and the process named its reference before it
+/// ([`REFERENCE_NAMED`]).
+pub fn reference_in_stack<'a>(lines: &[&'a str], at: usize) -> Option<&'a str> {
+    let in_reference = first_stack(&lines[at..]).iter().any(|frame| {
+        frame.function == REFERENCE_FRAME
+            || (frame.function.strip_suffix(REFERENCE_FRAME)).is_some_and(|m| m.ends_with("::"))
+    });
+    if !in_reference {
+        return None;
+    }
+    lines[..at]
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix(REFERENCE_NAMED))
+        .map(str::trim)
+}
+
 /// The address a sanitizer report is about, from its ERROR line
 /// (`attempting double-free on 0x...`, `heap-use-after-free on address
 /// 0x...`, `... which is not owned: 0x...`).

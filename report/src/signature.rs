@@ -141,8 +141,9 @@ impl Signature {
     /// The signature of the first finding in `log`, or `None` when the log
     /// reports nothing ([`kind`] is `None` exactly then). `slot` is
     /// `target/allocator`: its allocator is the signature's (but for a
-    /// reference's violation), and the whole slot is the message of a
-    /// timeout or out-of-memory.
+    /// finding on the reference side of `diff_mimalloc`, which is the
+    /// reference's), and the whole slot is the message of a timeout or
+    /// out-of-memory (its target alone for the reference's).
     pub fn from_log(log: &str, slot: &str) -> Option<Signature> {
         let lines: Vec<&str> = log.lines().collect();
         let (at, class, kind) = finding(&lines)?;
@@ -152,7 +153,7 @@ impl Signature {
             Class::Sanitizer | Class::Assertion | Class::Crash => {
                 crate::parse::reference_side(after)
             }
-            Class::Engine | Class::Leak => None,
+            Class::Engine | Class::Leak => crate::parse::reference_in_stack(&lines, at),
         };
         let allocator = reference
             .unwrap_or_else(|| slot_allocator(slot))
@@ -165,6 +166,8 @@ impl Signature {
                     key::family_of(after[0]).unwrap_or_else(|| key::numbers_to_n(after[0].trim()));
                 (key, Vec::new())
             }
+            // A reference's timeout is the reference's whichever slot met it.
+            Class::Engine if reference.is_some() => (slot_target(slot).to_string(), Vec::new()),
             Class::Engine => (slot.to_string(), Vec::new()),
             Class::Sanitizer => {
                 let mut message = sanitizer_message(&kind, after);
@@ -447,6 +450,10 @@ fn own_name(function: &str) -> &str {
 
 /// The allocator of a slot, `target/allocator` (the whole text without a
 /// `/`); the allocator's name may hold `/` itself (`dylib:/abs/lib.so:p_`).
+fn slot_target(slot: &str) -> &str {
+    slot.split_once('/').map_or(slot, |(target, _)| target)
+}
+
 fn slot_allocator(slot: &str) -> &str {
     slot.split_once('/')
         .map_or(slot, |(_, allocator)| allocator)

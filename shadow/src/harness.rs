@@ -64,10 +64,18 @@ pub fn load() {
 /// The allocator `diff_mimalloc` compares against: the one the settings'
 /// `ALLOCSOAK_REFERENCE` names, loaded once per process; `Err` is a
 /// one-line message for a bad name.
+/// The process says which once ([`report::REFERENCE_NAMED`]): a timeout
+/// or a leak in the reference's calls is then the reference's.
 pub fn reference() -> Result<&'static dyn Allocator, String> {
     static REFERENCE: OnceLock<Result<&'static dyn Allocator, String>> = OnceLock::new();
     REFERENCE
-        .get_or_init(|| reference_named(settings::get().reference.as_deref()))
+        .get_or_init(|| {
+            let reference = reference_named(settings::get().reference.as_deref());
+            if let Ok(r) = reference {
+                eprintln!("{}{}", report::REFERENCE_NAMED, r.name());
+            }
+            reference
+        })
         .clone()
 }
 

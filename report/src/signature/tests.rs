@@ -207,6 +207,45 @@ fn a_report_raised_on_the_reference_side_is_the_references() {
     assert_eq!(crate::key::reference_of(&own.title()), None);
 }
 
+/// A timeout's stack and a leaked block's allocation, as libFuzzer and
+/// LeakSanitizer print them in a `diff_mimalloc` process that named its
+/// reference (frames cut from a real timeout in a spinning reference).
+const NAMED: &str = "allocsoak: diff_mimalloc's reference: dylib:/t/libspin.so:sp_\n";
+const HUNG: &str = "==1== ERROR: libFuzzer: timeout after 3 seconds\n\
+    \x20   #0 0x55 in __sanitizer_print_stack_trace /rustc/llvm/asan_stack.cpp:87:3\n\
+    \x20   #5 0x7f in sp_malloc (/t/libspin.so+0x117d) (BuildId: 63a0)\n\
+    \x20   #6 0x55 in <shadow::allocator::dylib::Dylib as shadow::allocator::Allocator>::alloc /w/shadow/src/allocator/dylib/mod.rs:428:22\n\
+    \x20   #7 0x55 in on_reference_side<shadow::executor::Outcome, shadow::diff::run::{closure_env#0}> /w/shadow/src/sanitizer.rs:260:5\n\
+    SUMMARY: libFuzzer: timeout\n";
+const LEAKED: &str = "==1==ERROR: LeakSanitizer: detected memory leaks\n\n\
+    Direct leak of 64 byte(s) in 1 object(s) allocated from:\n\
+    \x20   #0 0x55 in malloc /rustc/llvm/asan_malloc_linux.cpp:67:3\n\
+    \x20   #1 0x7f in sp_malloc (/t/libspin.so+0x1180)\n\
+    \x20   #2 0x55 in shadow::sanitizer::on_reference_side /w/shadow/src/sanitizer.rs:260:5\n\n\
+    SUMMARY: AddressSanitizer: 64 byte(s) leaked in 1 allocation(s).\n";
+
+#[test]
+fn a_timeout_or_leak_in_the_references_calls_is_the_references() {
+    for finding in [HUNG, LEAKED] {
+        let log = format!("{NAMED}{finding}");
+        let a = Signature::from_log(&log, "diff_mimalloc/system").unwrap();
+        let b = Signature::from_log(&log, "diff_mimalloc/jemalloc").unwrap();
+        assert_eq!(a.allocator, "dylib:/t/libspin.so:sp_", "{finding}");
+        assert_eq!(
+            a.id(),
+            b.id(),
+            "the reference's, whoever compared: {finding}"
+        );
+        // Without the reference's frame, or its name, the slot's as before.
+        for own in [log.replace("on_reference_side", "run"), finding.to_string()] {
+            let a = Signature::from_log(&own, "diff_mimalloc/system").unwrap();
+            let b = Signature::from_log(&own, "diff_mimalloc/jemalloc").unwrap();
+            assert_eq!(a.allocator, "system", "{own}");
+            assert_ne!(a.id(), b.id(), "{own}");
+        }
+    }
+}
+
 #[test]
 fn a_deadly_signal_is_never_tolerated() {
     let log = "AddressSanitizer:DEADLYSIGNAL\n\
