@@ -48,7 +48,7 @@ fn reaching(bug: Bug) -> String {
         Bug::HeapRemoteFreeTwice => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nrace-free worker=1 slot=0\nheap-destroy heap=0\n",
         Bug::HeapDeleteDrops => "target heap_api\nheap-new\nheap-alloc heap=0 size=64 align=8\nheap-alloc heap=0 size=128 align=8\nheap-alloc heap=0 size=256 align=8\nheap-delete heap=0\n",
         Bug::LeakOnShrink => "target alloc_ops\nalloc size=4096 align=8\nrealloc slot=0 to=100\n",
-        Bug::CacheMissesDoubleFree => "target alloc_ops\nalloc size=150 align=8\nattack kind=double-free size=150\nfree slot=0\n",
+        Bug::CacheMissesDoubleFree => "target alloc_ops\nalloc size=100 align=8\nattack kind=double-free size=100\nfree slot=0\n",
         Bug::CacheRawLinks => "target alloc_ops\nalloc size=180 align=8\nattack kind=freed-write size=180\nfree slot=0\n",
         Bug::MisalignedReallocShort => "target alloc_ops\nalloc size=8 align=16\nrealloc slot=0 to=64\n",
         Bug::PanicClass => "target alloc_ops\nalloc size=2500 align=8\n",

@@ -260,10 +260,10 @@ pub enum Bug {
     /// large octave reaches it, as every edge a program names up there is
     /// within 1 of such a multiple.
     LargeInteriorSpan,
-    /// 129..=160-byte frees wait in a cache in front of glibc that caches
+    /// 16..=128-byte frees wait in a cache in front of glibc that caches
     /// a block freed twice twice: the double free glibc stops, it lets by.
     CacheMissesDoubleFree,
-    /// 161..=192-byte frees wait in a cache in front of glibc whose links
+    /// 129..=256-byte frees wait in a cache in front of glibc whose links
     /// are plain pointers: a pointer written into a freed block is handed
     /// out.
     CacheRawLinks,

@@ -20,8 +20,11 @@ use shadow::allocator::Allocator;
 use super::{Bug, Zoo};
 
 /// The classes, each taken from the base as its largest size, 16-aligned.
-pub(super) const MISSES_DOUBLE_FREE: RangeInclusive<usize> = 129..=160;
-pub(super) const RAW_LINKS: RangeInclusive<usize> = 161..=192;
+/// Wide: an attack runs in a child, whose coverage the fuzzer never sees,
+/// so only its size's draw finds a class (with 32-byte classes the gate
+/// took up to 194 s to find one).
+pub(super) const MISSES_DOUBLE_FREE: RangeInclusive<usize> = 16..=128;
+pub(super) const RAW_LINKS: RangeInclusive<usize> = 129..=256;
 /// Blocks a cache holds; a free past it goes to the base.
 const CAP: usize = 64;
 /// What a protected link is mixed with.
@@ -75,7 +78,7 @@ impl FrontCache {
             // SAFETY: align 16 is a power of two within every allocator's max_align.
             return unsafe { base.alloc(*self.class.end(), 16, zeroed) };
         }
-        // SAFETY: `p` is a cached block of the class (at least 129 bytes),
+        // SAFETY: `p` is a cached block of the class (at least 128 bytes),
         // whose first word `free` wrote.
         let next = self.link(p, unsafe { *(p as *const usize) });
         *head = (next, head.1.saturating_sub(1));
@@ -109,7 +112,7 @@ impl FrontCache {
         if !self.protected && self.holds(head.0, p as usize) {
             std::process::abort();
         }
-        // SAFETY: `p` is a block of at least 129 bytes no one holds now.
+        // SAFETY: `p` is a block of at least 128 bytes no one holds now.
         unsafe { *(p as *mut usize) = self.link(p as usize, head.0) };
         *head = (p as usize, head.1 + 1);
         true

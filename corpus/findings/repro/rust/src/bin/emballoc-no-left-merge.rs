@@ -38,6 +38,8 @@ fn main() {
         HEAP.dealloc(q, Layout::from_size_align(2, 1).unwrap());
     }
     let after = largest();
-    println!("largest block served: {before} at the start, {after} after alloc(1), realloc to 2, free");
+    println!(
+        "largest block served: {before} at the start, {after} after alloc(1), realloc to 2, free"
+    );
     assert_eq!(after, before, "capacity lost with nothing allocated");
 }

@@ -37,7 +37,9 @@ fn main() {
         done.send(()).unwrap();
     });
     if finished.recv_timeout(Duration::from_secs(5)).is_err() {
-        eprintln!("frusa: alloc(8) has not returned in 5 s (spinning on an uninitialized reclaim_lock)");
+        eprintln!(
+            "frusa: alloc(8) has not returned in 5 s (spinning on an uninitialized reclaim_lock)"
+        );
         std::process::abort();
     }
     println!("alloc(8) returned");

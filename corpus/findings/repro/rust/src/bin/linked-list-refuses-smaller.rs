@@ -20,7 +20,10 @@ fn main() {
         let layout = Layout::from_size_align(size, 8).unwrap();
         let p = unsafe { heap.alloc(layout) };
         println!("alloc({size}) on an empty 4 KiB heap: {p:?}");
-        assert!(!p.is_null(), "alloc({size}) refused while the heap is empty and larger requests succeed");
+        assert!(
+            !p.is_null(),
+            "alloc({size}) refused while the heap is empty and larger requests succeed"
+        );
         unsafe { heap.dealloc(p, layout) };
     }
 }

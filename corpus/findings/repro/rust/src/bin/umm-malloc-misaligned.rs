@@ -29,7 +29,10 @@ static UMM_MALLOC_CFG_HEAP_SIZE: u32 = 64 << 10;
 fn main() {
     let layout = Layout::from_size_align(8, 8).unwrap();
     let p = unsafe { alloc(layout) };
-    println!("alloc(size 8, align 8) from umm-malloc: {p:?} ({} mod 8)", p as usize % 8);
+    println!(
+        "alloc(size 8, align 8) from umm-malloc: {p:?} ({} mod 8)",
+        p as usize % 8
+    );
     let aligned = p as usize % 8 == 0;
     unsafe { dealloc(p, layout) };
     if !aligned {
