@@ -25,8 +25,8 @@ const SIZES: [usize; 14] = [
     1 << 20,
 ];
 
-#[test]
-fn glibc_stops_every_attack_at_every_size() {
+/// Makes every attack at every size on `allocator`, which must stop each.
+fn stops_every_attack_at_every_size(allocator: &str) {
     for attack in Attack::ALL {
         for size in SIZES {
             // Each attack forks once a program: one program each, with a
@@ -34,9 +34,18 @@ fn glibc_stops_every_attack_at_every_size() {
             let text = format!(
                 "target alloc_ops\nalloc size={size} align=8\nattack kind={attack} size={size}\nalloc size={size} align=8\nfree slot=0\n"
             );
-            assert_eq!(kind(&program(&text), "glibc"), None, "{text}");
+            assert_eq!(
+                kind(&program(&text), allocator),
+                None,
+                "{allocator}: {text}"
+            );
         }
     }
+}
+
+#[test]
+fn glibc_stops_every_attack_at_every_size() {
+    stops_every_attack_at_every_size("glibc");
 }
 
 /// mimalloc's secure build (the registry's libmimalloc-sys, `secure`)
@@ -44,14 +53,7 @@ fn glibc_stops_every_attack_at_every_size() {
 #[cfg(feature = "mimalloc-secure")]
 #[test]
 fn secure_mimalloc_stops_every_attack_at_every_size() {
-    for attack in Attack::ALL {
-        for size in SIZES {
-            let text = format!(
-                "target alloc_ops\nalloc size={size} align=8\nattack kind={attack} size={size}\nalloc size={size} align=8\nfree slot=0\n"
-            );
-            assert_eq!(kind(&program(&text), "mimalloc-secure"), None, "{text}");
-        }
-    }
+    stops_every_attack_at_every_size("mimalloc-secure");
 }
 
 /// Each of the zoo's caches in front of glibc breaks one of glibc's
