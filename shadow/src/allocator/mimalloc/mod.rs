@@ -100,7 +100,7 @@ impl Allocator for Mimalloc {
 
     /// The secure build's checks (`MI_SECURE=4`): a double free is found
     /// in the page's free lists, a free outside its segments by their
-    /// cookies, and a freed block's overwritten link by its encoding
+    /// cookies (or a fault reading one), and a freed block's overwritten link by its encoding
     /// (`corrupted free list entry`), each an error through
     /// `mi_register_error`, which [`Allocator::take_error`] takes. The
     /// other builds promise none.
