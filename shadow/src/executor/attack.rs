@@ -96,20 +96,15 @@ unsafe fn in_child(alloc: &'static dyn Allocator, attack: Attack, size: usize) -
         child::quiet();
         child::die_plainly();
     }
-    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: the child's own calls into the allocator; the attack's
-        // misuse of it is what this child is for.
-        unsafe { make(alloc, attack, size) }
-    }));
-    let code = match code {
-        Ok(RETURNED) if alloc.take_error().is_some() => REPORTED,
-        Ok(code) => code,
-        // A panic in the allocator: it stopped the attack.
-        Err(_) => 3,
+    // SAFETY: the child's own calls into the allocator; the attack's
+    // misuse of it is what this child is for.
+    let body = || match unsafe { make(alloc, attack, size) } {
+        RETURNED if alloc.take_error().is_some() => REPORTED,
+        code => code,
     };
-    // SAFETY: ends the child at once: no destructor, no atexit handler, no
-    // flush of what the parent's buffers held at the fork.
-    unsafe { libc::_exit(code) }
+    // A panic in the allocator (`child::PANICKED`) stopped the attack.
+    // SAFETY: a forked child (this fn's contract).
+    unsafe { child::finish(body) }
 }
 
 /// Makes `attack` on blocks of `size` (at least two words), and says how

@@ -48,6 +48,21 @@ pub(super) unsafe fn die_plainly() {
     }
 }
 
+/// How a child ends when the allocator panicked in it.
+pub const PANICKED: i32 = 3;
+
+/// In a child: runs `body` and ends the child with the code it returns,
+/// or [`PANICKED`] when the allocator panicked in it. It never returns.
+///
+/// # Safety
+/// Only in a forked child.
+pub(super) unsafe fn finish(body: impl FnOnce() -> i32) -> ! {
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    // SAFETY: ends the child at once: no destructor, no atexit handler, no
+    // flush of what the parent's buffers held at the fork.
+    unsafe { libc::_exit(code.unwrap_or(PANICKED)) }
+}
+
 /// Waits for child `pid` to end, and kills it once it has waited
 /// [`FORK_PATIENCE`].
 pub(super) fn wait_for(pid: libc::pid_t) -> ForkEnd {

@@ -200,9 +200,10 @@ impl Executor {
                     ForkEnd::Failed { code: Some(2), .. } => {
                         "found a block of its broken (exit 2)".to_string()
                     }
-                    ForkEnd::Failed { code: Some(3), .. } => {
-                        "panicked in the allocator (exit 3)".to_string()
-                    }
+                    ForkEnd::Failed {
+                        code: Some(super::child::PANICKED),
+                        ..
+                    } => "panicked in the allocator (exit 3)".to_string(),
                     ForkEnd::Failed { code, signal } => match signal {
                         Some(signal) => format!("died of signal {signal}"),
                         None => format!("exited with {code:?}"),

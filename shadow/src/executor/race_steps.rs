@@ -269,7 +269,8 @@ impl On<'_> {
 
 /// A fork step's child: allocates [`FORK_BLOCKS`] blocks of `size`,
 /// writes each, checks and frees them, and exits 0; 2 when a pattern
-/// broke, 3 when the allocator panicked. It never returns.
+/// broke, [`super::child::PANICKED`] when the allocator panicked. It
+/// never returns.
 ///
 /// # Safety
 /// Only in the child of a fork, on the thread that forked; `align` is one
@@ -280,10 +281,7 @@ unsafe fn in_forked_child(
     align: usize,
     seed: u64,
 ) -> ! {
-    // SAFETY: this is a forked child (the caller's contract), which
-    // leaves by `_exit` below.
-    unsafe { super::child::quiet() };
-    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let body = || {
         let mut ptrs = [std::ptr::null_mut::<u8>(); FORK_BLOCKS];
         for (i, p) in ptrs.iter_mut().enumerate() {
             // SAFETY: the caller's; each block is written within its size.
@@ -307,8 +305,11 @@ unsafe fn in_forked_child(
             }
         }
         code
-    }));
-    // SAFETY: ends the child at once: no destructor, no atexit handler,
-    // no flush of what the parent's buffers held at the fork.
-    unsafe { libc::_exit(code.unwrap_or(3)) }
+    };
+    // SAFETY: this is a forked child (the caller's contract), which
+    // `finish` ends.
+    unsafe {
+        super::child::quiet();
+        super::child::finish(body)
+    }
 }
