@@ -1,6 +1,7 @@
 //! `attack`: a heap corruption the allocator promises to stop, made in a
-//! forked child. glibc (the machine's own C library) stops each attack at
-//! every size tier, and the program's heap is untouched by them.
+//! forked child. glibc (the machine's own C library), mimalloc's secure
+//! build and jemalloc stop each attack they promise at every size tier,
+//! and the program's heap is untouched by them.
 
 mod common;
 
@@ -25,9 +26,10 @@ const SIZES: [usize; 14] = [
     1 << 20,
 ];
 
-/// Makes every attack at every size on `allocator`, which must stop each.
-fn stops_every_attack_at_every_size(allocator: &str) {
-    for attack in Attack::ALL {
+/// Makes every attack at every size on `allocator`, which must stop each
+/// it promises (the others are skipped).
+fn stops_every_attack_at_every_size(allocator: &str, promised: &[Attack]) {
+    for &attack in promised {
         for size in SIZES {
             // Each attack forks once a program: one program each, with a
             // live block of the size on either side.
@@ -45,7 +47,18 @@ fn stops_every_attack_at_every_size(allocator: &str) {
 
 #[test]
 fn glibc_stops_every_attack_at_every_size() {
-    stops_every_attack_at_every_size("glibc");
+    use Attack::*;
+    stops_every_attack_at_every_size(
+        "glibc",
+        &[DoubleFree, ForeignFree, FreedWrite, InteriorFree],
+    );
+}
+
+/// jemalloc keeps nothing in or beside its blocks: a write into a freed
+/// block or past a live one is harmless to it.
+#[test]
+fn jemalloc_stops_a_freed_write_and_an_overflow_at_every_size() {
+    stops_every_attack_at_every_size("jemalloc", &[Attack::FreedWrite, Attack::Overflow]);
 }
 
 /// mimalloc's secure build (the registry's libmimalloc-sys, `secure`)
@@ -53,21 +66,23 @@ fn glibc_stops_every_attack_at_every_size() {
 #[cfg(feature = "mimalloc-secure")]
 #[test]
 fn secure_mimalloc_stops_every_attack_at_every_size() {
-    stops_every_attack_at_every_size("mimalloc-secure");
+    stops_every_attack_at_every_size("mimalloc-secure", &Attack::ALL);
 }
 
-/// Each of the zoo's caches in front of glibc breaks one of glibc's
-/// promises, and only that one: its attack is `hardening`, the others
+/// Each of the zoo's caches breaks one of its base's promises (glibc's,
+/// jemalloc's), and only that one: its attack is `hardening`, the others
 /// are stopped (a foreign free by the cache's own check), and every
-/// attack at a size outside its class (300 B, 1,000 B) is glibc's to stop.
+/// attack at a size outside its class is the base's to stop.
 #[test]
 fn each_zoo_cache_breaks_one_promise_alone() {
-    for (bug, size, breaks) in [
-        ("cache-misses-double-free", 100, Attack::DoubleFree),
-        ("cache-raw-links", 180, Attack::FreedWrite),
+    for (bug, size, breaks, outside) in [
+        ("cache-misses-double-free", 100, Attack::DoubleFree, 300),
+        ("cache-raw-links", 180, Attack::FreedWrite, 1000),
+        ("cache-trusts-span", 300, Attack::InteriorFree, 100),
+        ("cache-trusts-header", 1000, Attack::Overflow, 6000),
     ] {
         for attack in Attack::ALL {
-            for at in [size, 300, 1000] {
+            for at in [size, outside] {
                 let text = format!("target alloc_ops\nalloc size={at} align=8\nattack kind={attack} size={at}\nfree slot=0\n");
                 let expected = (attack == breaks && at == size).then_some("hardening");
                 assert_eq!(

@@ -96,6 +96,10 @@ impl Zoo {
             // SAFETY: the cache's blocks come from `self.base`.
             return unsafe { cache.alloc(self.base, zeroed) };
         }
+        if self.header_cached(size, align) {
+            // SAFETY: the cache's blocks come from `self.base`.
+            return unsafe { self.front.trusts_header.alloc(self.base, size, zeroed) };
+        }
         if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
             // SAFETY: `pop_stale_list` asks nothing of the caller: it pops blocks `free` pushed.
             let p = match unsafe { self.pop_stale_list() } {

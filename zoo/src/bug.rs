@@ -1,8 +1,6 @@
 //! The planted bugs: their names, where each hides and what finding it
 //! must show up as. [`super::Zoo`] plants them.
 
-use std::str::FromStr;
-
 /// A planted bug.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bug {
@@ -267,10 +265,18 @@ pub enum Bug {
     /// are plain pointers: a pointer written into a freed block is handed
     /// out.
     CacheRawLinks,
+    /// 257..=512-byte frees wait in a cache in front of glibc that asks
+    /// glibc about a pointer only outside the span of its blocks: a free
+    /// of a pointer inside a live block caches memory still in use.
+    CacheTrustsSpan,
+    /// 513..=4096-byte blocks, in front of jemalloc, carry their length
+    /// in a header that a free trusts: an overflow that grows it makes
+    /// the block handed out over its neighbour.
+    CacheTrustsHeader,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 61] = [
+    pub const ALL: [Bug; 63] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -332,6 +338,8 @@ impl Bug {
         Bug::LargeInteriorSpan,
         Bug::CacheMissesDoubleFree,
         Bug::CacheRawLinks,
+        Bug::CacheTrustsSpan,
+        Bug::CacheTrustsHeader,
     ];
 
     pub fn name(self) -> &'static str {
@@ -393,6 +401,8 @@ impl Bug {
             Bug::DroppedRemoteFree => "dropped-remote-free",
             Bug::CacheMissesDoubleFree => "cache-misses-double-free",
             Bug::CacheRawLinks => "cache-raw-links",
+            Bug::CacheTrustsSpan => "cache-trusts-span",
+            Bug::CacheTrustsHeader => "cache-trusts-header",
             Bug::LargeInteriorSpan => "large-interior-span",
             Bug::SlackFooter => "slack-footer",
             Bug::HugeReallocMisaligns => "huge-realloc-misaligns",
@@ -419,9 +429,10 @@ impl Bug {
             | Bug::CrowdedReissue
             | Bug::LateRemoteLeak
             | Bug::PurgeIgnoresDelay
-            | Bug::OsFailLeaks => "jemalloc",
+            | Bug::OsFailLeaks
+            | Bug::CacheTrustsHeader => "jemalloc",
             Bug::SplitNeverMerged => "mimalloc",
-            Bug::CacheMissesDoubleFree | Bug::CacheRawLinks => "glibc",
+            Bug::CacheMissesDoubleFree | Bug::CacheRawLinks | Bug::CacheTrustsSpan => "glibc",
             _ => "system",
         }
     }
@@ -514,7 +525,10 @@ impl Bug {
             Bug::PurgeIgnoresDelay => &["purge-kept"],
             Bug::HookReentryReissue => &["overlap"],
             Bug::CapacityLeak => &["capacity-leak"],
-            Bug::CacheMissesDoubleFree | Bug::CacheRawLinks => &["hardening"],
+            Bug::CacheMissesDoubleFree
+            | Bug::CacheRawLinks
+            | Bug::CacheTrustsSpan
+            | Bug::CacheTrustsHeader => &["hardening"],
             Bug::DroppedRemoteFree | Bug::OsFailLeaks => &["kept-bytes"],
             // The child hangs on the lock, and is killed.
             Bug::ForkHeldLock => &["fork"],
@@ -561,29 +575,4 @@ impl Bug {
             Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged
         )
     }
-}
-
-impl FromStr for Bug {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Bug, String> {
-        Bug::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
-            let all: Vec<_> = Bug::ALL.iter().map(|b| b.name()).collect();
-            format!("unknown zoo bug `{s}`; expected one of {}", all.join(", "))
-        })
-    }
-}
-
-/// The allocator `zoo:<bugs>` (no `@<base>`) plants its bugs in: the
-/// first bug's [`Bug::base`], `system` if the spec does not parse (the
-/// zoo then says why).
-pub fn default_base(spec: &str) -> &'static str {
-    parse_bugs(spec)
-        .ok()
-        .and_then(|bugs| bugs.first().map(|b| b.base()))
-        .unwrap_or("system")
-}
-
-/// Parses `bug` or `bug+bug+...`.
-pub fn parse_bugs(spec: &str) -> Result<Vec<Bug>, String> {
-    spec.split('+').map(str::parse).collect()
 }

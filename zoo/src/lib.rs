@@ -24,6 +24,7 @@ mod bug;
 mod exit_reclaim;
 mod extras;
 mod front_cache;
+mod header_cache;
 mod heaps;
 mod hook;
 mod huge_realloc;
@@ -34,12 +35,14 @@ mod racy_list;
 mod remote_free;
 mod slack_footer;
 mod slow_leak;
+mod spec;
 mod splinters;
 mod stale_cache;
 mod thread_slot;
 
-pub use bug::{default_base, parse_bugs, Bug};
+pub use bug::Bug;
 pub use name::{register, split_spec};
+pub use spec::{default_base, parse_bugs};
 
 use exit_reclaim::ExitCaches;
 use front_cache::FrontCaches;
@@ -138,7 +141,8 @@ pub struct Zoo {
     /// The thread that made the zoo (`XthreadZeroedLink` spares it).
     home: u64,
     hook: ZooHook,
-    /// `CacheMissesDoubleFree`'s and `CacheRawLinks`' caches.
+    /// The caches of `CacheMissesDoubleFree`, `CacheRawLinks`,
+    /// `CacheTrustsSpan` and `CacheTrustsHeader`.
     front: FrontCaches,
 }
 
@@ -221,6 +225,7 @@ impl Zoo {
             || self.is_shifted(p)
             || self.splinters.holds(p)
             || self.front(size, align).is_some()
+            || self.header_cached(size, align)
     }
 
     fn is_shifted(&self, p: *mut u8) -> bool {
@@ -395,6 +400,10 @@ impl Allocator for Zoo {
         if self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN && self.keep_large(p, size) {
             return;
         }
+        if self.header_cached(size, align) {
+            // SAFETY: `p` is a block of the class (this fn's contract), which the cache gave.
+            return unsafe { self.front.trusts_header.free(self.base, p) };
+        }
         if let Some(cache) = self.front(size, align) {
             // SAFETY: `p` is a block of the class (this fn's contract), which `alloc` took
             // from the base for the cache.
@@ -448,6 +457,10 @@ impl Allocator for Zoo {
     }
 
     unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
+        if self.header_cached(size, align) {
+            // SAFETY: `p` is a live block of the class (this fn's contract), which the cache gave.
+            return unsafe { self.front.trusts_header.usable(p) };
+        }
         if self.is_own(p, size, align) {
             return size;
         }

@@ -27,10 +27,27 @@ pub enum Attack {
     /// may go on, but must never hand that memory out (the attack
     /// outcome ArcHeap calls an arbitrary chunk).
     FreedWrite,
+    /// A free of a pointer two words inside a live block whose bytes are
+    /// zero (snmalloc's and Scudo's death tests free one). Stopped as a
+    /// double free is.
+    InteriorFree,
+    /// An overflow past a block's usable size into what follows it (the
+    /// next chunk's header where the allocator keeps one there): the two
+    /// words there grown as a chunk's size is grown (doubled, low bits
+    /// kept), then the block after it freed, as ArcHeap's overflow does.
+    /// The allocator may go on, but must never hand out a block that
+    /// overlaps a live one (ArcHeap's overlapping chunks).
+    Overflow,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 3] = [Attack::DoubleFree, Attack::ForeignFree, Attack::FreedWrite];
+    pub const ALL: [Attack; 5] = [
+        Attack::DoubleFree,
+        Attack::ForeignFree,
+        Attack::FreedWrite,
+        Attack::InteriorFree,
+        Attack::Overflow,
+    ];
 
     /// The name programs and configs use.
     pub fn name(self) -> &'static str {
@@ -38,6 +55,8 @@ impl Attack {
             Attack::DoubleFree => "double-free",
             Attack::ForeignFree => "foreign-free",
             Attack::FreedWrite => "freed-write",
+            Attack::InteriorFree => "interior-free",
+            Attack::Overflow => "overflow",
         }
     }
 }
@@ -55,7 +74,8 @@ impl FromStr for Attack {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown attack `{s}`; expected double-free, foreign-free or freed-write")
+                let names: Vec<&str> = Attack::ALL.iter().map(|a| a.name()).collect();
+                format!("unknown attack `{s}`; expected one of {}", names.join(", "))
             })
     }
 }

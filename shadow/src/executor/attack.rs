@@ -34,8 +34,10 @@ const RETURNED: i32 = 0;
 const HIJACKED: i32 = 10;
 /// ... the allocator reported an error (a stop), ...
 const REPORTED: i32 = 11;
-/// ... or it could not set the attack up (a request refused).
+/// ... it could not set the attack up (a request refused), ...
 const NOT_MADE: i32 = 12;
+/// ... or it was handed a block overlapping one it holds.
+const OVERLAPPED: i32 = 13;
 
 impl Executor {
     /// Makes `attack` at blocks of `size` in a child, where the allocator
@@ -46,19 +48,24 @@ impl Executor {
             || self.forked
             || self.os_refusing()
             || !(2 * word..=MAX_SIZE).contains(&size)
+            || (attack == Attack::InteriorFree && size <= 2 * word)
         {
             return Outcome::Skipped;
         }
         self.forked = true;
         self.guard.set_site(Site::bare("attack"));
         let how = match attacked(self.alloc, attack, size) {
-            ForkEnd::Clean if attack != Attack::FreedWrite => {
+            ForkEnd::Clean if !matches!(attack, Attack::FreedWrite | Attack::Overflow) => {
                 "not stopped: the allocator returned from it"
             }
             ForkEnd::Failed {
                 code: Some(HIJACKED),
                 ..
             } => "the allocator handed out the memory the freed block was made to point to",
+            ForkEnd::Failed {
+                code: Some(OVERLAPPED),
+                ..
+            } => "the allocator handed out a block overlapping a live one",
             ForkEnd::Hung => "not stopped: the child had not ended 3 s later",
             // Stopped (a signal, an abort, a reported error), not
             // hijacked, or not made.
@@ -114,7 +121,6 @@ unsafe fn in_child(alloc: &'static dyn Allocator, attack: Attack, size: usize) -
 /// Only in the attack's child: it breaks the allocator's contract on
 /// purpose, and the child ends right after.
 unsafe fn make(alloc: &dyn Allocator, attack: Attack, size: usize) -> i32 {
-    const ALIGN: usize = 8;
     // SAFETY: a fresh private mapping of the child's own, which no
     // allocator handed out.
     let decoy = unsafe {
@@ -132,34 +138,32 @@ unsafe fn make(alloc: &dyn Allocator, attack: Attack, size: usize) -> i32 {
     }
     let decoy = decoy as usize;
     let inside = decoy + DECOY / 2;
-    let alloc_one = || {
-        // SAFETY: alignment 8 is a power of two every allocator serves.
-        unsafe { alloc.alloc(size, ALIGN, false) }
-    };
-    if (0..WARM).any(|_| alloc_one().is_null()) {
-        return NOT_MADE;
+    let mut live = Live::default();
+    for _ in 0..WARM {
+        // SAFETY: the child's own request.
+        let p = unsafe { alloc_one(alloc, size) };
+        if p.is_null() {
+            return NOT_MADE;
+        }
+        live.add(p, size);
     }
     // SAFETY: the program's heap is the parent's, untouched: this is a
-    // forked child's copy, which the frees and the write below break on
+    // forked child's copy, which the frees and the writes below break on
     // purpose (the attack), and which ends right after (this fn's
     // contract). Each block is one `alloc_one` gave, `size` bytes (at
-    // least two words), so the write stays in it.
+    // least two words), so every write but the overflow's stays in it.
     unsafe {
+        let (a, b) = (alloc_one(alloc, size), alloc_one(alloc, size));
+        if a.is_null() || b.is_null() {
+            return NOT_MADE;
+        }
         match attack {
             Attack::DoubleFree => {
-                let p = alloc_one();
-                if p.is_null() {
-                    return NOT_MADE;
-                }
-                alloc.free(p, size, ALIGN);
-                alloc.free(p, size, ALIGN);
+                alloc.free(a, size, ALIGN);
+                alloc.free(a, size, ALIGN);
             }
             Attack::ForeignFree => alloc.free(inside as *mut u8, size, ALIGN),
             Attack::FreedWrite => {
-                let (a, b) = (alloc_one(), alloc_one());
-                if a.is_null() || b.is_null() {
-                    return NOT_MADE;
-                }
                 alloc.free(a, size, ALIGN);
                 alloc.free(b, size, ALIGN);
                 // The free-list link and the word beside it (glibc's
@@ -169,7 +173,7 @@ unsafe fn make(alloc: &dyn Allocator, attack: Attack, size: usize) -> i32 {
                 words.add(1).write_unaligned(inside);
                 let tries = (AFTER_WRITE_BYTES / size).clamp(4, AFTER_WRITE);
                 for _ in 0..tries {
-                    let q = alloc_one() as usize;
+                    let q = alloc_one(alloc, size) as usize;
                     if (decoy..decoy + DECOY).contains(&q) {
                         return HIJACKED;
                     }
@@ -178,7 +182,112 @@ unsafe fn make(alloc: &dyn Allocator, attack: Attack, size: usize) -> i32 {
                     }
                 }
             }
+            Attack::InteriorFree => {
+                // `size` is more than two words (`attack` skips less).
+                std::ptr::write_bytes(a, 0, size);
+                alloc.free(a.add(2 * WORD), size, ALIGN);
+            }
+            Attack::Overflow => {
+                live.add(b, size);
+                return overflow(alloc, size, a, &mut live);
+            }
         }
     }
     RETURNED
+}
+
+/// The overflow: the two words past `a`'s usable size grown as a chunk
+/// size is (doubled, the low four bits kept), the block after `a` freed,
+/// then requests from three times `size` down to `size`, so one of them
+/// is the grown chunk's class where the allocator keeps exact classes.
+/// `OVERLAPPED` when one of the blocks it hands out overlaps a live one.
+///
+/// # Safety
+/// Only in the attack's child (as `make`); `a` and the blocks in `live`
+/// are blocks of `size` the child took, the one after `a` last.
+unsafe fn overflow(alloc: &dyn Allocator, size: usize, a: *mut u8, live: &mut Live) -> i32 {
+    let b = live.pop();
+    // SAFETY: the overflow itself, the attack (this fn's contract): it
+    // writes where the allocator keeps what follows `a`. A read there
+    // that faults (a guard page) ends the child by a signal: stopped.
+    unsafe {
+        let end = a as usize + alloc.usable_size(a, size, ALIGN);
+        for at in [end, end + WORD] {
+            let word = at as *mut usize;
+            let was = word.read_unaligned();
+            word.write_unaligned(was.wrapping_add(was & !0xf));
+        }
+        alloc.free(b as *mut u8, size, ALIGN);
+    }
+    live.add(a, size);
+    let span = 2 * size;
+    let tries = (SWEEP_BYTES / span).clamp(4, SWEEP);
+    let step = (span / tries).next_multiple_of(16).max(16);
+    for k in (0..=span / step).rev() {
+        let request = size + k * step;
+        // SAFETY: the child's own request.
+        let q = unsafe { alloc.alloc(request, ALIGN, false) };
+        if q.is_null() {
+            continue;
+        }
+        if live.overlaps(q as usize, request) {
+            return OVERLAPPED;
+        }
+        live.add(q, request);
+    }
+    RETURNED
+}
+
+/// The alignment the child asks for.
+const ALIGN: usize = 8;
+const WORD: usize = std::mem::size_of::<usize>();
+/// At most this many requests after an overflow, of at most
+/// [`SWEEP_BYTES`] in all.
+const SWEEP: usize = 256;
+const SWEEP_BYTES: usize = 32 << 20;
+
+/// A block of `size` for the child.
+///
+/// # Safety
+/// Only in the attack's child.
+unsafe fn alloc_one(alloc: &dyn Allocator, size: usize) -> *mut u8 {
+    // SAFETY: alignment 8 is a power of two every allocator serves.
+    unsafe { alloc.alloc(size, ALIGN, false) }
+}
+
+/// The blocks the child holds, as (start, length): in a fixed table, so
+/// the child asks nothing of any allocator to keep it.
+struct Live {
+    blocks: [(usize, usize); WARM + SWEEP + 2],
+    len: usize,
+}
+
+impl Default for Live {
+    fn default() -> Live {
+        Live {
+            blocks: [(0, 0); WARM + SWEEP + 2],
+            len: 0,
+        }
+    }
+}
+
+impl Live {
+    fn add(&mut self, p: *mut u8, len: usize) {
+        if let Some(slot) = self.blocks.get_mut(self.len) {
+            *slot = (p as usize, len);
+            self.len += 1;
+        }
+    }
+
+    fn pop(&mut self) -> usize {
+        self.len -= 1;
+        self.blocks[self.len].0
+    }
+
+    /// Whether `[at, at + len)` overlaps a block held.
+    fn overlaps(&self, at: usize, len: usize) -> bool {
+        self.blocks[..self.len]
+            .iter()
+            .any(|&(p, n)| at < p + n && p < at + len)
+    }
 }

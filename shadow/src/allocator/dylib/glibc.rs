@@ -23,8 +23,17 @@ static MALLINFO2: OnceLock<Mallinfo2> = OnceLock::new();
 /// it never handed out whose header reads zero (`free(): invalid
 /// pointer`), and a freed block's link overwritten (safe-linking, 2.32
 /// on, turns the written pointer into another, often misaligned one,
-/// `malloc(): unaligned tcache chunk detected`).
-const STOPS: [Attack; 3] = [Attack::DoubleFree, Attack::ForeignFree, Attack::FreedWrite];
+/// `malloc(): unaligned tcache chunk detected`), and a free of a pointer
+/// inside a block whose bytes before it read zero (`free(): invalid
+/// pointer`). Not an overflow into the next chunk's size: its tcache
+/// takes the grown chunk unchecked and hands it out over the next block,
+/// as the overlapping-chunks technique does.
+const STOPS: [Attack; 4] = [
+    Attack::DoubleFree,
+    Attack::ForeignFree,
+    Attack::FreedWrite,
+    Attack::InteriorFree,
+];
 
 /// libc.so.6 as glibc's malloc, with its arena walk as the heap check.
 pub fn open() -> Result<Dylib, String> {

@@ -71,6 +71,18 @@ impl Allocator for Jemalloc {
         "jemalloc"
     }
 
+    /// What its layout stops: it keeps nothing in or beside its blocks
+    /// (slabs' bitmaps and extents' records live elsewhere, thread caches
+    /// are arrays), so neither a write into a freed block nor an overflow
+    /// past one reaches its metadata. Without `opt.safety_checks` (not in
+    /// this build) it takes a double, foreign or interior free.
+    fn stops(&self) -> &'static [crate::allocator::Attack] {
+        &[
+            crate::allocator::Attack::FreedWrite,
+            crate::allocator::Attack::Overflow,
+        ]
+    }
+
     unsafe fn alloc(&self, size: usize, align: usize, zeroed: bool) -> *mut u8 {
         if !classic(size) {
             // SAFETY: `size` is not 0; `align` is a power of two (`Allocator::alloc`'s contract).
