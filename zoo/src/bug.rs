@@ -265,11 +265,11 @@ pub enum Bug {
     /// are plain pointers: a pointer written into a freed block is handed
     /// out.
     CacheRawLinks,
-    /// 257..=512-byte frees wait in a cache in front of glibc that asks
+    /// 257..=1024-byte frees wait in a cache in front of glibc that asks
     /// glibc about a pointer only outside the span of its blocks: a free
     /// of a pointer inside a live block caches memory still in use.
     CacheTrustsSpan,
-    /// 513..=4096-byte blocks, in front of jemalloc, carry their length
+    /// 1025..=8192-byte blocks, in front of jemalloc, carry their length
     /// in a header that a free trusts: an overflow that grows it makes
     /// the block handed out over its neighbour.
     CacheTrustsHeader,

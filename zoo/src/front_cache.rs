@@ -31,7 +31,7 @@ use super::{Bug, Zoo};
 /// took up to 194 s to find one).
 pub(super) const MISSES_DOUBLE_FREE: RangeInclusive<usize> = 16..=128;
 pub(super) const RAW_LINKS: RangeInclusive<usize> = 129..=256;
-pub(super) const TRUSTS_SPAN: RangeInclusive<usize> = 257..=512;
+pub(super) const TRUSTS_SPAN: RangeInclusive<usize> = 257..=1024;
 /// Blocks a cache holds; a free past it goes to the base.
 const CAP: usize = 64;
 /// What a protected link is mixed with.

@@ -14,9 +14,9 @@ use shadow::allocator::Allocator;
 
 use super::{Bug, Zoo};
 
-/// The class, requests of 513 B to 4 KiB: the base's slabs lay its
+/// The class, requests of 1 KiB + 1 to 8 KiB: the base's slabs lay its
 /// blocks side by side.
-pub(super) const TRUSTS_HEADER: RangeInclusive<usize> = 513..=4096;
+pub(super) const TRUSTS_HEADER: RangeInclusive<usize> = 1025..=8192;
 /// Bytes before each block; its first word is the block's length.
 const HEADER: usize = 16;
 /// Blocks the cache holds; a free past it goes to the base.

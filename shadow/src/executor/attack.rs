@@ -3,10 +3,12 @@
 //! heap is never touched. The child takes [`WARM`] blocks of the size,
 //! makes the attack, and says by its end what the allocator did: a
 //! signal, an abort or an error the allocator reported
-//! ([`Allocator::take_error`]) stopped it; a return from a double or
-//! foreign free did not (`hardening`), nor did handing out the memory a
-//! freed block was made to point to (`hardening`, ArcHeap's arbitrary
-//! chunk). One attack a program: a fork costs about 9 ms under ASan.
+//! ([`Allocator::take_error`]) stopped it; a return from a double,
+//! foreign or interior free did not (`hardening`), nor did handing out
+//! the memory a freed block was made to point to (`hardening`, ArcHeap's
+//! arbitrary chunk) or, after an overflow, a block over a live one
+//! (ArcHeap's overlapping chunks). One attack a program: a fork costs
+//! about 9 ms under ASan.
 
 use super::child;
 use super::race::ForkEnd;

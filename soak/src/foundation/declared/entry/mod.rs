@@ -89,9 +89,10 @@ pub struct Declared {
     #[serde(default)]
     pub fork_safe: bool,
     /// The heap corruptions the allocator stops by ending the process (an
-    /// abort, a panic, a signal), by their `attack` names (`double-free`,
-    /// `foreign-free`, `freed-write`): the `attack` op holds it to each
-    /// (docs/invariants.md). Default: none.
+    /// abort, a panic, a signal) or by never handing out what they aim
+    /// at, by their `attack` names (`double-free`, `foreign-free`,
+    /// `freed-write`, `interior-free`, `overflow`): the `attack` op holds
+    /// it to each (docs/invariants.md). Default: none.
     #[serde(default)]
     pub stops: Vec<String>,
 }
