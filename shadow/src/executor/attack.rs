@@ -45,12 +45,11 @@ impl Executor {
     /// Makes `attack` at blocks of `size` in a child, where the allocator
     /// promises to stop it; one a program (it shares `race-fork`'s budget).
     pub(super) fn attack(&mut self, attack: Attack, size: usize) -> Outcome {
-        let word = std::mem::size_of::<usize>();
         if !self.alloc.stops().contains(&attack)
             || self.forked
             || self.os_refusing()
-            || !(2 * word..=MAX_SIZE).contains(&size)
-            || (attack == Attack::InteriorFree && size <= 2 * word)
+            || !(2 * WORD..=MAX_SIZE).contains(&size)
+            || (attack == Attack::InteriorFree && size <= 2 * WORD)
         {
             return Outcome::Skipped;
         }
@@ -190,8 +189,9 @@ unsafe fn make(alloc: &dyn Allocator, attack: Attack, size: usize) -> i32 {
                 alloc.free(a.add(2 * WORD), size, ALIGN);
             }
             Attack::Overflow => {
-                live.add(b, size);
-                return overflow(alloc, size, a, &mut live);
+                // The block after `b`, held: a grown `b` reaches over it.
+                live.add(alloc_one(alloc, size), size);
+                return overflow(alloc, size, a, b, &mut live);
             }
         }
     }
@@ -205,10 +205,15 @@ unsafe fn make(alloc: &dyn Allocator, attack: Attack, size: usize) -> i32 {
 /// `OVERLAPPED` when one of the blocks it hands out overlaps a live one.
 ///
 /// # Safety
-/// Only in the attack's child (as `make`); `a` and the blocks in `live`
-/// are blocks of `size` the child took, the one after `a` last.
-unsafe fn overflow(alloc: &dyn Allocator, size: usize, a: *mut u8, live: &mut Live) -> i32 {
-    let b = live.pop();
+/// Only in the attack's child (as `make`); `a`, `b` and the blocks in
+/// `live` are blocks of `size` the child took, `b` right after `a`.
+unsafe fn overflow(
+    alloc: &dyn Allocator,
+    size: usize,
+    a: *mut u8,
+    b: *mut u8,
+    live: &mut Live,
+) -> i32 {
     // SAFETY: the overflow itself, the attack (this fn's contract): it
     // writes where the allocator keeps what follows `a`. A read there
     // that faults (a guard page) ends the child by a signal: stopped.
@@ -219,7 +224,7 @@ unsafe fn overflow(alloc: &dyn Allocator, size: usize, a: *mut u8, live: &mut Li
             let was = word.read_unaligned();
             word.write_unaligned(was.wrapping_add(was & !0xf));
         }
-        alloc.free(b as *mut u8, size, ALIGN);
+        alloc.free(b, size, ALIGN);
     }
     live.add(a, size);
     let span = 2 * size;
@@ -260,30 +265,29 @@ unsafe fn alloc_one(alloc: &dyn Allocator, size: usize) -> *mut u8 {
 /// The blocks the child holds, as (start, length): in a fixed table, so
 /// the child asks nothing of any allocator to keep it.
 struct Live {
-    blocks: [(usize, usize); WARM + SWEEP + 2],
+    blocks: [(usize, usize); WARM + SWEEP + 3],
     len: usize,
 }
 
 impl Default for Live {
     fn default() -> Live {
         Live {
-            blocks: [(0, 0); WARM + SWEEP + 2],
+            blocks: [(0, 0); WARM + SWEEP + 3],
             len: 0,
         }
     }
 }
 
 impl Live {
+    /// Holds `p` (a null is no block).
     fn add(&mut self, p: *mut u8, len: usize) {
+        if p.is_null() {
+            return;
+        }
         if let Some(slot) = self.blocks.get_mut(self.len) {
             *slot = (p as usize, len);
             self.len += 1;
         }
-    }
-
-    fn pop(&mut self) -> usize {
-        self.len -= 1;
-        self.blocks[self.len].0
     }
 
     /// Whether `[at, at + len)` overlaps a block held.
