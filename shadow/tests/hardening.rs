@@ -26,10 +26,16 @@ const SIZES: [usize; 14] = [
     1 << 20,
 ];
 
-/// Makes every attack at every size on `allocator`, which must stop each
-/// it promises (the others are skipped).
+/// Makes each of `promised`, which `allocator` must promise (an attack
+/// it does not is skipped, and would pass unmade), at every size: it
+/// must stop each.
 fn stops_every_attack_at_every_size(allocator: &str, promised: &[Attack]) {
+    let stops = common::by_name(allocator).expect("allocator").stops();
     for &attack in promised {
+        assert!(
+            stops.contains(&attack),
+            "{allocator} does not promise {attack}"
+        );
         for size in SIZES {
             // Each attack forks once a program: one program each, with a
             // live block of the size on either side.

@@ -57,15 +57,26 @@ pub(super) struct FrontCache {
 }
 
 /// A cache's list and the span of the blocks it took from the base.
-#[derive(Default)]
 struct List {
     /// The newest cached block (0: none).
     head: usize,
     /// How many are cached.
     len: usize,
-    /// The lowest block start and the highest block end taken from the base.
+    /// The lowest block start and the highest block end taken from the
+    /// base (an empty span before the first).
     low: usize,
     high: usize,
+}
+
+impl Default for List {
+    fn default() -> List {
+        List {
+            head: 0,
+            len: 0,
+            low: usize::MAX,
+            high: 0,
+        }
+    }
 }
 
 impl FrontCache {
@@ -108,11 +119,7 @@ impl FrontCache {
             let p = unsafe { base.alloc(size, 16, zeroed) };
             if !p.is_null() {
                 let mut list = self.lock();
-                list.low = if list.low == 0 {
-                    p as usize
-                } else {
-                    list.low.min(p as usize)
-                };
+                list.low = list.low.min(p as usize);
                 list.high = list.high.max(p as usize + size);
             }
             return p;

@@ -29,6 +29,13 @@ const DECOY: usize = 64 << 10;
 /// (at most [`AFTER_WRITE_BYTES`] of them, at least 4) looking for the decoy.
 const AFTER_WRITE: usize = 1024;
 const AFTER_WRITE_BYTES: usize = 4 << 20;
+/// At most this many requests after an overflow, of at most
+/// [`SWEEP_BYTES`] in all.
+const SWEEP: usize = 256;
+const SWEEP_BYTES: usize = 32 << 20;
+/// The alignment the child asks for.
+const ALIGN: usize = 8;
+const WORD: usize = std::mem::size_of::<usize>();
 
 /// How the child ends: it came back from the attack, ...
 const RETURNED: i32 = 0;
@@ -233,7 +240,7 @@ unsafe fn overflow(
     for k in (0..=span / step).rev() {
         let request = size + k * step;
         // SAFETY: the child's own request.
-        let q = unsafe { alloc.alloc(request, ALIGN, false) };
+        let q = unsafe { alloc_one(alloc, request) };
         if q.is_null() {
             continue;
         }
@@ -244,14 +251,6 @@ unsafe fn overflow(
     }
     RETURNED
 }
-
-/// The alignment the child asks for.
-const ALIGN: usize = 8;
-const WORD: usize = std::mem::size_of::<usize>();
-/// At most this many requests after an overflow, of at most
-/// [`SWEEP_BYTES`] in all.
-const SWEEP: usize = 256;
-const SWEEP_BYTES: usize = 32 << 20;
 
 /// A block of `size` for the child.
 ///

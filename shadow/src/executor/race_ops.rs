@@ -203,7 +203,10 @@ impl Executor {
                     ForkEnd::Failed {
                         code: Some(super::child::PANICKED),
                         ..
-                    } => "panicked in the allocator (exit 3)".to_string(),
+                    } => format!(
+                        "panicked in the allocator (exit {})",
+                        super::child::PANICKED
+                    ),
                     ForkEnd::Failed { code, signal } => match signal {
                         Some(signal) => format!("died of signal {signal}"),
                         None => format!("exited with {code:?}"),
