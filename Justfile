@@ -8,7 +8,7 @@ allocsoak := "cargo run -q --release -p soak --"
 setup:
     ./scripts/setup
 
-# What `setup` installs, and the tools only the tests use (chromium, shellcheck, actionlint, zip).
+# What `setup` installs, and the tools only the tests use (chromium, shellcheck, actionlint, zip, Miri).
 setup-test:
     ./scripts/setup --test
 

@@ -12,6 +12,9 @@ pub use shadow;
 #[cfg(feature = "drift")]
 pub mod drift;
 
+#[cfg(feature = "miri")]
+pub mod miri;
+
 #[cfg(feature = "libfuzzer")]
 #[doc(hidden)]
 pub use libfuzzer_sys;

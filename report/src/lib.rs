@@ -29,6 +29,7 @@
 
 mod frame;
 pub mod key;
+pub mod miri;
 mod parse;
 pub mod record;
 mod signature;

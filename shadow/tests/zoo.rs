@@ -100,6 +100,7 @@ fn reaching(bug: Bug) -> String {
         Bug::HugeReallocMisaligns => "target alloc_ops\nalloc size=100000000 align=65536\nalloc size=300000000 align=8\n",
         Bug::HugeCrossShort => "target alloc_ops\nalloc size=5000 align=8\nrealloc slot=0 to=100000000\n",
         Bug::SlackFooter => "target alloc_ops\nalloc size=9000 align=8\nusable-size slot=0\nfree slot=0\n",
+        Bug::NarrowProvenance => "target alloc_ops\nalloc size=64 align=8\nfree slot=0\n",
     };
     text.to_string()
 }
@@ -210,6 +211,13 @@ fn check(bug: Bug) -> Check {
             Some((
                 "shadow/tests/zoo.rs",
                 "latent_corruption_crashes_a_later_program_not_its_own",
+            )),
+        ),
+        Bug::NarrowProvenance => elsewhere(
+            "only Miri sees a pointer used past the reference it was made from",
+            Some((
+                "soak/tests/miri.rs",
+                "a_provenance_bug_only_miri_sees_is_one_finding_and_real_rlsf_too",
             )),
         ),
         Bug::WildWrite => elsewhere(

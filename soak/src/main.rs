@@ -71,6 +71,9 @@ enum Command {
     /// Record a program's own allocations (`record -- CMD`), and replay them under
     /// allocators side by side with every block checked (`replay FILE`).
     Trace(cmd::trace::Args),
+    /// Replay a Rust allocator's programs under Miri (provenance, aliasing,
+    /// uninitialized reads native runs cannot see); exits 1 on a finding.
+    Miri(cmd::miri::Args),
     /// Serve the soak's dashboard (read-only, loopback by default), or export it as files.
     Dash(cmd::dash::Args),
 }
@@ -110,6 +113,7 @@ fn run(config_path: Option<PathBuf>, command: Command) -> Result<bool> {
         Command::Print(args) => cmd::print::run(args, project, config),
         Command::Trace(args) => cmd::trace::run(args, project, config),
         Command::Compare(args) => cmd::compare::run(args, project, config),
+        Command::Miri(args) => cmd::miri::run(args, project, config),
         Command::Dash(args) => cmd::dash::run(args, project, config),
     }
 }

@@ -273,10 +273,15 @@ pub enum Bug {
     /// in a header that a free trusts: an overflow that grows it makes
     /// the block handed out over its neighbour.
     CacheTrustsHeader,
+    /// Blocks planted in `arena` are handed out through a reference to
+    /// their first byte: the same address, but under Rust's aliasing
+    /// rules a pointer that may touch that byte only. Natively nothing
+    /// differs; only Miri (`allocsoak miri`) sees a write past it.
+    NarrowProvenance,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 63] = [
+    pub const ALL: [Bug; 64] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -340,6 +345,7 @@ impl Bug {
         Bug::CacheRawLinks,
         Bug::CacheTrustsSpan,
         Bug::CacheTrustsHeader,
+        Bug::NarrowProvenance,
     ];
 
     pub fn name(self) -> &'static str {
@@ -403,6 +409,7 @@ impl Bug {
             Bug::CacheRawLinks => "cache-raw-links",
             Bug::CacheTrustsSpan => "cache-trusts-span",
             Bug::CacheTrustsHeader => "cache-trusts-header",
+            Bug::NarrowProvenance => "narrow-provenance",
             Bug::LargeInteriorSpan => "large-interior-span",
             Bug::SlackFooter => "slack-footer",
             Bug::HugeReallocMisaligns => "huge-realloc-misaligns",
@@ -424,7 +431,7 @@ impl Bug {
     /// none: `system`, or `arena` for a bug only a fixed region shows.
     pub fn base(self) -> &'static str {
         match self {
-            Bug::CapacityLeak => "arena",
+            Bug::CapacityLeak | Bug::NarrowProvenance => "arena",
             Bug::DroppedRemoteFree
             | Bug::CrowdedReissue
             | Bug::LateRemoteLeak
@@ -535,6 +542,7 @@ impl Bug {
             // Handed out again while live: the second request's overlap.
             Bug::ExitStaleCache => &["overlap"],
             Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged => &["rss-drift"],
+            Bug::NarrowProvenance => &["miri-ub"],
             Bug::PanicClass | Bug::LatentCorruption | Bug::SlackFooter => &["panic"],
             Bug::WildWrite => &["SEGV"],
             // A block on the list twice is handed out to two owners; which
@@ -574,5 +582,11 @@ impl Bug {
             self,
             Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged
         )
+    }
+
+    /// Whether only Miri can see the bug (`allocsoak miri`): the fuzzing
+    /// zoo leaves it out too.
+    pub fn miri_only(self) -> bool {
+        self == Bug::NarrowProvenance
     }
 }

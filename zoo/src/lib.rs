@@ -259,6 +259,10 @@ impl Allocator for Zoo {
             // SAFETY: `align` is a power of two within max_align (this fn's contract).
             false => unsafe { self.alloc_inner(size, align, zeroed) },
         };
+        let p = match self.has(Bug::NarrowProvenance) && !p.is_null() && size > 0 {
+            true => narrowed(p),
+            false => p,
+        };
         self.track_owner(p, size, align);
         if !p.is_null() {
             self.track_class(p, size, align);
@@ -566,4 +570,16 @@ impl Allocator for Zoo {
             }
         }
     }
+}
+
+/// `NarrowProvenance`: `p` again, made from a reference to its first
+/// byte. The address is the same, so a native run sees no difference;
+/// under Rust's aliasing rules (Miri's Stacked Borrows) the pointer may
+/// touch that one byte only, and the caller's first write past it is
+/// undefined behaviour, where Miri names this line as the tag's maker.
+fn narrowed(p: *mut u8) -> *mut u8 {
+    // SAFETY: `p` is a fresh, non-null block of at least one byte, ours
+    // alone; a reference to a `MaybeUninit` byte asks nothing of its value.
+    let first: &mut std::mem::MaybeUninit<u8> = unsafe { &mut *p.cast() };
+    (first as *mut std::mem::MaybeUninit<u8>).cast()
 }

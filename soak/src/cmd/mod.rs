@@ -12,6 +12,7 @@ pub mod dash;
 pub mod drift;
 pub mod fuzz;
 pub mod instrumentation;
+pub mod miri;
 pub mod oss_fuzz;
 pub mod print;
 pub mod quick;

@@ -1,6 +1,7 @@
 //! The engines room: what builds and runs the fuzz targets. The project
 //! layout and its builds ([`project`]), the fuzz engines a slot can run
-//! ([`libfuzzer`], [`honggfuzz`]), and proof of what a build holds
+//! ([`libfuzzer`], [`honggfuzz`]), Miri's replay of a Rust allocator's
+//! programs ([`miri`]), and proof of what a build holds
 //! ([`instrumentation`], [`provenance`]). It stands on the foundation
 //! only; what an engine run found flows up from here into the crash
 //! pipeline.
@@ -14,6 +15,7 @@
 pub mod honggfuzz;
 pub mod instrumentation;
 pub mod libfuzzer;
+pub mod miri;
 pub mod project;
 pub mod provenance;
 

@@ -383,6 +383,34 @@ impl Project {
         Ok(cmd)
     }
 
+    /// `cargo +nightly miri run` of the fuzz package's Miri replay binary
+    /// (`fuzz_targets/`'s `miri`, or the glue's), the glue written, over
+    /// `inputs` of `target` on `allocator` (`engines::miri` runs it).
+    pub fn miri_command(
+        &self,
+        allocator: &str,
+        target: Target,
+        inputs: &[PathBuf],
+    ) -> Result<Command> {
+        let bin = match &self.declared {
+            Some(d) => {
+                d.glue.write(&self.root, &d.base, &d.list)?;
+                d.glue.miri_binary_name()
+            }
+            None => "miri".to_string(),
+        };
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir(self.fuzz_dir())
+            .args(["+nightly", "miri", "run", "-q", "--no-default-features"])
+            .args(["--features", "miri", "--bin", &bin, "--target-dir"])
+            .arg(self.root.join("fuzz_targets/target/miri"))
+            .args(["--", allocator, target.name()])
+            .args(inputs)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CFLAGS");
+        Ok(cmd)
+    }
+
     /// The static archives of the bundled C allocators in `build`
     /// (mimalloc, jemalloc), for the instrumentation check.
     pub fn c_archives(&self, build: Build) -> Result<Vec<PathBuf>> {

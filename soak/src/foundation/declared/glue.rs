@@ -30,6 +30,11 @@ impl Glue {
         format!("drift-{}", self.id())
     }
 
+    /// The glue's Miri replay binary: `miri-<config>-<hash>`.
+    pub fn miri_binary_name(&self) -> String {
+        format!("miri-{}", self.id())
+    }
+
     fn id(&self) -> String {
         self.dir
             .file_name()
@@ -106,13 +111,12 @@ impl Glue {
                 ),
             ));
         }
-        files.push((
-            self.dir.join("targets/drift.rs"),
-            format!(
-                "fn main() {{\n    allocsoak_fuzz::drift::main({}::register)\n}}\n",
-                LIB
-            ),
-        ));
+        for (bin, module) in [("drift", "drift"), ("miri", "miri")] {
+            files.push((
+                self.dir.join(format!("targets/{bin}.rs")),
+                format!("fn main() {{\n    allocsoak_fuzz::{module}::main({LIB}::register)\n}}\n"),
+            ));
+        }
         let c: Vec<&Declared> = declared.iter().filter(|d| d.c.is_some()).collect();
         files.push((self.dir.join("build.rs"), build_rs(root, base, &c)));
         for (path, text) in files {
@@ -164,6 +168,7 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
         mimalloc-debug = ["allocsoak-fuzz/mimalloc-debug"]
         mimalloc-v3 = ["allocsoak-fuzz/mimalloc-v3"]
         drift = ["allocsoak-fuzz/drift"]
+        miri = ["allocsoak-fuzz/miri"]
         jemalloc = ["allocsoak-fuzz/jemalloc"]
     };
     let mut doc = toml::Table::new();
@@ -213,6 +218,10 @@ fn manifest(glue: &Glue, root: &Path, base: &Path, declared: &[Declared]) -> Res
     let mut drift = bin(glue.drift_binary_name(), "targets/drift.rs".into());
     drift.insert("required-features".into(), vec!["drift"].into());
     bins.push(toml::Value::Table(drift));
+    // The Miri replay (`allocsoak miri`), built by `cargo miri run`.
+    let mut miri = bin(glue.miri_binary_name(), "targets/miri.rs".into());
+    miri.insert("required-features".into(), vec!["miri"].into());
+    bins.push(toml::Value::Table(miri));
     doc.insert("bin".into(), toml::Value::Array(bins));
     let mut lib = toml::Table::new();
     lib.insert("name".into(), LIB.into());

@@ -1,0 +1,98 @@
+//! `allocsoak miri`: a Rust allocator's programs replayed under Miri,
+//! which sees what native runs cannot (a pointer used past the provenance
+//! it was made with, aliasing, an uninitialized read). Each finding is
+//! signed as a crash is, one per signature, and kept with its input and
+//! Miri's log under `target/allocsoak/miri/<id>/`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use report::miri::Miri;
+use shadow::Target;
+use soak::engines::miri::{self, Outcome};
+use soak::engines::project::Project;
+use soak::foundation::config::Config;
+use soak::foundation::state::write_atomic;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The allocator: `arena`, `zoo:<bug>@arena`, or a Rust crate the
+    /// config declares (C code does not run under Miri).
+    #[arg(long)]
+    allocator: String,
+    /// The target whose programs these are.
+    #[arg(long, default_value = "alloc_ops")]
+    target: Target,
+    /// Program files or folders of them. Default: the target's seeds.
+    inputs: Vec<PathBuf>,
+    /// Run at most this many, smallest first (Miri is a thousand times
+    /// slower than a native run).
+    #[arg(long, default_value_t = 20)]
+    most: usize,
+}
+
+pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
+    if !miri::runs_under_miri(&project, &args.allocator) {
+        bail!(
+            "`{}` is not Rust code Miri can run; give `arena`, `zoo:<bug>@arena` or a Rust crate your config declares",
+            args.allocator
+        );
+    }
+    let installed = std::process::Command::new("cargo")
+        .args(["+nightly", "miri", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        bail!("Miri is not installed; run `rustup component add --toolchain nightly miri rust-src` (`just setup-test` does)");
+    }
+    let inputs = match args.inputs.is_empty() {
+        true => vec![project.seeds(args.target)],
+        false => args.inputs,
+    };
+    let inputs = miri::smallest(&inputs, args.most)?;
+    if inputs.is_empty() {
+        bail!("no programs to replay; give input files or folders");
+    }
+    let outcomes = miri::run(&project, &args.allocator, args.target, &inputs)?;
+    let out = project.run_dir("miri", &[args.target.name(), &args.allocator]);
+    let mut found = BTreeMap::new();
+    let mut unsupported = 0;
+    for (input, outcome) in &outcomes {
+        let Outcome::Stopped { miri, log } = outcome else {
+            continue;
+        };
+        match miri {
+            Miri::Unsupported(head) => {
+                unsupported += 1;
+                println!(
+                    "miri: {} stopped where Miri cannot follow: {head}",
+                    input.display()
+                );
+            }
+            Miri::Finding(sig) => {
+                let dir = out.join(sig.id());
+                if found.insert(sig.id(), sig.title()).is_none() {
+                    std::fs::create_dir_all(&dir)?;
+                    write_atomic(&dir.join("input"), &std::fs::read(input)?)?;
+                    write_atomic(&dir.join("miri.log"), log.as_bytes())?;
+                }
+            }
+        }
+    }
+    let clean = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Clean))
+        .count();
+    println!(
+        "miri {} {}: {} programs, {clean} clean, {unsupported} past what Miri runs, {} findings",
+        args.target,
+        args.allocator,
+        outcomes.len(),
+        found.len()
+    );
+    for (id, title) in &found {
+        println!("  {id} {title}\n    {}", out.join(id).display());
+    }
+    Ok(found.is_empty())
+}
