@@ -54,12 +54,17 @@ pub fn run(
             break;
         }
         // The input that was running when Miri stopped, or none: then the
-        // build or the runner's start failed, and every input would.
+        // build or the runner's start failed (every input would), or the
+        // process failed past its last input.
         let Some((at, false)) = started.last().copied() else {
             let tail: Vec<&str> = log.lines().rev().take(20).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
+            let when = match started.is_empty() {
+                true => "before its first program",
+                false => "after its last program",
+            };
             bail!(
-                "the Miri replay did not start ({}): {}",
+                "the Miri replay failed {when} ({}): {}",
                 out.status,
                 tail.join("\n")
             );
