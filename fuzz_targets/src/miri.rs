@@ -1,7 +1,7 @@
 //! The Miri replay: the `miri` binary, run by `cargo miri run` (`allocsoak
 //! miri`), replays each input's program once against one allocator under
 //! Miri, which checks every access the allocator makes: provenance,
-//! aliasing (Stacked or Tree Borrows), bounds, alignment and uninitialized
+//! aliasing (Stacked Borrows), bounds, alignment and uninitialized
 //! reads that a native run (ASan's included) cannot see.
 //!
 //! Before each input it prints `allocsoak miri: input <path>` to stderr,
@@ -28,7 +28,8 @@ pub fn main(register: fn()) {
     zoo::register();
     for path in inputs {
         let data = std::fs::read(path).unwrap_or_else(|e| exit(format!("{path}: {e}")));
-        let program = Program::from_input(target, &data).unwrap_or_else(|e| exit(format!("{path}: {e}")));
+        let program =
+            Program::from_input(target, &data).unwrap_or_else(|e| exit(format!("{path}: {e}")));
         eprintln!("{INPUT}{path}");
         // Made in the first input (and kept): undefined behaviour in the
         // allocator's own setup is then that input's finding.

@@ -39,6 +39,9 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
             args.allocator
         );
     }
+    if args.target == Target::DiffMimalloc {
+        bail!("diff_mimalloc runs the C mimalloc beside the allocator; give alloc_ops, heap_api, mt_ops or workload");
+    }
     let installed = std::process::Command::new("cargo")
         .args(["+nightly", "miri", "--version"])
         .output()
