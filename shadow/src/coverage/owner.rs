@@ -7,7 +7,7 @@
 /// their code is never the allocator's, and the fuzz builds compile them
 /// without coverage but a few ([`uncovered_crates`]). `harness_crates_are_named`
 /// checks this list against the dependency graph and the fuzz binaries.
-const NOT_ALLOCATOR: [&str; 46] = [
+const NOT_ALLOCATOR: [&str; 47] = [
     "std",
     "core",
     "alloc",
@@ -22,6 +22,7 @@ const NOT_ALLOCATOR: [&str; 46] = [
     "diff_mimalloc",
     "workload",
     "drift",
+    "miri",
     "allocsoak_declared",
     "libfuzzer_sys",
     "honggfuzz",
