@@ -2,7 +2,7 @@
 //! which sees what native runs cannot (a pointer used past the provenance
 //! it was made with, aliasing, an uninitialized read). Each finding is
 //! signed as a crash is, one per signature, and kept with its input and
-//! Miri's log under `target/allocsoak/miri/<id>/`.
+//! Miri's log under `target/allocsoak/miri/<target>-<allocator>/<id>/`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
