@@ -4,11 +4,11 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 
 allocsoak := "cargo run -q --release -p soak --"
 
-# Install what is missing: clang matching nightly's LLVM, honggfuzz's libraries, cargo-fuzz, honggfuzz.
+# Install what is missing: clang matching nightly's LLVM, honggfuzz's libraries, cargo-fuzz, honggfuzz, Miri.
 setup:
     ./scripts/setup
 
-# What `setup` installs, and the tools only the tests use (chromium, shellcheck, actionlint, zip, Miri).
+# What `setup` installs, and the tools only the tests use (chromium, shellcheck, actionlint, zip).
 setup-test:
     ./scripts/setup --test
 

@@ -4,13 +4,14 @@
 //! finding; the bundled `arena` is clean on today's rlsf; rlsf 0.2.1 from
 //! crates.io, which the arena is then built on, shows its real aliasing
 //! bug (yvt/rlsf#9, fixed in 0.2.2) as one finding in the function at
-//! fault; C code is refused in one line.
+//! fault; C code is refused in one line. In a soak, Miri passes over the
+//! corpus file the planted bug as one group and leave the arena clean.
 
 mod common;
 
 use std::path::Path;
 
-use common::{allocsoak, run_allocsoak, with_config};
+use common::{allocsoak, count, groups, repro, run_allocsoak, soak_until, with_config};
 
 /// The seeds a run replays: few and small (Miri is slow).
 const MOST: &str = "3";
@@ -72,4 +73,96 @@ fn c_code_is_refused_in_one_line() {
         text.contains("`mimalloc` is not Rust code Miri can run"),
         "{text}"
     );
+}
+
+/// The Miri-only bug found by a soak's own Miri passes: one group, its
+/// page and repro command Miri's, while the correct arena beside it
+/// replays clean.
+#[test]
+fn a_soaks_miri_passes_file_the_provenance_bug_once_and_leave_the_arena_clean() {
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("miri.toml");
+    std::fs::write(
+        &config,
+        "targets = [\"alloc_ops\"]\nallocators = [\"zoo:narrow-provenance\", \"arena\"]\n\
+         [miri]\nevery_hours = 0.0003\nmost = 4\n",
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let config_arg = config.to_string_lossy().into_owned();
+    let args = [
+        "--config",
+        &config_arg,
+        "--jobs",
+        "2",
+        "--duration",
+        "300",
+        "--slice-secs",
+        "20",
+    ];
+    let replayed = |s: &Path| -> Vec<String> {
+        std::fs::read_dir(s.join("miri"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".replayed"))
+                    .map(|e| std::fs::read_to_string(e.path()).unwrap())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let miri_groups = "SELECT COUNT(*) FROM crash_group g JOIN slot s ON g.slot_id = s.id \
+                       WHERE s.engine = 'miri'";
+    let out = soak_until(&state, &args, |s| {
+        count(s, miri_groups) >= 1 && replayed(s).iter().filter(|r| !r.is_empty()).count() == 2
+    });
+    let log = String::from_utf8_lossy(&out.stdout).into_owned();
+    let filed = groups(&state);
+    assert_eq!(filed.len(), 1, "{filed:?}\n{log}");
+    let (id, kind, _, command, title) = &filed[0];
+    assert_eq!(kind, "miri-ub", "{title}");
+    assert_eq!(count(&state, miri_groups), 1, "{log}");
+    assert!(log.contains("miri alloc_ops/arena: "), "{log}");
+    let page = std::fs::read_to_string(state.join("crashes").join(id).join("REPORT.md")).unwrap();
+    assert!(
+        page.contains("alloc_ops / zoo:narrow-provenance / miri"),
+        "{page}"
+    );
+    assert!(page.contains("error: Undefined Behavior"), "{page}");
+
+    // The page's command, as a user pastes it, finds it again under Miri.
+    let binary = env!("CARGO_BIN_EXE_allocsoak");
+    let command = command.replacen("allocsoak", binary, 1);
+    let again = repro(&command);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(again.status.code(), Some(1), "{command}\n{text}");
+    assert!(text.contains("1 findings"), "{text}");
+    // So does `allocsoak repro <group>`.
+    let state_arg = state.to_string_lossy().into_owned();
+    let (again, text) = with_config(&config, &["repro", id, "--state", &state_arg]);
+    assert_eq!(again.status.code(), Some(1), "{text}");
+    assert!(text.contains("under Miri: reproduced"), "{text}");
+
+    // Once the allocator no longer has the bug (the group moved, in the
+    // store, to the correct arena's Miri slot), the next soak's pass marks
+    // it fixed.
+    let db = common::db(&state);
+    db.execute(
+        "UPDATE crash_group SET slot_id = (SELECT id FROM slot WHERE allocator = 'arena' \
+         AND engine = 'miri') WHERE id = ?1",
+        [id],
+    )
+    .unwrap();
+    drop(db);
+    std::fs::write(
+        &config,
+        "targets = [\"alloc_ops\"]\nallocators = [\"arena\"]\n[miri]\nevery_hours = 0.0003\n",
+    )
+    .unwrap();
+    let fixed = |s: &Path| count(s, "SELECT COUNT(*) FROM crash_group WHERE status = 'fixed'") == 1;
+    let out = soak_until(&state, &args, fixed);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(log.contains(&format!("miri: {id} new -> fixed")), "{log}");
 }

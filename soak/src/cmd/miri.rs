@@ -42,12 +42,8 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
     if args.target == Target::DiffMimalloc {
         bail!("diff_mimalloc runs the C mimalloc beside the allocator; give alloc_ops, heap_api, mt_ops or workload");
     }
-    let installed = std::process::Command::new("cargo")
-        .args(["+nightly", "miri", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !installed {
-        bail!("Miri is not installed; run `rustup component add --toolchain nightly miri rust-src` (`just setup-test` does)");
+    if !miri::installed() {
+        bail!("Miri is not installed; run `rustup component add --toolchain nightly miri rust-src` (`just setup` does)");
     }
     let inputs = match args.inputs.is_empty() {
         true => vec![project.seeds(args.target)],
@@ -57,7 +53,11 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
     if inputs.is_empty() {
         bail!("no programs to replay; give input files or folders");
     }
-    let outcomes = miri::run(&project, &args.allocator, args.target, &inputs)?;
+    let no_end = triage::budget::Budget {
+        until: None,
+        stop: None,
+    };
+    let outcomes = miri::run(&project, &args.allocator, args.target, &inputs, &no_end)?;
     let out = project.run_dir("miri", &[args.target.name(), &args.allocator]);
     let mut found = BTreeMap::new();
     let mut unsupported = 0;

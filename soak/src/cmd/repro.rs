@@ -1,10 +1,13 @@
 //! `allocsoak repro`: replay a crash group or input files on the current
-//! build, without a fuzz loop; an rss-drift group replays its culprits.
+//! build, without a fuzz loop; an rss-drift group replays its culprits,
+//! a Miri group its input under Miri.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use report::miri::Miri;
 use shadow::Target;
+use soak::engines::miri::{self, Outcome};
 use soak::engines::project::Project;
 use soak::foundation::config::Config;
 use soak::pipeline::{groups, repro};
@@ -36,7 +39,10 @@ pub struct Args {
 /// Fails (exit 1) while it reproduces.
 pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     if let [id] = args.what.as_slice() {
-        if let Some(group) = drift_group(&args.state, id)? {
+        if let Some(group) = group_of_its_own(&args.state, id)? {
+            if group.slot.engine == "miri" {
+                return miri_replay(&project, &group);
+            }
             let ops = args
                 .ops
                 .unwrap_or_else(|| config.drift.replay_ops(&group.slot.target));
@@ -60,17 +66,55 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     Ok(!shown.reproduced)
 }
 
-/// The `rss-drift` group `id` names in `state`, if it names one.
-fn drift_group(state: &Path, id: &str) -> Result<Option<groups::Group>> {
+/// Replays a Miri group's input under Miri: it reproduces when Miri
+/// stops at the group's signature again.
+fn miri_replay(project: &Project, group: &groups::Group) -> Result<bool> {
+    let no_end = triage::budget::Budget {
+        until: None,
+        stop: None,
+    };
+    // Absolute: the replay runs in the fuzz package's folder.
+    let input = std::path::absolute(group.dir.join("original"))?;
+    let target: Target = group.target()?;
+    let outcomes = miri::run(project, &group.slot.allocator, target, &[input], &no_end)?;
+    let shown = match outcomes.into_iter().next() {
+        Some((_, Outcome::Stopped { miri, log })) => {
+            print!("{log}");
+            match miri {
+                Miri::Finding(sig) => Some(sig),
+                Miri::Unsupported(head) => {
+                    println!("miri: stopped where Miri cannot follow: {head}");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let reproduced = shown.as_ref().is_some_and(|s| group.row.shown_by(s));
+    println!(
+        "{} under Miri: {}",
+        group.row.id,
+        match (&shown, reproduced) {
+            (_, true) => "reproduced".to_string(),
+            (Some(s), false) => format!("stopped at another finding: {}", s.title()),
+            (None, false) => "ran clean".to_string(),
+        }
+    );
+    Ok(!reproduced)
+}
+
+/// The group `id` names in `state` if its replay is not the fuzz
+/// binary's: an `rss-drift` group, or a Miri pass's.
+fn group_of_its_own(state: &Path, id: &str) -> Result<Option<groups::Group>> {
     if Path::new(id).exists() || !state.join("store.sqlite").is_file() {
         return Ok(None);
     }
     let (state, store) = super::common::open_state(state)?;
     if store.merged_into(id)?.is_some() {
-        // A code-path group: never a drift one.
+        // A code-path group: never a drift or Miri one.
         return Ok(None);
     }
     Ok(groups::Group::find(&state, &store, id)
         .ok()
-        .filter(|g| g.row.kind == "rss-drift"))
+        .filter(|g| g.row.kind == "rss-drift" || g.slot.engine == "miri"))
 }

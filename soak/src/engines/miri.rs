@@ -6,10 +6,13 @@
 //! `report::miri`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use report::miri::Miri;
 use shadow::Target;
+use triage::budget::Budget;
+use triage::replay::output_within;
 
 use super::project::Project;
 
@@ -30,22 +33,29 @@ pub enum Outcome {
     },
 }
 
+/// How long one Miri process may run (its build, the first time, and the
+/// inputs up to the one that stops it) before it is killed as hung.
+const LIMIT: Duration = Duration::from_secs(3 * 3600);
+
 /// Runs `inputs` (program files of `target`) on `allocator` under Miri:
-/// each input with its outcome, in order.
+/// each input with its outcome, in order. Once `budget` is over, the
+/// process running is killed and the inputs it had not finished are left
+/// out of the answer.
 pub fn run(
     project: &Project,
     allocator: &str,
     target: Target,
     inputs: &[PathBuf],
+    budget: &Budget,
 ) -> Result<Vec<(PathBuf, Outcome)>> {
     let mut outcomes = Vec::new();
     let mut rest = inputs;
-    while !rest.is_empty() {
-        let out = project
-            .miri_command(allocator, target, rest)?
-            .env("MIRIFLAGS", MIRIFLAGS)
-            .output()
-            .context("failed to run `cargo +nightly miri`; run `just setup`")?;
+    while !rest.is_empty() && !budget.over() {
+        let mut cmd = project.miri_command(allocator, target, rest)?;
+        let out = match output_within(cmd.env("MIRIFLAGS", MIRIFLAGS), LIMIT, budget) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => break,
+            out => out.context("failed to run `cargo +nightly miri`; run `just setup`")?,
+        };
         let log = String::from_utf8_lossy(&out.stderr);
         let started = started(&log);
         let clean = started.iter().filter(|(_, clean)| *clean).count();
@@ -97,6 +107,14 @@ fn started(log: &str) -> Vec<(usize, bool)> {
         at += line.len();
     }
     started
+}
+
+/// Whether `cargo +nightly miri` runs here.
+pub fn installed() -> bool {
+    std::process::Command::new("cargo")
+        .args(["+nightly", "miri", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Whether `allocator` is Rust code Miri can run: `arena`, a zoo planted

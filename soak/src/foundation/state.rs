@@ -14,11 +14,15 @@
 //! <state>/pending/<id>/         what a slice left to file when the soak ended
 //!                               (artifacts/, its slice.toml, tolerate and history)
 //! <state>/coverage/             `allocsoak coverage`'s last report (coverage/mod.rs)
+//! <state>/miri/                 Miri passes: when the last began, and per slot
+//!                               the corpus inputs they replayed, copies of those
+//!                               a pass replays now in inputs/ (running/miri.rs)
 //! ```
 //! Nothing here is deleted except a slice's scratch once everything in it
 //! has been merged, filed or moved to `pending/`, a pending folder once
 //! everything in it is filed, corpus generations the symlink left, and
-//! the oldest engine logs past their cap ([`StateDir::prune_logs`]).
+//! the oldest engine logs past their cap ([`StateDir::prune_logs`]), and
+//! the copies in `miri/inputs/` when the next Miri pass begins.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -186,6 +190,26 @@ impl StateDir {
 
     pub fn pending_slice(&self, id: i64) -> PathBuf {
         self.pending().join(id.to_string())
+    }
+
+    /// When the last Miri pass began (unix seconds, as text).
+    pub fn miri_last_pass(&self) -> PathBuf {
+        self.root.join("miri").join("last-pass")
+    }
+
+    /// Copies of the corpus inputs a Miri pass is replaying now.
+    pub fn miri_inputs(&self) -> PathBuf {
+        self.root.join("miri").join("inputs")
+    }
+
+    /// The names of `target`'s corpus inputs Miri passes replayed on
+    /// `allocator`, one per line.
+    pub fn miri_replayed(&self, target: Target, allocator: &str) -> PathBuf {
+        self.root.join("miri").join(format!(
+            "{}-{:016x}.replayed",
+            target.name(),
+            stable_hash(allocator.as_bytes())
+        ))
     }
 
     /// Removes the oldest engine logs in `logs/` (`slice-<id>.log`, one

@@ -51,6 +51,7 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         .find(|l| {
             l.contains("allocsoak violation:")
                 || l.contains("ERROR: ")
+                || l.starts_with("error: ")
                 || l.contains("Assertion")
                 || l.contains("assertion")
         })
@@ -62,6 +63,8 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
     // harness and the allocator; stack.txt has all.
     let signature = g.signature();
     let stack = match signature.as_ref().filter(|s| s.path) {
+        // Miri's report: its error, the span and the backtrace it printed.
+        _ if slot.engine == "miri" => miri_report(&log),
         Some(s) => format!(
             "the allocator's functions the failing op ran, or for a byte it broke the one whose \
              store broke it, or for a value it answered wrong the one that computed it (its \
@@ -146,7 +149,7 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
          ## {which}\n\n```text\n{program}```\n\n\
          ## Files\n\n\
          - `original`: the input the fuzzer wrote; `minimized`: the minimized program as text (when a smaller program fails the same way)\n\
-         - `program.txt`, `stack.txt`, `replay.log` (the replay the above is read from), `engine.log`\n\
+         - `program.txt`, `stack.txt`, `replay.log` (the replay the above is read from; Miri's output for a Miri group), `engine.log`\n\
          - `history/`: the inputs replayed before `original`, in order, in one process (only for a crash that needs them)\n\
          - `inputs/`: {inputs} more raw inputs with this signature\n",
         title = g.title,
@@ -168,6 +171,21 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         },
     );
     state::write_atomic(&dir.join("REPORT.md"), text.as_bytes())
+}
+
+/// Miri's report in `log`: from its first `error:` line, at most 40 lines.
+fn miri_report(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    let from = lines
+        .iter()
+        .position(|l| l.starts_with("error"))
+        .unwrap_or(0);
+    lines[from..]
+        .iter()
+        .take(40)
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The ways the group's bug was reached, as a Markdown section (empty

@@ -398,6 +398,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
             let (watch, soak) = (&watch, &soak);
             s.spawn(move || soak.drift_worker(watch, series));
         }
+        s.spawn(|| crate::running::miri::worker(&soak, &fuzzing_done));
         let handles: Vec<_> = (0..options.jobs.max(1))
             .map(|_| s.spawn(|| soak.worker()))
             .collect();

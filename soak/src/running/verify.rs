@@ -1,7 +1,8 @@
 //! Known groups verified against the current build, when a soak boots and
 //! by `allocsoak triage verify`: every filed group replayed and marked by
 //! what its replays showed; an `rss-drift` group's culprits are measured
-//! again instead. It stands above the pipeline and the RSS drift room,
+//! again instead; a Miri group is left to the soak's Miri passes (only
+//! Miri shows it: `running::miri`). It stands above the pipeline and the RSS drift room,
 //! whose groups it verifies alike.
 
 use std::path::{Path, PathBuf};
@@ -43,6 +44,11 @@ pub fn verify(
             let drifts = rss::repro::drifts(project, config, &g)?;
             let reproduced = if drifts { TRIES } else { 0 };
             verdicts.push(mark(state, store, &g, reproduced)?);
+            continue;
+        }
+        if g.slot.engine == "miri" {
+            // What Miri saw no native replay shows: the next Miri pass
+            // replays it (`running::miri`).
             continue;
         }
         let binary = match groups::binary(project, target, &g.slot.allocator) {

@@ -11,8 +11,10 @@ use shadow::Target;
 use crate::foundation::declared::Declared;
 
 mod engine;
+mod miri;
 mod rss;
 pub use engine::Engine;
+pub use miri::MiriConfig;
 pub use rss::{DriftConfig, Series, TRACE_SLOT};
 
 #[derive(Clone, Debug, Deserialize)]
@@ -57,6 +59,9 @@ pub struct Config {
     /// RSS drift workers (off unless `cpu_share` is above 0).
     #[serde(default)]
     pub drift: DriftConfig,
+    /// Miri passes over the Rust allocators' programs ([`MiriConfig`]).
+    #[serde(default)]
+    pub miri: MiriConfig,
     /// The file the config was read from: declared paths are relative to
     /// its folder.
     #[serde(skip)]
@@ -172,6 +177,10 @@ impl Config {
             );
         }
         config.drift.traces.extend(traced);
+        config
+            .miri
+            .on()
+            .with_context(|| format!("config {}", path.display()))?;
         config.path = std::path::absolute(path)
             .with_context(|| format!("failed to resolve {}", path.display()))?;
         for (i, d) in config.declared.iter().enumerate() {

@@ -286,3 +286,18 @@ fn a_trace_slot_is_a_drift_series_and_says_what_it_needs() {
         assert!(e.contains(says) && e.lines().count() == 1, "{e}");
     }
 }
+
+#[test]
+fn miri_passes_are_on_by_default_off_at_zero_and_a_bad_interval_is_refused() {
+    let config: Config = toml::from_str("").unwrap();
+    assert!(config.miri.on().unwrap());
+    assert_eq!((config.miri.every_hours, config.miri.most), (2.0, 10));
+    let off: Config = toml::from_str("[miri]\nevery_hours = 0\n").unwrap();
+    assert!(!off.miri.on().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[miri]\nevery_hours = -1\n").unwrap();
+    let e = format!("{:#}", Config::load(&path).unwrap_err());
+    assert!(e.contains("[miri] every_hours must be 0"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}

@@ -23,6 +23,7 @@ use crate::pipeline::sequence::{self, History};
 
 mod batch;
 mod groups;
+pub mod miri;
 mod repeat;
 mod saved;
 mod source;
