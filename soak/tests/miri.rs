@@ -1,11 +1,12 @@
-//! `allocsoak miri`: Rust allocators' programs under Miri. A planted bug
-//! no native run can see (`zoo:narrow-provenance`, a block handed out
-//! through a pointer made from a reference to its first byte) is one
-//! finding; the bundled `arena` is clean on today's rlsf; rlsf 0.2.1 from
-//! crates.io, which the arena is then built on, shows its real aliasing
-//! bug (yvt/rlsf#9, fixed in 0.2.2) as one finding in the function at
-//! fault; C code is refused in one line. In a soak, Miri passes over the
-//! corpus file the planted bug as one group and leave the arena clean.
+//! Rust allocators' programs under Miri. `allocsoak miri` on rlsf 0.2.1
+//! from crates.io, which the arena is then built on, shows its real
+//! aliasing bug (yvt/rlsf#9, fixed in 0.2.2) as one finding in the
+//! function at fault; C code is refused in one line. A soak's own Miri
+//! passes file a planted bug no native run can see
+//! (`zoo:narrow-provenance`, a block handed out through a pointer made
+//! from a reference to its first byte) as one group, leave the bundled
+//! `arena` (today's rlsf) clean, and mark the group fixed once the
+//! allocator no longer has it.
 
 mod common;
 
@@ -16,30 +17,8 @@ use common::{allocsoak, count, groups, repro, run_allocsoak, soak_until, with_co
 /// The seeds a run replays: few and small (Miri is slow).
 const MOST: &str = "3";
 
-fn miri(cmd: std::process::Command, allocator: &str) -> (bool, String) {
-    let (out, text) = run_allocsoak(cmd, &["miri", "--allocator", allocator, "--most", MOST]);
-    assert!(
-        matches!(out.status.code(), Some(0 | 1)),
-        "exit {:?}: {text}",
-        out.status
-    );
-    (out.status.success(), text)
-}
-
 #[test]
-fn a_provenance_bug_only_miri_sees_is_one_finding_and_real_rlsf_too() {
-    let (clean, text) = miri(allocsoak(), "zoo:narrow-provenance");
-    assert!(!clean, "{text}");
-    assert!(
-        text.contains(": 3 programs, 0 clean, 0 past what Miri runs, 1 findings"),
-        "{text}"
-    );
-    assert!(text.contains("miri-ub: "), "{text}");
-
-    let (clean, text) = miri(allocsoak(), "arena");
-    assert!(clean, "{text}");
-    assert!(text.contains(": 3 programs, 3 clean"), "{text}");
-
+fn real_rlsf_0_2_1s_aliasing_bug_is_one_finding_in_the_function_at_fault() {
     // rlsf 0.2.1, pinned by a config: the arena is built on it.
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("old-rlsf.toml");
@@ -88,7 +67,7 @@ fn a_soaks_miri_passes_file_the_provenance_bug_once_and_leave_the_arena_clean() 
     std::fs::write(
         &config,
         "targets = [\"alloc_ops\"]\nallocators = [\"zoo:narrow-provenance\", \"arena\"]\n\
-         [miri]\nevery_hours = 0.0003\nmost = 4\n",
+         [miri]\nevery_hours = 0.0003\nmost = 2\n",
     )
     .unwrap();
     let state = dir.path().join("state");
@@ -101,7 +80,7 @@ fn a_soaks_miri_passes_file_the_provenance_bug_once_and_leave_the_arena_clean() 
         "--duration",
         "300",
         "--slice-secs",
-        "20",
+        "10",
     ];
     let replayed = |s: &Path| -> Vec<String> {
         std::fs::read_dir(s.join("miri"))
