@@ -122,10 +122,7 @@ pub fn installed() -> bool {
 pub fn runs_under_miri(project: &Project, allocator: &str) -> bool {
     let zoo_base = allocator
         .strip_prefix("zoo:")
-        .map(|spec| match spec.split_once('@') {
-            Some((_, base)) => base,
-            None => zoo::default_base(spec),
-        });
+        .map(|spec| zoo::split_spec(spec).1);
     allocator == "arena"
         || zoo_base == Some("arena")
         || project
