@@ -93,8 +93,21 @@ pub struct Declared {
     /// at, by their `attack` names (`double-free`, `foreign-free`,
     /// `freed-write`, `interior-free`, `overflow`): the `attack` op holds
     /// it to each (docs/invariants.md). Default: none.
-    #[serde(default)]
-    pub stops: Vec<String>,
+    #[serde(default, deserialize_with = "attacks")]
+    pub stops: Vec<Attack>,
+}
+
+/// `stops`' names as attacks, read once: an unknown name is the config's
+/// error.
+fn attacks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Attack>, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    names
+        .iter()
+        .map(|n| {
+            n.parse()
+                .map_err(|e| serde::de::Error::custom(format!("stops: {e}")))
+        })
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -373,11 +386,6 @@ impl Declared {
         if !self.stops.is_empty() && self.api == Api::AllocatorApi2 {
             return Err(bad("`stops` is for a GlobalAlloc, C sources or a library: an allocator-api2 allocator's misuse is its caller's"));
         }
-        for attack in &self.stops {
-            attack
-                .parse::<Attack>()
-                .map_err(|e| bad(&format!("stops: {e}")))?;
-        }
         match (self.threads, self.api) {
             (None, _) => {}
             (Some(1), Api::GlobalAlloc) => {}
@@ -506,7 +514,6 @@ impl Declared {
         }
         if !self.stops.is_empty() {
             let attacks: Vec<String> = (self.stops.iter())
-                .filter_map(|a| a.parse::<Attack>().ok())
                 .map(|a| format!("shadow::allocator::Attack::{a:?}"))
                 .collect();
             properties.push_str(&format!(".with_stops(&[{}])", attacks.join(", ")));
