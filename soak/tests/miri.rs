@@ -104,6 +104,11 @@ fn a_soaks_miri_passes_file_the_provenance_bug_once_and_leave_the_arena_clean() 
     assert_eq!(kind, "miri-ub", "{title}");
     assert_eq!(count(&state, miri_groups), 1, "{log}");
     assert!(log.contains("miri alloc_ops/arena: "), "{log}");
+    // Each slot's passes are slices of its `(miri)` row: programs as execs.
+    let passes = "SELECT COUNT(DISTINCT s.id) FROM slice l JOIN slot s ON l.slot_id = s.id \
+                  WHERE s.engine = 'miri' AND l.execs > 0 AND l.outcome = 'miri'";
+    assert_eq!(count(&state, passes), 2, "{log}");
+    assert!(log.contains("alloc_ops/arena (miri)"), "{log}");
     let page = std::fs::read_to_string(state.join("crashes").join(id).join("REPORT.md")).unwrap();
     assert!(
         page.contains("alloc_ops / zoo:narrow-provenance / miri"),

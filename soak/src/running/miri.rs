@@ -23,7 +23,7 @@ use crate::engines::miri::{self, Outcome};
 use crate::engines::Engine;
 use crate::foundation::lock::lock;
 use crate::foundation::state::{self, StateDir};
-use crate::foundation::store;
+use crate::foundation::store::{self, SliceStats};
 use crate::pipeline::intake::miri::{file, Finding};
 use crate::running::soak::Soak;
 
@@ -133,55 +133,100 @@ fn pass(soak: &Soak, slots: &[(Target, String)]) -> Result<()> {
             break;
         }
         recheck(soak, *target, allocator, &budget)?;
-        let started = Instant::now();
-        let list = soak.state.miri_replayed(*target, allocator);
-        let mut replayed = read_replayed(&list);
-        let chosen = unreplayed(
-            &soak.state.corpus(*target),
-            &replayed,
-            soak.config.miri.most,
-        )?;
-        if chosen.is_empty() {
-            continue;
-        }
-        let inputs = copied(&soak.state, &chosen)?;
-        let outcomes = miri::run(&soak.project, allocator, *target, &inputs, &budget)?;
-        let (mut findings, mut past) = (0, 0);
-        for (input, outcome) in &outcomes {
-            if let Outcome::Stopped { miri, log } = outcome {
-                match miri {
-                    Miri::Unsupported(_) => past += 1,
-                    Miri::Finding(sig) => {
-                        findings += 1;
-                        let finding = Finding {
-                            target: *target,
-                            allocator,
-                            input,
-                            sig,
-                            log,
-                            config: &soak.config.path,
-                        };
-                        let filed = file(&soak.state, &soak.store, &finding)?;
-                        if filed.new {
-                            lock(&soak.new_groups).push(filed.group_id);
-                        }
-                    }
-                }
-            }
-            if let Some(name) = input.file_name() {
-                replayed.insert(name.to_string_lossy().into_owned());
-            }
-        }
-        let text: String = replayed.iter().map(|n| format!("{n}\n")).collect();
-        state::write_atomic(&list, text.as_bytes())?;
-        println!(
-            "miri {target}/{allocator}: {} of {} programs replayed in {} s, {findings} stopped Miri, {past} past what Miri runs",
-            outcomes.len(),
-            inputs.len(),
-            started.elapsed().as_secs()
-        );
+        slot_pass(soak, *target, allocator, &budget)?;
     }
     Ok(())
+}
+
+/// Replays the slot's `most` smallest unreplayed corpus programs under
+/// Miri, files what stops it, and records them as replayed. The store
+/// keeps it as a slice of the slot's `miri` row (its programs as execs):
+/// the status table's `(miri)` row counts the passes, the programs a
+/// second and what they found.
+fn slot_pass(soak: &Soak, target: Target, allocator: &str, budget: &Budget) -> Result<()> {
+    let list = soak.state.miri_replayed(target, allocator);
+    let mut replayed = read_replayed(&list);
+    let chosen = unreplayed(&soak.state.corpus(target), &replayed, soak.config.miri.most)?;
+    if chosen.is_empty() {
+        return Ok(());
+    }
+    let inputs = copied(&soak.state, &chosen)?;
+    let slice = {
+        let store = soak.lock_store();
+        let slot = store.slot(target.name(), allocator, "miri", 1.0)?;
+        store.start_slice(slot.id, soak.run_id)?
+    };
+    let started = Instant::now();
+    let result =
+        miri::run(&soak.project, allocator, target, &inputs, budget).and_then(|outcomes| {
+            let counts = file_all(soak, target, allocator, &outcomes)?;
+            Ok((outcomes, counts))
+        });
+    let (ran, found) = match &result {
+        Ok((outcomes, (findings, _))) => (outcomes.len(), *findings),
+        Err(_) => (0, 0),
+    };
+    let stats = SliceStats {
+        fuzz_secs: started.elapsed().as_secs_f64(),
+        execs: ran as u64,
+        findings: found as u64,
+        outcome: "miri".into(),
+        ..Default::default()
+    };
+    soak.lock_store().end_slice(slice, &stats)?;
+    let (outcomes, (findings, past)) = result?;
+    for (input, _) in &outcomes {
+        if let Some(name) = input.file_name() {
+            replayed.insert(name.to_string_lossy().into_owned());
+        }
+    }
+    let text: String = replayed.iter().map(|n| format!("{n}\n")).collect();
+    state::write_atomic(&list, text.as_bytes())?;
+    println!(
+        "miri {target}/{allocator}: {ran} of {} programs replayed in {} s, {findings} stopped Miri, {past} past what Miri runs",
+        inputs.len(),
+        started.elapsed().as_secs()
+    );
+    Ok(())
+}
+
+/// Files each finding of `outcomes`; how many there were, and how many
+/// programs stopped where Miri cannot follow.
+fn file_all(
+    soak: &Soak,
+    target: Target,
+    allocator: &str,
+    outcomes: &[(PathBuf, Outcome)],
+) -> Result<(usize, usize)> {
+    let (mut findings, mut past) = (0, 0);
+    for (input, outcome) in outcomes {
+        match outcome {
+            Outcome::Clean => {}
+            Outcome::Stopped {
+                miri: Miri::Unsupported(_),
+                ..
+            } => past += 1,
+            Outcome::Stopped {
+                miri: Miri::Finding(sig),
+                log,
+            } => {
+                findings += 1;
+                let finding = Finding {
+                    target,
+                    allocator,
+                    input,
+                    sig,
+                    log,
+                    config: &soak.config.path,
+                };
+                let filed = file(&soak.state, &soak.store, &finding)?;
+                if filed.new {
+                    lock(&soak.new_groups).push(filed.group_id);
+                }
+            }
+        }
+    }
+    Ok((findings, past))
 }
 
 /// Replays the slot's Miri groups under Miri, as a soak's boot verifies
