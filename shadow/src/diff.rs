@@ -124,7 +124,7 @@ pub fn run(
     stats
 }
 
-/// Whether `op` asks for a huge block (past [`crate::model::MAX_BLOCK`],
+/// Whether `op` asks for a huge block (past [`crate::edges::MAX_BLOCK`],
 /// short of the impossible sizes), which the executor frees at once.
 fn requests_huge(op: &Op) -> bool {
     let size = match *op {
@@ -134,7 +134,7 @@ fn requests_huge(op: &Op) -> bool {
         | Op::WorkerAlloc { size, .. } => size,
         _ => return false,
     };
-    size > crate::model::MAX_BLOCK && size < crate::edges::IMPOSSIBLE_FROM
+    size > crate::edges::MAX_BLOCK && size < crate::edges::IMPOSSIBLE_FROM
 }
 
 /// Whether `op` makes a fresh block: only a fresh, binned block with

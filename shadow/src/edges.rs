@@ -9,6 +9,9 @@ use arbitrary::Arbitrary;
 /// Largest alignment a program asks for (4 MiB).
 pub const MAX_ALIGN: usize = 4 << 20;
 
+/// Largest possible request a program makes; larger possible ones are skipped.
+pub const MAX_BLOCK: usize = 64 << 20;
+
 /// Every size at or above this can never be served on a 64-bit machine, so a
 /// request for it must fail cleanly. (Anything this close to `isize::MAX`
 /// exceeds every address space; Rust's `Layout` rejects the top of the band.)
@@ -63,7 +66,7 @@ pub enum ArbSize {
     Threshold(u8, Delta),
     /// Near `isize::MAX` or `usize::MAX`, which must fail (half the
     /// bytes), or huge (the other half): above
-    /// [`crate::model::MAX_BLOCK`] and below [`IMPOSSIBLE_FROM`], 2^32 and
+    /// [`MAX_BLOCK`] and below [`IMPOSSIBLE_FROM`], 2^32 and
     /// a little either side (a size truncated to 32 bits), and 2^e ± 1 for
     /// 64 MiB to 2^62 (a header added to it, or rounded up, overflows near
     /// the top), 64 to 256 MiB as often as all the rest. The executor asks
@@ -178,7 +181,7 @@ pub fn size_align(size: ArbSize, align: ArbAlign, history: &mut History) -> (usi
             // for is a page to 4 MiB (what only over-aligned huge blocks
             // and their aligned reallocs exercise).
             let size = size.resolve(history);
-            match size > crate::model::MAX_BLOCK {
+            match size > MAX_BLOCK {
                 true => (size, 1 << (12 + u32::from(k) % 11)),
                 false => (size, 1 << exponent(k, 0, 22)),
             }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::allocator::{HeapId, LiveBlock};
+use crate::edges::MAX_BLOCK;
 
 /// Most live blocks a program holds; allocations beyond are skipped.
 pub const MAX_LIVE_BLOCKS: usize = 256;
@@ -16,8 +17,6 @@ pub const MAX_LIVE_BULK: usize = 8192;
 /// free a 40 MiB block and ask for another, where a second large block
 /// of a class is what a reuse bug needs.
 pub const MAX_PROGRAM_BYTES: usize = 64 << 20;
-/// Largest possible request a program makes; larger possible ones are skipped.
-pub const MAX_BLOCK: usize = 64 << 20;
 
 /// One live block.
 #[derive(Clone, Copy, Debug)]

@@ -78,7 +78,7 @@ impl Allocator for ForgetsHuge {
         // SAFETY: `align` is `p`'s, which this allocator served.
         let q = unsafe { self.alloc(new, align, false) };
         if !q.is_null() {
-            let kept = match new > shadow::model::MAX_BLOCK {
+            let kept = match new > shadow::edges::MAX_BLOCK {
                 true => 0,
                 false => old.min(new),
             };

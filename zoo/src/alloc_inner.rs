@@ -117,7 +117,7 @@ impl Zoo {
             // SAFETY: `align` is a power of two within max_align (`alloc`'s contract, passed on).
             return unsafe { self.xthread_zeroed_link(size, align) };
         }
-        if zeroed && self.has(Bug::HugeZeroedFooter) && size > shadow::model::MAX_BLOCK {
+        if zeroed && self.has(Bug::HugeZeroedFooter) && size > shadow::edges::MAX_BLOCK {
             // SAFETY: `align` is a power of two within max_align (`alloc`'s contract, passed on).
             return unsafe { self.huge_zeroed_footer(size, align) };
         }

@@ -1,5 +1,5 @@
 //! `HugeCrossShort`'s and `HugeReallocMisaligns`' realloc paths, the
-//! ones past 64 MiB (`shadow::model::MAX_BLOCK`).
+//! ones past 64 MiB (`shadow::edges::MAX_BLOCK`).
 
 use super::{Bug, Zoo};
 
@@ -15,7 +15,7 @@ impl Zoo {
         align: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        let huge = shadow::model::MAX_BLOCK;
+        let huge = shadow::edges::MAX_BLOCK;
         if self.has(Bug::HugeCrossShort) && (old > huge) != (new_size > huge) {
             // SAFETY: `p` is a live block of the zoo with `old` and `align` (`realloc`'s
             // contract).

@@ -13,18 +13,18 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use gimli::{EndianSlice, RunTimeEndian};
 
-use super::objects::Object;
+use super::objects::{objects, Object};
 
 type Slice = EndianSlice<'static, RunTimeEndian>;
 type Context = addr2line::Context<Slice>;
 
 /// An object's DWARF, parsed on first use (a replay that keys a
 /// violation), with the frames found so far by PC.
-pub(super) struct Frames {
+struct Frames {
     context: Context,
     /// (the directory of a crate's root file, that crate), longest first.
     crates: Vec<(PathBuf, String)>,
@@ -39,9 +39,14 @@ struct Frame {
     by_file: bool,
 }
 
+/// `object`'s [`Frames`], parsed on its first use (one cell per loaded
+/// object, in the order of [`objects`]).
 fn frames(object: &'static Object) -> Option<&'static Mutex<Frames>> {
-    object
-        .frames
+    static FRAMES: OnceLock<Vec<OnceLock<Option<Mutex<Frames>>>>> = OnceLock::new();
+    let all = objects();
+    let cells = FRAMES.get_or_init(|| all.iter().map(|_| OnceLock::new()).collect());
+    let at = all.iter().position(|o| std::ptr::eq(o, object))?;
+    cells[at]
         .get_or_init(|| {
             use object::{Object as _, ObjectSection};
             let file = object::File::parse(object.bytes).ok()?;

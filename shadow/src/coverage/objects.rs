@@ -10,9 +10,7 @@
 
 use std::ffi::{c_void, CStr};
 use std::ops::Range;
-use std::sync::{Mutex, OnceLock};
-
-use super::inlined::Frames;
+use std::sync::OnceLock;
 
 /// One loaded ELF object with counters (or the executable).
 pub(super) struct Object {
@@ -26,8 +24,6 @@ pub(super) struct Object {
     pub symbols: Symbols,
     /// Its SanitizerCoverage sections, when it has counters.
     pub sancov: Option<Sancov>,
-    /// Its DWARF's inlined frames, parsed on first use.
-    pub frames: OnceLock<Option<Mutex<Frames>>>,
 }
 
 /// Where an object's counters (`__sancov_cntrs`, one byte each) and their
@@ -90,7 +86,6 @@ fn open(path: &str, bias: usize, segments: Vec<Range<usize>>, executable: bool) 
         segments,
         symbols: symbols(&file),
         sancov: sancov(&file),
-        frames: OnceLock::new(),
     })
 }
 

@@ -4,9 +4,9 @@
 
 use super::{Executor, On, Origin, Outcome, ReallocCall};
 use crate::allocator::{HeapId, ReallocToZero, ZeroedFrom};
-use crate::edges::IMPOSSIBLE_FROM;
+use crate::edges::{IMPOSSIBLE_FROM, MAX_BLOCK};
 use crate::guard;
-use crate::model::{Block, ShadowHeap, MAX_BLOCK};
+use crate::model::{Block, ShadowHeap};
 use crate::op::NewSize;
 use crate::pattern;
 use crate::sanitizer;

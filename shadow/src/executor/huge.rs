@@ -1,4 +1,4 @@
-//! Huge requests, between [`crate::model::MAX_BLOCK`] and the impossible
+//! Huge requests, between [`crate::edges::MAX_BLOCK`] and the impossible
 //! sizes ([`Executor::huge`]): a count per program and, under ASan, a
 //! time budget per process; only three pages of a huge block are
 //! touched. A program's first huge block is kept across its later ops
@@ -21,7 +21,7 @@ use crate::poison;
 use crate::sanitizer;
 use crate::violation::{Site, Violation};
 
-/// Most huge requests (over [`crate::model::MAX_BLOCK`]) one program
+/// Most huge requests (over [`crate::edges::MAX_BLOCK`]) one program
 /// makes: the block it keeps, and a realloc of it.
 const MAX_HUGE: usize = 2;
 /// The head, the tail and one window of a huge block are touched: one
@@ -94,7 +94,7 @@ impl HugeBudget {
 }
 
 impl Executor {
-    /// A request between [`crate::model::MAX_BLOCK`] and the impossible
+    /// A request between [`crate::edges::MAX_BLOCK`] and the impossible
     /// sizes: it may fail cleanly; if it succeeds, the block is aligned,
     /// has at least `size` usable bytes, overlaps no live block, and its
     /// head, its tail and a page the seed picks read zero (a zeroed

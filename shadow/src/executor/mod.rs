@@ -429,7 +429,7 @@ impl Executor {
                 worker,
                 size,
                 align,
-            } if size <= crate::model::MAX_BLOCK => {
+            } if size <= crate::edges::MAX_BLOCK => {
                 self.alloc_block(size, align, false, None, On::Exiting(worker))
             }
             Op::ExitAlloc { .. } => Outcome::Skipped,

@@ -47,7 +47,7 @@ pub fn size_bucket(size: usize) -> &'static str {
         0..=64 => "0..64",
         65..=4096 => "65..4K",
         4097..=262_144 => "4K..256K",
-        _ if size <= crate::model::MAX_BLOCK => "256K..",
+        _ if size <= crate::edges::MAX_BLOCK => "256K..",
         _ if size < crate::edges::IMPOSSIBLE_FROM => "64M..",
         _ => "impossible",
     }
