@@ -53,11 +53,13 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
     if inputs.is_empty() {
         bail!("no programs to replay; give input files or folders");
     }
-    let no_end = triage::budget::Budget {
-        until: None,
-        stop: None,
-    };
-    let outcomes = miri::run(&project, &args.allocator, args.target, &inputs, &no_end)?;
+    let outcomes = miri::run(
+        &project,
+        &args.allocator,
+        args.target,
+        &inputs,
+        &triage::budget::Budget::default(), // no end
+    )?;
     let out = project.run_dir("miri", &[args.target.name(), &args.allocator]);
     let mut found = BTreeMap::new();
     let mut unsupported = 0;

@@ -69,14 +69,16 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
 /// Replays a Miri group's input under Miri: it reproduces when Miri
 /// stops at the group's signature again.
 fn miri_replay(project: &Project, group: &groups::Group) -> Result<bool> {
-    let no_end = triage::budget::Budget {
-        until: None,
-        stop: None,
-    };
     // Absolute: the replay runs in the fuzz package's folder.
     let input = std::path::absolute(group.dir.join("original"))?;
     let target: Target = group.target()?;
-    let outcomes = miri::run(project, &group.slot.allocator, target, &[input], &no_end)?;
+    let outcomes = miri::run(
+        project,
+        &group.slot.allocator,
+        target,
+        &[input],
+        &triage::budget::Budget::default(), // no end
+    )?;
     let shown = match outcomes.into_iter().next() {
         Some((_, Outcome::Stopped { miri, log })) => {
             print!("{log}");
