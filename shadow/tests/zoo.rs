@@ -217,7 +217,7 @@ fn check(bug: Bug) -> Check {
             "only Miri sees a pointer used past the reference it was made from",
             Some((
                 "soak/tests/miri.rs",
-                "a_provenance_bug_only_miri_sees_is_one_finding_and_real_rlsf_too",
+                "a_soaks_miri_passes_file_the_provenance_bug_once_and_leave_the_arena_clean",
             )),
         ),
         Bug::WildWrite => elsewhere(
