@@ -99,15 +99,7 @@ fn record_drift(w: &Watch, slot_id: i64, id: &str) -> Result<()> {
     crate::pipeline::intake::refill(w.state, &store, id)?;
     let culprits = w.state.crash_group(id).join("culprits");
     store.add_crash(id, slot_id, None, &culprits.to_string_lossy(), true)?;
-    if let Some(g) = store.group(id)? {
-        if g.status == "fixed" {
-            store.set_status(id, "regressed")?;
-        }
-    }
-    match store.group(id)? {
-        Some(g) => crate::pipeline::page::write_report(w.state, &store, &g),
-        None => Ok(()),
-    }
+    crate::pipeline::intake::met_again(w.state, &store, id, true)
 }
 
 /// The series as CSV: one row per point.

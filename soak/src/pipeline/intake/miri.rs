@@ -114,12 +114,7 @@ fn repeat(
     refill(state, &store, id)?;
     let slot = store.slot(f.target.name(), f.allocator, "miri", 1.0)?;
     store.add_crash(id, slot.id, None, &kept.to_string_lossy(), true)?;
-    if store.group(id)?.is_some_and(|g| g.status == "fixed") {
-        store.set_status(id, "regressed")?;
-    }
-    if let Some(g) = store.group(id)? {
-        crate::pipeline::page::write_report(state, &store, &g)?;
-    }
+    super::met_again(state, &store, id, true)?;
     Ok(Filed {
         group_id: id.to_string(),
         new: false,

@@ -424,6 +424,27 @@ fn keep_history(inputs: &[PathBuf], work: &Path) -> Result<Vec<PathBuf>> {
     Ok(kept)
 }
 
+/// A known group met again, its crash recorded: a `fixed` group (marked so
+/// by `triage verify` or a Miri pass) is back, `regressed`; a `new` one
+/// met by a crash that did not reproduce is `flaky`. Then its page is
+/// written again.
+pub fn met_again(state: &StateDir, store: &Store, id: &str, reproduced: bool) -> Result<()> {
+    if let Some(g) = store.group(id)? {
+        let status = match (g.status.as_str(), reproduced) {
+            ("fixed", _) => Some("regressed"),
+            ("new", false) => Some("flaky"),
+            _ => None,
+        };
+        if let Some(status) = status {
+            store.set_status(id, status)?;
+        }
+    }
+    match store.group(id)? {
+        Some(g) => crate::pipeline::page::write_report(state, store, &g),
+        None => Ok(()),
+    }
+}
+
 /// Puts a group the store does not know (its folder was renamed into place
 /// just before a kill) back into the store from its `group.toml`.
 pub fn refill(state: &StateDir, store: &Store, id: &str) -> Result<()> {

@@ -92,17 +92,7 @@ pub(super) fn file_repeat(
             eprintln!("allocsoak: group {from} merged into {id}: one bug, its code reached from two entry points");
         }
     }
-    if let Some(g) = store.group(id)? {
-        if g.status == "fixed" {
-            // Marked fixed by `triage verify`, and here it is again.
-            store.set_status(id, "regressed")?;
-        } else if !reproduced && g.status == "new" {
-            store.set_status(id, "flaky")?;
-        }
-    }
-    if let Some(g) = store.group(id)? {
-        crate::pipeline::page::write_report(state, &store, &g)?;
-    }
+    super::met_again(state, &store, id, reproduced)?;
     Ok(Filed {
         group_id: id.to_string(),
         new: false,
