@@ -25,7 +25,7 @@ use std::process::Command;
 /// order (its `more` last); `usable_size` is the first of two names the
 /// allocator defines. A declaration's `[allocator.c.functions]` maps one
 /// by its first name to a symbol of any name.
-pub const FUNCTIONS: [&[&str]; 31] = [
+pub const FUNCTIONS: [&[&str]; 32] = [
     &["malloc"],
     &["free"],
     &["calloc"],
@@ -57,6 +57,7 @@ pub const FUNCTIONS: [&[&str]; 31] = [
     &["heap_rezalloc"],
     &["heap_rezalloc_aligned"],
     &["heap_check"],
+    &["in_use"],
 ];
 
 /// Builds the allocator `ident` from `sources` with `base` (includes,
@@ -346,7 +347,8 @@ mod tests {
                 "NULL,",
                 "NULL,",
                 "NULL,",
-                // The heap's own check.
+                // The heap's own check, and its count of bytes in use.
+                "NULL,",
                 "NULL,",
             ]
         );

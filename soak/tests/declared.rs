@@ -26,7 +26,7 @@ fn author_repo() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::temp_dir().join("allocsoak-test-declared");
     let _ = std::fs::remove_dir_all(&dir);
-    copy_dir(&manifest.join("tests/testdata/declared"), &dir);
+    common::copy_dir(&manifest.join("tests/testdata/declared"), &dir);
     // tiny_mi.c includes it.
     std::fs::copy(
         manifest.join("../shadow/tests/testdata/tiny_alloc.c"),
@@ -34,19 +34,6 @@ fn author_repo() -> PathBuf {
     )
     .unwrap();
     dir
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
-        let dest = to.join(path.file_name().unwrap());
-        if path.is_dir() {
-            copy_dir(&path, &dest);
-        } else {
-            std::fs::copy(&path, &dest).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -92,6 +79,10 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "planted-overlong",
             "--allocator",
             "tlsf-claims-hardened",
+            "--allocator",
+            "planted-miscounted",
+            "--allocator",
+            "embedded-tlsf-used",
             "--secs",
             "60",
         ],
@@ -108,8 +99,12 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             .find(|(_, allocator, _)| allocator == name)
             .map(|(_, _, kind)| kind.as_str())
     };
-    assert_eq!(found_bugs.len(), 5, "{text}");
+    assert_eq!(found_bugs.len(), 7, "{text}");
     assert_eq!(kind_of("planted-buggy"), Some("realloc-prefix"), "{text}");
+    // A declared count of bytes in use: one that drifts (only the count
+    // shows it), and embedded-alloc 0.7.0's `used()`, which panics.
+    assert_eq!(kind_of("planted-miscounted"), Some("kept-bytes"), "{text}");
+    assert_eq!(kind_of("embedded-tlsf-used"), Some("panic"), "{text}");
     assert_eq!(kind_of("tlsf-claims-hardened"), Some("hardening"), "{text}");
     assert_eq!(kind_of("tinyc"), Some("zeroed"), "{text}");
     // The usable sizes the crate's `usable_size` and the slices claim:
@@ -184,7 +179,8 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
 
     // The clean ones run clean on every target: mimalloc-rs, the `mimalloc`
     // crate, runs its own C mimalloc (tinyc's mi_calloc does not zero);
-    // planted-clean with the usable sizes its crate reports.
+    // planted-clean with the usable sizes its crate reports; embedded-tlsf
+    // and planted-counted held to their counts of bytes in use.
     let (out, text) = with_config(
         &config,
         &[
@@ -197,12 +193,14 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "embedded-tlsf",
             "--allocator",
             "mimalloc-rs",
+            "--allocator",
+            "planted-counted",
             "--secs",
             "6",
         ],
     );
     let clean = found(&text);
-    assert_eq!(clean.len(), 20, "5 targets x 4 allocators:\n{text}");
+    assert_eq!(clean.len(), 25, "5 targets x 5 allocators:\n{text}");
     assert!(
         out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
         "clean allocators had findings:\n{text}"

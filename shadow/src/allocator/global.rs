@@ -23,6 +23,8 @@ pub struct GlobalAllocAdapter<A: 'static> {
     stops: &'static [super::Attack],
     /// The crate's own usable size of a block ([`Self::with_usable_size`]).
     usable: Option<fn(&'static A, *mut u8) -> usize>,
+    /// The crate's own count of bytes in use ([`Self::with_in_use`]).
+    in_use: Option<fn(&'static A) -> usize>,
 }
 
 impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
@@ -44,6 +46,7 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
             fork_safe: false,
             stops: &[],
             usable: None,
+            in_use: None,
         }
     }
 
@@ -126,6 +129,17 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
         self.arena_size
             .map(|size| super::Arena { size, free: None })
     }
+
+    /// The crate's own count, where it has one: a count of the program's
+    /// blocks alone (the harness's own go to the process's allocator),
+    /// kept by no thread.
+    fn bytes_in_use(&self) -> Option<super::InUse> {
+        let count = self.in_use?;
+        Some(super::InUse {
+            bytes: count(self.inner),
+            threads: 0,
+        })
+    }
 }
 
 impl<A: 'static> GlobalAllocAdapter<A> {
@@ -171,6 +185,15 @@ impl<A: 'static> GlobalAllocAdapter<A> {
     /// `malloc_usable_size`.
     pub fn with_usable_size(mut self, usable: fn(&'static A, *mut u8) -> usize) -> Self {
         self.usable = Some(usable);
+        self
+    }
+
+    /// Declares the crate's own count of the bytes in blocks it handed out
+    /// and has not had back (embedded-alloc's `heap.used()`): a program
+    /// that freed everything must leave it where it started, else the
+    /// allocator lost a free or its count drifted (`kept-bytes`).
+    pub fn with_in_use(mut self, in_use: fn(&'static A) -> usize) -> Self {
+        self.in_use = Some(in_use);
         self
     }
 }

@@ -309,6 +309,20 @@ pub fn emitted_test_fails_on_the_zoo_and_passes_on_system(test_file: &Path, kind
     );
 }
 
+/// Copies the tree `from` to `to`, files and folders.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let dest = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &dest);
+        } else {
+            std::fs::copy(&path, &dest).unwrap();
+        }
+    }
+}
+
 /// `git status` of the checkout, untracked files included: what a test that
 /// must leave the checkout as it was compares before and after.
 pub fn checkout_status() -> String {

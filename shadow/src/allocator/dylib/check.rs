@@ -1,10 +1,15 @@
-//! A C allocator's own check of its whole heap (`heap_check`), declared
-//! or found by name, and how its answer reads.
+//! A C allocator's own checks of itself, each declared or found by name:
+//! its check of its whole heap (`heap_check`), and how its answer reads;
+//! its count of bytes in use (`in_use`).
 
 use super::{own_symbol, Dylib};
 
 /// `heap_check()`, read as [`HeapCheckReturns`] says.
 pub type HeapCheckFn = unsafe extern "C" fn() -> i32;
+
+/// `size_t in_use(void)`: the bytes in blocks the allocator handed out
+/// and has not had back, blocks in a thread's cache not counted.
+pub type InUseFn = unsafe extern "C" fn() -> usize;
 
 /// What a C allocator's `heap_check()` returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,6 +42,36 @@ impl Dylib {
             }
         }
         self
+    }
+
+    /// Declares the library's count of bytes in use: its function `symbol`
+    /// (else `<prefix>in_use` is, where the library has one).
+    pub fn with_in_use(mut self, symbol: &str) -> Self {
+        let Some((lib, own)) = &self.library else {
+            return self;
+        };
+        // SAFETY: as in `with_heap_check`.
+        match unsafe { own_symbol::<InUseFn>(lib, own, "", symbol) } {
+            Some(f) => self.more.in_use = Some(f),
+            None => {
+                self.missing = Some(format!(
+                    "`{}` defines no `{symbol}`, its declared in_use",
+                    own.display()
+                ))
+            }
+        }
+        self
+    }
+
+    /// Its `in_use()` (none: `None`), kept by no thread: a count the
+    /// allocator's threads add to is its author's to declare otherwise.
+    pub(super) fn count_in_use(&self) -> Option<crate::allocator::InUse> {
+        let f = self.more.in_use?;
+        // SAFETY: the allocator's own count, declared as `size_t f(void)`;
+        // called between programs, when no other thread is in the
+        // allocator.
+        let bytes = unsafe { f() };
+        Some(crate::allocator::InUse { bytes, threads: 0 })
     }
 
     /// Declares what its heap check returns (default

@@ -18,7 +18,7 @@ mod glibc;
 mod heaps;
 mod os;
 
-pub use check::{HeapCheckFn, HeapCheckReturns};
+pub use check::{HeapCheckFn, HeapCheckReturns, InUseFn};
 pub use glibc::open as open_glibc;
 pub use heaps::CHeapApi;
 
@@ -142,6 +142,9 @@ pub struct CExtras {
     /// `heap_check()`: the allocator's own check of its whole heap
     /// ([`Allocator::heap_check`]).
     pub heap_check: Option<HeapCheckFn>,
+    /// `in_use()`: its own count of bytes in blocks handed out and not
+    /// had back ([`Allocator::bytes_in_use`]).
+    pub in_use: Option<InUseFn>,
 }
 
 /// What a library without an aligned API can still serve.
@@ -283,6 +286,7 @@ impl Dylib {
                     rezalloc_aligned: symbol!("heap_rezalloc_aligned"),
                 },
                 heap_check: symbol!("heap_check"),
+                in_use: symbol!("in_use"),
             },
         };
         Ok(Dylib {
@@ -528,6 +532,11 @@ impl Allocator for Dylib {
     /// Its `heap_check()`, read as declared ([`HeapCheckReturns`]).
     fn heap_check(&self) -> Result<(), String> {
         self.check_heap()
+    }
+
+    /// Its `in_use()`, where it has one.
+    fn bytes_in_use(&self) -> Option<super::InUse> {
+        self.count_in_use()
     }
 
     /// Its own heap API when it has the whole of it ([`CHeapApi::whole`]).

@@ -114,6 +114,22 @@ fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
             "[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\nheap_check = \"a\"\nfunctions = { heap_check = \"b\" }\n",
             "give heap_check once",
         ),
+        (
+            "[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\nin_use = \"a\"\nfunctions = { in_use = \"b\" }\n",
+            "give in_use once",
+        ),
+        (
+            "[dylib]\npath = \"a.so\"\nin_use = \"used()\"\n",
+            "not a C symbol",
+        ),
+        (
+            "in_use = \"heap.used()\"\n[dylib]\npath = \"a.so\"\n",
+            "is a function: give it as c.in_use or dylib.in_use",
+        ),
+        (
+            "crate = \"b\"\nversion = \"1\"\napi = \"allocator-api2\"\nnew = \"b::B::new()\"\nin_use = \"heap.used()\"\n",
+            "`in_use` is for a GlobalAlloc",
+        ),
     ] {
         let e = entry(extra).check().unwrap_err().to_string();
         assert!(e.contains("`mine`") && e.contains(says), "{e}");
@@ -141,6 +157,27 @@ fn a_declared_heap_check_reaches_the_adapter() {
     assert!(!line.contains("heap_check"), "the default reading: {line}");
     let e = toml::from_str::<Declared>("name = \"mine\"\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\nheap_check_returns = \"yes\"\n").unwrap_err();
     assert!(e.to_string().contains("expected `errors` or `bool`"), "{e}");
+}
+
+/// A count of bytes in use: a crate's expression over `heap`, a library's
+/// function by the name declared, a C allocator's mapped as its other
+/// functions are.
+#[test]
+fn a_declared_count_of_bytes_in_use_reaches_the_adapter() {
+    let rust = entry("crate = \"embedded-alloc\"\nversion = \"0.7\"\nnew = \"embedded_alloc::TlsfHeap::empty()\"\nin_use = \"heap.used()\"\n");
+    rust.check().unwrap();
+    let line = rust.registration(Path::new("/r"));
+    assert!(
+        line.contains(".with_in_use(|heap| -> usize { heap.used() })"),
+        "{line}"
+    );
+    let lib = entry("[dylib]\npath = \"libumm.so\"\nin_use = \"umm_used\"\n");
+    lib.check().unwrap();
+    let line = lib.registration(Path::new("/r"));
+    assert!(line.contains(".with_in_use(\"umm_used\")"), "{line}");
+    let c = entry("[c]\nsources = [\"a.c\"]\nprefix = \"uh_\"\nin_use = \"umm_used\"\n");
+    c.check().unwrap();
+    assert_eq!(c.c.as_ref().unwrap().mapped(), [("in_use", "umm_used")]);
 }
 
 #[test]

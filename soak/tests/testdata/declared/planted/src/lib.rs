@@ -8,6 +8,11 @@
 //! `usable_size` says 97- to 128-byte blocks hold 8 bytes more than they
 //! do: only a declared `usable_size` reaches it.
 //!
+//! [`Counted`] keeps a count of the bytes in the blocks it handed out,
+//! as an allocator's statistics do; `MISCOUNTED`'s realloc that shrinks a
+//! block of 4 KiB or more leaves the bytes it gave back counted: the
+//! memory is sound, and only the count, declared as `in_use`, shows it.
+//!
 //! [`Slack`] is an allocator-api2 allocator over the system allocator
 //! that rounds each block up to 16 bytes and says so in the slice it
 //! returns; `Slack::OVERLONG`'s slices claim 8 bytes more than it took:
@@ -15,7 +20,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 /// The blocks `LEAKY` kept, each holding the address of the one before.
 static KEPT: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
@@ -102,6 +107,56 @@ unsafe impl GlobalAlloc for Planted {
             let copied = old.min(new_size) - if short { 8 } else { 0 };
             ptr::copy_nonoverlapping(p, q, copied);
             self.dealloc(p, layout);
+        }
+        q
+    }
+}
+
+/// A `GlobalAlloc` over the system allocator that counts the bytes its
+/// live blocks were asked for.
+pub struct Counted {
+    miscount: bool,
+    used: AtomicUsize,
+}
+
+pub static COUNTED: Counted = Counted {
+    miscount: false,
+    used: AtomicUsize::new(0),
+};
+
+pub static MISCOUNTED: Counted = Counted {
+    miscount: true,
+    used: AtomicUsize::new(0),
+};
+
+impl Counted {
+    /// The bytes in blocks handed out and not had back.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+unsafe impl GlobalAlloc for Counted {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            self.used.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        self.used.fetch_sub(layout.size(), Ordering::Relaxed);
+        System.dealloc(p, layout)
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let q = System.realloc(p, layout, new_size);
+        let old = layout.size();
+        let forgets = self.miscount && old >= 4096 && new_size < old;
+        if !q.is_null() && !forgets {
+            self.used.fetch_add(new_size, Ordering::Relaxed);
+            self.used.fetch_sub(old, Ordering::Relaxed);
         }
         q
     }
