@@ -340,7 +340,7 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
         .iter()
         .map(|d| format!("-I{}", d.display()))
         .collect();
-    includes.push(format!("-D{}", Umm::CHECK_DEFINE));
+    includes.extend(Umm::DEFINES.map(|d| format!("-D{d}")));
     let includes: Vec<&str> = includes.iter().map(String::as_str).collect();
     let library = repo.path().join("libumm.so");
     let files: Vec<&Path> = umm.sources.iter().map(PathBuf::as_path).collect();
@@ -419,7 +419,9 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
 
 /// umm_malloc 2.x from umm-malloc-sys 0.3.2 behind a firmware-style init
 /// shim over a static 128 KiB arena (`uh_malloc`, `uh_free`, ...), its
-/// own integrity check compiled in.
+/// own integrity check compiled in, and its count of bytes in use
+/// (`uh_in_use`: the arena less the free bytes its walk counts), found by
+/// name.
 struct Umm {
     sources: Vec<PathBuf>,
     include: Vec<PathBuf>,
@@ -432,7 +434,9 @@ impl Umm {
     /// umm's own check of its free list and block chain.
     const HEAP_CHECK: &'static str =
         "heap_check = \"umm_integrity_check\"\nheap_check_returns = \"bool\"\n";
-    const CHECK_DEFINE: &'static str = "UMM_INTEGRITY_CHECK";
+    /// Its integrity check, and its heap walk (`umm_info`), which the
+    /// shim's `uh_in_use` reads.
+    const DEFINES: [&'static str; 2] = ["UMM_INTEGRITY_CHECK", "UMM_INFO"];
 
     /// The registry's sources and the shim, written into `dir`;
     /// `umm_malloc.c` includes umm's other three files. A `planted` shim
@@ -449,6 +453,8 @@ impl Umm {
                  static int ready;\n\
                  static void init(void) {{ if (!ready) {{ umm_init_heap(arena, sizeof arena); ready = 1; }} }}\n\
                  void *uh_calloc(size_t n, size_t s) {{ init(); return umm_calloc(n, s); }}\n\
+                 size_t umm_free_heap_size(void);\n\
+                 size_t uh_in_use(void) {{ init(); return sizeof arena - umm_free_heap_size(); }}\n\
                  void *UMM_MALLOC_CFG_HEAP_ADDR = arena;\n\
                  unsigned UMM_MALLOC_CFG_HEAP_SIZE = sizeof arena;\n{}",
                 match planted {
@@ -474,11 +480,11 @@ impl Umm {
     fn declared(&self, name: &str) -> String {
         format!(
             "[[allocator]]\nname = \"{name}\"\n{}[allocator.c]\nsources = {:?}\n\
-             include = {:?}\ndefines = [\"{}\"]\nprefix = \"uh_\"\n{}",
+             include = {:?}\ndefines = {:?}\nprefix = \"uh_\"\n{}",
             Umm::LIMITS,
             self.sources,
             self.include,
-            Umm::CHECK_DEFINE,
+            Umm::DEFINES,
             Umm::HEAP_CHECK,
         )
     }
