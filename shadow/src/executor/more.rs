@@ -344,6 +344,10 @@ impl Executor {
             return Outcome::Skipped;
         };
         self.guard.set_site(Site::bare("purge"));
+        // No worker thread may end while the purge is made and counted: a
+        // thread's exit gives its cache back as free pages (a test process
+        // runs other programs' workers beside this one).
+        self.workers.pool();
         if !self.guard.guarded(|| extras.purge(delay, force)) {
             return Outcome::Skipped;
         }
