@@ -41,6 +41,28 @@ fn real_rlsf_0_2_1s_aliasing_bug_is_one_finding_in_the_function_at_fault() {
     )
     .join("miri.log")
     .is_file());
+    // Tree Borrows sees it too, worded its own way, in the same function.
+    let (out, tree) = with_config(
+        &config,
+        &[
+            "miri",
+            "--allocator",
+            "arena",
+            "--most",
+            MOST,
+            "--borrows",
+            "tree",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{tree}");
+    assert!(
+        tree.contains("(tree borrows)") && tree.contains("1 findings"),
+        "{tree}"
+    );
+    assert!(
+        tree.contains("is forbidden in rlsf::tlsf::Tlsf") && tree.contains("insert_free_block_ptr"),
+        "{tree}"
+    );
 }
 
 #[test]

@@ -30,9 +30,13 @@ pub struct Args {
     /// slower than a native run).
     #[arg(long, default_value_t = 20)]
     most: usize,
+    /// The aliasing model (default: the config's `[miri] borrows`,
+    /// else `stacked`).
+    #[arg(long, value_enum)]
+    borrows: Option<miri::Borrows>,
 }
 
-pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
+pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     if !miri::runs_under_miri(&project, &args.allocator) {
         bail!(
             "`{}` is not Rust code Miri can run; give `arena`, `zoo:<bug>@arena` or a Rust crate your config declares",
@@ -53,10 +57,14 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
     if inputs.is_empty() {
         bail!("no programs to replay; give input files or folders");
     }
+    let replay = miri::Replay {
+        allocator: &args.allocator,
+        target: args.target,
+        borrows: args.borrows.unwrap_or(config.miri.borrows),
+    };
     let outcomes = miri::run(
         &project,
-        &args.allocator,
-        args.target,
+        replay,
         &inputs,
         &triage::budget::Budget::default(), // no end
     )?;
@@ -90,9 +98,10 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
         .filter(|(_, o)| matches!(o, Outcome::Clean))
         .count();
     println!(
-        "miri {} {}: {} programs, {clean} clean, {unsupported} past what Miri runs, {} findings",
+        "miri {} {} ({} borrows): {} programs, {clean} clean, {unsupported} past what Miri runs, {} findings",
         args.target,
         args.allocator,
+        replay.borrows.name(),
         outcomes.len(),
         found.len()
     );

@@ -41,7 +41,7 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     if let [id] = args.what.as_slice() {
         if let Some(group) = group_of_its_own(&args.state, id)? {
             if group.slot.engine == "miri" {
-                return miri_replay(&project, &group);
+                return miri_replay(&project, &group, config.miri.borrows);
             }
             let ops = args
                 .ops
@@ -66,16 +66,20 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
     Ok(!shown.reproduced)
 }
 
-/// Replays a Miri group's input under Miri: it reproduces when Miri
-/// stops at the group's signature again.
-fn miri_replay(project: &Project, group: &groups::Group) -> Result<bool> {
+/// Replays a Miri group's input under Miri, under the config's aliasing
+/// model: it reproduces when Miri stops at the group's signature again.
+fn miri_replay(project: &Project, group: &groups::Group, borrows: miri::Borrows) -> Result<bool> {
     // Absolute: the replay runs in the fuzz package's folder.
     let input = std::path::absolute(group.dir.join("original"))?;
     let target: Target = group.target()?;
+    let replay = miri::Replay {
+        allocator: &group.slot.allocator,
+        target,
+        borrows,
+    };
     let outcomes = miri::run(
         project,
-        &group.slot.allocator,
-        target,
+        replay,
         &[input],
         &triage::budget::Budget::default(), // no end
     )?;

@@ -15,12 +15,22 @@ use triage::budget::Budget;
 use triage::replay::output_within;
 
 use super::project::Project;
+pub use crate::foundation::config::Borrows;
 
 /// Miri's flags: the inputs are files (isolation off), an allocator's
 /// regions live for the process (leaks are not findings), and
 /// integer-to-pointer casts are allowed, as they are in most allocators.
 pub const MIRIFLAGS: &str =
     "-Zmiri-disable-isolation -Zmiri-ignore-leaks -Zmiri-permissive-provenance";
+
+/// What a run replays: a target's programs on an allocator, under one
+/// aliasing model.
+#[derive(Clone, Copy, Debug)]
+pub struct Replay<'a> {
+    pub allocator: &'a str,
+    pub target: Target,
+    pub borrows: Borrows,
+}
 
 /// What one input did under Miri.
 #[derive(Debug)]
@@ -37,22 +47,25 @@ pub enum Outcome {
 /// inputs up to the one that stops it) before it is killed as hung.
 const LIMIT: Duration = Duration::from_secs(3 * 3600);
 
-/// Runs `inputs` (program files of `target`) on `allocator` under Miri:
-/// each input with its outcome, in order. Once `budget` is over, the
-/// process running is killed and the inputs it had not finished are left
-/// out of the answer.
+/// Runs `inputs` (program files of the replay's target) under Miri: each
+/// input with its outcome, in order. Once `budget` is over, the process
+/// running is killed and the inputs it had not finished are left out of
+/// the answer.
 pub fn run(
     project: &Project,
-    allocator: &str,
-    target: Target,
+    replay: Replay,
     inputs: &[PathBuf],
     budget: &Budget,
 ) -> Result<Vec<(PathBuf, Outcome)>> {
+    let Replay {
+        allocator, target, ..
+    } = replay;
     let mut outcomes = Vec::new();
     let mut rest = inputs;
     while !rest.is_empty() && !budget.over() {
         let mut cmd = project.miri_command(allocator, target, rest)?;
-        let out = match output_within(cmd.env("MIRIFLAGS", MIRIFLAGS), LIMIT, budget) {
+        let flags = format!("{MIRIFLAGS} {}", replay.borrows.flag());
+        let out = match output_within(cmd.env("MIRIFLAGS", flags.trim()), LIMIT, budget) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => break,
             out => out.context("failed to run `cargo +nightly miri`; run `just setup`")?,
         };

@@ -157,11 +157,16 @@ fn slot_pass(soak: &Soak, target: Target, allocator: &str, budget: &Budget) -> R
         store.start_slice(slot.id, soak.run_id)?
     };
     let started = Instant::now();
-    let result =
-        miri::run(&soak.project, allocator, target, &inputs, budget).and_then(|outcomes| {
-            let counts = file_all(soak, target, allocator, &outcomes)?;
-            Ok((outcomes, counts))
-        });
+    let result = miri::run(
+        &soak.project,
+        replay(soak, target, allocator),
+        &inputs,
+        budget,
+    )
+    .and_then(|outcomes| {
+        let counts = file_all(soak, target, allocator, &outcomes)?;
+        Ok((outcomes, counts))
+    });
     let (ran, found) = match &result {
         Ok((outcomes, (findings, _))) => (outcomes.len(), *findings),
         Err(_) => (0, 0),
@@ -218,6 +223,7 @@ fn file_all(
                     sig,
                     log,
                     config: &soak.config.path,
+                    borrows: soak.config.miri.borrows,
                 };
                 let filed = file(&soak.state, &soak.store, &finding)?;
                 if filed.new {
@@ -251,7 +257,12 @@ fn recheck(soak: &Soak, target: Target, allocator: &str, budget: &Budget) -> Res
             soak.state.crash_group(&g.id).join("original"),
         )?);
     }
-    let outcomes = miri::run(&soak.project, allocator, target, &inputs, budget)?;
+    let outcomes = miri::run(
+        &soak.project,
+        replay(soak, target, allocator),
+        &inputs,
+        budget,
+    )?;
     for (g, (_, outcome)) in groups.iter().zip(&outcomes) {
         let shown =
             matches!(outcome, Outcome::Stopped { miri: Miri::Finding(sig), .. } if g.shown_by(sig));
@@ -319,4 +330,13 @@ fn unreplayed(
         })
         .collect();
     miri::smallest(&fresh, most)
+}
+
+/// A slot's replay, under the config's aliasing model.
+fn replay<'a>(soak: &Soak, target: Target, allocator: &'a str) -> miri::Replay<'a> {
+    miri::Replay {
+        allocator,
+        target,
+        borrows: soak.config.miri.borrows,
+    }
 }

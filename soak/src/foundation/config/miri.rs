@@ -1,5 +1,5 @@
 //! The config's `[miri]` table: when a soak replays its Rust allocators'
-//! programs under Miri.
+//! programs under Miri, and under which aliasing model.
 
 use anyhow::{bail, Result};
 use serde::Deserialize;
@@ -19,6 +19,11 @@ pub struct MiriConfig {
     /// times slower than the fuzz binary.
     #[serde(default = "ten")]
     pub most: usize,
+    /// The aliasing model: `"stacked"` (default, Miri's) or `"tree"`.
+    /// A pass, `allocsoak miri` and `allocsoak repro` of a Miri group use
+    /// it.
+    #[serde(default)]
+    pub borrows: Borrows,
 }
 
 impl Default for MiriConfig {
@@ -46,4 +51,33 @@ fn two() -> f64 {
 
 fn ten() -> usize {
     10
+}
+
+/// The aliasing model Miri holds references to: Stacked Borrows (Miri's
+/// default) or Tree Borrows (`-Zmiri-tree-borrows`), its newer model,
+/// which accepts some code Stacked Borrows rejects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Borrows {
+    #[default]
+    Stacked,
+    Tree,
+}
+
+impl Borrows {
+    /// Miri's flag for it (none: its default).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Borrows::Stacked => "",
+            Borrows::Tree => "-Zmiri-tree-borrows",
+        }
+    }
+
+    /// Its name in the config and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Borrows::Stacked => "stacked",
+            Borrows::Tree => "tree",
+        }
+    }
 }

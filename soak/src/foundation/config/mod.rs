@@ -14,7 +14,7 @@ mod engine;
 mod miri;
 mod rss;
 pub use engine::Engine;
-pub use miri::MiriConfig;
+pub use miri::{Borrows, MiriConfig};
 pub use rss::{DriftConfig, Series, TRACE_SLOT};
 
 #[derive(Clone, Debug, Deserialize)]

@@ -28,6 +28,8 @@ pub struct Finding<'a> {
     pub log: &'a str,
     /// The config the soak read, passed to the repro command.
     pub config: &'a Path,
+    /// The aliasing model Miri ran under, named in the repro command.
+    pub borrows: crate::engines::miri::Borrows,
 }
 
 /// Files `finding`: a new group's folder built aside and renamed into
@@ -59,10 +61,11 @@ pub fn file(state: &StateDir, store: &std::sync::Mutex<Store>, f: &Finding) -> R
         first_seen: store::now(),
         minimized: None,
         repro: format!(
-            "allocsoak --config {} miri --allocator '{}' --target {} {}",
+            "allocsoak --config {} miri --allocator '{}' --target {} --borrows {} {}",
             f.config.display(),
             f.allocator,
             f.target,
+            f.borrows.name(),
             std::path::absolute(dir.join("original"))?.display()
         ),
         race_rate: None,
