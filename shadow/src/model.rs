@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::allocator::{HeapId, LiveBlock};
+use crate::allocator::{HeapId, LiveBlock, Resize};
 use crate::edges::MAX_BLOCK;
 
 /// Most live blocks a program holds; allocations beyond are skipped.
@@ -42,6 +42,16 @@ pub struct Block {
 }
 
 impl Block {
+    /// Its resize to `to` bytes, as the allocator's resizing calls take
+    /// it (the size and alignment it was asked with).
+    pub fn resized(&self, to: usize) -> Resize {
+        Resize {
+            old: self.size,
+            align: self.align,
+            to,
+        }
+    }
+
     /// A block of `size` bytes just handed out, not yet checked: no heap,
     /// no pattern, usable and checked up to its size.
     pub fn fresh(ptr: usize, size: usize, align: usize) -> Block {

@@ -9,6 +9,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
+use shadow::allocator::Resize;
 use shadow::{Program, Target};
 
 /// Compiles `testdata/tiny_alloc.c` into a shared library.
@@ -272,10 +273,23 @@ fn a_heap_blocks_zeroed_realloc_expand_and_sized_free_are_the_librarys_own() {
     unsafe {
         let p = heaps.alloc_in(h, 48, 8, false);
         let q = heaps
-            .realloc_zeroed_in(h, p, 48, 8, 96)
+            .realloc_zeroed_in(
+                h,
+                p,
+                Resize {
+                    old: 48,
+                    align: 8,
+                    to: 96,
+                },
+            )
             .expect("heap_rezalloc");
         assert_eq!(heaps.visit(h), Some(vec![(q as usize, 96)]));
-        assert!(heaps.resize_in_place_in(h, q, 96, 8, 64, 0).is_some());
+        let shrink = Resize {
+            old: 96,
+            align: 8,
+            to: 64,
+        };
+        assert!(heaps.resize_in_place_in(h, q, shrink, 0).is_some());
         assert!(heaps.free_sized_in(h, q, 96, 8));
         assert_eq!(heaps.visit(h), Some(vec![]));
         heaps.destroy(h);

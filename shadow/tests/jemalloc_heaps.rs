@@ -8,7 +8,7 @@
 
 mod common;
 
-use shadow::allocator::{by_name, Allocator, HeapId, Heaps, LiveBlock, ReallocToZero};
+use shadow::allocator::{by_name, Allocator, HeapId, Heaps, LiveBlock, ReallocToZero, Resize};
 use shadow::Target;
 
 fn jemalloc() -> &'static dyn Allocator {
@@ -73,7 +73,12 @@ fn a_heaps_blocks_are_in_its_arena_and_no_other() {
             touch(p, size, 0xa5);
             assert_eq!(heaps.contains(a, p as usize), Some(true), "{size} {align}");
             assert_eq!(heaps.contains(b, p as usize), Some(false), "{size} {align}");
-            let q = heaps.realloc_in(a, p, size, align, size * 2 + 1);
+            let r = Resize {
+                old: size,
+                align,
+                to: size * 2 + 1,
+            };
+            let q = heaps.realloc_in(a, p, r);
             assert!(!q.is_null());
             assert_eq!(heaps.contains(a, q as usize), Some(true), "{size} {align}");
             heaps.free_in(a, q, size * 2 + 1, align);
@@ -255,20 +260,13 @@ impl Heaps for Planted {
             Planted::BlindVisit => unsafe { heaps().alloc_in(h, size, align, zeroed) },
         }
     }
-    unsafe fn realloc_in(
-        &self,
-        h: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new: usize,
-    ) -> *mut u8 {
+    unsafe fn realloc_in(&self, h: HeapId, p: *mut u8, r: Resize) -> *mut u8 {
         match self {
             // SAFETY: the caller's contract for `p`; misplaced, it came from
             // jemalloc's plain `alloc`.
-            Planted::Misplaced => unsafe { jemalloc().realloc(p, old, align, new) },
+            Planted::Misplaced => unsafe { jemalloc().realloc(p, r.old, r.align, r.to) },
             // SAFETY: forwarded as called: our heaps and their blocks are jemalloc's.
-            Planted::BlindVisit => unsafe { heaps().realloc_in(h, p, old, align, new) },
+            Planted::BlindVisit => unsafe { heaps().realloc_in(h, p, r) },
         }
     }
     unsafe fn free_in(&self, h: HeapId, p: *mut u8, size: usize, align: usize) {

@@ -4,7 +4,9 @@
 use std::ops::RangeInclusive;
 
 use super::{Bug, Zoo, SIZED_FREE};
-use shadow::allocator::{Allocator, Extras, GoodSize, Hook, InPlace, PurgeDelay, ZeroedFrom};
+use shadow::allocator::{
+    Allocator, Extras, GoodSize, Hook, InPlace, PurgeDelay, Resize, ZeroedFrom,
+};
 
 const REZALLOC_DIRTY_MIN: usize = 1024;
 pub(super) const REGROW_STALE: RangeInclusive<usize> = 65..=4096;
@@ -17,13 +19,8 @@ const PAGE: usize = 4096;
 impl Extras for Zoo {
     /// A realloc, then zeros every byte past the old request (the
     /// strongest reading of a zeroed realloc: the zoo keeps it).
-    unsafe fn realloc_zeroed(
-        &self,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         if self.has_rooms() {
             // SAFETY: `p` is a live block of the zoo (this fn's contract).
             if let Some(q) = unsafe { self.regrow_stale(p, new_size) } {
@@ -32,7 +29,7 @@ impl Extras for Zoo {
         }
         if self.has(Bug::RezallocMovedSlack) {
             // SAFETY: `p` is a live block of the zoo with `old` and `align` (this fn's contract).
-            if let Some(q) = unsafe { self.rezalloc_moved_slack(p, old, align, new_size) } {
+            if let Some(q) = unsafe { self.rezalloc_moved_slack(p, r) } {
                 return Some(q);
             }
         }
@@ -61,14 +58,8 @@ impl Extras for Zoo {
     }
 
     /// `mi_expand`'s contract: within the usable size, or unchanged.
-    unsafe fn resize_in_place(
-        &self,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-        _extra: usize,
-    ) -> Option<InPlace> {
+    unsafe fn resize_in_place(&self, p: *mut u8, r: Resize, _extra: usize) -> Option<InPlace> {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         // A block the zoo keeps by its size class stays in that class, as
         // a size-class allocator's does: resized out of it, its free would
         // go to the base while the class still holds it.
@@ -103,13 +94,8 @@ impl Extras for Zoo {
     }
 
     /// A fresh block with malloc's alignment, the contents copied over.
-    unsafe fn realloc_plain(
-        &self,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_plain(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         let q = match self.has(Bug::PlainReallocMisaligns) && align >= PLAIN_REALLOC_MISALIGNS_MIN {
             // SAFETY: align 16 is a power of two within every allocator's max_align.
             true => unsafe { self.shifted(new_size, 16, 8, false) },
@@ -229,13 +215,8 @@ impl Zoo {
     /// `_mi_heap_realloc_zero` zeroes it: from the old room's last word up
     /// to the new request, then the old room copied over. `None` for a
     /// block without room, or another size: a real realloc then.
-    unsafe fn rezalloc_moved_slack(
-        &self,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn rezalloc_moved_slack(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         let room = *self.state().rooms.get(&(p as usize))?;
         if new_size <= room || !REGROW_STALE.contains(&new_size) {
             return None;

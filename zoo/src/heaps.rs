@@ -3,7 +3,7 @@
 //! and `HeapRemoteFreeTwice` planted.
 
 use super::Bug;
-use shadow::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, InPlace};
+use shadow::allocator::{Allocator, EmulatedHeaps, HeapId, Heaps, InPlace, Resize};
 
 /// Heap emulation, with `HeapDeleteDrops` planted in delete and the
 /// others in the heap's calls they name.
@@ -28,17 +28,9 @@ impl Heaps for ZooHeaps {
         // SAFETY: forwarded: this fn's contract (a valid align, `heap` live) is `alloc_in`'s.
         unsafe { self.inner.alloc_in(heap, size, align, zeroed) }
     }
-    unsafe fn realloc_in(
-        &self,
-        heap: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> *mut u8 {
-        // SAFETY: forwarded: `p` is a live block of `heap` with `old` and `align` (this fn's
-        // contract).
-        unsafe { self.inner.realloc_in(heap, p, old, align, new_size) }
+    unsafe fn realloc_in(&self, heap: HeapId, p: *mut u8, r: Resize) -> *mut u8 {
+        // SAFETY: forwarded: `p` is a live block of `heap` as `r` says (this fn's contract).
+        unsafe { self.inner.realloc_in(heap, p, r) }
     }
     unsafe fn free_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) {
         // SAFETY: forwarded: `p` is a live block of `heap` with `size` and `align` (this fn's
@@ -57,18 +49,12 @@ impl Heaps for ZooHeaps {
             unsafe { self.base.free(p, size, align) };
         }
     }
-    unsafe fn realloc_zeroed_in(
-        &self,
-        heap: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed_in(&self, heap: HeapId, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         // The base has no zeroed realloc: a realloc, then zeroes past the
         // old request, as the zoo's own does.
         // SAFETY: `p` is a live block of `heap` with `old` and `align` (this fn's contract).
-        let q = unsafe { self.inner.realloc_in(heap, p, old, align, new_size) };
+        let q = unsafe { self.inner.realloc_in(heap, p, r) };
         if self.has(Bug::HeapRezallocFreesTwice) && !q.is_null() && q != p {
             // The bug: the moved block's old home is freed again, by a
             // fall-through into the plain zeroed realloc's own free.
@@ -86,11 +72,10 @@ impl Heaps for ZooHeaps {
         &self,
         heap: HeapId,
         p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
+        r: Resize,
         extra: usize,
     ) -> Option<InPlace> {
+        let (old, new_size) = (r.old, r.to);
         if self.has(Bug::HeapExpandOverclaims) && new_size > old {
             // The bug: the heap's expand says the block grew, and did nothing.
             return Some(InPlace::Resized {
@@ -98,12 +83,8 @@ impl Heaps for ZooHeaps {
                 owned: new_size,
             });
         }
-        // SAFETY: forwarded: `p` is a live block of `heap` with `old` and `align` (this fn's
-        // contract).
-        unsafe {
-            self.inner
-                .resize_in_place_in(heap, p, old, align, new_size, extra)
-        }
+        // SAFETY: forwarded: `p` is a live block of `heap` as `r` says (this fn's contract).
+        unsafe { self.inner.resize_in_place_in(heap, p, r, extra) }
     }
     unsafe fn free_sized_in(&self, heap: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
         // SAFETY: `p` is a live block of `heap` with `size` and `align` (this fn's contract).

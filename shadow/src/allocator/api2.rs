@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use allocator_api2::alloc::Allocator as Api2;
 
-use super::{Allocator, Extras, ZeroedFrom};
+use super::{Allocator, Extras, Resize, ZeroedFrom};
 
 /// Wraps an `allocator_api2` allocator made by `make`. Such allocators are
 /// rarely `Sync` (a bump arena is a `Cell` of chunks), so every call holds
@@ -186,13 +186,8 @@ where
     A: Send,
     for<'a> &'a A: Api2,
 {
-    unsafe fn realloc_zeroed(
-        &self,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         // SAFETY: `p` is a live block with `old`, `align` (`Extras::realloc_zeroed`'s contract).
         Some(unsafe { self.resize(p, old, align, new_size, true) })
     }

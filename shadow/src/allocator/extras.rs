@@ -2,6 +2,8 @@
 //! optional: programs skip an op whose call the allocator does not have.
 //! The invariant each one is held to is in docs/targets.md's table of optional calls.
 
+use super::Resize;
+
 /// What an in-place resize did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InPlace {
@@ -100,13 +102,7 @@ pub trait Extras: Send + Sync {
     /// # Safety
     /// As for [`super::Allocator`]: a pointer is a live block of this
     /// allocator, with the size and alignment it was allocated with.
-    unsafe fn realloc_zeroed(
-        &self,
-        _ptr: *mut u8,
-        _old_size: usize,
-        _align: usize,
-        _new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed(&self, _ptr: *mut u8, _r: Resize) -> Option<*mut u8> {
         None
     }
 
@@ -116,20 +112,13 @@ pub trait Extras: Send + Sync {
         ZeroedFrom::Request
     }
 
-    /// Resizes the block in place to at least `new_size` bytes, and to
-    /// `new_size + extra` if it can (`mi_expand`, jemalloc's `xallocx`).
+    /// Resizes the block in place to at least `r.to` bytes, and to
+    /// `r.to + extra` if it can (`mi_expand`, jemalloc's `xallocx`).
     ///
     /// # Safety
     /// As for [`super::Allocator`]: a pointer is a live block of this
     /// allocator, with the size and alignment it was allocated with.
-    unsafe fn resize_in_place(
-        &self,
-        _ptr: *mut u8,
-        _old_size: usize,
-        _align: usize,
-        _new_size: usize,
-        _extra: usize,
-    ) -> Option<InPlace> {
+    unsafe fn resize_in_place(&self, _ptr: *mut u8, _r: Resize, _extra: usize) -> Option<InPlace> {
         None
     }
 
@@ -149,13 +138,7 @@ pub trait Extras: Send + Sync {
     /// # Safety
     /// As for [`super::Allocator`]: a pointer is a live block of this
     /// allocator, with the size and alignment it was allocated with.
-    unsafe fn realloc_plain(
-        &self,
-        _ptr: *mut u8,
-        _old_size: usize,
-        _align: usize,
-        _new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_plain(&self, _ptr: *mut u8, _r: Resize) -> Option<*mut u8> {
         None
     }
 

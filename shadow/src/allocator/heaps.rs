@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use super::{Allocator, HeapId, Heaps, InPlace, ReallocToZero};
+use super::{Allocator, HeapId, Heaps, InPlace, ReallocToZero, Resize};
 
 /// Heap emulation over any allocator.
 pub struct EmulatedHeaps {
@@ -115,14 +115,8 @@ impl Heaps for EmulatedHeaps {
         p
     }
 
-    unsafe fn realloc_in(
-        &self,
-        heap: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> *mut u8 {
+    unsafe fn realloc_in(&self, heap: HeapId, p: *mut u8, r: Resize) -> *mut u8 {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         // SAFETY: `p` is a live block of the allocator, with `old` and `align` (this
         // fn's contract).
         let q = unsafe { self.inner.realloc(p, old, align, new_size) };
@@ -134,20 +128,13 @@ impl Heaps for EmulatedHeaps {
         q
     }
 
-    unsafe fn realloc_zeroed_in(
-        &self,
-        heap: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed_in(&self, heap: HeapId, p: *mut u8, r: Resize) -> Option<*mut u8> {
         let x = self.inner.extras()?;
-        // SAFETY: `p` is a live block of the allocator, with `old` and `align` (this
+        // SAFETY: `p` is a live block of the allocator, as `r` says (this
         // fn's contract).
-        let q = unsafe { x.realloc_zeroed(p, old, align, new_size) }?;
+        let q = unsafe { x.realloc_zeroed(p, r) }?;
         if !q.is_null() {
-            self.moved(heap, p, q, new_size, align);
+            self.moved(heap, p, q, r.to, r.align);
         }
         Some(q)
     }
@@ -160,14 +147,8 @@ impl Heaps for EmulatedHeaps {
     }
 
     /// The allocator's realloc; a block that moves leaves the heap.
-    unsafe fn remote_realloc_in(
-        &self,
-        heap: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn remote_realloc_in(&self, heap: HeapId, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         // SAFETY: `p` is a live block of the allocator, with `old` and `align` (this
         // fn's contract).
         let q = unsafe { self.inner.realloc(p, old, align, new_size) };
@@ -187,17 +168,15 @@ impl Heaps for EmulatedHeaps {
         &self,
         heap: HeapId,
         p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
+        r: Resize,
         extra: usize,
     ) -> Option<InPlace> {
         let x = self.inner.extras()?;
-        // SAFETY: `p` is a live block of the allocator, with `old` and `align` (this
+        // SAFETY: `p` is a live block of the allocator, as `r` says (this
         // fn's contract).
-        let result = unsafe { x.resize_in_place(p, old, align, new_size, extra) }?;
+        let result = unsafe { x.resize_in_place(p, r, extra) }?;
         if let InPlace::Resized { owned, .. } = result {
-            self.moved(heap, p, p, owned, align);
+            self.moved(heap, p, p, owned, r.align);
         }
         Some(result)
     }
@@ -319,8 +298,13 @@ mod tests {
             order.push(unsafe { heaps.alloc_in(h, size, 8, false) } as usize);
         }
         // A realloc keeps its block's place; a freed block leaves the order.
+        let r = Resize {
+            old: 303,
+            align: 8,
+            to: 9000,
+        };
         // SAFETY: `order[3]` is live in `h`, allocated above with size 300 + 3 and align 8.
-        let grown = unsafe { heaps.realloc_in(h, order[3] as *mut u8, 303, 8, 9000) } as usize;
+        let grown = unsafe { heaps.realloc_in(h, order[3] as *mut u8, r) } as usize;
         order[3] = grown;
         // SAFETY: `order[10]` is live in `h` (only `order[3]` was reallocated), allocated with
         // size 24 + 10 and align 8, and freed once.

@@ -92,6 +92,16 @@ pub struct InUse {
     pub threads: u32,
 }
 
+/// A live block's resize: the size and alignment it was asked with, and
+/// the size asked for now. The calls that resize a block take it whole
+/// ([`Heaps::realloc_in`], [`Extras::resize_in_place`], ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resize {
+    pub old: usize,
+    pub align: usize,
+    pub to: usize,
+}
+
 /// A live block as validators see it.
 #[derive(Clone, Copy, Debug)]
 pub struct LiveBlock {
@@ -341,14 +351,7 @@ pub trait Heaps: Send + Sync {
     unsafe fn alloc_in(&self, heap: HeapId, size: usize, align: usize, zeroed: bool) -> *mut u8;
     /// # Safety
     /// As for [`Allocator::realloc`]; the block belongs to `heap`.
-    unsafe fn realloc_in(
-        &self,
-        heap: HeapId,
-        ptr: *mut u8,
-        old_size: usize,
-        align: usize,
-        new_size: usize,
-    ) -> *mut u8;
+    unsafe fn realloc_in(&self, heap: HeapId, ptr: *mut u8, r: Resize) -> *mut u8;
     /// # Safety
     /// As for [`Allocator::free`]; the block belongs to `heap`.
     unsafe fn free_in(&self, heap: HeapId, ptr: *mut u8, size: usize, align: usize);
@@ -374,14 +377,7 @@ pub trait Heaps: Send + Sync {
     ///
     /// # Safety
     /// As for [`Heaps::realloc_in`].
-    unsafe fn remote_realloc_in(
-        &self,
-        _heap: HeapId,
-        _ptr: *mut u8,
-        _old_size: usize,
-        _align: usize,
-        _new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn remote_realloc_in(&self, _h: HeapId, _p: *mut u8, _r: Resize) -> Option<*mut u8> {
         None
     }
     /// Whether [`Heaps::remote_realloc_in`] is there.
@@ -394,45 +390,42 @@ pub trait Heaps: Send + Sync {
     ///
     /// # Safety
     /// As for [`Heaps::realloc_in`].
-    unsafe fn realloc_zeroed_in(
-        &self,
-        _heap: HeapId,
-        _ptr: *mut u8,
-        _old_size: usize,
-        _align: usize,
-        _new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed_in(&self, _h: HeapId, _p: *mut u8, _r: Resize) -> Option<*mut u8> {
+        None
+    }
+    /// The allocator's own calls, where a heap's block takes them as any
+    /// block does: an in-place resize (the block stays in its heap) and a
+    /// sized free ([`Heaps::resize_in_place_in`], [`Heaps::free_sized_in`]).
+    /// Default: none.
+    fn any_blocks_calls(&self) -> Option<&dyn Extras> {
         None
     }
     /// An in-place resize ([`Extras::resize_in_place`]) of a block of
     /// `heap`, which stays in `heap`; `None` where the allocator has none.
+    /// Default: [`Heaps::any_blocks_calls`]'.
     ///
     /// # Safety
     /// As for [`Heaps::realloc_in`].
     unsafe fn resize_in_place_in(
         &self,
         _heap: HeapId,
-        _ptr: *mut u8,
-        _old_size: usize,
-        _align: usize,
-        _new_size: usize,
-        _extra: usize,
+        ptr: *mut u8,
+        r: Resize,
+        extra: usize,
     ) -> Option<InPlace> {
-        None
+        // SAFETY: `ptr` is a live block as `r` says (this fn's contract).
+        unsafe { self.any_blocks_calls()?.resize_in_place(ptr, r, extra) }
     }
     /// The sized free ([`Extras::free_sized`]) of a block of `heap`; false
-    /// where the allocator has none (the block is still live).
+    /// where the allocator has none (the block is still live). Default:
+    /// [`Heaps::any_blocks_calls`]'.
     ///
     /// # Safety
     /// As for [`Heaps::free_in`].
-    unsafe fn free_sized_in(
-        &self,
-        _heap: HeapId,
-        _ptr: *mut u8,
-        _size: usize,
-        _align: usize,
-    ) -> bool {
-        false
+    unsafe fn free_sized_in(&self, _heap: HeapId, ptr: *mut u8, size: usize, align: usize) -> bool {
+        // SAFETY: `ptr` is a live block with `size` and `align` (this fn's contract).
+        self.any_blocks_calls()
+            .is_some_and(|x| unsafe { x.free_sized(ptr, size, align) })
     }
     /// Ends the heap; its live blocks stay valid and move to the default heap.
     ///

@@ -3,7 +3,7 @@
 
 use std::ptr;
 
-use super::{malloc_serves, Allocator, Extras, PurgeDelay, ReallocToZero};
+use super::{malloc_serves, Allocator, Extras, PurgeDelay, ReallocToZero, Resize};
 
 /// The process's malloc family.
 ///
@@ -126,13 +126,8 @@ impl Allocator for System {
 
 /// C's realloc edge cases, and `malloc_trim` as the purge.
 impl Extras for System {
-    unsafe fn realloc_plain(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_plain(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let new_size = r.to;
         // SAFETY: `p` is a live block of this allocator (`Extras::realloc_plain`'s contract).
         Some(unsafe { libc::realloc(p.cast(), new_size) }.cast())
     }

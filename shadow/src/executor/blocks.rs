@@ -12,6 +12,28 @@ use crate::pattern;
 use crate::sanitizer;
 use crate::violation::{Report, Site, Violation};
 
+/// A request for a fresh block: its size and alignment, whether it is
+/// zeroed, and the heap it is asked in (`None`: no heap).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Request {
+    pub size: usize,
+    pub align: usize,
+    pub zeroed: bool,
+    pub heap: Option<HeapId>,
+}
+
+impl Request {
+    /// A plain request: not zeroed, in no heap.
+    pub(super) fn plain(size: usize, align: usize) -> Request {
+        Request {
+            size,
+            align,
+            zeroed: false,
+            heap: None,
+        }
+    }
+}
+
 impl Executor {
     /// Keeps block `p` unfreed for good: one the harness cannot say what
     /// it is (an impossible request's). Neither
@@ -23,49 +45,35 @@ impl Executor {
         self.kept.keeps_unfreed();
     }
 
-    pub(super) fn alloc_block(
-        &mut self,
-        size: usize,
-        align: usize,
-        zeroed: bool,
-        heap: Option<HeapId>,
-        on: On,
-    ) -> Outcome {
-        self.alloc_within(size, align, zeroed, heap, on, ShadowHeap::fits)
+    pub(super) fn alloc_block(&mut self, r: Request, on: On) -> Outcome {
+        self.alloc_within(r, on, ShadowHeap::fits)
     }
 
     /// [`Executor::alloc_block`], skipped unless the shadow `fits` one
     /// more block of `size` (a bulk allocation's caps are higher).
     pub(super) fn alloc_within(
         &mut self,
-        size: usize,
-        align: usize,
-        zeroed: bool,
-        heap: Option<HeapId>,
+        r: Request,
         on: On,
         fits: fn(&ShadowHeap, usize) -> bool,
     ) -> Outcome {
+        let (size, align) = (r.size, r.align);
         let impossible = size >= IMPOSSIBLE_FROM;
         if size > MAX_BLOCK && !impossible && align <= self.alloc.max_align() {
-            return self.huge(size, align, zeroed, heap, on);
+            return self.huge(r, on);
         }
         let room = fits(&self.shadow, size);
         if align > self.alloc.max_align() || (!impossible && !room) {
             return Outcome::Skipped;
         }
-        let p = self.alloc_call(size, align, zeroed, heap, on);
-        self.adopt_fresh(p, size, align, zeroed, heap)
+        let p = self.alloc_call(r, on);
+        self.adopt_fresh(p, r)
     }
 
-    /// Asks the allocator for a block (in `heap`, if given, on `on`).
-    pub(super) fn alloc_call(
-        &mut self,
-        size: usize,
-        align: usize,
-        zeroed: bool,
-        heap: Option<HeapId>,
-        on: On,
-    ) -> usize {
+    /// Asks the allocator for a block (in the request's heap, if it names
+    /// one, on `on`).
+    pub(super) fn alloc_call(&mut self, r: Request, on: On) -> usize {
+        let (size, align, zeroed, heap) = (r.size, r.align, r.zeroed, r.heap);
         let api = match (heap.is_some() && self.heaps.are_own(), zeroed) {
             (true, false) => "heap-alloc",
             (true, true) => "heap-alloc-zeroed",
@@ -117,14 +125,8 @@ impl Executor {
 
     /// Checks what a request for a fresh block returned (`p`, or null)
     /// and tracks the block.
-    pub(super) fn adopt_fresh(
-        &mut self,
-        p: usize,
-        size: usize,
-        align: usize,
-        zeroed: bool,
-        heap: Option<HeapId>,
-    ) -> Outcome {
+    pub(super) fn adopt_fresh(&mut self, p: usize, r: Request) -> Outcome {
+        let (size, align, zeroed, heap) = (r.size, r.align, r.zeroed, r.heap);
         let impossible = size >= IMPOSSIBLE_FROM;
         if impossible {
             if p != 0 && self.checked {
@@ -391,7 +393,7 @@ impl Executor {
                     // which is live, and passed with its tracked size and alignment; it
                     // leaves the shadow after the call.
                     (ReallocCall::Plain, Some(h), _) => Some(self.guard.guarded(|| unsafe {
-                        self.heaps.api().realloc_in(h, p, b.size, b.align, new) as usize
+                        self.heaps.api().realloc_in(h, p, b.resized(new)) as usize
                     })),
                     (ReallocCall::Plain, None, _) => {
                         Some(self.workers.call(&self.guard, self.alloc, on, move |a| {
@@ -409,22 +411,20 @@ impl Executor {
                         // SAFETY: `b` is live in the shadow and in heap `h` (live), with
                         // its tracked size and alignment.
                         .guarded(|| unsafe {
-                            self.heaps
-                                .api()
-                                .realloc_zeroed_in(h, p, b.size, b.align, new)
+                            self.heaps.api().realloc_zeroed_in(h, p, b.resized(new))
                         })
                         .map(|q| q as usize),
                     (ReallocCall::Zeroed, None, Some(x)) => self
                         .guard
                         // SAFETY: `b` is a live default-heap block, with its tracked size
                         // and alignment.
-                        .guarded(|| unsafe { x.realloc_zeroed(p, b.size, b.align, new) })
+                        .guarded(|| unsafe { x.realloc_zeroed(p, b.resized(new)) })
                         .map(|q| q as usize),
                     (ReallocCall::Unaligned, _, Some(x)) => self
                         .guard
                         // SAFETY: `b` is a live default-heap block (heap blocks are skipped
                         // above), with its tracked size and alignment.
-                        .guarded(|| unsafe { x.realloc_plain(p, b.size, b.align, new) })
+                        .guarded(|| unsafe { x.realloc_plain(p, b.resized(new)) })
                         .map(|q| q as usize),
                     (_, _, None) => unreachable!("skipped above"),
                 })

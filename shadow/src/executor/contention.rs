@@ -8,7 +8,7 @@ use super::checks::contents;
 use super::claims::Claims;
 use super::race::{Step, MAX_STEPS};
 use super::race_ops::Change;
-use super::{Executor, On, Origin, Outcome};
+use super::{Executor, On, Origin, Outcome, Request};
 use crate::allocator::Allocator;
 use crate::edges::IMPOSSIBLE_FROM;
 use crate::edges::MAX_BLOCK;
@@ -226,7 +226,7 @@ impl Executor {
         if size > MAX_BLOCK {
             return (0..n)
                 .filter_map(|_| {
-                    match self.alloc_block(size, align, false, None, On::Worker(worker)) {
+                    match self.alloc_block(Request::plain(size, align), On::Worker(worker)) {
                         Outcome::Live(i) => Some(self.shadow.blocks()[i]),
                         _ => None,
                     }
@@ -257,7 +257,7 @@ impl Executor {
         let mut blocks = Vec::new();
         for (&p, &seed) in made.ptrs.iter().zip(&seeds) {
             let outcome = if p == 0 {
-                self.adopt_fresh(0, size, align, false, None)
+                self.adopt_fresh(0, Request::plain(size, align))
             } else {
                 self.untracked.adopt_raced();
                 self.adopt(p, size, align, None, Origin::Batched { seed })

@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{Executor, On, Outcome};
-use crate::allocator::HeapId;
+use super::{Executor, On, Outcome, Request};
 use crate::model::Block;
 use crate::pattern::{self, Mismatch};
 use crate::poison;
@@ -104,14 +103,8 @@ impl Executor {
     /// ([`Executor::huge_realloc`]); any other is freed at once. Zeroed
     /// huge requests over [`ZEROED_HUGE_MAX`] are skipped: an allocator
     /// may zero gigabytes by hand, which no run can afford.
-    pub(super) fn huge(
-        &mut self,
-        size: usize,
-        align: usize,
-        zeroed: bool,
-        heap: Option<HeapId>,
-        on: On,
-    ) -> Outcome {
+    pub(super) fn huge(&mut self, r: Request, on: On) -> Outcome {
+        let (size, align, zeroed, heap) = (r.size, r.align, r.zeroed, r.heap);
         if !self.huge.admit(size, zeroed) {
             return Outcome::Skipped;
         }
@@ -126,7 +119,7 @@ impl Executor {
             spend(clock);
             return outcome;
         }
-        let p = self.alloc_call(size, align, zeroed, heap, on);
+        let p = self.alloc_call(r, on);
         if p == 0 {
             spend(clock);
             return Outcome::Failed;

@@ -31,6 +31,7 @@ mod untracked;
 pub mod workload;
 
 use arena::ArenaProbe;
+use blocks::Request;
 use calls::{CallGuard, On, Workers};
 use heap_table::HeapTable;
 use huge::HugeBudget;
@@ -342,7 +343,13 @@ impl Executor {
                 size,
                 align,
                 zeroed,
-            } => self.alloc_block(size, align, zeroed, None, On::Main),
+            } => {
+                let r = Request {
+                    zeroed,
+                    ..Request::plain(size, align)
+                };
+                self.alloc_block(r, On::Main)
+            }
             Op::Free { slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.free_block(i, On::Main))
             }
@@ -393,7 +400,15 @@ impl Executor {
                 }
                 match self.heaps.pick(heap) {
                     None => Outcome::Skipped,
-                    Some(h) => self.alloc_block(size, align, zeroed, Some(h), On::Main),
+                    Some(h) => {
+                        let r = Request {
+                            size,
+                            align,
+                            zeroed,
+                            heap: Some(h),
+                        };
+                        self.alloc_block(r, On::Main)
+                    }
                 }
             }
             Op::HeapCollect { heap, force } => self
@@ -408,7 +423,7 @@ impl Executor {
                 worker,
                 size,
                 align,
-            } => self.alloc_block(size, align, false, None, On::Worker(worker)),
+            } => self.alloc_block(Request::plain(size, align), On::Worker(worker)),
             Op::WorkerFree { worker, slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.free_block(i, On::Worker(worker)))
             }
@@ -430,7 +445,7 @@ impl Executor {
                 size,
                 align,
             } if size <= crate::edges::MAX_BLOCK => {
-                self.alloc_block(size, align, false, None, On::Exiting(worker))
+                self.alloc_block(Request::plain(size, align), On::Exiting(worker))
             }
             Op::ExitAlloc { .. } => Outcome::Skipped,
             Op::ExitFree { worker, slot: s } => slot(self, s).map_or(Outcome::Skipped, |i| {

@@ -3,7 +3,7 @@
 //! slabs. Each op is skipped where the allocator lacks its call (huge
 //! requests: [`super::huge`]).
 
-use super::{Executor, On, Origin, Outcome};
+use super::{Executor, On, Origin, Outcome, Request};
 use crate::allocator::{Extras, GoodSize, InPlace, PurgeDelay};
 use crate::edges::IMPOSSIBLE_FROM;
 use crate::model::{Block, ShadowHeap};
@@ -61,7 +61,7 @@ impl Executor {
         let count = count.min(BULK_BYTES / size.max(align).max(1)).max(1);
         let mut outcome = Outcome::Skipped;
         for _ in 0..count {
-            match self.alloc_within(size, align, false, None, On::Main, ShadowHeap::fits_bulk) {
+            match self.alloc_within(Request::plain(size, align), On::Main, ShadowHeap::fits_bulk) {
                 Outcome::Live(_) => outcome = Outcome::Done,
                 other => {
                     if outcome == Outcome::Skipped {
@@ -123,8 +123,8 @@ impl Executor {
                 (Some(h), _) => self
                     .heaps
                     .api()
-                    .resize_in_place_in(h, p, b.size, b.align, new, extra),
-                (None, Some(x)) => x.resize_in_place(p, b.size, b.align, new, extra),
+                    .resize_in_place_in(h, p, b.resized(new), extra),
+                (None, Some(x)) => x.resize_in_place(p, b.resized(new), extra),
                 (None, None) => unreachable!("skipped above"),
             }
         });
@@ -310,7 +310,7 @@ impl Executor {
             // SAFETY: no block is passed: `realloc(NULL, size)` is a fresh request.
             sanitizer::making(|| self.guard.guarded(|| unsafe { extras.realloc_null(size) }))
         }) {
-            Some(p) => self.adopt_fresh(p as usize, size, align, false, None),
+            Some(p) => self.adopt_fresh(p as usize, Request::plain(size, align)),
             None => Outcome::Skipped,
         }
     }

@@ -126,7 +126,7 @@ impl On<'_> {
                 match b.heap {
                     Some(h) => self
                         .heaps
-                        .remote_realloc_in(h, p, b.size, b.align, new)
+                        .remote_realloc_in(h, p, b.resized(new))
                         .unwrap_or(std::ptr::null_mut()),
                     None => self.alloc.realloc(p, b.size, b.align, new),
                 }
@@ -166,7 +166,7 @@ impl On<'_> {
                 let x = self.alloc.extras()?;
                 // SAFETY: `b` is live, this worker's alone, with its tracked size and
                 // alignment, in no heap (the contract above; queued only then).
-                unsafe { x.resize_in_place(p, b.size, b.align, new, extra) }
+                unsafe { x.resize_in_place(p, b.resized(new), extra) }
             })
         });
         if let Some(InPlace::Resized { ptr, .. }) = to {

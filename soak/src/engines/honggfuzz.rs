@@ -16,6 +16,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
+use crate::engines::harness::HarnessFiles;
 use crate::engines::libfuzzer::Progress;
 
 /// One honggfuzz run in a slice's scratch folder.
@@ -39,19 +40,9 @@ pub struct Run {
     pub runs: Option<u64>,
     /// Fuzzing threads, each with a persistent process of its own.
     pub threads: usize,
-    /// A file of violation keys to get past (`ALLOCSOAK_TOLERATE`).
-    pub tolerate: Option<PathBuf>,
-    /// Where the engine keeps the inputs it ran last (`ALLOCSOAK_HISTORY`).
-    pub history: Option<PathBuf>,
-    /// Where violations that leave the heap sound are saved, so the
-    /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
-    /// first one ends the run as a crash.
-    pub findings: Option<PathBuf>,
-    /// The folder where every process fuzzing the allocator claims the
-    /// keys it saves (`ALLOCSOAK_CLAIMS`): one input per key in the soak.
-    pub claims: Option<PathBuf>,
-    /// Where each process counts its race sections (`ALLOCSOAK_TALLY`).
-    pub tally: Option<PathBuf>,
+    /// The harness's files: keys to get past, the input history, saved
+    /// findings, claims and the race tally.
+    pub files: HarnessFiles,
 }
 
 /// The `--statsfile` of a run in `scratch`.
@@ -138,21 +129,7 @@ impl Run {
         if let Some(n) = self.runs {
             cmd.arg("--iterations").arg(n.to_string());
         }
-        if let Some(t) = &self.tolerate {
-            cmd.env("ALLOCSOAK_TOLERATE", t);
-        }
-        if let Some(h) = &self.history {
-            cmd.env("ALLOCSOAK_HISTORY", h);
-        }
-        if let Some(f) = &self.findings {
-            cmd.env("ALLOCSOAK_FINDINGS", f);
-        }
-        if let Some(c) = &self.claims {
-            cmd.env("ALLOCSOAK_CLAIMS", c);
-        }
-        if let Some(t) = &self.tally {
-            cmd.env("ALLOCSOAK_TALLY", t);
-        }
+        self.files.set(&mut cmd);
         cmd.arg("--").arg(&self.binary);
         cmd
     }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
+use crate::engines::harness::HarnessFiles;
 use crate::engines::project::{Build, Project};
 
 /// One libFuzzer run. New inputs go to `corpus[0]`; the other folders are
@@ -22,23 +23,13 @@ pub struct Run {
     pub secs: u64,
     /// Where crash inputs and the log are written.
     pub out: PathBuf,
-    /// A file of violation keys to get past (`ALLOCSOAK_TOLERATE`).
-    pub tolerate: Option<PathBuf>,
-    /// Where the engine keeps the inputs it ran last (`ALLOCSOAK_HISTORY`).
-    pub history: Option<PathBuf>,
-    /// Where violations that leave the heap sound are saved, so the
-    /// process goes on past them (`ALLOCSOAK_FINDINGS`); without it the
-    /// first one ends the run as a crash.
-    pub findings: Option<PathBuf>,
-    /// The folder where every process fuzzing the allocator claims the
-    /// keys it saves (`ALLOCSOAK_CLAIMS`): one input per key in the soak.
-    pub claims: Option<PathBuf>,
+    /// The harness's files: keys to get past, the input history, saved
+    /// findings, claims and the race tally.
+    pub files: HarnessFiles,
     /// Past a violation that leaves memory in doubt, a process ends at
     /// once (`ALLOCSOAK_END_IN_DOUBT`): for `-fork` runs that go on past
     /// crashes, whose parent starts a fresh child with a fresh allocator.
     pub end_in_doubt: bool,
-    /// Where each process counts its race sections (`ALLOCSOAK_TALLY`).
-    pub tally: Option<PathBuf>,
     /// libFuzzer's leak pass: an input after which mallocs outnumber
     /// frees runs again, then LeakSanitizer looks. Off for `mt_ops`,
     /// whose binaries run without LeakSanitizer
@@ -83,12 +74,8 @@ impl Run {
             seed: 1,
             secs: 60,
             out,
-            tolerate: None,
-            history: None,
-            findings: None,
-            claims: None,
+            files: HarnessFiles::default(),
             end_in_doubt: false,
-            tally: None,
             leaks: !matches!(target, Target::MtOps | Target::Workload),
             args: Vec::new(),
         }
@@ -113,23 +100,9 @@ impl Run {
         if !self.leaks {
             cmd.arg("-detect_leaks=0");
         }
-        if let Some(t) = &self.tolerate {
-            cmd.env("ALLOCSOAK_TOLERATE", t);
-        }
-        if let Some(h) = &self.history {
-            cmd.env("ALLOCSOAK_HISTORY", h);
-        }
-        if let Some(f) = &self.findings {
-            cmd.env("ALLOCSOAK_FINDINGS", f);
-        }
-        if let Some(c) = &self.claims {
-            cmd.env("ALLOCSOAK_CLAIMS", c);
-        }
+        self.files.set(&mut cmd);
         if self.end_in_doubt {
             cmd.env("ALLOCSOAK_END_IN_DOUBT", "1");
-        }
-        if let Some(t) = &self.tally {
-            cmd.env("ALLOCSOAK_TALLY", t);
         }
         cmd.args(&self.args);
         cmd

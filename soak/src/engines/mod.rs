@@ -12,6 +12,7 @@
 //! minimized on the libFuzzer ASan build (by the pipeline's intake), so
 //! one bug is one group whichever engine found it.
 
+pub mod harness;
 pub mod honggfuzz;
 pub mod instrumentation;
 pub mod libfuzzer;

@@ -14,6 +14,7 @@ use anyhow::Result;
 use shadow::tally::Tally;
 use shadow::Target;
 
+use crate::engines::harness::HarnessFiles;
 use crate::engines::libfuzzer::{Outcome, Run};
 use crate::engines::project::{Build, Project};
 
@@ -111,7 +112,10 @@ pub fn run(
                 let run = Run {
                     bare,
                     secs,
-                    tally: Some(dir.join(out).join("tally")),
+                    files: HarnessFiles {
+                        tally: Some(dir.join(out).join("tally")),
+                        ..Default::default()
+                    },
                     args: args.iter().map(|a| a.to_string()).collect(),
                     ..Run::new(project, target, allocator, dir.join(corpus), dir.join(out))
                 };

@@ -13,6 +13,7 @@ use report::Signature;
 use shadow::Target;
 use triage::replay::Replayer;
 
+use crate::engines::harness::HarnessFiles;
 use crate::engines::libfuzzer::{Outcome, Run};
 use crate::engines::project::{Build, Project};
 use crate::pipeline::minimize;
@@ -129,7 +130,10 @@ pub fn run(project: &Project, cases: &[Case], budget: &Budget) -> Result<bool> {
                 Some(bug) if bug.must_crash() => budget.bug_secs,
                 _ => budget.secs,
             },
-            tolerate: tolerate.transpose()?,
+            files: HarnessFiles {
+                tolerate: tolerate.transpose()?,
+                ..Default::default()
+            },
             ..Run::new(
                 project,
                 case.target,
@@ -290,7 +294,7 @@ fn replayer<'a>(case: &'a Case, run: &'a crate::engines::libfuzzer::Run) -> Repl
     Replayer {
         binary: &run.binary,
         allocator: &case.allocator,
-        tolerate: run.tolerate.as_deref(),
+        tolerate: run.files.tolerate.as_deref(),
         timeout_secs: 20,
         rss_limit_mb: 2048,
         budget: Default::default(),

@@ -5,17 +5,12 @@
 use std::ptr;
 
 use super::{malloc_serves, os, Dylib};
-use crate::allocator::{Extras, GoodSize, InPlace, ZeroedFrom};
+use crate::allocator::{Extras, GoodSize, InPlace, Resize, ZeroedFrom};
 
 /// C's realloc edge cases, where the library has `realloc`.
 impl Extras for Dylib {
-    unsafe fn realloc_plain(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_plain(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let new_size = r.to;
         // SAFETY: `p` is a live block of this allocator (this fn's contract).
         self.realloc
             .map(|f| unsafe { f(p.cast(), new_size) }.cast())
@@ -49,13 +44,8 @@ impl Extras for Dylib {
         self.properties.zeroed_from.unwrap_or(ZeroedFrom::Written)
     }
 
-    unsafe fn realloc_zeroed(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (align, new_size) = (r.align, r.to);
         let more = &self.more;
         // SAFETY: `p` is a live block of this allocator, with `align` (this fn's contract).
         unsafe {
@@ -71,14 +61,8 @@ impl Extras for Dylib {
         }
     }
 
-    unsafe fn resize_in_place(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-        _extra: usize,
-    ) -> Option<InPlace> {
+    unsafe fn resize_in_place(&self, p: *mut u8, r: Resize, _extra: usize) -> Option<InPlace> {
+        let new_size = r.to;
         let expand = self.more.expand?;
         // SAFETY: `p` is a live block of this allocator (this fn's contract).
         let q = unsafe { expand(p.cast(), new_size) };

@@ -6,7 +6,7 @@ use std::ptr;
 
 use super::{malloc_serves, Dylib};
 use crate::allocator::heaps::collect_block;
-use crate::allocator::{Extras, HeapId, Heaps, InPlace};
+use crate::allocator::{Extras, HeapId, Heaps, Resize};
 
 pub type HeapNew = unsafe extern "C" fn() -> *mut c_void;
 pub type HeapEnd = unsafe extern "C" fn(*mut c_void);
@@ -109,14 +109,8 @@ impl Heaps for Dylib {
         p.cast()
     }
 
-    unsafe fn realloc_in(
-        &self,
-        h: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> *mut u8 {
+    unsafe fn realloc_in(&self, h: HeapId, p: *mut u8, r: Resize) -> *mut u8 {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         let api = &self.more.heap;
         // SAFETY: `p` is a live block of live heap `h`, allocated with `old` and
         // `align` (this fn's contract).
@@ -153,14 +147,8 @@ impl Heaps for Dylib {
     /// `heap_rezalloc` / `heap_rezalloc_aligned`, as the plain zeroed
     /// realloc picks between `rezalloc` and `rezalloc_aligned`. Not the
     /// plain `rezalloc`: that reallocates into the default heap.
-    unsafe fn realloc_zeroed_in(
-        &self,
-        h: HeapId,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed_in(&self, h: HeapId, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (align, new_size) = (r.align, r.to);
         let api = &self.more.heap;
         // SAFETY: `p` is a live block of live heap `h`, with its alignment (this
         // fn's contract).
@@ -177,27 +165,11 @@ impl Heaps for Dylib {
         }
     }
 
-    /// `expand`: a block resized where it is stays in its heap.
-    unsafe fn resize_in_place_in(
-        &self,
-        _h: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-        extra: usize,
-    ) -> Option<InPlace> {
-        // SAFETY: `p` is a live block of this allocator, with `old` and `align`
-        // (this fn's contract).
-        unsafe { self.resize_in_place(p, old, align, new_size, extra) }
-    }
-
-    /// `free_size` / `free_size_aligned`: a heap's blocks are freed with
-    /// the allocator's own free calls.
-    unsafe fn free_sized_in(&self, _h: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
-        // SAFETY: `p` is a live block of this allocator, with `size` and `align`
-        // (this fn's contract).
-        unsafe { self.free_sized(p, size, align) }
+    /// `expand` (a block resized where it is stays in its heap) and
+    /// `free_size` / `free_size_aligned`: a heap's blocks take the
+    /// allocator's own calls.
+    fn any_blocks_calls(&self) -> Option<&dyn Extras> {
+        Some(self)
     }
 
     unsafe fn delete(&self, h: HeapId) {

@@ -5,7 +5,7 @@ use std::ffi::c_int;
 use tikv_jemalloc_sys as je;
 
 use super::{classic, ctl, flags, Jemalloc};
-use crate::allocator::{Extras, GoodSize, InPlace, PurgeDelay, ZeroedFrom};
+use crate::allocator::{Extras, GoodSize, InPlace, PurgeDelay, Resize, ZeroedFrom};
 
 /// Sets the calling thread's arena's dirty and muzzy decay times to `ms`,
 /// or back to the process's options (`opt.*_decay_ms`).
@@ -35,13 +35,8 @@ pub(super) unsafe fn rezalloc(p: *mut u8, new_size: usize, flags: c_int) -> *mut
 
 impl Extras for Jemalloc {
     /// `rallocx` with `MALLOCX_ZERO`: bytes past the old real size read zero.
-    unsafe fn realloc_zeroed(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (align, new_size) = (r.align, r.to);
         let flags = flags(align, true) | self.arenas.free_flags(p as usize);
         // SAFETY: `p` is a live block with `align` (`Extras::realloc_zeroed`'s contract), and
         // `free_flags` adds only `MALLOCX_TCACHE_NONE`.
@@ -58,14 +53,8 @@ impl Extras for Jemalloc {
 
     /// `xallocx`: the real size it returns is at least `new_size` when the
     /// resize worked, else the block's old real size.
-    unsafe fn resize_in_place(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-        extra: usize,
-    ) -> Option<InPlace> {
+    unsafe fn resize_in_place(&self, p: *mut u8, r: Resize, extra: usize) -> Option<InPlace> {
+        let (align, new_size) = (r.align, r.to);
         if classic(new_size) || classic(new_size.saturating_add(extra)) {
             return None;
         }
@@ -92,13 +81,8 @@ impl Extras for Jemalloc {
         true
     }
 
-    unsafe fn realloc_plain(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_plain(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let new_size = r.to;
         // A deleted heap's block must skip the tcaches: `rallocx` can say so.
         let orphan = self.arenas.free_flags(p as usize);
         if orphan != 0 && !classic(new_size) {

@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 
 use tikv_jemalloc_sys as je;
 
-use super::{Allocator, Extras, HeapId, Heaps, InPlace, InUse, LiveBlock};
+use super::{Allocator, Extras, HeapId, Heaps, InUse, LiveBlock, Resize};
 use crate::edges::IMPOSSIBLE_FROM;
 
 mod ctl;
@@ -241,14 +241,8 @@ impl Heaps for Jemalloc {
         p.cast()
     }
 
-    unsafe fn realloc_in(
-        &self,
-        h: HeapId,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> *mut u8 {
+    unsafe fn realloc_in(&self, h: HeapId, p: *mut u8, r: Resize) -> *mut u8 {
+        let (align, new_size) = (r.align, r.to);
         if new_size >= IMPOSSIBLE_FROM {
             return std::ptr::null_mut();
         }
@@ -264,31 +258,17 @@ impl Heaps for Jemalloc {
     }
 
     /// `rallocx` with `MALLOCX_ZERO` and the heap's arena.
-    unsafe fn realloc_zeroed_in(
-        &self,
-        h: HeapId,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed_in(&self, h: HeapId, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (align, new_size) = (r.align, r.to);
         let flags = flags(align, true) | Heap::of(h).flags();
         // SAFETY: as for `realloc_in` (`Heaps::realloc_zeroed_in`'s contract).
         Some(unsafe { extras::rezalloc(p, new_size, flags) })
     }
 
-    /// `xallocx`: the block stays where it is, in its arena.
-    unsafe fn resize_in_place_in(
-        &self,
-        _h: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-        extra: usize,
-    ) -> Option<InPlace> {
-        // SAFETY: `p` is a live block with `old`, `align` (`Heaps::resize_in_place_in`'s contract).
-        unsafe { self.resize_in_place(p, old, align, new_size, extra) }
+    /// `xallocx`: the block stays where it is, in its arena. (Its sized
+    /// free is the heap's own, below.)
+    fn any_blocks_calls(&self) -> Option<&dyn Extras> {
+        Some(self)
     }
 
     /// `sdallocx` with the heap's tcache flag, as `free_in`.
@@ -341,14 +321,8 @@ impl Heaps for Jemalloc {
     /// `rallocx` without an arena, through the calling thread's tcache,
     /// flushed at once (as [`Heaps::remote_free_in`]): a block that moves
     /// goes to the thread's automatic arena and leaves the heap's.
-    unsafe fn remote_realloc_in(
-        &self,
-        h: HeapId,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn remote_realloc_in(&self, h: HeapId, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (align, new_size) = (r.align, r.to);
         if classic(new_size) {
             return Some(std::ptr::null_mut());
         }

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use libmimalloc_sys as mi;
 
 use super::{malloc_serves, Mimalloc, NAME, PURGE_DELAY};
-use crate::allocator::{Extras, GoodSize, Hook, HookCell, InPlace, PurgeDelay, ZeroedFrom};
+use crate::allocator::{Extras, GoodSize, Hook, HookCell, InPlace, PurgeDelay, Resize, ZeroedFrom};
 
 /// The hook [`Extras::set_hook`] registered.
 static HOOK: HookCell = HookCell::new();
@@ -29,13 +29,8 @@ impl Extras for Mimalloc {
     /// `mi_rezalloc` for odd sizes, `mi_recalloc(p, n / 2, 2)` for even
     /// ones; their aligned forms for over-aligned blocks. (mimalloc zeroes
     /// from the old usable size on, whatever the block was allocated with.)
-    unsafe fn realloc_zeroed(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (align, new_size) = (r.align, r.to);
         let p = p.cast();
         // SAFETY: `p` is a live block and `align` its alignment (`Extras::realloc_zeroed`).
         let q = unsafe {
@@ -58,14 +53,8 @@ impl Extras for Mimalloc {
 
     /// `mi_expand`: fits in the block's usable size, or null (always null
     /// in builds with padding).
-    unsafe fn resize_in_place(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-        _extra: usize,
-    ) -> Option<InPlace> {
+    unsafe fn resize_in_place(&self, p: *mut u8, r: Resize, _extra: usize) -> Option<InPlace> {
+        let new_size = r.to;
         // SAFETY: `p` is a live block of this allocator (`Extras::resize_in_place`'s contract).
         let q = unsafe { mi::mi_expand(p.cast(), new_size) };
         Some(InPlace::of_expand(q, new_size))
@@ -81,13 +70,8 @@ impl Extras for Mimalloc {
         true
     }
 
-    unsafe fn realloc_plain(
-        &self,
-        p: *mut u8,
-        _old: usize,
-        _align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_plain(&self, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let new_size = r.to;
         // SAFETY: `p` is a live block of this allocator (`Extras::realloc_plain`'s contract).
         Some(unsafe { mi::mi_realloc(p.cast(), new_size) }.cast())
     }

@@ -13,7 +13,7 @@ use libmimalloc_sys as mi;
 
 use super::heaps::collect_block;
 use super::{
-    malloc_serves, Allocator, Extras, HeapId, Heaps, InPlace, LiveBlock, PurgeDelay, ReallocToZero,
+    malloc_serves, Allocator, Extras, HeapId, Heaps, LiveBlock, PurgeDelay, ReallocToZero, Resize,
 };
 
 mod extras;
@@ -340,14 +340,8 @@ impl Heaps for Mimalloc {
         .cast()
     }
 
-    unsafe fn realloc_in(
-        &self,
-        h: HeapId,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> *mut u8 {
+    unsafe fn realloc_in(&self, h: HeapId, p: *mut u8, r: Resize) -> *mut u8 {
+        let (align, new_size) = (r.align, r.to);
         if malloc_serves(new_size, align) {
             // SAFETY: `p` is a live block of live heap `h`, on its thread (`Heaps::realloc_in`).
             unsafe { mi::mi_heap_realloc(heap(h), p.cast(), new_size) }.cast()
@@ -365,14 +359,8 @@ impl Heaps for Mimalloc {
     /// `mi_heap_rezalloc` / `mi_heap_recalloc` and their aligned forms, as
     /// [`Extras::realloc_zeroed`] picks them (`mi_rezalloc` would move the
     /// block to the default heap).
-    unsafe fn realloc_zeroed_in(
-        &self,
-        h: HeapId,
-        p: *mut u8,
-        _old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn realloc_zeroed_in(&self, h: HeapId, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (align, new_size) = (r.align, r.to);
         let (h, p) = (heap(h), p.cast());
         // SAFETY: as for `realloc_in` (`Heaps::realloc_zeroed_in`'s contract).
         let q = unsafe {
@@ -386,24 +374,10 @@ impl Heaps for Mimalloc {
         Some(q.cast())
     }
 
-    /// `mi_expand`: the block stays where it is, in its heap.
-    unsafe fn resize_in_place_in(
-        &self,
-        _h: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-        extra: usize,
-    ) -> Option<InPlace> {
-        // SAFETY: `p` is a live block with `old`, `align` (`Heaps::resize_in_place_in`'s contract).
-        unsafe { self.resize_in_place(p, old, align, new_size, extra) }
-    }
-
-    /// `mi_free_size`: any heap's block.
-    unsafe fn free_sized_in(&self, _h: HeapId, p: *mut u8, size: usize, align: usize) -> bool {
-        // SAFETY: `p` is a live block with `size`, `align` (`Heaps::free_sized_in`'s contract).
-        unsafe { self.free_sized(p, size, align) }
+    /// `mi_expand` (the block stays where it is, in its heap) and
+    /// `mi_free_size` take any heap's block.
+    fn any_blocks_calls(&self) -> Option<&dyn Extras> {
+        Some(self)
     }
 
     unsafe fn delete(&self, h: HeapId) {
@@ -424,14 +398,8 @@ impl Heaps for Mimalloc {
 
     /// `mi_realloc` (or its aligned form) of a heap's block, from any
     /// thread: a block that moves goes to the caller's default heap.
-    unsafe fn remote_realloc_in(
-        &self,
-        _h: HeapId,
-        p: *mut u8,
-        old: usize,
-        align: usize,
-        new_size: usize,
-    ) -> Option<*mut u8> {
+    unsafe fn remote_realloc_in(&self, _h: HeapId, p: *mut u8, r: Resize) -> Option<*mut u8> {
+        let (old, align, new_size) = (r.old, r.align, r.to);
         // SAFETY: `p` is a live block with `old`, `align` (`Heaps::remote_realloc_in`'s contract).
         Some(unsafe { self.realloc(p, old, align, new_size) })
     }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
+use crate::engines::harness::HarnessFiles;
 use crate::engines::Engine;
 use crate::engines::{honggfuzz, libfuzzer};
 use crate::foundation::state::count_files;
@@ -186,12 +187,8 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 seed: run.slice_id as u64,
                 secs,
                 corpus: vec![scratch.join("new"), corpus, project.seeds(target)],
-                tolerate,
-                history: Some(history),
-                findings: Some(scratch.join("findings")),
-                claims: Some(soak.state.claims(&slot.allocator)),
+                files: harness_files(soak, slot, scratch, tolerate, Some(history)),
                 end_in_doubt: run.fork_past,
-                tally: Some(scratch.join("tally")),
                 args: [
                     format!("-timeout={}", config.timeout_secs),
                     format!("-rss_limit_mb={}", config.rss_limit_mb),
@@ -225,16 +222,29 @@ fn engine_command(soak: &Soak, slot: &SlotRow, scratch: &Path, run: EngineRun) -
                 rss_limit_mb: config.rss_limit_mb,
                 runs: soak.runs,
                 threads: run.cores,
-                tolerate,
-                history,
-                findings: Some(scratch.join("findings")),
-                claims: Some(soak.state.claims(&slot.allocator)),
-                tally: Some(scratch.join("tally")),
+                files: harness_files(soak, slot, scratch, tolerate, history),
             };
             hf.prepare()?;
             hf.command()
         }
     })
+}
+
+/// The harness's files of a slice in `scratch`, either engine's.
+fn harness_files(
+    soak: &Soak,
+    slot: &SlotRow,
+    scratch: &Path,
+    tolerate: Option<PathBuf>,
+    history: Option<PathBuf>,
+) -> HarnessFiles {
+    HarnessFiles {
+        tolerate,
+        history,
+        findings: Some(scratch.join("findings")),
+        claims: Some(soak.state.claims(&slot.allocator)),
+        tally: Some(scratch.join("tally")),
+    }
 }
 
 /// Waits for the engine; on a stop request it gets SIGINT (libFuzzer and
