@@ -6,6 +6,13 @@
 
 use arbitrary::Arbitrary;
 
+/// The OS's page size: what the checks of huge blocks, of pages given
+/// back and of the process's resident size count in.
+pub fn page_size() -> usize {
+    // SAFETY: `sysconf` takes no pointers and `_SC_PAGESIZE` is a valid name.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize
+}
+
 /// Largest alignment a program asks for (4 MiB).
 pub const MAX_ALIGN: usize = 4 << 20;
 

@@ -96,7 +96,7 @@ pub fn release_zero_shadow() {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return;
     };
-    let page = crate::resident::page_size();
+    let page = crate::edges::page_size();
     let shadow = |a: usize| (a >> scale) + offset;
     // The shadow and ASan's own regions in it are not application memory.
     let shadow_end = shadow(1 << 47);

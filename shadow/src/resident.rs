@@ -17,6 +17,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::allocator::Allocator;
+use crate::edges::page_size;
 use crate::poison;
 
 /// Programs between two reads of the process's resident size.
@@ -70,10 +71,4 @@ pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * page_size() as u64)
-}
-
-/// The OS's page size.
-pub fn page_size() -> usize {
-    // SAFETY: `sysconf` takes no pointers and `_SC_PAGESIZE` is a valid name.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize
 }

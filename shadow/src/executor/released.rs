@@ -13,7 +13,7 @@
 
 use super::checks::contents;
 use super::Executor;
-use crate::resident::page_size;
+use crate::edges::page_size;
 use crate::violation::Violation;
 
 impl Executor {
