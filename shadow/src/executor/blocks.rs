@@ -23,14 +23,18 @@ pub(super) struct Request {
 }
 
 impl Request {
-    /// A plain request: not zeroed, in no heap.
-    pub(super) fn plain(size: usize, align: usize) -> Request {
+    pub(super) fn new(size: usize, align: usize, zeroed: bool, heap: Option<HeapId>) -> Request {
         Request {
             size,
             align,
-            zeroed: false,
-            heap: None,
+            zeroed,
+            heap,
         }
+    }
+
+    /// A plain request: not zeroed, in no heap.
+    pub(super) fn plain(size: usize, align: usize) -> Request {
+        Request::new(size, align, false, None)
     }
 }
 

@@ -2,13 +2,25 @@
 //! and visits), on the allocator's own heaps or emulated ones.
 
 use super::heap_table::holds;
-use super::{Executor, Outcome};
+use super::{Executor, On, Outcome, Request};
 use crate::allocator::HeapId;
 use crate::violation::{Site, Violation};
 
 /// The heap ops on the executor: each changes the table and the shadow,
 /// through the call guard.
 impl Executor {
+    /// `heap-alloc`: request `r` in the live heap `heap` picks, one made
+    /// first when there is none.
+    pub(super) fn heap_alloc(&mut self, heap: usize, r: Request) -> Outcome {
+        if self.heaps.is_empty() {
+            self.heap_new();
+        }
+        match self.heaps.pick(heap) {
+            None => Outcome::Skipped,
+            Some(h) => self.alloc_block(Request { heap: Some(h), ..r }, On::Main),
+        }
+    }
+
     pub(super) fn heap_new(&mut self) -> Outcome {
         if self.heaps.is_full() {
             return Outcome::Skipped;

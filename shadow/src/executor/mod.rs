@@ -343,13 +343,7 @@ impl Executor {
                 size,
                 align,
                 zeroed,
-            } => {
-                let r = Request {
-                    zeroed,
-                    ..Request::plain(size, align)
-                };
-                self.alloc_block(r, On::Main)
-            }
+            } => self.alloc_block(Request::new(size, align, zeroed, None), On::Main),
             Op::Free { slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.free_block(i, On::Main))
             }
@@ -394,23 +388,7 @@ impl Executor {
                 size,
                 align,
                 zeroed,
-            } => {
-                if self.heaps.is_empty() {
-                    self.heap_new();
-                }
-                match self.heaps.pick(heap) {
-                    None => Outcome::Skipped,
-                    Some(h) => {
-                        let r = Request {
-                            size,
-                            align,
-                            zeroed,
-                            heap: Some(h),
-                        };
-                        self.alloc_block(r, On::Main)
-                    }
-                }
-            }
+            } => self.heap_alloc(heap, Request::new(size, align, zeroed, None)),
             Op::HeapCollect { heap, force } => self
                 .heaps
                 .pick(heap)
