@@ -1,7 +1,10 @@
-//! The crash pipeline, one artifact at a time:
+//! The crash pipeline, one artifact at a time, a stage per file:
 //! reproduce (alone, else after the inputs its process ran before it:
-//! [`crate::pipeline::sequence`]) → sign → deduplicate → minimize ([`crate::pipeline::minimize`])
-//! → file.
+//! [`crate::pipeline::sequence`]) and sign ([`reproduce`], into a
+//! `Found`) → deduplicate ([`groups`]) → a repeat of a known group
+//! ([`repeat`]), or a new group's folder, its program minimized
+//! ([`new_group`], [`crate::pipeline::minimize`]) → the store. [`file`]
+//! is the route between them.
 //!
 //! Every artifact ends in `crashes/<signature>/`, moved there by rename
 //! (the original of a new group, or `inputs/` of a known one), so none is
