@@ -1,9 +1,9 @@
 //! The crash pipeline, one artifact at a time, a stage per file:
 //! reproduce (alone, else after the inputs its process ran before it:
-//! [`crate::pipeline::sequence`]) and sign ([`reproduce`], into a
-//! `Found`) → deduplicate ([`groups`]) → a repeat of a known group
-//! ([`repeat`]), or a new group's folder, its program minimized
-//! ([`new_group`], [`crate::pipeline::minimize`]) → the store. [`file`]
+//! [`crate::pipeline::sequence`]) and sign (`reproduce.rs`, into a
+//! `Found`) → deduplicate (`groups.rs`) → a repeat of a known group
+//! (`repeat.rs`), or a new group's folder, its program minimized
+//! (`new_group.rs`, [`crate::pipeline::minimize`]) → the store. [`file`]
 //! is the route between them.
 //!
 //! Every artifact ends in `crashes/<signature>/`, moved there by rename
