@@ -3,7 +3,7 @@
 //! [`crate::pipeline::sequence`]) and sign (`reproduce.rs`, into a
 //! `Found`) → deduplicate (`groups.rs`) → a repeat of a known group
 //! (`repeat.rs`), or a new group's folder, its program minimized
-//! (`new_group.rs`, [`crate::pipeline::minimize`]) → the store. [`file`]
+//! (`new_group.rs`, [`crate::pipeline::minimize`]) → the store. [`file()`]
 //! is the route between them.
 //!
 //! Every artifact ends in `crashes/<signature>/`, moved there by rename
