@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use super::{Api, Declared};
+use super::{Api, CLibrary, CSources, Declared};
 
 /// Whether `symbol` can name a C function.
 fn c_symbol(symbol: &str) -> bool {
@@ -15,48 +15,80 @@ fn c_symbol(symbol: &str) -> bool {
             .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
 }
 
+/// What is wrong with an entry, without its name ([`Declared::check`]
+/// names it).
+type Wrong = String;
+
+/// Whether `p` can be a C identifier's prefix.
+fn identifier(p: &str) -> bool {
+    p.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+}
+
 impl Declared {
     /// Checks the entry says one thing each, so the glue cannot fail to
     /// build for a reason the config could have named.
     pub fn check(&self) -> Result<()> {
+        let checked = self
+            .check_name()
+            .and_then(|()| self.check_c_code())
+            .and_then(|()| match (&self.c, &self.krate) {
+                (None, None) if self.dylib.is_some() => Ok(()),
+                (Some(c), None) => check_sources(c),
+                (None, Some(krate)) => self.check_crate(krate),
+                (Some(_), Some(_)) => Err("give `crate` or `c`, not both".into()),
+                (None, None) => Err(
+                    "give `crate` (a Rust allocator), `c` (C sources) or `dylib` (a C library)"
+                        .into(),
+                ),
+            })
+            .and_then(|()| self.check_properties());
+        checked.map_err(|what| anyhow::anyhow!("[[allocator]] `{}`: {what}", self.name))
+    }
+
+    /// Its name: one slots and reports can use, not a bundled allocator's.
+    fn check_name(&self) -> Result<(), Wrong> {
         let name = &self.name;
-        let bad = |what: &str| anyhow::anyhow!("[[allocator]] `{name}`: {what}");
         if name.is_empty()
             || !name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
-            return Err(bad("a name is letters, digits, `-`, `_` and `.` only"));
+            return Err("a name is letters, digits, `-`, `_` and `.` only".into());
         }
         if shadow::allocator::BUNDLED.contains(&name.as_str())
             || shadow::allocator::MIMALLOC_FLAVORS.contains(&name.as_str())
         {
-            return Err(bad("the name is a bundled allocator's; pick another"));
+            return Err("the name is a bundled allocator's; pick another".into());
         }
-        let identifier = |p: &str| p.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+        Ok(())
+    }
+
+    /// C code, from sources or a library: one of them, its functions
+    /// found by name (C symbols), none of a crate's expressions.
+    fn check_c_code(&self) -> Result<(), Wrong> {
         if let Some(lib) = &self.dylib {
             if self.c.is_some() || self.krate.is_some() {
-                return Err(bad("give one of `crate`, `c` or `dylib`"));
+                return Err("give one of `crate`, `c` or `dylib`".into());
             }
             if !identifier(&lib.prefix) {
-                return Err(bad("dylib.prefix is the functions' prefix (`my_` for my_malloc), letters, digits and `_`"));
+                return Err("dylib.prefix is the functions' prefix (`my_` for my_malloc), letters, digits and `_`".into());
             }
         }
-        let heap_check = (self.c.as_ref().and_then(|c| c.heap_check.as_ref()))
-            .or(self.dylib.as_ref().and_then(|l| l.heap_check.as_ref()));
-        if let Some(symbol) = heap_check.filter(|s| !c_symbol(s)) {
-            return Err(bad(&format!(
+        let named = |of_c: fn(&CSources) -> &Option<String>,
+                     of_lib: fn(&CLibrary) -> &Option<String>| {
+            (self.c.as_ref().and_then(|c| of_c(c).as_ref()))
+                .or(self.dylib.as_ref().and_then(|l| of_lib(l).as_ref()))
+        };
+        if let Some(symbol) = named(|c| &c.heap_check, |l| &l.heap_check).filter(|s| !c_symbol(s)) {
+            return Err(format!(
                 "heap_check = {symbol:?} is not a C symbol; name the function that checks the heap"
-            )));
+            ));
         }
-        let in_use = (self.c.as_ref().and_then(|c| c.in_use.as_ref()))
-            .or(self.dylib.as_ref().and_then(|l| l.in_use.as_ref()));
-        if let Some(symbol) = in_use.filter(|s| !c_symbol(s)) {
-            return Err(bad(&format!(
+        if let Some(symbol) = named(|c| &c.in_use, |l| &l.in_use).filter(|s| !c_symbol(s)) {
+            return Err(format!(
                 "in_use = {symbol:?} is not a C symbol; name the function that counts the bytes in use"
-            )));
+            ));
         }
-        // C code, from sources or a library: its functions are found by name.
         let c_code = self.c.is_some() || self.dylib.is_some();
         if c_code
             && (self.new.is_some()
@@ -64,115 +96,118 @@ impl Declared {
                 || self.init.is_some()
                 || self.usable_size.is_some())
         {
-            return Err(bad("a C allocator takes no `new`, `static`, `init` or `usable_size` (its own malloc_usable_size or usable_size is found by name)"));
+            return Err("a C allocator takes no `new`, `static`, `init` or `usable_size` (its own malloc_usable_size or usable_size is found by name)".into());
         }
         if c_code && self.in_use.is_some() {
-            return Err(bad("a C allocator's count of bytes in use is a function: give it as c.in_use or dylib.in_use"));
+            return Err("a C allocator's count of bytes in use is a function: give it as c.in_use or dylib.in_use".into());
         }
-        match (&self.c, &self.krate) {
-            (None, None) if self.dylib.is_some() => {}
-            (Some(c), None) => {
-                if c.sources.is_empty() {
-                    return Err(bad("c.sources lists no files"));
-                }
-                if c.prefix.is_empty() || !identifier(&c.prefix) {
-                    return Err(bad("c.prefix must name the functions' prefix (`my_` for my_malloc); unprefixed malloc would replace the process's own (rename with defines = [\"malloc=my_malloc\", ...])"));
-                }
-                let known: Vec<&str> = allocsoak_declared_c::FUNCTIONS
-                    .iter()
-                    .map(|n| n[0])
-                    .collect();
-                for (function, symbol) in &c.functions {
-                    if !known.contains(&function.as_str()) {
-                        return Err(bad(&format!(
-                            "[allocator.c.functions] has no function `{function}`; it maps {}",
-                            known.join(", ")
-                        )));
-                    }
-                    if !c_symbol(symbol) {
-                        return Err(bad(&format!(
-                            "[allocator.c.functions] {function} = {symbol:?} is not a C symbol"
-                        )));
-                    }
-                }
-                for (function, named) in [("heap_check", &c.heap_check), ("in_use", &c.in_use)] {
-                    if named.is_some() && c.functions.contains_key(function) {
-                        return Err(bad(&format!(
-                            "give {function} once: as c.{function}, or in [allocator.c.functions]"
-                        )));
-                    }
-                }
-            }
-            (None, Some(krate)) => {
-                if self.package.as_ref() == Some(krate) {
-                    return Err(bad(
-                        "`package` is for a crate named another way here; leave it out",
-                    ));
-                }
-                let sources = [&self.version, &self.git]
-                    .iter()
-                    .filter(|s| s.is_some())
-                    .count()
-                    + self.path.is_some() as usize;
-                if sources != 1 {
-                    return Err(bad("give the crate one of version, path or git"));
-                }
-                if (self.rev.is_some() || self.branch.is_some()) && self.git.is_none() {
-                    return Err(bad("rev and branch go with git"));
-                }
-                match (&self.new, &self.static_item, self.api) {
-                    (Some(_), Some(_), _) | (None, None, _) => {
-                        return Err(bad("give one of `new` (an expression) or `static` (an item)"))
-                    }
-                    (None, Some(_), Api::AllocatorApi2) => {
-                        return Err(bad("an allocator-api2 allocator is made fresh for each program: give `new`, not `static`"))
-                    }
-                    _ => {}
-                }
-                if self.init.is_some() && self.api == Api::AllocatorApi2 {
-                    return Err(bad("`init` is for a GlobalAlloc; an allocator-api2 allocator's `new` makes it ready"));
-                }
-                if self.usable_size.is_some() && self.api == Api::AllocatorApi2 {
-                    return Err(bad("`usable_size` is for a GlobalAlloc; an allocator-api2 block's usable size is the length of the slice it returned"));
-                }
-                if self.in_use.is_some() && self.api == Api::AllocatorApi2 {
-                    return Err(bad("`in_use` is for a GlobalAlloc; an allocator-api2 allocator is made fresh for each program, so nothing it counts outlives one"));
-                }
-            }
-            (Some(_), Some(_)) => return Err(bad("give `crate` or `c`, not both")),
-            (None, None) => {
-                return Err(bad(
-                    "give `crate` (a Rust allocator), `c` (C sources) or `dylib` (a C library)",
-                ))
-            }
+        Ok(())
+    }
+
+    /// A crate: from one place, made one way, its expressions those its
+    /// trait runs.
+    fn check_crate(&self, krate: &str) -> Result<(), Wrong> {
+        if self.package.as_deref() == Some(krate) {
+            return Err("`package` is for a crate named another way here; leave it out".into());
         }
+        let sources = [&self.version, &self.git]
+            .iter()
+            .filter(|s| s.is_some())
+            .count()
+            + self.path.is_some() as usize;
+        if sources != 1 {
+            return Err("give the crate one of version, path or git".into());
+        }
+        if (self.rev.is_some() || self.branch.is_some()) && self.git.is_none() {
+            return Err("rev and branch go with git".into());
+        }
+        match (&self.new, &self.static_item, self.api) {
+            (Some(_), Some(_), _) | (None, None, _) => {
+                return Err("give one of `new` (an expression) or `static` (an item)".into())
+            }
+            (None, Some(_), Api::AllocatorApi2) => {
+                return Err("an allocator-api2 allocator is made fresh for each program: give `new`, not `static`".into())
+            }
+            _ => {}
+        }
+        let api2 = self.api == Api::AllocatorApi2;
+        if self.init.is_some() && api2 {
+            return Err(
+                "`init` is for a GlobalAlloc; an allocator-api2 allocator's `new` makes it ready"
+                    .into(),
+            );
+        }
+        if self.usable_size.is_some() && api2 {
+            return Err("`usable_size` is for a GlobalAlloc; an allocator-api2 block's usable size is the length of the slice it returned".into());
+        }
+        if self.in_use.is_some() && api2 {
+            return Err("`in_use` is for a GlobalAlloc; an allocator-api2 allocator is made fresh for each program, so nothing it counts outlives one".into());
+        }
+        Ok(())
+    }
+
+    /// What it declares of itself: each property one its kind can have.
+    fn check_properties(&self) -> Result<(), Wrong> {
         if self.package.is_some() && self.krate.is_none() {
-            return Err(bad(
-                "`package` goes with `crate`: the name the entry's code uses for it",
-            ));
+            return Err(
+                "`package` goes with `crate`: the name the entry's code uses for it".into(),
+            );
         }
         if self
             .size_classes
             .as_deref()
             .is_some_and(|s| s != "mimalloc")
         {
-            return Err(bad("size_classes knows only \"mimalloc\""));
+            return Err("size_classes knows only \"mimalloc\"".into());
         }
         if !self.stops.is_empty() && self.api == Api::AllocatorApi2 {
-            return Err(bad("`stops` is for a GlobalAlloc, C sources or a library: an allocator-api2 allocator's misuse is its caller's"));
+            return Err("`stops` is for a GlobalAlloc, C sources or a library: an allocator-api2 allocator's misuse is its caller's".into());
         }
         match (self.threads, self.api) {
-            (None, _) => {}
-            (Some(1), Api::GlobalAlloc) => {}
-            (Some(1), Api::AllocatorApi2) => return Err(bad(
-                "an allocator-api2 allocator is called under one lock already; leave out `threads`",
+            (None, _) | (Some(1), Api::GlobalAlloc) => Ok(()),
+            (Some(1), Api::AllocatorApi2) => Err(
+                "an allocator-api2 allocator is called under one lock already; leave out `threads`"
+                    .into(),
+            ),
+            (Some(n), _) => Err(format!(
+                "threads = {n}: give 1 for a single-threaded allocator, or leave it out"
             )),
-            (Some(n), _) => {
-                return Err(bad(&format!(
-                    "threads = {n}: give 1 for a single-threaded allocator, or leave it out"
-                )))
-            }
         }
-        Ok(())
     }
+}
+
+/// C sources: some, a prefix, and functions mapped by names allocsoak
+/// knows to C symbols, each once.
+fn check_sources(c: &CSources) -> Result<(), Wrong> {
+    if c.sources.is_empty() {
+        return Err("c.sources lists no files".into());
+    }
+    if c.prefix.is_empty() || !identifier(&c.prefix) {
+        return Err("c.prefix must name the functions' prefix (`my_` for my_malloc); unprefixed malloc would replace the process's own (rename with defines = [\"malloc=my_malloc\", ...])".into());
+    }
+    let known: Vec<&str> = allocsoak_declared_c::FUNCTIONS
+        .iter()
+        .map(|n| n[0])
+        .collect();
+    for (function, symbol) in &c.functions {
+        if !known.contains(&function.as_str()) {
+            return Err(format!(
+                "[allocator.c.functions] has no function `{function}`; it maps {}",
+                known.join(", ")
+            ));
+        }
+        if !c_symbol(symbol) {
+            return Err(format!(
+                "[allocator.c.functions] {function} = {symbol:?} is not a C symbol"
+            ));
+        }
+    }
+    for (function, named) in [("heap_check", &c.heap_check), ("in_use", &c.in_use)] {
+        if named.is_some() && c.functions.contains_key(function) {
+            return Err(format!(
+                "give {function} once: as c.{function}, or in [allocator.c.functions]"
+            ));
+        }
+    }
+    Ok(())
 }
