@@ -57,9 +57,7 @@ pub fn run(
     inputs: &[PathBuf],
     budget: &Budget,
 ) -> Result<Vec<(PathBuf, Outcome)>> {
-    let Replay {
-        allocator, target, ..
-    } = replay;
+    let (allocator, target) = (replay.allocator, replay.target);
     let mut outcomes = Vec::new();
     let mut rest = inputs;
     while !rest.is_empty() && !budget.over() {
