@@ -1,6 +1,7 @@
 //! The text form of a program: one op per line after a `target <name>`
 //! line, as `Display` writes it and `FromStr` reads it back.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -299,39 +300,64 @@ impl Program {
 pub(super) fn parse_op(line: &str) -> Result<Op, String> {
     let mut words = line.split_whitespace();
     let name = words.next().ok_or("empty op")?;
-    let mut fields = std::collections::HashMap::new();
-    let mut flags = Vec::new();
-    for w in words {
-        match w.split_once('=') {
-            Some((k, v)) => {
-                fields.insert(k, v);
-            }
-            None => flags.push(w),
+    let f = Fields::of(words);
+    if name == "workload" {
+        return Ok(Op::Workload(super::workload::parse(&f.fields)?));
+    }
+    for family in [block_op, heap_op, worker_op, race_op] {
+        if let Some(op) = family(name, &f)? {
+            return Ok(op);
         }
     }
-    let num = |k: &str| -> Result<usize, String> {
-        fields
+    Err(format!("unknown op `{name}`"))
+}
+
+/// An op line's fields (`key=value`) and flags (a bare word).
+struct Fields<'a> {
+    fields: HashMap<&'a str, &'a str>,
+    flags: Vec<&'a str>,
+}
+
+impl<'a> Fields<'a> {
+    fn of(words: impl Iterator<Item = &'a str>) -> Fields<'a> {
+        let (mut fields, mut flags) = (HashMap::new(), Vec::new());
+        for w in words {
+            match w.split_once('=') {
+                Some((k, v)) => {
+                    fields.insert(k, v);
+                }
+                None => flags.push(w),
+            }
+        }
+        Fields { fields, flags }
+    }
+
+    fn num(&self, k: &str) -> Result<usize, String> {
+        self.fields
             .get(k)
             .ok_or_else(|| format!("missing `{k}=`"))?
             .parse()
             .map_err(|_| format!("`{k}` is not a number"))
-    };
-    // An allocator is only ever asked for a power-of-two alignment.
-    let align = || -> Result<usize, String> {
-        let a = num("align")?;
+    }
+
+    /// An allocator is only ever asked for a power-of-two alignment.
+    fn align(&self) -> Result<usize, String> {
+        let a = self.num("align")?;
         match a.is_power_of_two() {
             true => Ok(a),
             false => Err(format!("`align={a}` is not a power of two")),
         }
-    };
-    let slot = || -> Result<usize, String> {
-        match fields.get("slot") {
+    }
+
+    fn slot(&self) -> Result<usize, String> {
+        match self.fields.get("slot") {
             Some(&"newest") => Ok(NEWEST),
-            _ => num("slot"),
+            _ => self.num("slot"),
         }
-    };
-    let to = || -> Result<NewSize, String> {
-        Ok(match *fields.get("to").ok_or("missing `to=`")? {
+    }
+
+    fn to(&self) -> Result<NewSize, String> {
+        Ok(match *self.fields.get("to").ok_or("missing `to=`")? {
             "same" => NewSize::Same,
             "+1" => NewSize::PlusOne,
             "-1" => NewSize::MinusOne,
@@ -340,33 +366,40 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
             "zero" => NewSize::Zero,
             n => NewSize::Exact(n.parse().map_err(|_| "bad `to=`")?),
         })
-    };
-    let flag = |f: &str| flags.contains(&f);
-    Ok(match name {
+    }
+
+    fn flag(&self, f: &str) -> bool {
+        self.flags.contains(&f)
+    }
+}
+
+/// A block op: alloc, free, realloc and the calls beyond them. `None`: not one of them.
+fn block_op(name: &str, f: &Fields) -> Result<Option<Op>, String> {
+    Ok(Some(match name {
         "alloc" => Op::Alloc {
-            size: num("size")?,
-            align: align()?,
-            zeroed: flag("zeroed"),
+            size: f.num("size")?,
+            align: f.align()?,
+            zeroed: f.flag("zeroed"),
         },
-        "free" => Op::Free { slot: slot()? },
+        "free" => Op::Free { slot: f.slot()? },
         "realloc" => Op::Realloc {
-            slot: slot()?,
-            to: to()?,
+            slot: f.slot()?,
+            to: f.to()?,
         },
-        "usable-size" => Op::UsableSize { slot: slot()? },
+        "usable-size" => Op::UsableSize { slot: f.slot()? },
         "calloc" => Op::Calloc {
-            count: num("count")?,
-            size: num("size")?,
+            count: f.num("count")?,
+            size: f.num("size")?,
         },
         "bulk-alloc" => Op::BulkAlloc {
-            size: num("size")?,
-            align: align()?,
-            count: num("count")?,
+            size: f.num("size")?,
+            align: f.align()?,
+            count: f.num("count")?,
         },
         "bulk-free" => Op::BulkFree {
-            slot: slot()?,
-            count: num("count")?,
-            order: match *fields.get("order").ok_or("missing `order=`")? {
+            slot: f.slot()?,
+            count: f.num("count")?,
+            order: match *f.fields.get("order").ok_or("missing `order=`")? {
                 "forward" => BulkOrder::Forward,
                 "reverse" => BulkOrder::Reverse,
                 "alternate" => BulkOrder::Alternate,
@@ -374,130 +407,158 @@ pub(super) fn parse_op(line: &str) -> Result<Op, String> {
             },
         },
         "realloc-zeroed" => Op::ReallocZeroed {
-            slot: slot()?,
-            to: to()?,
+            slot: f.slot()?,
+            to: f.to()?,
         },
         "resize-in-place" => Op::ResizeInPlace {
-            slot: slot()?,
-            to: to()?,
-            extra: num("extra")?,
+            slot: f.slot()?,
+            to: f.to()?,
+            extra: f.num("extra")?,
         },
-        "free-sized" => Op::FreeSized { slot: slot()? },
+        "free-sized" => Op::FreeSized { slot: f.slot()? },
         "realloc-plain" => Op::ReallocPlain {
-            slot: slot()?,
-            to: to()?,
+            slot: f.slot()?,
+            to: f.to()?,
         },
-        "realloc-null" => Op::ReallocNull { size: num("size")? },
+        "realloc-null" => Op::ReallocNull {
+            size: f.num("size")?,
+        },
         "free-null" => Op::FreeNull,
         "attack" => Op::Attack {
-            attack: fields.get("kind").ok_or("missing `kind=`")?.parse()?,
-            size: num("size")?,
+            attack: f.fields.get("kind").ok_or("missing `kind=`")?.parse()?,
+            size: f.num("size")?,
         },
-        "hook-free" => Op::HookFree { slot: slot()? },
-        "os-fail" => Op::OsFail { ops: num("ops")? },
+        "hook-free" => Op::HookFree { slot: f.slot()? },
+        "os-fail" => Op::OsFail { ops: f.num("ops")? },
         "purge" => Op::Purge {
-            delay: match *fields.get("delay").ok_or("missing `delay=`")? {
+            delay: match *f.fields.get("delay").ok_or("missing `delay=`")? {
                 "now" => PurgeDelay::Immediate,
                 "never" => PurgeDelay::Never,
                 ms => PurgeDelay::Millis(ms.parse().map_err(|_| "bad `delay=`")?),
             },
-            force: flag("force"),
+            force: f.flag("force"),
         },
+        _ => return Ok(None),
+    }))
+}
+
+/// A heap op. `None`: not one of them.
+fn heap_op(name: &str, f: &Fields) -> Result<Option<Op>, String> {
+    Ok(Some(match name {
         "heap-new" => Op::HeapNew,
-        "heap-delete" => Op::HeapDelete { heap: num("heap")? },
-        "heap-destroy" => Op::HeapDestroy { heap: num("heap")? },
+        "heap-delete" => Op::HeapDelete {
+            heap: f.num("heap")?,
+        },
+        "heap-destroy" => Op::HeapDestroy {
+            heap: f.num("heap")?,
+        },
         "heap-alloc" => Op::HeapAlloc {
-            heap: num("heap")?,
-            size: num("size")?,
-            align: align()?,
-            zeroed: flag("zeroed"),
+            heap: f.num("heap")?,
+            size: f.num("size")?,
+            align: f.align()?,
+            zeroed: f.flag("zeroed"),
         },
         "heap-collect" => Op::HeapCollect {
-            heap: num("heap")?,
-            force: flag("force"),
+            heap: f.num("heap")?,
+            force: f.flag("force"),
         },
-        "heap-visit" => Op::HeapVisit { heap: num("heap")? },
+        "heap-visit" => Op::HeapVisit {
+            heap: f.num("heap")?,
+        },
+        _ => return Ok(None),
+    }))
+}
+
+/// A worker's op, or its thread's exit. `None`: not one of them.
+fn worker_op(name: &str, f: &Fields) -> Result<Option<Op>, String> {
+    Ok(Some(match name {
         "worker-alloc" => Op::WorkerAlloc {
-            worker: num("worker")?,
-            size: num("size")?,
-            align: align()?,
+            worker: f.num("worker")?,
+            size: f.num("size")?,
+            align: f.align()?,
         },
         "worker-free" => Op::WorkerFree {
-            worker: num("worker")?,
-            slot: slot()?,
+            worker: f.num("worker")?,
+            slot: f.slot()?,
         },
         "worker-realloc" => Op::WorkerRealloc {
-            worker: num("worker")?,
-            slot: slot()?,
-            to: to()?,
+            worker: f.num("worker")?,
+            slot: f.slot()?,
+            to: f.to()?,
         },
         "worker-check" => Op::WorkerCheck {
-            worker: num("worker")?,
-            slot: slot()?,
+            worker: f.num("worker")?,
+            slot: f.slot()?,
         },
         "thread-exit" => Op::ThreadExit {
-            worker: num("worker")?,
-            restart: flag("restart"),
+            worker: f.num("worker")?,
+            restart: f.flag("restart"),
         },
         "exit-alloc" => Op::ExitAlloc {
-            worker: num("worker")?,
-            size: num("size")?,
-            align: align()?,
+            worker: f.num("worker")?,
+            size: f.num("size")?,
+            align: f.align()?,
         },
         "exit-free" => Op::ExitFree {
-            worker: num("worker")?,
-            slot: slot()?,
+            worker: f.num("worker")?,
+            slot: f.slot()?,
         },
+        _ => return Ok(None),
+    }))
+}
+
+/// A race section. `None`: not one of them.
+fn race_op(name: &str, f: &Fields) -> Result<Option<Op>, String> {
+    Ok(Some(match name {
         "race-alloc" => Op::RaceAlloc {
-            worker: num("worker")?,
-            size: num("size")?,
-            align: align()?,
-            zeroed: flag("zeroed"),
+            worker: f.num("worker")?,
+            size: f.num("size")?,
+            align: f.align()?,
+            zeroed: f.flag("zeroed"),
         },
         "race-free" => Op::RaceFree {
-            worker: num("worker")?,
-            slot: slot()?,
-            sized: flag("sized"),
+            worker: f.num("worker")?,
+            slot: f.slot()?,
+            sized: f.flag("sized"),
         },
         "race-resize" => Op::RaceResize {
-            worker: num("worker")?,
-            slot: slot()?,
-            to: to()?,
-            extra: num("extra")?,
+            worker: f.num("worker")?,
+            slot: f.slot()?,
+            to: f.to()?,
+            extra: f.num("extra")?,
         },
         "race-usable-size" => Op::RaceUsableSize {
-            worker: num("worker")?,
-            slot: slot()?,
+            worker: f.num("worker")?,
+            slot: f.slot()?,
         },
         "race-realloc" => Op::RaceRealloc {
-            worker: num("worker")?,
-            slot: slot()?,
-            to: to()?,
+            worker: f.num("worker")?,
+            slot: f.slot()?,
+            to: f.to()?,
         },
         "race-remote-free" => Op::RaceRemoteFree {
-            freer: num("freer")?,
-            owner: num("owner")?,
-            size: num("size")?,
-            align: align()?,
-            count: num("count")?,
+            freer: f.num("freer")?,
+            owner: f.num("owner")?,
+            size: f.num("size")?,
+            align: f.align()?,
+            count: f.num("count")?,
         },
         "race-exit" => Op::RaceExit {
-            worker: num("worker")?,
-            size: num("size")?,
-            align: align()?,
-            count: num("count")?,
+            worker: f.num("worker")?,
+            size: f.num("size")?,
+            align: f.align()?,
+            count: f.num("count")?,
         },
         "race-churn" => Op::RaceChurn {
-            size: num("size")?,
-            align: align()?,
-            count: num("count")?,
+            size: f.num("size")?,
+            align: f.align()?,
+            count: f.num("count")?,
         },
         "race-fork" => Op::RaceFork {
-            worker: num("worker")?,
-            size: num("size")?,
-            align: align()?,
+            worker: f.num("worker")?,
+            size: f.num("size")?,
+            align: f.align()?,
         },
-        "workload" => Op::Workload(super::workload::parse(&fields)?),
-        other => return Err(format!("unknown op `{other}`")),
-    })
+        _ => return Ok(None),
+    }))
 }
