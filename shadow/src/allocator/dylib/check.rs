@@ -27,19 +27,9 @@ impl Dylib {
     /// Declares the library's heap check: its function `symbol` (else
     /// `<prefix>heap_check` is, where the library has one).
     pub fn with_heap_check(mut self, symbol: &str) -> Self {
-        let Some((lib, own)) = &self.library else {
-            return self;
-        };
-        // SAFETY: as for every symbol `open_as` resolves: pointer-sized,
-        // and assumed to have the C signature its declaration gives.
-        match unsafe { own_symbol::<HeapCheckFn>(lib, own, "", symbol) } {
-            Some(f) => self.more.heap_check = Some(f),
-            None => {
-                self.missing = Some(format!(
-                    "`{}` defines no `{symbol}`, its declared heap_check",
-                    own.display()
-                ))
-            }
+        // SAFETY: `HeapCheckFn` is the C signature a heap check is declared with.
+        if let Some(f) = unsafe { self.declared_symbol::<HeapCheckFn>(symbol, "heap_check") } {
+            self.more.heap_check = Some(f);
         }
         self
     }
@@ -47,20 +37,32 @@ impl Dylib {
     /// Declares the library's count of bytes in use: its function `symbol`
     /// (else `<prefix>in_use` is, where the library has one).
     pub fn with_in_use(mut self, symbol: &str) -> Self {
-        let Some((lib, own)) = &self.library else {
-            return self;
-        };
-        // SAFETY: as in `with_heap_check`.
-        match unsafe { own_symbol::<InUseFn>(lib, own, "", symbol) } {
-            Some(f) => self.more.in_use = Some(f),
-            None => {
-                self.missing = Some(format!(
-                    "`{}` defines no `{symbol}`, its declared in_use",
-                    own.display()
-                ))
-            }
+        // SAFETY: `InUseFn` is the C signature a count is declared with.
+        if let Some(f) = unsafe { self.declared_symbol::<InUseFn>(symbol, "in_use") } {
+            self.more.in_use = Some(f);
         }
         self
+    }
+
+    /// The library's own function `symbol`, which its declaration names as
+    /// its `what`; one it lacks is what [`Dylib::declared`] reports
+    /// missing. `None` for linked functions, which have no library.
+    ///
+    /// # Safety
+    /// `T` is the function's `unsafe extern "C" fn` type, as for every
+    /// symbol `open_as` resolves: pointer-sized, and assumed to have the C
+    /// signature the declaration gives.
+    unsafe fn declared_symbol<T: Copy>(&mut self, symbol: &str, what: &str) -> Option<T> {
+        let (lib, own) = self.library.as_ref()?;
+        // SAFETY: `T` is the symbol's fn type (this fn's contract).
+        let f = unsafe { own_symbol::<T>(lib, own, "", symbol) };
+        if f.is_none() {
+            self.missing = Some(format!(
+                "`{}` defines no `{symbol}`, its declared {what}",
+                own.display()
+            ));
+        }
+        f
     }
 
     /// Its `in_use()` (none: `None`), kept by no thread: a count the
