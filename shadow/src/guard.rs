@@ -1,7 +1,7 @@
 //! Allocator calls under guard: a panic inside the allocator comes back as
 //! a value ([`Panicked`]) instead of ending the process, so the executor
 //! can turn it into a keyed, tolerable finding
-//! ([`crate::Violation::Panic`]).
+//! ([`crate::violation::Violation::Panic`]).
 //!
 //! Engines install a panic hook that aborts (libFuzzer's, honggfuzz's), and
 //! the hook runs before any unwinding reaches a `catch_unwind`. [`call`]

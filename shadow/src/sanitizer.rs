@@ -28,10 +28,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::LocalKey;
 
+use crate::op::Target;
 use crate::poison::{RegionIsPoisoned, ShadowMapping};
 use crate::tolerance;
 use crate::violation::{By, Report, Violation};
-use crate::Target;
 
 /// The ASan defaults a fuzz binary of `target` bakes in
 /// (`__asan_default_options`), so a bare `cargo fuzz run` behaves like the

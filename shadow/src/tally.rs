@@ -13,7 +13,25 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::executor::Stats;
+/// Counts of what a program did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub ops: usize,
+    pub skipped: usize,
+    pub failed: usize,
+    /// Race sections run, and of them, those in which two or more workers
+    /// were inside the allocator at once.
+    pub race_sections: usize,
+    pub races: usize,
+    /// Allocator calls made, and of them, those made inside race
+    /// sections; the most workers inside the allocator at once.
+    pub calls: usize,
+    pub race_calls: usize,
+    pub most_inside: usize,
+    /// Times the allocator called its hook with blocks to free, from
+    /// inside its own calls (a program's end aside).
+    pub hook_calls: usize,
+}
 
 /// A process's (or a run's) programs and race sections.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -487,3 +487,46 @@ fn every_lock_takes_a_poisoned_value_as_it_is() {
         raw.join("\n")
     );
 }
+
+/// The modules of the `shadow` crate import in no circle either: a file
+/// stands for its module's part (`executor/race.rs` is
+/// `executor::race`), an import of another top-level module is an arrow
+/// to that module's own file, and a name the crate's `lib.rs` hands on
+/// (`crate::Target`) is an arrow to `lib.rs`. Doc links aside: a module
+/// of settings names the modules that read each setting.
+#[test]
+fn the_oracles_modules_import_in_no_circle() {
+    let shadow = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shadow/src");
+    let mut files = Vec::new();
+    rust_files(&shadow, &mut files);
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let rel = file.strip_prefix(&shadow).unwrap();
+        let module = module_path(rel);
+        let text: String = std::fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("///") && !l.trim_start().starts_with("//!"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let from = part_of(&module);
+        let mut to = parts_used(rel, &text);
+        for u in uses(rel, &text) {
+            match u.room.starts_with(|c: char| c.is_ascii_uppercase()) {
+                true => to.insert("lib".to_string()),
+                false => to.insert(u.room),
+            };
+        }
+        to.remove(&from);
+        to.remove(&module[0]);
+        edges.entry(from).or_default().extend(to);
+    }
+    assert!(edges.len() > 40, "only {} modules read", edges.len());
+    if let Some(c) = circle(&edges) {
+        panic!(
+            "a circle of shadow's modules: {} -> {}; move what both take down",
+            c.join(" -> "),
+            c[0]
+        );
+    }
+}

@@ -11,7 +11,7 @@
 //! about 9 ms under ASan.
 
 use super::child;
-use super::race::ForkEnd;
+use super::child::ForkEnd;
 use super::{Executor, Outcome};
 use crate::allocator::{Allocator, Attack};
 use crate::violation::{Site, Violation};

@@ -1,7 +1,27 @@
 //! A child the executor forks (a `race-fork`'s, an `attack`'s): how it
 //! starts, and how its parent waits for it.
 
-use super::race::{ForkEnd, FORK_PATIENCE};
+/// How long a forked child may take before it is hung.
+pub const FORK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How a forked child ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForkEnd {
+    /// It made its calls, its blocks held their patterns, and it exited.
+    Clean,
+    /// The system refused the fork (or the child was reaped elsewhere):
+    /// nothing was checked.
+    Refused,
+    /// It had not exited after [`FORK_PATIENCE`] (killed then): a lock
+    /// held at the fork by a thread the child does not have.
+    Hung,
+    /// A block's pattern broke, a request failed, or the allocator
+    /// panicked in it (its exit code), or a signal ended it.
+    Failed {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+}
 
 /// In a child: says nothing (a sanitizer's report, a panic's message, an
 /// allocator's abort message): the parent's finding is what the log holds.

@@ -24,6 +24,7 @@ mod more;
 mod os_fail;
 mod race;
 mod race_ops;
+mod race_run;
 mod race_steps;
 mod released;
 mod slack;
@@ -37,15 +38,16 @@ use heap_table::HeapTable;
 use huge::HugeBudget;
 use kept::KeptProbe;
 use os_fail::OsWindow;
-pub use race::serial_races;
 use race::Section;
 use race_ops::Change;
+pub use race_run::serial_races;
 use untracked::Untracked;
 
 /// Validators run after every this many ops, and at the end.
 const VALIDATE_EVERY: usize = 64;
 
 pub use crate::settings::Mode;
+pub use crate::tally::Stats;
 
 /// What an op did, for the differential target to compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,26 +95,6 @@ enum Origin {
     Batched {
         seed: u64,
     },
-}
-
-/// Counts of what a program did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub ops: usize,
-    pub skipped: usize,
-    pub failed: usize,
-    /// Race sections run, and of them, those in which two or more workers
-    /// were inside the allocator at once.
-    pub race_sections: usize,
-    pub races: usize,
-    /// Allocator calls made, and of them, those made inside race
-    /// sections; the most workers inside the allocator at once.
-    pub calls: usize,
-    pub race_calls: usize,
-    pub most_inside: usize,
-    /// Times the allocator called its hook with blocks to free, from
-    /// inside its own calls (a program's end aside).
-    pub hook_calls: usize,
 }
 
 /// Runs programs against one allocator: the dispatcher of one op, which

@@ -2,7 +2,7 @@
 //!
 //! The executor queues each race op as a [`Step`] on its worker's script,
 //! resolving slots and seeds on the main thread so the section's inputs are
-//! deterministic. [`run`] then releases every worker with a script (or a
+//! deterministic. [`super::race_run::run`] then releases every worker with a script (or a
 //! thread exit) at the same moment (a spinning barrier: a sleeping one
 //! wakes threads tens of microseconds apart, longer than a whole script)
 //! and waits for all. On a worker a step ([`super::race_steps`]) only
@@ -14,17 +14,15 @@
 //! executor). What interleaves inside the section is up to the machine: a
 //! finding from a race may need several replays to show again.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::channel;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::claims::{Claims, Held};
-use super::heap_table::HeapCalls;
-use crate::allocator::{Allocator, InPlace};
+use super::child::ForkEnd;
+use super::claims::Held;
+use crate::allocator::InPlace;
 use crate::guard::Panicked;
 use crate::model::Block;
 use crate::pattern::Mismatch;
-use crate::workers::{WorkerPool, WORKERS};
+use crate::workers::WORKERS;
 
 /// Most steps one worker's script holds; further race ops are skipped.
 pub const MAX_STEPS: usize = 32;
@@ -67,7 +65,7 @@ pub enum Step {
     /// Fork the process while the other workers run: the child, this
     /// thread alone in it, allocates [`FORK_BLOCKS`] blocks of `size`,
     /// writes the pattern of `seed + i` into the `i`-th, checks and frees
-    /// them, and exits; the worker waits for it ([`FORK_PATIENCE`]).
+    /// them, and exits; the worker waits for it ([`super::child::FORK_PATIENCE`]).
     Fork {
         size: usize,
         align: usize,
@@ -77,28 +75,6 @@ pub enum Step {
 
 /// Blocks a forked child allocates, checks and frees.
 pub const FORK_BLOCKS: usize = 8;
-/// How long a forked child may take before it is hung.
-pub const FORK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// How a forked child ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ForkEnd {
-    /// It made its calls, its blocks held their patterns, and it exited.
-    Clean,
-    /// The system refused the fork (or the child was reaped elsewhere):
-    /// nothing was checked.
-    Refused,
-    /// It had not exited after [`FORK_PATIENCE`] (killed then): a lock
-    /// held at the fork by a thread the child does not have.
-    Hung,
-    /// A block's pattern broke, a request failed, or the allocator
-    /// panicked in it (its exit code), or a signal ended it.
-    Failed {
-        code: Option<i32>,
-        signal: Option<i32>,
-    },
-}
-
 /// What a step did.
 #[derive(Clone, Debug)]
 pub enum Done {
@@ -142,10 +118,10 @@ pub enum Done {
 /// The steps queued so far, per worker.
 #[derive(Default)]
 pub struct Section {
-    scripts: [Vec<Step>; WORKERS],
+    pub(super) scripts: [Vec<Step>; WORKERS],
     /// Workers whose thread exits once its script is done, while the
     /// others still run theirs.
-    exits: [bool; WORKERS],
+    pub(super) exits: [bool; WORKERS],
 }
 
 impl Section {
@@ -178,8 +154,8 @@ impl Section {
     }
 
     /// The blocks the steps free or reallocate, live until then: `(start,
-    /// end)` of each, as [`Claims`] take them.
-    fn held(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+    /// end)` of each, as [`super::claims::Claims`] take them.
+    pub(super) fn held(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.scripts.iter().flatten().filter_map(|s| match s {
             Step::Free { block, .. }
             | Step::Realloc { block, .. }
@@ -221,143 +197,14 @@ impl Inside {
         self.now.fetch_sub(1, Ordering::AcqRel);
         result
     }
-}
 
-/// What a section did: each step's result, worker 0's script first, the
-/// most workers that were inside the allocator at once, and how many
-/// allocator calls the workers made.
-pub struct Ran {
-    pub results: Vec<(Step, Done)>,
-    pub most_inside: usize,
-    pub calls: usize,
-}
-
-/// Race sections run one worker after another (each exit done before the
-/// next worker starts) when set: the serial replay of a program whose
-/// finding came from a race, which must run clean when the race was the
-/// bug ([`serial_races`]).
-static SERIAL: AtomicBool = AtomicBool::new(false);
-
-/// Runs every race section of this process serially (`true`), or at once
-/// as fuzzing does (`false`, the default). Same steps, same checks, no
-/// contention.
-pub fn serial_races(serial: bool) {
-    SERIAL.store(serial, Ordering::Relaxed);
-}
-
-/// Runs the section: every worker with a script, or an exit, starts at
-/// once (one after another under [`serial_races`]); a worker that exits
-/// ends its thread after its script, and the section is over once that
-/// thread is gone. `live`: the bytes the shadow's blocks own, `(start,
-/// end)`; a worker handed bytes a live block owns stops there
-/// ([`Done::Overlap`]).
-pub fn run(
-    section: Section,
-    live: impl IntoIterator<Item = (usize, usize)>,
-    pool: &mut WorkerPool,
-    alloc: &'static dyn Allocator,
-    heaps: HeapCalls,
-) -> Ran {
-    let claims = Arc::new(Claims::new(live.into_iter().chain(section.held())));
-    let exits = section.exits;
-    let starts = |w: usize, script: &Vec<Step>| !script.is_empty() || exits[w];
-    let busy = section
-        .scripts
-        .iter()
-        .enumerate()
-        .filter(|(w, s)| starts(*w, s))
-        .count();
-    let gate = Arc::new(AtomicUsize::new(0));
-    let inside = Arc::new(Inside::default());
-    // Each worker leaves its results here; the last of a run to finish
-    // wakes the main thread, once (not once per worker, each wakeup
-    // taking a CPU from the workers still racing).
-    let results = Arc::new(Mutex::new(Vec::new()));
-    let left = Arc::new(AtomicUsize::new(busy));
-    let (tx, rx) = channel();
-    let serial = SERIAL.load(Ordering::Relaxed);
-    for (worker, script) in section.scripts.into_iter().enumerate() {
-        if !starts(worker, &script) {
-            continue;
-        }
-        let (inside, claims, tx, heaps, results) = (
-            inside.clone(),
-            claims.clone(),
-            tx.clone(),
-            heaps.clone(),
-            results.clone(),
-        );
-        let (gate, together, left) = match serial {
-            true => (
-                Arc::new(AtomicUsize::new(0)),
-                1,
-                Arc::new(AtomicUsize::new(1)),
-            ),
-            false => (gate.clone(), busy, left.clone()),
-        };
-        let job = move || {
-            wait_for_all(&gate, together);
-            let mut done = Vec::with_capacity(script.len());
-            for s in script {
-                let d = super::race_steps::step(alloc, heaps.get(), &s, &inside, &claims);
-                let overlapped = matches!(d, Done::Overlap { .. });
-                done.push((s, d));
-                if overlapped {
-                    break;
-                }
-            }
-            results
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((worker, done));
-            if left.fetch_sub(1, Ordering::AcqRel) == 1 {
-                let _ = tx.send(());
-            }
-        };
-        match exits[worker] {
-            true => pool.start_last(worker, job),
-            false => pool.start(worker, job),
-        }
-        if serial {
-            // The next worker starts once this one is done (and gone).
-            rx.recv().expect("a worker thread died in a race section");
-            pool.reap();
-        }
-    }
-    drop(tx);
-    if !serial {
-        rx.recv().expect("a worker thread died in a race section");
-    }
-    let mut results = std::mem::take(&mut *results.lock().unwrap_or_else(|e| e.into_inner()));
-    assert_eq!(
-        results.len(),
-        busy,
-        "a worker thread died in a race section"
-    );
-    // The exits' thread-local destructors may still run, racing the
-    // others' last steps: the section ends when they are done.
-    pool.reap();
-    results.sort_by_key(|(worker, _)| *worker);
-    Ran {
-        results: results.into_iter().flat_map(|(_, done)| done).collect(),
-        most_inside: inside.most.load(Ordering::Acquire),
-        calls: inside.calls.load(Ordering::Relaxed),
-    }
-}
-
-/// A barrier that spins (yielding now and then, for machines with fewer
-/// cores than workers) so every thread leaves it within a few hundred
-/// nanoseconds of the last arrival.
-fn wait_for_all(gate: &AtomicUsize, n: usize) {
-    gate.fetch_add(1, Ordering::AcqRel);
-    let mut spins = 0u32;
-    while gate.load(Ordering::Acquire) < n {
-        spins += 1;
-        if spins.is_multiple_of(256) {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
+    /// The most workers inside at once, and the calls made, once the
+    /// section is over.
+    pub(super) fn counts(&self) -> (usize, usize) {
+        (
+            self.most.load(Ordering::Acquire),
+            self.calls.load(Ordering::Relaxed),
+        )
     }
 }
 

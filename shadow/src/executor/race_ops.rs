@@ -2,7 +2,9 @@
 //! main thread, the section run ([`super::race::run`]), then every check of
 //! what its steps did, in script order.
 
-use super::race::{run, Done, ForkEnd, Step, FORK_PATIENCE};
+use super::child::{ForkEnd, FORK_PATIENCE};
+use super::race::{Done, Step};
+use super::race_run::run;
 use super::{Executor, Origin, Outcome};
 use crate::allocator::InPlace;
 use crate::edges::{NewSize, IMPOSSIBLE_FROM};

@@ -3,8 +3,9 @@
 //! pattern written or checked there. Every other check runs afterwards,
 //! on the main thread ([`super::race_ops`]).
 
+use super::child::ForkEnd;
 use super::claims::Claims;
-use super::race::{Done, ForkEnd, Inside, Step, FORK_BLOCKS};
+use super::race::{Done, Inside, Step, FORK_BLOCKS};
 use super::slack::fill_slack;
 use crate::allocator::{Allocator, Heaps, InPlace};
 use crate::guard;
@@ -248,7 +249,7 @@ impl On<'_> {
 
     /// A fork step: the child makes its calls and exits
     /// ([`in_forked_child`]); this worker waits for it, and kills it once
-    /// it has waited [`super::race::FORK_PATIENCE`].
+    /// it has waited [`super::child::FORK_PATIENCE`].
     unsafe fn fork(&self, size: usize, align: usize, seed: u64) -> Done {
         // SAFETY: `fork` takes no pointer; the child runs only what the
         // next block says.

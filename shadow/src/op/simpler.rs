@@ -134,7 +134,7 @@ mod tests {
     use super::*;
 
     fn ops(text: &str) -> Vec<String> {
-        let program: crate::Program = format!("target mt_ops\n{text}\n").parse().unwrap();
+        let program: crate::op::Program = format!("target mt_ops\n{text}\n").parse().unwrap();
         program.ops[0].simpler().iter().map(Op::to_string).collect()
     }
 

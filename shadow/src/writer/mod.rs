@@ -9,7 +9,7 @@
 //! In a checked replay of a single-threaded program the harness forks
 //! once before the program runs ([`fork_for`]). The child waits. When the
 //! parent finds a word changed by an op's calls (a violation with
-//! [`crate::Violation::wrong_byte`]), it asks the child ([`writer_of`]):
+//! [`crate::violation::Violation::wrong_byte`]), it asks the child ([`writer_of`]):
 //! the child, an exact copy of the process from before the program, runs
 //! the same ops to that one, arms a hardware watchpoint on the byte's word
 //! ([`watchpoint`]) for that op's calls, and sends back every store to it
