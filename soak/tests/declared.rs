@@ -593,5 +593,21 @@ fn a_library_that_fails_while_loading_is_an_error_of_the_run_not_a_finding() {
         )) && line.contains("heap-buffer-overflow"),
         "{line}"
     );
+    // A replay of it says the same, not "does not reproduce".
+    let input = dir.path().join("input");
+    std::fs::write(&input, "alloc 16\n").unwrap();
+    let out = common::allocsoak()
+        .args(["repro", "--target", "alloc_ops", "--allocator", &spec])
+        .arg(&input)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "allocator `{spec}` did not start: start-up failed"
+        )),
+        "{stderr}"
+    );
     assert!(Path::new(&lib).exists());
 }

@@ -39,6 +39,11 @@ pub struct Replay {
     /// The violation that ended the run, as the harness recorded it
     /// (`ALLOCSOAK_RECORD`); `None` when something else ended it.
     pub record: Option<Record>,
+    /// Whether the harness started: `false` when it exited before the
+    /// first input ([`shadow::sanitizer::EXIT_STARTUP`]: the allocator
+    /// did not load, a declared function is missing), its reason the
+    /// log's `allocsoak: ` line. Such a run replayed nothing.
+    pub started: bool,
 }
 
 impl Replay {
@@ -197,21 +202,19 @@ fn kill_group(child: &Child) {
 }
 
 /// Runs a replay command with a record file of its own, for at most
-/// `limit`; returns its stderr, whether it failed, and the record the
-/// harness left.
-fn run(
-    mut cmd: Command,
-    limit: Duration,
-    budget: &Budget,
-) -> io::Result<(String, bool, Option<Record>)> {
+/// `limit`: what it showed, `reproduced` set when it failed.
+fn run(mut cmd: Command, limit: Duration, budget: &Budget) -> io::Result<Replay> {
     let path = record_path();
     let out = output_within(cmd.env("ALLOCSOAK_RECORD", &path), limit, budget);
     let text = std::fs::read_to_string(&path).ok();
     let _ = std::fs::remove_file(&path);
     let out = out?;
-    let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    let record = text.and_then(|t| Record::from_json(&t).ok());
-    Ok((log, !out.status.success(), record))
+    Ok(Replay {
+        log: String::from_utf8_lossy(&out.stderr).into_owned(),
+        reproduced: !out.status.success(),
+        record: text.and_then(|t| Record::from_json(&t).ok()),
+        started: out.status.code() != Some(shadow::sanitizer::EXIT_STARTUP),
+    })
 }
 
 impl Replayer<'_> {
@@ -275,13 +278,9 @@ impl Replayer<'_> {
     }
 
     fn replay_as(&self, cmd: Command, inputs: &[&Path]) -> io::Result<Replay> {
-        let (log, failed, record) = run(cmd, self.limit(inputs), &self.budget)?;
-        let reproduced = failed && (record.is_some() || report::kind(&log).is_some());
-        Ok(Replay {
-            log,
-            reproduced,
-            record,
-        })
+        let mut replay = run(cmd, self.limit(inputs), &self.budget)?;
+        replay.reproduced &= replay.record.is_some() || report::kind(&replay.log).is_some();
+        Ok(replay)
     }
 }
 
@@ -297,12 +296,7 @@ impl Replayer<'_> {
         if sig.frames.is_empty() || sig.path {
             cmd.arg("-handle_abrt=0").env("RUST_BACKTRACE", "0");
         }
-        let (log, failed, record) = run(cmd, self.limit(inputs), &self.budget)?;
-        let replay = Replay {
-            log,
-            reproduced: failed,
-            record,
-        };
+        let replay = run(cmd, self.limit(inputs), &self.budget)?;
         Ok(replay.signature(slot).is_some_and(|s| s.same_bug(sig)))
     }
 }

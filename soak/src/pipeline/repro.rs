@@ -11,6 +11,7 @@ use report::Signature;
 use shadow::Target;
 use triage::replay::Replayer;
 
+use crate::engines::libfuzzer::startup_error;
 use crate::foundation::config::Config;
 use crate::foundation::state::StateDir;
 use crate::foundation::store::Store;
@@ -93,6 +94,9 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
     let replay = replayer
         .replay(&inputs, true)
         .with_context(|| format!("failed to run {}; run `just build`", binary.display()))?;
+    if !replay.started {
+        bail!("{}", startup_error(&case.allocator, &replay.log));
+    }
     let programs = read_programs(case.target, &case.inputs)?;
     let slot = format!("{}/{}", case.target, case.allocator);
     let signature = replay.signature(&slot);
