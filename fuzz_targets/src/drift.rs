@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use drift::Reading;
 use shadow::allocator::Allocator;
+use shadow::op::trace::Trace;
 use shadow::{Mode, Program, Target};
 
 /// Replays a target's programs against one allocator forever, printing
@@ -88,10 +89,60 @@ pub const OVER_RSS_LIMIT: i32 = 3;
 /// allocators first, as in [`crate::target!`].
 pub fn main(register: fn()) {
     let args = Args::parse();
-    let exit = |msg: String| -> ! {
-        eprintln!("allocsoak drift: {msg}");
-        std::process::exit(2)
+    let target = checked(&args);
+    register();
+    zoo::register();
+    let alloc = shadow::allocator::by_name(&args.allocator).unwrap_or_else(|e| exit(e));
+    let every = match args.every_ops {
+        Some(ops) => Every::Ops(ops),
+        None => Every::Time(Duration::from_secs_f64(args.interval)),
     };
+    let mut run = Replay::new(alloc, every, args.peak);
+    let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
+    if programs.is_empty() {
+        exit(format!(
+            "no programs in {:?}; give a corpus or seed folder",
+            args.inputs
+        ));
+    }
+    // Traces are read once, whole; programs each time they run.
+    let traces: Vec<Trace> = match args.trace {
+        true => read_traces(&programs),
+        false => Vec::new(),
+    };
+    // The parsed traces are the process's own memory, not the
+    // allocator's: each reading counts them as held (`live`).
+    run.own = traces.iter().map(|t| t.heap_bytes() as u64).sum();
+    // The first reading holds the traces read, before any call.
+    run.read();
+    let pass = Pass {
+        target,
+        programs: &programs,
+        traces: &traces,
+        cpu_share: args.cpu_share,
+        rss_limit_mb: args.rss_limit_mb,
+    };
+    loop {
+        run.pass(&pass);
+        if args.ops.is_some_and(|limit| run.ops >= limit) {
+            run.last();
+            return;
+        }
+        if run.due() {
+            run.read();
+        }
+    }
+}
+
+/// Ends the process on a usage error: `msg` on stderr, exit status 2.
+fn exit(msg: String) -> ! {
+    eprintln!("allocsoak drift: {msg}");
+    std::process::exit(2)
+}
+
+/// The target whose programs `args` names (alloc_ops without one), once
+/// its numbers are checked; ends the process on one that cannot be.
+fn checked(args: &Args) -> Target {
     let target = args.target.unwrap_or(Target::AllocOps);
     if target == Target::DiffMimalloc {
         exit(
@@ -111,76 +162,30 @@ pub fn main(register: fn()) {
             args.cpu_share
         ));
     }
-    register();
-    zoo::register();
-    let alloc = shadow::allocator::by_name(&args.allocator).unwrap_or_else(|e| exit(e));
-    let every = match args.every_ops {
-        Some(ops) => Every::Ops(ops),
-        None => Every::Time(Duration::from_secs_f64(args.interval)),
-    };
-    let mut run = Replay::new(alloc, every, args.peak);
-    let programs = list(&args.inputs).unwrap_or_else(|e| exit(e));
-    if programs.is_empty() {
-        exit(format!(
-            "no programs in {:?}; give a corpus or seed folder",
-            args.inputs
-        ));
-    }
-    // Traces are read once, whole; programs each time they run.
-    let traces: Vec<shadow::op::trace::Trace> = match args.trace {
-        true => programs
-            .iter()
-            .map(|path| {
-                let data = std::fs::read(path)
-                    .unwrap_or_else(|e| exit(format!("{}: {e}", path.display())));
-                shadow::op::trace::Trace::parse(&data)
-                    .unwrap_or_else(|e| exit(format!("{}: {e}", path.display())))
-            })
-            .collect(),
-        false => Vec::new(),
-    };
-    // The parsed traces are the process's own memory, not the
-    // allocator's: each reading counts them as held (`live`).
-    run.own = traces.iter().map(|t| t.heap_bytes() as u64).sum();
-    // The first reading holds the traces read, before any call.
-    run.read();
-    loop {
-        for (i, path) in programs.iter().enumerate() {
-            if let Some(trace) = traces.get(i) {
-                run.trace(trace, path);
-            } else {
-                // A merge may have moved it away: the next pass lists again.
-                let Ok(data) = std::fs::read(path) else {
-                    continue;
-                };
-                // A violation that needs the programs before it is filed with
-                // them, as a fuzz binary's is (`ALLOCSOAK_HISTORY`).
-                shadow::history::record(&data);
-                let Ok(program) = Program::from_input(target, &data) else {
-                    continue;
-                };
-                run.program(&program, path);
-            }
-            run.throttle(args.cpu_share);
-            let rss = rss();
-            if rss > args.rss_limit_mb << 20 {
-                run.read();
-                eprintln!(
-                    "allocsoak drift: resident {} MiB is over --rss-limit-mb {}",
-                    rss >> 20,
-                    args.rss_limit_mb
-                );
-                std::process::exit(OVER_RSS_LIMIT);
-            }
-        }
-        if args.ops.is_some_and(|limit| run.ops >= limit) {
-            run.last();
-            return;
-        }
-        if run.due() {
-            run.read();
-        }
-    }
+    target
+}
+
+/// The traces at `paths`, each read and parsed whole; ends the process
+/// on one that cannot be.
+fn read_traces(paths: &[PathBuf]) -> Vec<Trace> {
+    paths
+        .iter()
+        .map(|path| {
+            let data =
+                std::fs::read(path).unwrap_or_else(|e| exit(format!("{}: {e}", path.display())));
+            Trace::parse(&data).unwrap_or_else(|e| exit(format!("{}: {e}", path.display())))
+        })
+        .collect()
+}
+
+/// What a pass over the programs runs, and its limits.
+struct Pass<'a> {
+    target: Target,
+    programs: &'a [PathBuf],
+    /// The programs' traces, read whole (`--trace`); empty without.
+    traces: &'a [Trace],
+    cpu_share: f64,
+    rss_limit_mb: u64,
 }
 
 /// How often a reading is taken (at the first pass end past it).
@@ -255,6 +260,40 @@ impl Replay {
         self.peak = self.peak.max(most);
     }
 
+    /// Runs each program of `pass` once, in the CPU share it is given;
+    /// ends the process with a last reading when resident memory goes
+    /// over its limit (`OVER_RSS_LIMIT`).
+    fn pass(&mut self, pass: &Pass) {
+        for (i, path) in pass.programs.iter().enumerate() {
+            if let Some(trace) = pass.traces.get(i) {
+                self.trace(trace, path);
+            } else {
+                // A merge may have moved it away: the next pass lists again.
+                let Ok(data) = std::fs::read(path) else {
+                    continue;
+                };
+                // A violation that needs the programs before it is filed with
+                // them, as a fuzz binary's is (`ALLOCSOAK_HISTORY`).
+                shadow::history::record(&data);
+                let Ok(program) = Program::from_input(pass.target, &data) else {
+                    continue;
+                };
+                self.program(&program, path);
+            }
+            self.throttle(pass.cpu_share);
+            let rss = rss();
+            if rss > pass.rss_limit_mb << 20 {
+                self.read();
+                eprintln!(
+                    "allocsoak drift: resident {} MiB is over --rss-limit-mb {}",
+                    rss >> 20,
+                    pass.rss_limit_mb
+                );
+                std::process::exit(OVER_RSS_LIMIT);
+            }
+        }
+    }
+
     /// Runs one program to its end.
     fn program(&mut self, program: &Program, path: &Path) {
         let alloc = self.alloc;
@@ -273,7 +312,7 @@ impl Replay {
 
     /// Replays one recorded trace to its end. With `--peak`, prints the
     /// process's memory where the recording read its own (`mark …`).
-    fn trace(&mut self, trace: &shadow::op::trace::Trace, path: &Path) {
+    fn trace(&mut self, trace: &Trace, path: &Path) {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         let alloc = self.alloc;
         let replay = shadow::executor::workload::replay;

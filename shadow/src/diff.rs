@@ -53,16 +53,23 @@ pub fn run(
     let mut b = Executor::with_seed_base(reference, mode, seed_base).as_reference();
     let same_classes = under_test.size_classes().is_some()
         && under_test.size_classes() == reference.size_classes();
+    let mut sides = Sides {
+        a: &mut a,
+        b: &mut b,
+        under_test,
+        reference,
+        compare_usable: mode == Mode::Checked && same_classes,
+    };
     let mut stats = Stats::default();
     let mut in_step = true;
     for (i, op) in program.ops.iter().enumerate() {
         stats.ops += 1;
-        if in_step && !runs_on_both(&a, op, under_test, reference) {
+        if in_step && !runs_on_both(sides.a, op, under_test, reference) {
             stats.skipped += 1;
             continue;
         }
-        let oa = a.step(i, op);
-        let ob = on_reference_side(reference.name(), || b.step(i, op));
+        let oa = sides.a.step(i, op);
+        let ob = on_reference_side(reference.name(), || sides.b.step(i, op));
         match oa {
             Outcome::Skipped => stats.skipped += 1,
             Outcome::Failed => stats.failed += 1,
@@ -75,53 +82,81 @@ pub fn run(
         if !in_step || requests_huge(op) {
             continue;
         }
-        match (oa, ob) {
-            (Outcome::Live(x), Outcome::Live(y)) => {
-                let (ba, bb) = (a.shadow().blocks()[x], b.shadow().blocks()[y]);
-                let binned = ba.size <= BINNED_MAX && malloc_serves(ba.size, ba.align);
-                let checked = mode == Mode::Checked;
-                if checked && same_classes && fresh(op) && binned && ba.usable != bb.usable {
-                    let detail = format!(
-                        "usable size {} but {}'s class for size {} is {}",
-                        ba.usable,
-                        reference.name(),
-                        ba.size,
-                        bb.usable
-                    );
-                    let report = Report {
-                        op_index: i,
-                        op: op.to_string(),
-                        site: a.site(),
-                        path: Vec::new(),
-                        violation: Violation::Diff { detail },
-                        by: By::Versus {
-                            allocator: under_test.name().to_string(),
-                            reference: reference.name().to_string(),
-                        },
-                    };
-                    crate::ending::raise(report);
-                }
-            }
-            // A size-0 block on one side, null on the other: both legal.
-            (Outcome::Live(x), Outcome::Failed | Outcome::Done)
-                if a.shadow().blocks()[x].size == 0 =>
-            {
-                a.step(i, &Op::Free { slot: NEWEST });
-            }
-            (Outcome::Failed | Outcome::Done, Outcome::Live(y))
-                if b.shadow().blocks()[y].size == 0 =>
-            {
-                on_reference_side(reference.name(), || b.step(i, &Op::Free { slot: NEWEST }));
-            }
-            (x, y) if std::mem::discriminant(&x) == std::mem::discriminant(&y) => {}
-            // One side failed a request it had to serve, and its `null`
-            // was tolerated: the two no longer hold the same blocks.
-            _ => in_step = false,
-        }
+        in_step = sides.compare(i, op, oa, ob);
     }
     a.finish(program.ops.len());
     on_reference_side(reference.name(), || b.finish(program.ops.len()));
     stats
+}
+
+/// The two sides of a differential run: the executor of the allocator
+/// under test (`a`) and the reference's (`b`).
+struct Sides<'e> {
+    a: &'e mut Executor,
+    b: &'e mut Executor,
+    under_test: &'static dyn Allocator,
+    reference: &'static dyn Allocator,
+    /// Whether a fresh binned block's usable sizes must agree: in a
+    /// checked run, of allocators that declare the same size classes.
+    compare_usable: bool,
+}
+
+impl Sides<'_> {
+    /// Compares what op `i` did on each side (`oa`, `ob`), and frees again
+    /// a size-0 block one side returned where the other returned null.
+    /// Returns whether the sides still hold the same blocks.
+    fn compare(&mut self, i: usize, op: &Op, oa: Outcome, ob: Outcome) -> bool {
+        match (oa, ob) {
+            (Outcome::Live(x), Outcome::Live(y)) => self.check_usable(i, op, x, y),
+            // A size-0 block on one side, null on the other: both legal.
+            (Outcome::Live(x), Outcome::Failed | Outcome::Done)
+                if self.a.shadow().blocks()[x].size == 0 =>
+            {
+                self.a.step(i, &Op::Free { slot: NEWEST });
+            }
+            (Outcome::Failed | Outcome::Done, Outcome::Live(y))
+                if self.b.shadow().blocks()[y].size == 0 =>
+            {
+                on_reference_side(self.reference.name(), || {
+                    self.b.step(i, &Op::Free { slot: NEWEST })
+                });
+            }
+            (x, y) if std::mem::discriminant(&x) == std::mem::discriminant(&y) => {}
+            // One side failed a request it had to serve, and its `null`
+            // was tolerated: the two no longer hold the same blocks.
+            _ => return false,
+        }
+        true
+    }
+
+    /// Raises a disagreement when op `i` made a fresh binned block on
+    /// both sides (block `x` of the allocator under test, `y` of the
+    /// reference) whose usable sizes differ, where they must agree.
+    fn check_usable(&self, i: usize, op: &Op, x: usize, y: usize) {
+        let (ba, bb) = (self.a.shadow().blocks()[x], self.b.shadow().blocks()[y]);
+        let binned = ba.size <= BINNED_MAX && malloc_serves(ba.size, ba.align);
+        if self.compare_usable && fresh(op) && binned && ba.usable != bb.usable {
+            let detail = format!(
+                "usable size {} but {}'s class for size {} is {}",
+                ba.usable,
+                self.reference.name(),
+                ba.size,
+                bb.usable
+            );
+            let report = Report {
+                op_index: i,
+                op: op.to_string(),
+                site: self.a.site(),
+                path: Vec::new(),
+                violation: Violation::Diff { detail },
+                by: By::Versus {
+                    allocator: self.under_test.name().to_string(),
+                    reference: self.reference.name().to_string(),
+                },
+            };
+            crate::ending::raise(report);
+        }
+    }
 }
 
 /// Whether `op` asks for a huge block (past [`crate::edges::MAX_BLOCK`],

@@ -18,13 +18,11 @@
 //! are saved as findings ([`crate::findings`]) and never end the process.
 //! The others end the program ([`crate::tolerance::raise`]).
 
-use std::fmt;
-
-use report::key::KEEP;
 pub use report::key::{key_of, kind_of, numbers_to_n};
 
 use crate::pattern::Mismatch;
 
+mod line;
 mod reported;
 mod site;
 pub use reported::{By, Report};
@@ -367,167 +365,6 @@ impl Violation {
             Violation::UsableSize { .. } | Violation::GoodSize { .. } => PathOf::Queries,
             Violation::AllocatorError { .. } => PathOf::Both,
             _ => PathOf::Calls,
-        }
-    }
-}
-
-fn mismatch(m: &Mismatch) -> String {
-    format!(
-        "offset {} expected {:#04x} found {:#04x}",
-        m.offset, m.expected, m.found
-    )
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Violation::Null { size, align } => write!(f, "null for size {size} align {align}"),
-            Violation::ImpossibleSuccess { size, align, ptr } => {
-                write!(f, "size {size} align {align} must fail, got block {ptr:#x}")
-            }
-            Violation::CallocOverflow { count, size, ptr } => {
-                write!(
-                    f,
-                    "count {count} * size {size} overflows, got block {ptr:#x}"
-                )
-            }
-            Violation::Alignment { ptr, size, align } => {
-                write!(f, "block {ptr:#x} (size {size}) is not aligned to {align}")
-            }
-            Violation::Underaligned {
-                ptr,
-                size,
-                align,
-                natural,
-            } => {
-                write!(
-                    f,
-                    "block {ptr:#x} (size {size}) is not aligned to {align}, as no plain block is: all{KEEP}{natural}-aligned"
-                )
-            }
-            Violation::Overlap {
-                ptr,
-                len,
-                other,
-                other_len,
-            } => write!(
-                f,
-                "block {ptr:#x}+{len} overlaps live block {other:#x}+{other_len}"
-            ),
-            Violation::UsableSize {
-                ptr,
-                size,
-                usable,
-                why,
-            } => {
-                write!(f, "block {ptr:#x} size {size} usable {usable}: {why}")
-            }
-            Violation::Contents {
-                ptr,
-                size,
-                mismatch: m,
-                when,
-                ..
-            } => {
-                write!(
-                    f,
-                    "block {ptr:#x} size {size} changed {when}: {}",
-                    mismatch(m)
-                )
-            }
-            Violation::ReleasedLive {
-                ptr,
-                size,
-                mismatch: m,
-                when,
-                ..
-            } => write!(
-                f,
-                "block {ptr:#x} size {size} read wrong once the kernel reclaimed the pages under live blocks {when} (a page released lazily): {}",
-                mismatch(m)
-            ),
-            Violation::ReallocPrefix {
-                old,
-                new,
-                old_size,
-                new_size,
-                mismatch: m,
-            } => write!(
-                f,
-                "realloc {old:#x}+{old_size} -> {new:#x}+{new_size} lost the prefix: {}",
-                mismatch(m)
-            ),
-            Violation::Zeroed {
-                ptr,
-                size,
-                mismatch: m,
-            } => {
-                write!(
-                    f,
-                    "zeroed block {ptr:#x} size {size} is dirty: {}",
-                    mismatch(m)
-                )
-            }
-            Violation::GoodSize {
-                ptr,
-                size,
-                good,
-                usable,
-            } => write!(
-                f,
-                "block {ptr:#x} size {size} usable {usable}, but good size {good}"
-            ),
-            Violation::Realloc { ptr, new_size, why } => {
-                write!(f, "realloc {ptr:#x} to {new_size}: {why}")
-            }
-            Violation::HeapVisit { heap, detail } => write!(f, "heap {heap}: {detail}"),
-            Violation::HeapOwned { heap, ptr } => {
-                write!(f, "heap {heap} disowns live block {ptr:#x}")
-            }
-            Violation::AllocatorError { detail }
-            | Violation::Validator { detail }
-            | Violation::HeapCheck { detail }
-            | Violation::Diff { detail } => f.write_str(detail),
-            Violation::Panic { message, location } => {
-                write!(f, "allocator panicked: {message}{KEEP}{location}")
-            }
-            Violation::CapacityLeak {
-                figure,
-                before,
-                after,
-            } => write!(
-                f,
-                "{figure} {after} after everything was freed, {before} when the program started"
-            ),
-            Violation::KeptBytes { before, after } => write!(
-                f,
-                "the allocator counts {after} bytes in use after everything was freed, {before} when the program started"
-            ),
-            Violation::PurgeKept { bytes } => write!(
-                f,
-                "the allocator counts {bytes} bytes of free pages still resident after a forced purge with no delay"
-            ),
-            Violation::RemoteFreeLost {
-                ptr,
-                size,
-                freed,
-                lost,
-                how,
-            } => write!(
-                f,
-                "{lost} of {freed} blocks of size {size} freed on another thread than their owner's (first {ptr:#x}) {how}"
-            ),
-            Violation::Fork { size, how } => write!(
-                f,
-                "a child forked while other threads were in the allocator {how}, at its own blocks of size {size}"
-            ),
-            Violation::Hardening { attack, size, how } => {
-                write!(f, "{attack} at blocks of size {size}: {how}")
-            }
-            Violation::Leak { ptr, size, call } => write!(
-                f,
-                "block {ptr:#x} (size {size}) given back to {call} was never freed, and nothing points to it"
-            ),
         }
     }
 }

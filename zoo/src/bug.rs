@@ -472,6 +472,13 @@ impl Bug {
     /// usual one.
     pub fn expected_kinds(self) -> &'static [&'static str] {
         match self {
+            // Another thread's bugs: a table of their own (`threaded_kinds.rs`).
+            Bug::XthreadWrongFree
+            | Bug::ForkHeldLock
+            | Bug::ExitStaleCache
+            | Bug::RacyFreeList
+            | Bug::LostRemoteFree
+            | Bug::ExitReclaimRace => self.threaded_kinds(),
             Bug::SmallUnderalign | Bug::SizeEqAlign => &["alignment"],
             Bug::DoubleIssue => &["overlap"],
             // ASan poisons past the block's real end, which the usable
@@ -486,14 +493,6 @@ impl Bug {
             // that block is a realloc's new home, the realloc check sees it.
             Bug::StaleLink => &["contents", "realloc-prefix"],
             Bug::HeapDeleteDrops => &["heap-use-after-free"],
-            // The block freed in the lost one's place is the harness's
-            // still: whichever op touches it first reports it (a usable
-            // size asked of it, its free).
-            Bug::XthreadWrongFree => &[
-                "heap-use-after-free",
-                "bad-malloc_usable_size",
-                "double-free",
-            ],
             Bug::HeapSizedFreeTwice | Bug::HeapRezallocFreesTwice | Bug::HeapRemoteFreeTwice => {
                 &["double-free"]
             }
@@ -537,33 +536,10 @@ impl Bug {
             | Bug::CacheTrustsSpan
             | Bug::CacheTrustsHeader => &["hardening"],
             Bug::DroppedRemoteFree | Bug::OsFailLeaks => &["kept-bytes"],
-            // The child hangs on the lock, and is killed.
-            Bug::ForkHeldLock => &["fork"],
-            // Handed out again while live: the second request's overlap.
-            Bug::ExitStaleCache => &["overlap"],
             Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged => &["rss-drift"],
             Bug::NarrowProvenance => &["miri-ub"],
             Bug::PanicClass | Bug::LatentCorruption | Bug::SlackFooter => &["panic"],
             Bug::WildWrite => &["SEGV"],
-            // A block on the list twice is handed out to two owners; which
-            // check sees it first depends on what they do with it.
-            Bug::RacyFreeList => &["overlap", "contents", "realloc-prefix"],
-            // The lost block never comes back: the executor's reuse probe
-            // after a remote-free race misses it.
-            Bug::LostRemoteFree => &["remote-free-lost"],
-            // ASan sees the harness write the block the base freed; without
-            // it, the base hands the block out again (two owners), or its
-            // metadata lands in the block; the drain or the reclaimer's
-            // owner frees it a second time. The base asked the usable size
-            // of a block it freed answers less than the request (ASan's: 0).
-            Bug::ExitReclaimRace => &[
-                "heap-use-after-free",
-                "overlap",
-                "contents",
-                "double-free",
-                "realloc-prefix",
-                "usable-size",
-            ],
         }
     }
 

@@ -39,6 +39,8 @@ mod spec;
 mod splinters;
 mod stale_cache;
 mod thread_slot;
+mod threaded_kinds;
+mod watch_free;
 
 pub use bug::Bug;
 pub use name::{register, split_spec};
@@ -368,20 +370,9 @@ impl Allocator for Zoo {
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        self.count_call();
-        // SAFETY: `p` is a live block of the zoo with `size` (this fn's contract).
-        if unsafe { self.wrong_free(p, size) } {
+        // SAFETY: `p` is a live block of the zoo with `size` and `align` (this fn's contract).
+        if unsafe { self.watch_free(p, size, align) } {
             return;
-        }
-        // SAFETY: `p` is a live block of the zoo (this fn's contract).
-        unsafe { self.check_footer(p) };
-        self.count_remote_free(p);
-        self.untrack_class(p, size, align);
-        if self.has(Bug::DirtyZeroed) && DIRTY_ZEROED.contains(&size) {
-            self.state().freed_256 = true;
-        }
-        if self.has(Bug::LatentCorruption) && LATENT.contains(&size) {
-            self.latent.store(FLUSH_QUEUED, Ordering::Relaxed);
         }
         let shifted = self.state().shifted.remove(&(p as usize));
         if let Some(base) = shifted {
@@ -418,11 +409,7 @@ impl Allocator for Zoo {
             return unsafe { self.base.free(p, *cache.class_end(), 16) };
         }
         if align <= 16 && self.has(Bug::DoubleIssue) && DOUBLE_ISSUE.contains(&size) {
-            let mut st = self.state();
-            if !st.cached_48.contains(&(p as usize)) {
-                st.cached_48.push(p as usize);
-            }
-            return;
+            return self.file_double_issue(p);
         }
         if align <= 16 && self.has(Bug::StaleLink) && STALE_LINK.contains(&size) {
             // SAFETY: `p` is a live block of the class (this fn's contract), which `alloc`

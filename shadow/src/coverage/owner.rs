@@ -218,6 +218,24 @@ mod tests {
             "const_default",
             "cfg_if",
         ];
+        let meta = fuzz_metadata();
+        let unnamed: Vec<String> = linked_packages(&meta)
+            .iter()
+            .map(|id| package_name(&meta, id))
+            .chain(fuzz_binaries(&meta))
+            .filter(|name| {
+                !NOT_ALLOCATOR.contains(&name.as_str()) && !ALLOCATORS.contains(&name.as_str())
+            })
+            .collect();
+        assert!(
+            unnamed.is_empty(),
+            "crates a fuzz target links, neither harness nor allocator: {unnamed:?}"
+        );
+    }
+
+    /// `cargo metadata` of the fuzz targets' package, as the honggfuzz
+    /// build for x86-64 Linux resolves it.
+    fn fuzz_metadata() -> serde_json::Value {
         let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz_targets/Cargo.toml");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let out = std::process::Command::new(cargo)
@@ -238,24 +256,17 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let proc_macro = |id: &str| {
-            meta["packages"].as_array().unwrap().iter().any(|p| {
-                p["id"] == id
-                    && p["targets"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .any(|t| t["kind"][0] == "proc-macro")
-            })
-        };
-        // The crates the fuzz binary links: normal dependencies from the
-        // root, not through build scripts or proc macros.
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// The ids of the packages the fuzz binary links: normal dependencies
+    /// from the root, not through build scripts or proc macros.
+    fn linked_packages(meta: &serde_json::Value) -> BTreeSet<String> {
         let nodes = meta["resolve"]["nodes"].as_array().unwrap();
         let mut todo = vec![meta["resolve"]["root"].as_str().unwrap().to_string()];
         let mut seen = BTreeSet::new();
         while let Some(id) = todo.pop() {
-            if proc_macro(&id) || !seen.insert(id.clone()) {
+            if is_proc_macro(meta, &id) || !seen.insert(id.clone()) {
                 continue;
             }
             let node = nodes.iter().find(|n| n["id"] == id.as_str()).unwrap();
@@ -270,26 +281,30 @@ mod tests {
                 }
             }
         }
-        let unnamed: Vec<String> = seen
-            .iter()
-            .map(|id| {
-                let p = meta["packages"]
+        seen
+    }
+
+    /// Whether package `id` is a proc macro.
+    fn is_proc_macro(meta: &serde_json::Value, id: &str) -> bool {
+        meta["packages"].as_array().unwrap().iter().any(|p| {
+            p["id"] == id
+                && p["targets"]
                     .as_array()
                     .unwrap()
                     .iter()
-                    .find(|p| p["id"] == id.as_str())
-                    .unwrap();
-                p["name"].as_str().unwrap().replace('-', "_")
-            })
-            .chain(fuzz_binaries(&meta))
-            .filter(|name| {
-                !NOT_ALLOCATOR.contains(&name.as_str()) && !ALLOCATORS.contains(&name.as_str())
-            })
-            .collect();
-        assert!(
-            unnamed.is_empty(),
-            "crates a fuzz target links, neither harness nor allocator: {unnamed:?}"
-        );
+                    .any(|t| t["kind"][0] == "proc-macro")
+        })
+    }
+
+    /// Package `id`'s name as a crate name (`-` as `_`).
+    fn package_name(meta: &serde_json::Value, id: &str) -> String {
+        let p = meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .unwrap();
+        p["name"].as_str().unwrap().replace('-', "_")
     }
 
     /// The root package's binaries: each is a crate of its own.

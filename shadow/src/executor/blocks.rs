@@ -1,13 +1,13 @@
 //! A block's life under the shadow: allocated (its address, alignment and
-//! contents checked as it is adopted), verified, freed, reallocated, its
-//! usable size probed; and the whole heap validated now and then.
+//! contents checked as it is adopted), verified, freed, reallocated
+//! ([`super::realloc`]), its usable size probed; and the whole heap
+//! validated now and then.
 
-use super::{Executor, On, Origin, Outcome, ReallocCall};
-use crate::allocator::{HeapId, ReallocToZero, ZeroedFrom};
+use super::{Executor, On, Origin, Outcome};
+use crate::allocator::HeapId;
 use crate::edges::{IMPOSSIBLE_FROM, MAX_BLOCK};
 use crate::guard;
 use crate::model::{Block, ShadowHeap};
-use crate::op::NewSize;
 use crate::pattern;
 use crate::sanitizer;
 use crate::violation::{Report, Site, Violation};
@@ -161,7 +161,7 @@ impl Executor {
         heap: Option<HeapId>,
         origin: Origin,
     ) -> Outcome {
-        let mut block = Block {
+        let block = Block {
             heap,
             ..Block::fresh(p, size, align)
         };
@@ -169,13 +169,31 @@ impl Executor {
         if !self.checked {
             return Outcome::Live(self.shadow.insert(block, false).expect("unchecked insert"));
         }
+        let block = self.measure(block, &origin);
+        let index = self.track(block);
+        if self.check_arrived(&block, size, origin) {
+            let (base, reach) = (p as *mut u8, block.extent);
+            // SAFETY: the `reach` bytes at `base` are the new block's, and the shadow just took it
+            // without overlap (`overlap` does not return), so no live block is written.
+            unsafe { pattern::fill(base, reach, block.seed) };
+        }
+        self.fresh_slack(index);
+        Outcome::Live(index)
+    }
+
+    /// Checks the address and usable size of `block` (as
+    /// [`Block::fresh`] makes it, in its heap), which came by `origin`;
+    /// returns it as the program goes on with it, its usable size, extent,
+    /// written end and seed set.
+    fn measure(&mut self, mut block: Block, origin: &Origin) -> Block {
+        let (p, size, align, heap) = (block.ptr, block.size, block.align, block.heap);
         // Taken before any check, which would handle it as it is.
         let made = sanitizer::take_made(p);
         // A block that stayed where it was (an in-place realloc or resize)
         // kept its alignment: a misaligned one was flagged when it came, by
         // the call that placed it.
         let stayed =
-            matches!(&origin, Origin::Realloc { old, .. } if old.ptr == p && old.align == align);
+            matches!(origin, Origin::Realloc { old, .. } if old.ptr == p && old.align == align);
         if !stayed && !p.is_multiple_of(align) {
             self.guard
                 .flag(self.guard.misaligned(p, size, align, self.shadow.blocks()));
@@ -186,7 +204,7 @@ impl Executor {
             self.guard
                 .queried(|| unsafe { self.alloc.usable_size(p as *mut u8, size, align) })
         });
-        if let (Origin::Fresh { .. } | Origin::Batched { .. }, None) = (&origin, heap) {
+        if let (Origin::Fresh { .. } | Origin::Batched { .. }, None) = (origin, heap) {
             self.check_good_size(&block);
         }
         let usable = self.guard.checked_usable(p, size, block.usable, None);
@@ -201,15 +219,22 @@ impl Executor {
         if (1..size).contains(&usable) {
             block.size = usable;
         }
-        block.written = zeroed_family(&origin, p, size, usable).map(|w| w.max(block.extent));
+        block.written = zeroed_family(origin, p, size, usable).map(|w| w.max(block.extent));
         if let Some(report) = made {
             self.guard.made_short(p, size, usable, &report);
         }
-        let reach = block.extent;
         block.seed = match origin {
-            Origin::Raced { seed } | Origin::Batched { seed } => seed,
+            Origin::Raced { seed } | Origin::Batched { seed } => *seed,
             _ => self.seeds.next(),
         };
+        block
+    }
+
+    /// Tracks `block`, which must overlap no live block, the kept huge
+    /// block, nor a block the allocator's hook holds; returns its index in
+    /// the shadow.
+    fn track(&mut self, block: Block) -> usize {
+        let p = block.ptr;
         let index = match self.shadow.insert(block, true) {
             Ok(i) => {
                 self.untracked.let_go();
@@ -227,6 +252,15 @@ impl Executor {
         {
             self.guard.overlap(block, held);
         }
+        index
+    }
+
+    /// Checks what the first `extent` bytes of `block`, just tracked and
+    /// asked for `size` bytes, hold by where it came from (`origin`);
+    /// returns whether it is still to be filled with its pattern (a raced
+    /// or batched block holds it already).
+    fn check_arrived(&self, block: &Block, size: usize, origin: Origin) -> bool {
+        let (p, reach) = (block.ptr, block.extent);
         let base = p as *mut u8;
         match origin {
             Origin::Fresh { zeroed: true } => {
@@ -260,42 +294,50 @@ impl Executor {
                         by_call,
                     });
                 }
-                self.fresh_slack(index);
-                return Outcome::Live(index);
+                return false;
             }
             Origin::Realloc { old, zero_from } => {
-                if let Some(mismatch) =
-                    // SAFETY: reads at most `old.size.min(reach)` bytes, within the new
-                    // block's `reach`.
-                    unsafe {
-                        pattern::check(base, old.extent, old.size.min(reach), old.seed)
-                    }
-                {
-                    self.guard.fail(Violation::ReallocPrefix {
-                        old: old.ptr,
-                        new: p,
-                        old_size: old.size,
-                        new_size: size,
-                        mismatch,
-                    });
-                }
-                let dirty = zero_from
-                    // SAFETY: reads within the first `reach` bytes at `base`, the new block's.
-                    .and_then(|from| unsafe { pattern::check_zero(base, reach, from, block.seed) });
-                if let Some(mismatch) = dirty {
-                    self.guard.flag(Violation::Zeroed {
-                        ptr: p,
-                        size,
-                        mismatch,
-                    });
-                }
+                self.check_realloc_contents(block, size, old, zero_from)
             }
         }
-        // SAFETY: the `reach` bytes at `base` are the new block's, and the shadow just took it
-        // without overlap (`overlap` does not return), so no live block is written.
-        unsafe { pattern::fill(base, reach, block.seed) };
-        self.fresh_slack(index);
-        Outcome::Live(index)
+        true
+    }
+
+    /// Checks the first `extent` bytes of `block`, which a realloc of `old`
+    /// to `size` bytes returned: they start with `old`'s bytes, and read
+    /// zero from `zero_from` on (a zeroed realloc's).
+    fn check_realloc_contents(
+        &self,
+        block: &Block,
+        size: usize,
+        old: Block,
+        zero_from: Option<usize>,
+    ) {
+        let (p, reach) = (block.ptr, block.extent);
+        let base = p as *mut u8;
+        if let Some(mismatch) =
+            // SAFETY: reads at most `old.size.min(reach)` bytes, within the new
+            // block's `reach`.
+            unsafe { pattern::check(base, old.extent, old.size.min(reach), old.seed) }
+        {
+            self.guard.fail(Violation::ReallocPrefix {
+                old: old.ptr,
+                new: p,
+                old_size: old.size,
+                new_size: size,
+                mismatch,
+            });
+        }
+        let dirty = zero_from
+            // SAFETY: reads within the first `reach` bytes at `base`, the new block's.
+            .and_then(|from| unsafe { pattern::check_zero(base, reach, from, block.seed) });
+        if let Some(mismatch) = dirty {
+            self.guard.flag(Violation::Zeroed {
+                ptr: p,
+                size,
+                mismatch,
+            });
+        }
     }
 
     pub(super) fn free_block(&mut self, i: usize, on: On) -> Outcome {
@@ -344,155 +386,6 @@ impl Executor {
             }
         }
         self.guard.given_back(&b, "free");
-    }
-
-    /// Resizes block `i` with the realloc `call` names; a call the
-    /// allocator does not have, or a size its contract leaves undefined,
-    /// is skipped. A plain realloc to a huge size makes the block the
-    /// program's kept huge block ([`Executor::realloc_to_huge`]).
-    pub(super) fn realloc_block(
-        &mut self,
-        i: usize,
-        to: NewSize,
-        on: On,
-        call: ReallocCall,
-    ) -> Outcome {
-        let b = self.shadow.blocks()[i];
-        let new = to.resolve(b.size);
-        let semantics = match call {
-            ReallocCall::Plain => self.alloc.realloc_to_zero(),
-            _ => ReallocToZero::Undefined,
-        };
-        let impossible = new >= IMPOSSIBLE_FROM;
-        let plain_main = call == ReallocCall::Plain && b.heap.is_none() && matches!(on, On::Main);
-        if new > MAX_BLOCK && !impossible && plain_main && self.huge.kept.is_none() {
-            return self.realloc_to_huge(i, new);
-        }
-        let extras = self.alloc.extras();
-        if (new == 0 && semantics == ReallocToZero::Undefined)
-            || (!impossible && !self.shadow.fits_resize(new))
-            || (call == ReallocCall::Unaligned && b.heap.is_some())
-            || (call != ReallocCall::Plain && b.heap.is_none() && extras.is_none())
-        {
-            return Outcome::Skipped;
-        }
-        if self.checked {
-            self.guard.verify(&b, "before realloc");
-        }
-        let api = match (call, b.heap.is_some() && self.heaps.are_own(), new) {
-            (ReallocCall::Zeroed, _, _) => "realloc-zeroed",
-            (ReallocCall::Unaligned, _, _) => "realloc-plain",
-            (_, _, 0) => "realloc-zero",
-            (_, false, _) => "realloc",
-            (_, true, _) => "heap-realloc",
-        };
-        self.guard.set_site(Site::new(api, b.size, b.align));
-        let p = b.ptr as *mut u8;
-        let must_fail = self.impossible(new, b.align);
-        let on_worker = must_fail.clone();
-        let q = sanitizer::must_fail(must_fail, || {
-            sanitizer::given(b.ptr, || {
-                sanitizer::making(|| match (call, b.heap, extras) {
-                    // SAFETY: `b` is live in the shadow (verified above), in heap `h`,
-                    // which is live, and passed with its tracked size and alignment; it
-                    // leaves the shadow after the call.
-                    (ReallocCall::Plain, Some(h), _) => Some(self.guard.guarded(|| unsafe {
-                        self.heaps.api().realloc_in(h, p, b.resized(new)) as usize
-                    })),
-                    (ReallocCall::Plain, None, _) => {
-                        Some(self.workers.call(&self.guard, self.alloc, on, move |a| {
-                            sanitizer::must_fail(on_worker, || {
-                                // SAFETY: `b` is live in the shadow, passed with its tracked
-                                // size and alignment.
-                                sanitizer::given(b.ptr, || unsafe {
-                                    a.realloc(b.ptr as *mut u8, b.size, b.align, new) as usize
-                                })
-                            })
-                        }))
-                    }
-                    (ReallocCall::Zeroed, Some(h), _) => self
-                        .guard
-                        // SAFETY: `b` is live in the shadow and in heap `h` (live), with
-                        // its tracked size and alignment.
-                        .guarded(|| unsafe {
-                            self.heaps.api().realloc_zeroed_in(h, p, b.resized(new))
-                        })
-                        .map(|q| q as usize),
-                    (ReallocCall::Zeroed, None, Some(x)) => self
-                        .guard
-                        // SAFETY: `b` is a live default-heap block, with its tracked size
-                        // and alignment.
-                        .guarded(|| unsafe { x.realloc_zeroed(p, b.resized(new)) })
-                        .map(|q| q as usize),
-                    (ReallocCall::Unaligned, _, Some(x)) => self
-                        .guard
-                        // SAFETY: `b` is a live default-heap block (heap blocks are skipped
-                        // above), with its tracked size and alignment.
-                        .guarded(|| unsafe { x.realloc_plain(p, b.resized(new)) })
-                        .map(|q| q as usize),
-                    (_, _, None) => unreachable!("skipped above"),
-                })
-            })
-        });
-        let Some(q) = q else {
-            return Outcome::Skipped;
-        };
-        if q == 0 || impossible {
-            if impossible && q != 0 && self.checked {
-                // The old block may be gone into it, or kept: neither is
-                // used again (nor freed, should the program end at the
-                // violation), nor reported as a leak.
-                self.never_freed(q);
-                self.never_freed(b.ptr);
-                self.shadow.remove(i);
-                self.guard.flag(Violation::ImpossibleSuccess {
-                    size: new,
-                    align: b.align,
-                    ptr: q,
-                });
-                return Outcome::Failed;
-            }
-            // A realloc to 0 that allocates may fail as a request does.
-            if new != 0 || (semantics == ReallocToZero::Allocates && self.os_refusing()) {
-                // A failed realloc leaves the block as it was.
-                if !impossible && self.checked && !self.refused_fairly(new, b.align) {
-                    self.guard.flag(Violation::Null {
-                        size: new,
-                        align: b.align,
-                    });
-                }
-                if self.checked {
-                    self.guard.verify_after_call(&b, "after a failed realloc");
-                }
-                return Outcome::Failed;
-            }
-            if semantics == ReallocToZero::Allocates && self.checked {
-                self.guard.fail(Violation::Realloc {
-                    ptr: b.ptr,
-                    new_size: 0,
-                    why: "returned null, but this API returns a block",
-                });
-            }
-            self.shadow.remove(i);
-            return Outcome::Done;
-        }
-        let old = self.shadow.remove(i);
-        if q != b.ptr {
-            self.guard.given_back(&b, "realloc");
-        }
-        let (align, zero_from) = match call {
-            ReallocCall::Plain => (b.align, None),
-            ReallocCall::Zeroed => {
-                let from = match self.alloc.extras().map(|x| x.zeroed_from()) {
-                    Some(ZeroedFrom::Request) | None => b.size,
-                    Some(ZeroedFrom::Written) => b.written.map_or(b.usable, |w| w.max(b.size)),
-                    Some(ZeroedFrom::Usable { .. }) => b.usable,
-                };
-                (b.align, Some(from))
-            }
-            ReallocCall::Unaligned => (self.malloc_align(new), None),
-        };
-        self.adopt(q, new, align, b.heap, Origin::Realloc { old, zero_from })
     }
 
     /// Hands a block to a worker thread, which checks its contents there.

@@ -4,11 +4,36 @@
 use super::heap_table::holds;
 use super::{Executor, On, Outcome, Request};
 use crate::allocator::HeapId;
+use crate::op::Op;
 use crate::violation::{Site, Violation};
 
 /// The heap ops on the executor: each changes the table and the shadow,
 /// through the call guard.
 impl Executor {
+    /// A heap op. [`Executor::dispatch`] hands it heap ops only.
+    pub(super) fn heap_op(&mut self, op: &Op) -> Outcome {
+        match *op {
+            Op::HeapNew => self.heap_new(),
+            Op::HeapDelete { heap } => self.heap_delete(heap),
+            Op::HeapDestroy { heap } => self.heap_destroy(heap),
+            Op::HeapAlloc {
+                heap,
+                size,
+                align,
+                zeroed,
+            } => self.heap_alloc(heap, Request::new(size, align, zeroed, None)),
+            Op::HeapCollect { heap, force } => self
+                .heaps
+                .pick(heap)
+                .map_or(Outcome::Skipped, |h| self.heap_collect(h, force)),
+            Op::HeapVisit { heap } => self
+                .heaps
+                .pick(heap)
+                .map_or(Outcome::Skipped, |h| self.heap_visit(h)),
+            _ => unreachable!("not a heap op: {op}"),
+        }
+    }
+
     /// `heap-alloc`: request `r` in the live heap `heap` picks, one made
     /// first when there is none.
     pub(super) fn heap_alloc(&mut self, heap: usize, r: Request) -> Outcome {

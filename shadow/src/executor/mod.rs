@@ -26,6 +26,7 @@ mod race;
 mod race_ops;
 mod race_run;
 mod race_steps;
+mod realloc;
 mod released;
 mod slack;
 mod untracked;
@@ -39,7 +40,6 @@ use huge::HugeBudget;
 use kept::KeptProbe;
 use os_fail::OsWindow;
 use race::Section;
-use race_ops::Change;
 pub use race_run::serial_races;
 use untracked::Untracked;
 
@@ -318,7 +318,58 @@ impl Executor {
         self.checked && crate::findings::recording()
     }
 
+    /// Runs `op` by its family: each family's function is a table of its
+    /// ops.
     fn dispatch(&mut self, op: &Op) -> Outcome {
+        match op {
+            Op::Alloc { .. }
+            | Op::Free { .. }
+            | Op::Realloc { .. }
+            | Op::UsableSize { .. }
+            | Op::Calloc { .. }
+            | Op::BulkAlloc { .. }
+            | Op::BulkFree { .. }
+            | Op::ReallocZeroed { .. }
+            | Op::ResizeInPlace { .. }
+            | Op::FreeSized { .. }
+            | Op::ReallocPlain { .. }
+            | Op::ReallocNull { .. }
+            | Op::FreeNull
+            | Op::Attack { .. }
+            | Op::Purge { .. }
+            | Op::OsFail { .. }
+            | Op::HookFree { .. } => self.block_op(op),
+            Op::HeapNew
+            | Op::HeapDelete { .. }
+            | Op::HeapDestroy { .. }
+            | Op::HeapAlloc { .. }
+            | Op::HeapCollect { .. }
+            | Op::HeapVisit { .. } => self.heap_op(op),
+            Op::WorkerAlloc { .. }
+            | Op::WorkerFree { .. }
+            | Op::WorkerRealloc { .. }
+            | Op::WorkerCheck { .. }
+            | Op::ExitAlloc { .. }
+            | Op::ExitFree { .. }
+            | Op::ThreadExit { .. } => self.worker_op(op),
+            Op::RaceAlloc { .. }
+            | Op::RaceFree { .. }
+            | Op::RaceRealloc { .. }
+            | Op::RaceResize { .. }
+            | Op::RaceUsableSize { .. }
+            | Op::RaceRemoteFree { .. }
+            | Op::RaceExit { .. }
+            | Op::RaceChurn { .. }
+            | Op::RaceFork { .. } => self.race_op(op),
+            // The `workload` target's programs run on their own runner.
+            Op::Workload(_) => Outcome::Skipped,
+        }
+    }
+
+    /// A block op on the main thread (and the ops that act on the
+    /// allocator as a whole: attacks, purges, OS failures, the hook).
+    /// [`Executor::dispatch`] hands it block ops only.
+    fn block_op(&mut self, op: &Op) -> Outcome {
         let slot = |s: &Self, raw: usize| s.shadow.slot(raw);
         match *op {
             Op::Alloc {
@@ -362,23 +413,15 @@ impl Executor {
             Op::HookFree { slot: s } => {
                 slot(self, s).map_or(Outcome::Skipped, |i| self.hook_free(i))
             }
-            Op::HeapNew => self.heap_new(),
-            Op::HeapDelete { heap } => self.heap_delete(heap),
-            Op::HeapDestroy { heap } => self.heap_destroy(heap),
-            Op::HeapAlloc {
-                heap,
-                size,
-                align,
-                zeroed,
-            } => self.heap_alloc(heap, Request::new(size, align, zeroed, None)),
-            Op::HeapCollect { heap, force } => self
-                .heaps
-                .pick(heap)
-                .map_or(Outcome::Skipped, |h| self.heap_collect(h, force)),
-            Op::HeapVisit { heap } => self
-                .heaps
-                .pick(heap)
-                .map_or(Outcome::Skipped, |h| self.heap_visit(h)),
+            _ => unreachable!("not a block op: {op}"),
+        }
+    }
+
+    /// A worker's op, or its thread's exit. [`Executor::dispatch`] hands
+    /// it worker ops only.
+    fn worker_op(&mut self, op: &Op) -> Outcome {
+        let slot = |s: &Self, raw: usize| s.shadow.slot(raw);
+        match *op {
             Op::WorkerAlloc {
                 worker,
                 size,
@@ -419,58 +462,7 @@ impl Executor {
                 }
                 Outcome::Done
             }
-            Op::RaceAlloc {
-                worker,
-                size,
-                align,
-                zeroed,
-            } => self.queue_alloc(worker, size, align, zeroed),
-            Op::RaceFree {
-                worker,
-                slot: s,
-                sized,
-            } => slot(self, s).map_or(Outcome::Skipped, |i| {
-                self.queue_change(worker, i, Change::Free { sized })
-            }),
-            Op::RaceRealloc {
-                worker,
-                slot: s,
-                to,
-            } => slot(self, s).map_or(Outcome::Skipped, |i| {
-                self.queue_change(worker, i, Change::Realloc(to))
-            }),
-            Op::RaceResize {
-                worker,
-                slot: s,
-                to,
-                extra,
-            } => slot(self, s).map_or(Outcome::Skipped, |i| {
-                self.queue_change(worker, i, Change::Resize(to, extra))
-            }),
-            Op::RaceUsableSize { worker, slot: s } => slot(self, s).map_or(Outcome::Skipped, |i| {
-                self.queue_change(worker, i, Change::Usable)
-            }),
-            Op::RaceRemoteFree {
-                freer,
-                owner,
-                size,
-                align,
-                count,
-            } => self.remote_free_race(freer, owner, size, align, count),
-            Op::RaceExit {
-                worker,
-                size,
-                align,
-                count,
-            } => self.race_exit(worker, size, align, count),
-            Op::RaceChurn { size, align, count } => self.queue_churn(size, align, count),
-            Op::RaceFork {
-                worker,
-                size,
-                align,
-            } => self.race_fork(worker, size, align),
-            // The `workload` target's programs run on their own runner.
-            Op::Workload(_) => Outcome::Skipped,
+            _ => unreachable!("not a worker op: {op}"),
         }
     }
 

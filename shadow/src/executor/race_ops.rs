@@ -9,6 +9,7 @@ use super::{Executor, Origin, Outcome};
 use crate::allocator::InPlace;
 use crate::edges::{NewSize, IMPOSSIBLE_FROM};
 use crate::model::Block;
+use crate::op::Op;
 use crate::pattern::Mismatch;
 use crate::violation::{Site, Violation};
 
@@ -29,6 +30,65 @@ pub(super) enum Change {
 /// Race sections on the executor: queueing on the main thread, the run,
 /// then every check.
 impl Executor {
+    /// A race op: a step queued for the section, or a contention op.
+    /// [`Executor::dispatch`] hands it race ops only.
+    pub(super) fn race_op(&mut self, op: &Op) -> Outcome {
+        let slot = |s: &Self, raw: usize| s.shadow.slot(raw);
+        match *op {
+            Op::RaceAlloc {
+                worker,
+                size,
+                align,
+                zeroed,
+            } => self.queue_alloc(worker, size, align, zeroed),
+            Op::RaceFree {
+                worker,
+                slot: s,
+                sized,
+            } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.queue_change(worker, i, Change::Free { sized })
+            }),
+            Op::RaceRealloc {
+                worker,
+                slot: s,
+                to,
+            } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.queue_change(worker, i, Change::Realloc(to))
+            }),
+            Op::RaceResize {
+                worker,
+                slot: s,
+                to,
+                extra,
+            } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.queue_change(worker, i, Change::Resize(to, extra))
+            }),
+            Op::RaceUsableSize { worker, slot: s } => slot(self, s).map_or(Outcome::Skipped, |i| {
+                self.queue_change(worker, i, Change::Usable)
+            }),
+            Op::RaceRemoteFree {
+                freer,
+                owner,
+                size,
+                align,
+                count,
+            } => self.remote_free_race(freer, owner, size, align, count),
+            Op::RaceExit {
+                worker,
+                size,
+                align,
+                count,
+            } => self.race_exit(worker, size, align, count),
+            Op::RaceChurn { size, align, count } => self.queue_churn(size, align, count),
+            Op::RaceFork {
+                worker,
+                size,
+                align,
+            } => self.race_fork(worker, size, align),
+            _ => unreachable!("not a race op: {op}"),
+        }
+    }
+
     pub(super) fn queue_alloc(
         &mut self,
         worker: usize,

@@ -3,7 +3,7 @@
 //! main thread waits for all.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 
 use super::claims::Claims;
@@ -57,52 +57,34 @@ pub fn run(
         .filter(|(w, s)| starts(*w, s))
         .count();
     let gate = Arc::new(AtomicUsize::new(0));
-    let inside = Arc::new(Inside::default());
-    // Each worker leaves its results here; the last of a run to finish
-    // wakes the main thread, once (not once per worker, each wakeup
-    // taking a CPU from the workers still racing).
-    let results = Arc::new(Mutex::new(Vec::new()));
-    let left = Arc::new(AtomicUsize::new(busy));
     let (tx, rx) = channel();
+    let shared = Shared {
+        alloc,
+        heaps,
+        inside: Arc::new(Inside::default()),
+        claims,
+        results: Arc::new(Mutex::new(Vec::new())),
+        tx,
+    };
+    let left = Arc::new(AtomicUsize::new(busy));
     let serial = SERIAL.load(Ordering::Relaxed);
     for (worker, script) in section.scripts.into_iter().enumerate() {
         if !starts(worker, &script) {
             continue;
         }
-        let (inside, claims, tx, heaps, results) = (
-            inside.clone(),
-            claims.clone(),
-            tx.clone(),
-            heaps.clone(),
-            results.clone(),
-        );
-        let (gate, together, left) = match serial {
-            true => (
-                Arc::new(AtomicUsize::new(0)),
-                1,
-                Arc::new(AtomicUsize::new(1)),
-            ),
-            false => (gate.clone(), busy, left.clone()),
+        let start = match serial {
+            true => Start {
+                gate: Arc::new(AtomicUsize::new(0)),
+                together: 1,
+                left: Arc::new(AtomicUsize::new(1)),
+            },
+            false => Start {
+                gate: gate.clone(),
+                together: busy,
+                left: left.clone(),
+            },
         };
-        let job = move || {
-            wait_for_all(&gate, together);
-            let mut done = Vec::with_capacity(script.len());
-            for s in script {
-                let d = super::race_steps::step(alloc, heaps.get(), &s, &inside, &claims);
-                let overlapped = matches!(d, Done::Overlap { .. });
-                done.push((s, d));
-                if overlapped {
-                    break;
-                }
-            }
-            results
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((worker, done));
-            if left.fetch_sub(1, Ordering::AcqRel) == 1 {
-                let _ = tx.send(());
-            }
-        };
+        let job = shared.clone().job(worker, script, start);
         match exits[worker] {
             true => pool.start_last(worker, job),
             false => pool.start(worker, job),
@@ -113,11 +95,11 @@ pub fn run(
             pool.reap();
         }
     }
-    drop(tx);
+    drop(shared.tx);
     if !serial {
         rx.recv().expect("a worker thread died in a race section");
     }
-    let mut results = std::mem::take(&mut *results.lock().unwrap_or_else(|e| e.into_inner()));
+    let results = std::mem::take(&mut *shared.results.lock().unwrap_or_else(|e| e.into_inner()));
     assert_eq!(
         results.len(),
         busy,
@@ -126,6 +108,80 @@ pub fn run(
     // The exits' thread-local destructors may still run, racing the
     // others' last steps: the section ends when they are done.
     pool.reap();
+    in_order(results, &shared.inside)
+}
+
+/// What every worker of a section shares: the allocator and heap calls
+/// its steps make, the count of workers inside the allocator, the claims
+/// on live bytes, where it leaves its results (with its index), and the
+/// channel on which the last to finish wakes the main thread.
+#[derive(Clone)]
+struct Shared {
+    alloc: &'static dyn Allocator,
+    heaps: HeapCalls,
+    inside: Arc<Inside>,
+    claims: Arc<Claims>,
+    results: Arc<Mutex<Results>>,
+    tx: Sender<()>,
+}
+
+/// What each worker's steps did, with its index, in the order they
+/// finished.
+type Results = Vec<(usize, Vec<(Step, Done)>)>;
+
+/// When a worker starts and whether it is the last to finish: it waits
+/// at `gate` until `together` workers are there, and `left` counts the
+/// workers of its run still running.
+struct Start {
+    gate: Arc<AtomicUsize>,
+    together: usize,
+    left: Arc<AtomicUsize>,
+}
+
+impl Shared {
+    /// Worker `worker`'s job: it waits for the others at `start`, runs
+    /// `script`, leaves its results, and wakes the main thread if it is
+    /// the last of its run to finish (once, not once per worker, each
+    /// wakeup taking a CPU from the workers still racing).
+    fn job(self, worker: usize, script: Vec<Step>, start: Start) -> impl FnOnce() + Send + 'static {
+        move || {
+            wait_for_all(&start.gate, start.together);
+            let done = self.steps(script);
+            self.results
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((worker, done));
+            if start.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let _ = self.tx.send(());
+            }
+        }
+    }
+
+    /// Runs `script`'s steps in order, up to the first handed bytes a
+    /// live block owns ([`Done::Overlap`]); returns each with what it did.
+    fn steps(&self, script: Vec<Step>) -> Vec<(Step, Done)> {
+        let mut done = Vec::with_capacity(script.len());
+        for s in script {
+            let d = super::race_steps::step(
+                self.alloc,
+                self.heaps.get(),
+                &s,
+                &self.inside,
+                &self.claims,
+            );
+            let overlapped = matches!(d, Done::Overlap { .. });
+            done.push((s, d));
+            if overlapped {
+                break;
+            }
+        }
+        done
+    }
+}
+
+/// What the section did, from each worker's results and `inside`'s
+/// counts: the steps' results, worker 0's script first.
+fn in_order(mut results: Results, inside: &Inside) -> Ran {
     results.sort_by_key(|(worker, _)| *worker);
     let (most_inside, calls) = inside.counts();
     Ran {

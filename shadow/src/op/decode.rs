@@ -280,6 +280,24 @@ impl ArbThreadOp {
     fn lower(self, h: &mut History) -> Op {
         match self {
             ArbThreadOp::Basic(op) => op.lower(h),
+            ArbThreadOp::Race(op) => op.lower(h),
+            ArbThreadOp::WorkerAlloc(..)
+            | ArbThreadOp::WorkerFree(..)
+            | ArbThreadOp::WorkerRealloc(..)
+            | ArbThreadOp::WorkerCheck(..)
+            | ArbThreadOp::ThreadExit(..)
+            | ArbThreadOp::ExitCall(..) => self.lower_worker(h),
+            ArbThreadOp::RemoteFree(..)
+            | ArbThreadOp::Exit(..)
+            | ArbThreadOp::Churn(..)
+            | ArbThreadOp::Fork(..) => self.lower_contention(h),
+        }
+    }
+
+    /// A worker's op, or its thread's exit, lowered; `self` is one of
+    /// them.
+    fn lower_worker(self, h: &mut History) -> Op {
+        match self {
             ArbThreadOp::WorkerAlloc(w, size, align) => {
                 let (size, align) = size_align(size, align, h);
                 Op::WorkerAlloc {
@@ -327,7 +345,14 @@ impl ArbThreadOp {
                     }
                 }
             }
-            ArbThreadOp::Race(op) => op.lower(h),
+            _ => unreachable!("`lower` hands lower_worker only a worker's op"),
+        }
+    }
+
+    /// A contention op (remote frees, a thread's exit while others free
+    /// its blocks, churn, a fork), lowered; `self` is one of them.
+    fn lower_contention(self, h: &mut History) -> Op {
+        match self {
             ArbThreadOp::RemoteFree(freer, owner, size, align, count) => {
                 let (size, align) = size_align(size, align, h);
                 Op::RaceRemoteFree {
@@ -370,6 +395,7 @@ impl ArbThreadOp {
                     },
                 }
             }
+            _ => unreachable!("`lower` hands lower_contention only a contention op"),
         }
     }
 }

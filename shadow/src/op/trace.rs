@@ -97,123 +97,29 @@ const MALLOC_ALIGN: usize = 16;
 impl Trace {
     /// Reads a trace file's bytes; `Err` says what is wrong with them.
     pub fn parse(data: &[u8]) -> Result<Trace, String> {
-        let body = match data.strip_prefix(HEADER.as_slice()) {
-            Some(body) => body,
-            None if data.starts_with(b"allocsoak-trace") => return Err("recorded in an older trace format; record it again with this `allocsoak trace record`".into()),
-            None => return Err("not an allocsoak trace (its first bytes are not `allocsoak-trace2`); record one with `allocsoak trace record`".into()),
-        };
-        let mut trace = Trace::default();
-        // The block each live address is, and which replay thread each
-        // recorded thread is.
-        let mut live: HashMap<u64, usize> = HashMap::new();
-        let mut threads: HashMap<u32, usize> = HashMap::new();
         let mut records = Records {
-            data: body,
+            data: body_of(data)?,
             tid: 0,
             last: 0,
         };
+        let mut reading = Reading::default();
         while let Some(record) = records.next_record() {
             let (kind, tid, a, b, result) = record.map_err(|e| {
                 format!(
                     "record {} {e}: the file is damaged",
-                    trace.calls + trace.resident.len()
+                    reading.trace.calls + reading.trace.resident.len()
                 )
             })?;
-            let next = threads.len();
-            let t = *threads.entry(tid).or_insert(next % MAX_THREADS);
-            if trace.threads.len() <= t {
-                trace.threads.resize(t + 1, Vec::new());
-            }
-            let fresh = |trace: &mut Trace,
-                         live: &mut HashMap<u64, usize>,
-                         size: u64,
-                         align: usize,
-                         zeroed: bool| {
-                let (Ok(size), false) = (usize::try_from(size), result == 0 || size == 0) else {
-                    trace.skipped += 1;
-                    return;
-                };
-                let block = trace.blocks;
-                trace.blocks += 1;
-                live.insert(result, block);
-                trace.threads[t].push(Step::Alloc {
-                    block,
-                    size,
-                    align,
-                    zeroed,
-                });
+            let thread = reading.thread_of(tid);
+            let call = Call {
+                thread,
+                a,
+                b,
+                result,
             };
-            match kind {
-                1 => {
-                    trace.calls += 1;
-                    fresh(&mut trace, &mut live, a, MALLOC_ALIGN, false)
-                }
-                3 => {
-                    trace.calls += 1;
-                    fresh(
-                        &mut trace,
-                        &mut live,
-                        a.saturating_mul(b),
-                        MALLOC_ALIGN,
-                        true,
-                    )
-                }
-                5 => {
-                    trace.calls += 1;
-                    let align = usize::try_from(a).unwrap_or(0).max(MALLOC_ALIGN);
-                    match align.is_power_of_two() {
-                        true => fresh(&mut trace, &mut live, b, align, false),
-                        false => trace.skipped += 1,
-                    }
-                }
-                2 => {
-                    trace.calls += 1;
-                    match live.remove(&a) {
-                        Some(block) => trace.threads[t].push(Step::Free { block }),
-                        None => trace.skipped += 1,
-                    }
-                }
-                4 => {
-                    trace.calls += 1;
-                    match (a, live.get(&a).copied()) {
-                        // realloc(NULL, n) is malloc(n).
-                        (0, _) => fresh(&mut trace, &mut live, b, MALLOC_ALIGN, false),
-                        (_, None) => trace.skipped += 1,
-                        // A failed realloc leaves the block as it was.
-                        _ if result == 0 && b != 0 => trace.skipped += 1,
-                        // realloc(p, 0) frees p (glibc).
-                        (_, Some(block)) if b == 0 => {
-                            live.remove(&a);
-                            trace.threads[t].push(Step::Free { block });
-                        }
-                        (_, Some(block)) => {
-                            live.remove(&a);
-                            live.insert(result, block);
-                            trace.threads[t].push(Step::Realloc {
-                                block,
-                                size: b as usize,
-                            });
-                        }
-                    }
-                }
-                6 => trace.resident.push(Mark {
-                    calls: trace.calls,
-                    steps: trace.threads.iter().map(Vec::len).sum(),
-                    bytes: a,
-                }),
-                7 => trace.truncated = true,
-                _ => unreachable!("Records yields the kinds it knows"),
-            }
+            reading.add(kind, call);
         }
-        // Blocks the program never freed are freed at the replay's end, on
-        // the thread that made them (in `Trace::threads` order).
-        let mut left: Vec<(usize, u64)> = live.into_iter().map(|(p, b)| (b, p)).collect();
-        left.sort_unstable();
-        let owner = owners(&trace.threads, trace.blocks);
-        for (block, _) in left {
-            trace.threads[owner[block]].push(Step::Free { block });
-        }
-        Ok(trace)
+        Ok(reading.finish())
     }
 
     /// The bytes the parsed trace holds: a replay process's own memory,
@@ -223,6 +129,159 @@ impl Trace {
         steps * std::mem::size_of::<Step>()
             + self.threads.capacity() * std::mem::size_of::<Vec<Step>>()
             + self.resident.capacity() * std::mem::size_of::<Mark>()
+    }
+}
+
+/// A trace file's records, past its header; `Err` says why the file is
+/// not a trace this reader reads.
+fn body_of(data: &[u8]) -> Result<&[u8], String> {
+    match data.strip_prefix(HEADER.as_slice()) {
+        Some(body) => Ok(body),
+        None if data.starts_with(b"allocsoak-trace") => Err("recorded in an older trace format; record it again with this `allocsoak trace record`".into()),
+        None => Err("not an allocsoak trace (its first bytes are not `allocsoak-trace2`); record one with `allocsoak trace record`".into()),
+    }
+}
+
+/// One record's fields as [`Records`] decoded them, its thread turned
+/// into the replay thread it runs on.
+#[derive(Clone, Copy)]
+struct Call {
+    thread: usize,
+    a: u64,
+    b: u64,
+    result: u64,
+}
+
+/// A trace as its records are read into it.
+#[derive(Default)]
+struct Reading {
+    trace: Trace,
+    /// The block each live address is.
+    live: HashMap<u64, usize>,
+    /// The replay thread each recorded thread is.
+    threads: HashMap<u32, usize>,
+}
+
+impl Reading {
+    /// The replay thread recorded thread `tid` runs on, given (with its
+    /// list of steps) at its first record.
+    fn thread_of(&mut self, tid: u32) -> usize {
+        let next = self.threads.len();
+        let t = *self.threads.entry(tid).or_insert(next % MAX_THREADS);
+        if self.trace.threads.len() <= t {
+            self.trace.threads.resize(t + 1, Vec::new());
+        }
+        t
+    }
+
+    /// Adds a record of `kind` to the trace: a call's step (or a skipped
+    /// call), a resident mark, or the recorder's stop at its cap.
+    fn add(&mut self, kind: u32, call: Call) {
+        match kind {
+            1 => {
+                self.trace.calls += 1;
+                self.alloc(call, call.a, MALLOC_ALIGN, false)
+            }
+            3 => {
+                self.trace.calls += 1;
+                self.alloc(call, call.a.saturating_mul(call.b), MALLOC_ALIGN, true)
+            }
+            5 => {
+                self.trace.calls += 1;
+                let align = usize::try_from(call.a).unwrap_or(0).max(MALLOC_ALIGN);
+                match align.is_power_of_two() {
+                    true => self.alloc(call, call.b, align, false),
+                    false => self.trace.skipped += 1,
+                }
+            }
+            2 => {
+                self.trace.calls += 1;
+                self.free(call)
+            }
+            4 => {
+                self.trace.calls += 1;
+                self.realloc(call)
+            }
+            6 => self.trace.resident.push(Mark {
+                calls: self.trace.calls,
+                steps: self.trace.threads.iter().map(Vec::len).sum(),
+                bytes: call.a,
+            }),
+            7 => self.trace.truncated = true,
+            _ => unreachable!("Records yields the kinds it knows"),
+        }
+    }
+
+    /// Adds a new block of `size` at `call.result`, on the call's thread;
+    /// a failed call or a size-0 request is skipped.
+    fn alloc(&mut self, call: Call, size: u64, align: usize, zeroed: bool) {
+        let (Ok(size), false) = (usize::try_from(size), call.result == 0 || size == 0) else {
+            self.trace.skipped += 1;
+            return;
+        };
+        let block = self.trace.blocks;
+        self.trace.blocks += 1;
+        self.live.insert(call.result, block);
+        self.trace.threads[call.thread].push(Step::Alloc {
+            block,
+            size,
+            align,
+            zeroed,
+        });
+    }
+
+    /// Adds a free of the block at `call.a`; skipped when no live block is
+    /// there.
+    fn free(&mut self, call: Call) {
+        match self.live.remove(&call.a) {
+            Some(block) => self.trace.threads[call.thread].push(Step::Free { block }),
+            None => self.trace.skipped += 1,
+        }
+    }
+
+    /// Adds a realloc of the block at `call.a` to `call.b` bytes, which
+    /// leaves it at `call.result`.
+    fn realloc(&mut self, call: Call) {
+        let Call {
+            thread: t,
+            a,
+            b,
+            result,
+        } = call;
+        match (a, self.live.get(&a).copied()) {
+            // realloc(NULL, n) is malloc(n).
+            (0, _) => self.alloc(call, b, MALLOC_ALIGN, false),
+            (_, None) => self.trace.skipped += 1,
+            // A failed realloc leaves the block as it was.
+            _ if result == 0 && b != 0 => self.trace.skipped += 1,
+            // realloc(p, 0) frees p (glibc).
+            (_, Some(block)) if b == 0 => {
+                self.live.remove(&a);
+                self.trace.threads[t].push(Step::Free { block });
+            }
+            (_, Some(block)) => {
+                self.live.remove(&a);
+                self.live.insert(result, block);
+                self.trace.threads[t].push(Step::Realloc {
+                    block,
+                    size: b as usize,
+                });
+            }
+        }
+    }
+
+    /// The trace, with the blocks the program never freed freed at the
+    /// replay's end, on the thread that made them (in `Trace::threads`
+    /// order).
+    fn finish(self) -> Trace {
+        let mut trace = self.trace;
+        let mut left: Vec<(usize, u64)> = self.live.into_iter().map(|(p, b)| (b, p)).collect();
+        left.sort_unstable();
+        let owner = owners(&trace.threads, trace.blocks);
+        for (block, _) in left {
+            trace.threads[owner[block]].push(Step::Free { block });
+        }
+        trace
     }
 }
 

@@ -12,7 +12,7 @@ use anyhow::Result;
 use shadow::Target;
 use soak::engines::project::Project;
 use soak::foundation::config::Config;
-use soak::tools::trace::{self, Work};
+use soak::tools::trace::{self, Replayed, Work};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -43,14 +43,7 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
         false => args.allocators,
     };
     let workloads = match args.workloads.is_empty() {
-        true => {
-            let mut seeds: Vec<PathBuf> = std::fs::read_dir(project.seeds(Target::Workload))?
-                .flatten()
-                .map(|e| e.path())
-                .collect();
-            seeds.sort();
-            seeds
-        }
+        true => seeds(&project)?,
         false => args.workloads,
     };
     let work = workloads
@@ -79,55 +72,90 @@ pub fn run(args: Args, project: Project, _config: Config) -> Result<bool> {
     let mut clean = true;
     let mut csv = String::from("work,allocator,point,at,bytes\n");
     for w in work {
-        let name = match &w {
-            Work::Workload(path) => {
-                let data = std::fs::read(path)?;
-                let program = shadow::Program::from_input(Target::Workload, &data)
-                    .map_err(anyhow::Error::msg)?;
-                program
-                    .ops
-                    .first()
-                    .map_or("an empty workload".into(), |op| op.to_string())
-            }
-            Work::Trace(path) => format!("trace {}", path.display()),
-        };
+        let name = work_name(&w)?;
         let name = name.strip_prefix("workload ").unwrap_or(&name);
         let runs = allocators
             .iter()
             .map(|a| trace::run(&drift, &w, a))
             .collect::<Result<Vec<_>>>()?;
-        let (secs, peak) = (runs[0].secs, runs[0].peak);
-        let most = runs
-            .iter()
-            .flat_map(|r| r.curve.bytes.iter().copied())
-            .max();
-        for r in &runs {
-            println!(
-                "{:<64} {:<aw$} {:>8.2} {:>12.0} {:>9.1} {:>10.1} {:>7.2} {:>7.2}  {:<WIDTH$}  {}",
-                name,
-                r.allocator,
-                r.secs,
-                r.calls as f64 / r.secs.max(1e-9),
-                r.peak as f64 / f64::from(1 << 20),
-                r.steady as f64 / f64::from(1 << 20),
-                r.secs / secs.max(1e-9),
-                r.peak as f64 / (peak as f64).max(1.0),
-                sparkline(&r.curve.bytes, most.unwrap_or(0), WIDTH),
-                r.failed.as_deref().unwrap_or("clean")
-            );
-            clean &= r.failed.is_none();
-            let last = r.curve.bytes.len().saturating_sub(1).max(1);
-            for (i, b) in r.curve.bytes.iter().enumerate() {
-                let at = i as f64 / last as f64;
-                csv += &format!("\"{name}\",{},{i},{at:.3},{b}\n", r.allocator);
-            }
-        }
+        clean &= print_runs(name, aw, &runs);
+        csv += &curves(name, &runs);
     }
     if let Some(path) = args.curves {
         soak::foundation::state::write_atomic(&path, csv.as_bytes())?;
         println!("curves: {}", path.display());
     }
     Ok(clean)
+}
+
+/// The committed workload seeds, sorted.
+fn seeds(project: &Project) -> Result<Vec<PathBuf>> {
+    let mut seeds: Vec<PathBuf> = std::fs::read_dir(project.seeds(Target::Workload))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    seeds.sort();
+    Ok(seeds)
+}
+
+/// What a row names `work` by: a workload's first op (its shape), or the
+/// trace's path.
+fn work_name(work: &Work) -> Result<String> {
+    Ok(match work {
+        Work::Workload(path) => {
+            let data = std::fs::read(path)?;
+            let program =
+                shadow::Program::from_input(Target::Workload, &data).map_err(anyhow::Error::msg)?;
+            program
+                .ops
+                .first()
+                .map_or("an empty workload".into(), |op| op.to_string())
+        }
+        Work::Trace(path) => format!("trace {}", path.display()),
+    })
+}
+
+/// Prints a row per run of the work `name`, the allocator column `aw`
+/// wide, each beside the first run's time and peak and drawn on the
+/// work's one scale; whether every run was clean.
+fn print_runs(name: &str, aw: usize, runs: &[Replayed]) -> bool {
+    let (secs, peak) = (runs[0].secs, runs[0].peak);
+    let most = runs
+        .iter()
+        .flat_map(|r| r.curve.bytes.iter().copied())
+        .max();
+    let mut clean = true;
+    for r in runs {
+        println!(
+            "{:<64} {:<aw$} {:>8.2} {:>12.0} {:>9.1} {:>10.1} {:>7.2} {:>7.2}  {:<WIDTH$}  {}",
+            name,
+            r.allocator,
+            r.secs,
+            r.calls as f64 / r.secs.max(1e-9),
+            r.peak as f64 / f64::from(1 << 20),
+            r.steady as f64 / f64::from(1 << 20),
+            r.secs / secs.max(1e-9),
+            r.peak as f64 / (peak as f64).max(1.0),
+            sparkline(&r.curve.bytes, most.unwrap_or(0), WIDTH),
+            r.failed.as_deref().unwrap_or("clean")
+        );
+        clean &= r.failed.is_none();
+    }
+    clean
+}
+
+/// The `--curves` CSV lines of the work `name`'s runs: every point of
+/// each, at its place in the run (0 to 1).
+fn curves(name: &str, runs: &[Replayed]) -> String {
+    let mut csv = String::new();
+    for r in runs {
+        let last = r.curve.bytes.len().saturating_sub(1).max(1);
+        for (i, b) in r.curve.bytes.iter().enumerate() {
+            let at = i as f64 / last as f64;
+            csv += &format!("\"{name}\",{},{i},{at:.3},{b}\n", r.allocator);
+        }
+    }
+    csv
 }
 
 /// `bytes` as `width` bars, each its points' most, on a scale whose top

@@ -18,19 +18,21 @@
 //! ```
 //! The folder is made beside the old one and renamed over it.
 
+mod allocator;
 pub mod sources;
 pub mod summary;
 
-use std::collections::hash_map::{Entry, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use shadow::Target;
 
-use crate::engines::project::{runs_jemalloc, Build, Project};
+use crate::engines::project::{runs_jemalloc, Project};
 use crate::foundation::state::StateDir;
 use crate::foundation::store::Store;
+use allocator::Covering;
 pub use summary::Coverage;
 
 /// What to cover: the state dir whose corpora run, which allocators
@@ -138,126 +140,43 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             req.state.display()
         );
     }
-    // What the soak ran: an allocator's own slots' targets, whose corpora
-    // (and seeds) are what it was fuzzed with.
-    let targets_of = |allocator: &str| -> Vec<Target> {
-        if !req.targets.is_empty() {
-            return req.targets.clone();
-        }
-        match slots.iter().find(|(a, _)| a == allocator) {
-            Some((_, targets)) => targets.clone(),
-            None => Target::ALL.to_vec(),
-        }
-    };
     let tools = Tools::find()?;
-    // Each build an allocator runs in (a mimalloc flavor's is its own),
-    // made once, with its dependency graph.
-    let mut graphs: HashMap<Build, cargo_metadata::Metadata> = HashMap::new();
     let out = state.coverage();
     let work = crate::foundation::state::tmp_path(&out);
     crate::foundation::state::remove_scratch(&work)?;
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
     let _gone_unless_renamed = Unmade(&work);
-    // Profiles, findings and known keys of the runs: gone once reported.
-    let scratch = work.join("scratch");
+    let mut covering = Covering {
+        project,
+        state: &state,
+        store: &store,
+        tools: &tools,
+        work: &work,
+        out: &out,
+        scratch: work.join("scratch"),
+        jemalloc: allocators.iter().any(|a| runs_jemalloc(a)),
+        graphs: HashMap::new(),
+    };
     let mut report = Report {
         dir: out.clone(),
         allocators: Vec::new(),
         skipped: Vec::new(),
     };
-    // jemalloc is built in only when covered (a zoo on it too).
-    let jemalloc = allocators.iter().any(|a| runs_jemalloc(a));
     for allocator in allocators {
-        let build = Build::for_allocator(&allocator);
-        let graph = match graphs.entry(build) {
-            Entry::Occupied(graph) => graph.into_mut(),
-            Entry::Vacant(slot) => {
-                project.build_coverage(build, jemalloc)?;
-                slot.insert(crate::foundation::cargo::resolve(
-                    &project.fuzz_dir().join("Cargo.toml"),
-                    Some(build.coverage_features(jemalloc)),
-                )?)
-            }
-        };
-        let sources = match project.sources(graph, &allocator) {
+        let sources = match covering.sources(&allocator)? {
             Ok(s) => s,
             Err(why) => {
                 report.skipped.push((allocator, why));
                 continue;
             }
         };
-        let targets = targets_of(&allocator);
-        let binaries: Vec<PathBuf> = targets
-            .iter()
-            .map(|t| project.coverage_binary(build, *t))
-            .collect();
-        // A library's coverage build runs in the soak's library's place,
-        // and its mapping is the one reported on.
-        let (runs_as, objects) = match &sources.library {
-            Some(library) => (library.runs_as.clone(), vec![library.object.clone()]),
-            None => (allocator.clone(), binaries.clone()),
-        };
-        let name = safe_name(&allocator);
-        let profiles = scratch.join("profiles").join(&name);
-        std::fs::create_dir_all(&profiles)?;
-        let tolerate = scratch.join(format!("{name}.tolerate"));
-        let keys: String = store
-            .tolerated_keys(&allocator)?
-            .into_iter()
-            .map(|(_, k)| format!("{k}\n"))
-            .collect();
-        crate::foundation::state::write_atomic(&tolerate, keys.as_bytes())?;
-        let (mut inputs, mut failed) = (0, 0);
-        for (target, binary) in targets.iter().zip(&binaries) {
-            let dirs: Vec<PathBuf> = [state.corpus(*target), project.seeds(*target)]
-                .into_iter()
-                .filter_map(|d| d.canonicalize().ok())
-                .collect();
-            let run = Replay {
-                binary,
-                allocator: &runs_as,
-                profiles: &profiles,
-                tolerate: &tolerate,
-                findings: &scratch
-                    .join("findings")
-                    .join(format!("{name}-{}", target.name())),
-                prefix: target.name(),
-            };
-            let (n, f) = run.all(&dirs)?;
-            inputs += n;
-            failed += f;
-        }
-        if inputs > 0 && failed == inputs {
-            bail!(
-                "every input failed on {allocator} in the coverage build; see why with `ALLOCSOAK_ALLOCATOR={runs_as} {} <an input>`",
-                binaries[0].display()
-            );
-        }
-        let profdata = work.join(format!("{name}.profdata"));
-        tools.merge(&profiles, &profdata)?;
-        let json = tools.export(&profdata, &objects, &sources.paths)?;
-        let coverage = Coverage::from_export(&json)
-            .context("llvm-cov export printed JSON allocsoak cannot read")?;
-        // A library's files, named by the folder they share.
-        let roots = match sources.library {
-            Some(_) => coverage.common_folder().into_iter().collect(),
-            None => sources.paths.clone(),
-        };
-        let html = work.join("html").join(&name);
-        tools.html(&profdata, &objects, &sources.paths, &html)?;
-        report.allocators.push(Covered {
-            allocator,
-            coverage,
-            roots,
-            inputs,
-            failed,
-            html: out.join("html").join(&name).join("index.html"),
-            profdata: out.join(format!("{name}.profdata")),
-            objects,
-        });
+        let targets = targets_of(req, &slots, &allocator);
+        report
+            .allocators
+            .push(covering.cover(allocator, targets, &sources)?);
     }
-    crate::foundation::state::remove_scratch(&scratch)?;
+    crate::foundation::state::remove_scratch(&covering.scratch)?;
     if report.allocators.is_empty() {
         // The last report stays as it was.
         let why: Vec<String> = report
@@ -270,11 +189,33 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
             why.join("; ")
         );
     }
+    write_report(&state, &work, &report, &tools.cov)?;
+    swap_in(&work, &out)?;
+    Ok(report)
+}
+
+/// The targets whose inputs run on `allocator`: those asked for, else
+/// what the soak ran, its own `slots`' targets (whose corpora and seeds
+/// are what it was fuzzed with), else all.
+fn targets_of(req: &Request, slots: &[(String, Vec<Target>)], allocator: &str) -> Vec<Target> {
+    if !req.targets.is_empty() {
+        return req.targets.clone();
+    }
+    match slots.iter().find(|(a, _)| a == allocator) {
+        Some((_, targets)) => targets.clone(),
+        None => Target::ALL.to_vec(),
+    }
+}
+
+/// Writes the report's files into `work`: `COVERAGE.md` (`cov` the
+/// llvm-cov that made it), `history.json` (the state dir's points so far
+/// and this report's) and `summary.json`.
+fn write_report(state: &StateDir, work: &Path, report: &Report, cov: &str) -> Result<()> {
     crate::foundation::state::write_atomic(
         &work.join("COVERAGE.md"),
-        summary_markdown(&report, &tools.cov).as_bytes(),
+        summary_markdown(report, cov).as_bytes(),
     )?;
-    let mut points = history(&state)?;
+    let mut points = history(state)?;
     let at = crate::foundation::store::now();
     points.extend(report.allocators.iter().map(|a| Point {
         at,
@@ -287,10 +228,8 @@ pub fn run(project: &Project, req: &Request) -> Result<Report> {
     )?;
     crate::foundation::state::write_atomic(
         &work.join("summary.json"),
-        serde_json::to_string_pretty(&report)?.as_bytes(),
-    )?;
-    swap_in(&work, &out)?;
-    Ok(report)
+        serde_json::to_string_pretty(report)?.as_bytes(),
+    )
 }
 
 /// A report being made: removed if the run ends before it is renamed in

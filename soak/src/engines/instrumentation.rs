@@ -12,6 +12,7 @@ use object::read::archive::ArchiveFile;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::engines::project::{Build, Project};
+use crate::foundation::declared::Declared;
 
 /// The section where `-fsanitize=fuzzer-no-link` puts 8-bit edge counters.
 const COUNTERS: &str = "__sancov_cntrs";
@@ -186,29 +187,7 @@ pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
     }
     let mut ok = true;
     for path in archives.iter().chain(&libraries) {
-        let c = count(path)?;
-        println!(
-            "instrumentation {} counters={} objects={}/{}",
-            path.display(),
-            c.counters,
-            c.instrumented,
-            c.objects
-        );
-        let library = libraries.contains(path);
-        if c.counters == 0 && library {
-            eprintln!(
-                "allocsoak: {} has no coverage counters; build it with {} -g -fsanitize=fuzzer-no-link,address -fsanitize-recover=address -shared -fPIC",
-                path.display(),
-                crate::engines::project::clang().unwrap_or_else(|_| "clang-<nightly's LLVM>".into())
-            );
-        }
-        if !c.debug_info && library {
-            eprintln!(
-                "allocsoak: {} has no debug info; build it with -g, so a bug in a helper inlined into several entry points is one group and its reports give lines",
-                path.display()
-            );
-        }
-        ok &= c.counters > 0;
+        ok &= print_counters(path, libraries.contains(path))?;
     }
     // In the plain build: a config's glue keeps its coverage, as a generic
     // allocator's code is instantiated there, and so do the instances of
@@ -221,49 +200,91 @@ pub fn check(project: &Project, dylibs: &[PathBuf]) -> Result<bool> {
         )?;
     }
     if dylibs.is_empty() && !project.declared().is_empty() {
-        let binary = project.binary(Build::Asan, shadow::Target::AllocOps);
-        let counted = count_in_binary(&binary)?;
-        // A library's counters are its own, counted above.
-        for d in project.declared().iter().filter(|d| d.dylib.is_none()) {
-            // A C allocator's functions: its sources' local ones, and the
-            // ones isolation made local, which the linker lists after its
-            // shim's file symbol (`allocsoak-declared-c`).
-            // A crate's symbols carry its package's name: two releases of
-            // one package (`package`) are counted together.
-            let counters: u64 = match (d.package_name(), &d.c) {
-                (Some(krate), _) => counted
-                    .crates
-                    .get(&krate.replace('-', "_"))
-                    .copied()
-                    .unwrap_or(0),
-                (None, Some(c)) => c
-                    .sources
-                    .iter()
-                    .filter_map(|s| s.file_name())
-                    .map(|f| f.to_string_lossy().into_owned())
-                    .chain([format!("allocsoak_c_{}.c", d.ident())])
-                    .filter_map(|f| counted.files.get(&f))
-                    .sum(),
-                (None, None) => 0,
-            };
-            println!(
-                "instrumentation {} allocator={} counters={counters}",
-                binary.display(),
-                d.name
-            );
-            // A crate's own code may all be inlined into its callers (a
-            // wrapper's `#[inline]` methods), or be another crate's (a
-            // `-sys` crate's C): it has no functions to count. C sources
-            // are compiled here, with coverage, and must have counters.
-            match (&d.c, counters) {
-                (Some(_), 0) => ok = false,
-                (None, 0) => println!(
-                    "  (crate {} has no functions of its own in the binary: inlined into its callers, or its code is another crate's)",
-                    d.package_name().unwrap_or_default()
-                ),
-                _ => {}
-            }
+        ok &= declared_covered(project)?;
+    }
+    Ok(ok)
+}
+
+/// Prints the counters of the archive or shared object at `path`, and for
+/// a `library` how to build it when it has no counters or no debug info;
+/// whether it has counters.
+fn print_counters(path: &Path, library: bool) -> Result<bool> {
+    let c = count(path)?;
+    println!(
+        "instrumentation {} counters={} objects={}/{}",
+        path.display(),
+        c.counters,
+        c.instrumented,
+        c.objects
+    );
+    if c.counters == 0 && library {
+        eprintln!(
+            "allocsoak: {} has no coverage counters; build it with {} -g -fsanitize=fuzzer-no-link,address -fsanitize-recover=address -shared -fPIC",
+            path.display(),
+            crate::engines::project::clang().unwrap_or_else(|_| "clang-<nightly's LLVM>".into())
+        );
+    }
+    if !c.debug_info && library {
+        eprintln!(
+            "allocsoak: {} has no debug info; build it with -g, so a bug in a helper inlined into several entry points is one group and its reports give lines",
+            path.display()
+        );
+    }
+    Ok(c.counters > 0)
+}
+
+/// Prints the counters of each declared allocator that is not a library
+/// in the config's `alloc_ops`; whether every C allocator has some.
+fn declared_covered(project: &Project) -> Result<bool> {
+    let binary = project.binary(Build::Asan, shadow::Target::AllocOps);
+    let counted = count_in_binary(&binary)?;
+    let mut ok = true;
+    // A library's counters are its own, counted above.
+    for d in project.declared().iter().filter(|d| d.dylib.is_none()) {
+        let counters = declared_counters(d, &counted);
+        println!(
+            "instrumentation {} allocator={} counters={counters}",
+            binary.display(),
+            d.name
+        );
+        // A crate's own code may all be inlined into its callers (a
+        // wrapper's `#[inline]` methods), or be another crate's (a
+        // `-sys` crate's C): it has no functions to count. C sources
+        // are compiled here, with coverage, and must have counters.
+        match (&d.c, counters) {
+            (Some(_), 0) => ok = false,
+            (None, 0) => println!(
+                "  (crate {} has no functions of its own in the binary: inlined into its callers, or its code is another crate's)",
+                d.package_name().unwrap_or_default()
+            ),
+            _ => {}
         }
     }
     Ok(ok)
+}
+
+/// The counters of the declared allocator `d` among those `counted` in a
+/// binary: its crate's, or its C sources' and its shim's.
+fn declared_counters(d: &Declared, counted: &InBinary) -> u64 {
+    // A C allocator's functions: its sources' local ones, and the
+    // ones isolation made local, which the linker lists after its
+    // shim's file symbol (`allocsoak-declared-c`).
+    // A crate's symbols carry its package's name: two releases of
+    // one package (`package`) are counted together.
+    match (d.package_name(), &d.c) {
+        (Some(krate), _) => counted
+            .crates
+            .get(&krate.replace('-', "_"))
+            .copied()
+            .unwrap_or(0),
+        (None, Some(c)) => c
+            .sources
+            .iter()
+            .filter_map(|s| s.file_name())
+            .map(|f| f.to_string_lossy().into_owned())
+            .chain([format!("allocsoak_c_{}.c", d.ident())])
+            .filter_map(|f| counted.files.get(&f))
+            .sum(),
+        (None, None) => 0,
+    }
 }

@@ -205,6 +205,34 @@ pub fn export(project: &Project, config: &Config, g: &Group, out: &Path) -> Resu
     let work = state::tmp_path(&bundle);
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
+    copy_group_files(g, &work)?;
+    let inputs = g.inputs()?;
+    let history = &inputs[..inputs.len() - 1];
+    if !history.is_empty() {
+        std::fs::create_dir_all(work.join("history"))?;
+        for file in history {
+            state::copy_atomic(file, &work.join("history").join(file.file_name().unwrap()))?;
+        }
+    }
+    let programs = crate::pipeline::program::read_programs(g.target()?, &inputs)?;
+    let setup = config.test_setup(&g.slot.allocator);
+    let test = shadow::Program::rust_test(&programs, &test_name(&g.row), &g.slot.allocator, &setup);
+    state::write_atomic(&work.join("test.rs"), test.as_bytes())?;
+    let readme = readme(project, config, g, history)?;
+    state::write_atomic(&work.join("README.md"), readme.as_bytes())?;
+    std::fs::rename(&work, &bundle).with_context(|| {
+        format!(
+            "failed to rename {} to {}",
+            work.display(),
+            bundle.display()
+        )
+    })?;
+    Ok(bundle)
+}
+
+/// Copies the files of group `g`'s folder a bug report takes into `work`,
+/// those it has.
+fn copy_group_files(g: &Group, work: &Path) -> Result<()> {
     for name in [
         "REPORT.md",
         "original",
@@ -219,18 +247,13 @@ pub fn export(project: &Project, config: &Config, g: &Group, out: &Path) -> Resu
             state::copy_atomic(&from, &work.join(name))?;
         }
     }
-    let inputs = g.inputs()?;
-    let history = &inputs[..inputs.len() - 1];
-    if !history.is_empty() {
-        std::fs::create_dir_all(work.join("history"))?;
-        for file in history {
-            state::copy_atomic(file, &work.join("history").join(file.file_name().unwrap()))?;
-        }
-    }
-    let programs = crate::pipeline::program::read_programs(g.target()?, &inputs)?;
-    let setup = config.test_setup(&g.slot.allocator);
-    let test = shadow::Program::rust_test(&programs, &test_name(&g.row), &g.slot.allocator, &setup);
-    state::write_atomic(&work.join("test.rs"), test.as_bytes())?;
+    Ok(())
+}
+
+/// The README of group `g`'s bundle: what its files are, and the command
+/// that replays its `history` inputs and its input on allocsoak's fuzz
+/// binary.
+fn readme(project: &Project, config: &Config, g: &Group, history: &[PathBuf]) -> Result<String> {
     let name = |i: &PathBuf| i.file_name().unwrap().to_string_lossy().into_owned();
     let files = history
         .iter()
@@ -243,7 +266,7 @@ pub fn export(project: &Project, config: &Config, g: &Group, out: &Path) -> Resu
     let target = g.target()?;
     let binary = project.binary(Build::for_allocator(&g.slot.allocator), target);
     let binary = binary.strip_prefix(project.root()).unwrap_or(&binary);
-    let readme = format!(
+    Ok(format!(
         "# allocsoak crash group {id}\n\n\
          {title}\n\n\
          Found by allocsoak on {target} / {allocator}. `REPORT.md` has the details.\n\n\
@@ -271,14 +294,5 @@ pub fn export(project: &Project, config: &Config, g: &Group, out: &Path) -> Resu
                 history.len()
             )
         },
-    );
-    state::write_atomic(&work.join("README.md"), readme.as_bytes())?;
-    std::fs::rename(&work, &bundle).with_context(|| {
-        format!(
-            "failed to rename {} to {}",
-            work.display(),
-            bundle.display()
-        )
-    })?;
-    Ok(bundle)
+    ))
 }

@@ -58,61 +58,97 @@ pub fn import(
     let tolerate = scratch.join("tolerate");
     let text: String = keys.iter().map(|(_, k)| format!("{k}\n")).collect();
     state::write_atomic(&tolerate, text.as_bytes())?;
-    let tolerate = (!keys.is_empty()).then_some(tolerate.as_path());
-    let slot_label = format!("{}/{}", origin.target, origin.allocator);
-    let store = Mutex::new(store);
+    let importer = Importer {
+        config,
+        origin,
+        binary: &binary,
+        state: &state,
+        store: Mutex::new(store),
+        slot_id: slot.id,
+        slot_label: format!("{}/{}", origin.target, origin.allocator),
+        keys: &keys,
+        tolerate: (!keys.is_empty()).then_some(tolerate.as_path()),
+        scratch: &scratch,
+    };
     let mut filed = Vec::new();
     for input in inputs {
-        // Replayed as found: it stops at its first bug. Only when that is
-        // a known one and the input goes on to another past it is it
-        // filed with the known ones got past, as a slice's crash is.
-        let replayer = |tolerate| Replayer {
-            binary: &binary,
-            allocator: origin.allocator,
-            tolerate,
-            timeout_secs: config.timeout_secs,
-            rss_limit_mb: config.rss_limit_mb,
-            budget: Default::default(),
-        };
-        let first = replayer(None)
-            .replay(&[input.as_path()], false)?
-            .signature(&slot_label);
-        let behind_known = first.is_some_and(|s| keys.iter().any(|(id, _)| *id == s.id()))
-            && replayer(tolerate)
-                .replay(&[input.as_path()], true)?
-                .reproduced;
+        filed.push(importer.file(input)?);
+    }
+    state::remove_scratch(&scratch)?;
+    Ok(filed)
+}
+
+/// What each input of an import is filed with: the build it replays on,
+/// the state dir and its store, the slot, the allocator's known bugs and
+/// their tolerate file (when there are any), and the scratch folder the
+/// copies are filed from.
+struct Importer<'a> {
+    config: &'a Config,
+    origin: &'a Origin<'a>,
+    binary: &'a Path,
+    state: &'a StateDir,
+    store: Mutex<Store>,
+    slot_id: i64,
+    slot_label: String,
+    keys: &'a [(String, String)],
+    tolerate: Option<&'a Path>,
+    scratch: &'a Path,
+}
+
+impl Importer<'_> {
+    /// Files a copy of `input` (the original stays where it was).
+    fn file(&self, input: &Path) -> Result<Filed> {
+        let behind_known = self.behind_known(input)?;
         let src = Source {
-            target: origin.target,
-            allocator: origin.allocator,
-            engine: origin.engine,
-            slot_id: slot.id,
+            target: self.origin.target,
+            allocator: self.origin.allocator,
+            engine: self.origin.engine,
+            slot_id: self.slot_id,
             slice_id: None,
-            binary: &binary,
-            tolerate: tolerate.filter(|_| behind_known),
+            binary: self.binary,
+            tolerate: self.tolerate.filter(|_| behind_known),
             history: None,
-            timeout_secs: config.timeout_secs,
-            rss_limit_mb: config.rss_limit_mb,
+            timeout_secs: self.config.timeout_secs,
+            rss_limit_mb: self.config.rss_limit_mb,
             budget: Default::default(),
         };
         let name = input
             .file_name()
             .map_or_else(|| "input".into(), |n| n.to_string_lossy().into_owned());
-        let copy = scratch.join(format!("imported-{name}"));
+        let copy = self.scratch.join(format!("imported-{name}"));
         state::copy_atomic(input, &copy)?;
-        filed.push(
-            intake::file(
-                &state,
-                &store,
-                &src,
-                &intake::Artifact {
-                    path: &copy,
-                    engine_log: "",
-                    shown: None,
-                },
-            )
-            .with_context(|| format!("filing {}", input.display()))?,
-        );
+        intake::file(
+            self.state,
+            &self.store,
+            &src,
+            &intake::Artifact {
+                path: &copy,
+                engine_log: "",
+                shown: None,
+            },
+        )
+        .with_context(|| format!("filing {}", input.display()))
     }
-    state::remove_scratch(&scratch)?;
-    Ok(filed)
+
+    /// Whether `input` is filed with the known bugs got past. Replayed as
+    /// found, it stops at its first bug: only when that is a known one and
+    /// the input goes on to another past it is it filed so, as a slice's
+    /// crash is.
+    fn behind_known(&self, input: &Path) -> Result<bool> {
+        let replayer = |tolerate| Replayer {
+            binary: self.binary,
+            allocator: self.origin.allocator,
+            tolerate,
+            timeout_secs: self.config.timeout_secs,
+            rss_limit_mb: self.config.rss_limit_mb,
+            budget: Default::default(),
+        };
+        let first = replayer(None)
+            .replay(&[input], false)?
+            .signature(&self.slot_label);
+        Ok(
+            first.is_some_and(|s| self.keys.iter().any(|(id, _)| *id == s.id()))
+                && replayer(self.tolerate).replay(&[input], true)?.reproduced,
+        )
+    }
 }

@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::foundation::state::{self, StateDir};
-use crate::foundation::store::{utc, GroupRow, Store};
+use crate::foundation::store::{utc, GroupRow, SlotRow, Store};
 use crate::pipeline::record::GroupFile;
 
 /// What the finding's fit said, kept in `drift.toml`.
@@ -46,8 +46,106 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
     }
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
     let log = read("replay.log");
-    let what = log
-        .lines()
+    let stack = where_failed(g, &slot.engine, &log);
+    let variants = variants_table(store, &g.id)?;
+    let program = read("program.txt");
+    let inputs = crate::foundation::state::count_files(&dir.join("inputs"))?;
+    let record = toml::from_str::<GroupFile>(&read("group.toml")).ok();
+    let history = record.as_ref().map_or(0, |g| g.history);
+    let page = Page {
+        g,
+        slot: &slot,
+        what: what_failed(&log, &g.title),
+        stack,
+        variants,
+        which: program_heading(history, g.minimized.is_some()),
+        program,
+        inputs,
+        raised_by: raised_by(g),
+        bisected: bisected_rows(store, &g.id)?,
+        recorded: recorded_rows(record.as_ref()),
+    };
+    state::write_atomic(&dir.join("REPORT.md"), page.text().as_bytes())
+}
+
+/// A crash group's page, each part as it is printed.
+struct Page<'a> {
+    g: &'a GroupRow,
+    slot: &'a SlotRow,
+    /// The replay's line that says what failed.
+    what: &'a str,
+    /// Where it failed (`## Where`).
+    stack: String,
+    /// The `## Variants` section, empty when none was recorded.
+    variants: String,
+    /// The program's heading, and its text.
+    which: String,
+    program: String,
+    /// The raw inputs with this signature beside the original.
+    inputs: usize,
+    /// The table's rows that are there only for some groups, each a line
+    /// or empty: who raised it, what bisect found, what `group.toml` says.
+    raised_by: String,
+    bisected: String,
+    recorded: String,
+}
+
+impl Page<'_> {
+    /// The page's Markdown.
+    fn text(&self) -> String {
+        let (g, slot) = (self.g, self.slot);
+        format!(
+            "# {title}\n\n\
+             | | |\n| --- | --- |\n\
+             | kind | `{kind}` |\n\
+             | signature | `{sig}` |\n\
+             | group | `{id}` |\n\
+             | slot | {target} / {allocator} / {engine} |\n\
+             {raised_by}\
+             | first seen | {first} |\n\
+             | last seen | {last} |\n\
+             | count | {count} |\n\
+             | status | {status} |\n\
+             {bisected}{recorded}\n\
+             ## Reproduce\n\n```sh\n{repro}\n```\n\n\
+             ## What\n\n```text\n{what}\n```\n\n\
+             ## Where\n\n```text\n{stack}\n```\n\n\
+             {variants}\
+             ## {which}\n\n```text\n{program}```\n\n\
+             ## Files\n\n\
+             - `original`: the input the fuzzer wrote; `minimized`: the minimized program as text (when a smaller program fails the same way)\n\
+             - `program.txt`, `stack.txt`, `replay.log` (the replay the above is read from; Miri's output for a Miri group), `engine.log`\n\
+             - `history/`: the inputs replayed before `original`, in order, in one process (only for a crash that needs them)\n\
+             - `inputs/`: {inputs} more raw inputs with this signature\n",
+            title = g.title,
+            kind = g.kind,
+            sig = g.signature.replace('\n', " · "),
+            id = g.id,
+            target = slot.target,
+            allocator = slot.allocator,
+            engine = slot.engine,
+            raised_by = self.raised_by,
+            first = utc(g.first_seen),
+            last = utc(g.last_seen),
+            count = g.count,
+            status = g.status,
+            bisected = self.bisected,
+            recorded = self.recorded,
+            repro = g.repro,
+            what = self.what,
+            stack = self.stack,
+            variants = self.variants,
+            which = self.which,
+            program = self.program,
+            inputs = self.inputs,
+        )
+    }
+}
+
+/// The line of the replay's log that says what failed, else the group's
+/// title; trimmed.
+fn what_failed<'a>(log: &'a str, title: &'a str) -> &'a str {
+    log.lines()
         .find(|l| {
             l.contains("allocsoak violation:")
                 || l.contains("ERROR: ")
@@ -55,46 +153,50 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
                 || l.contains("Assertion")
                 || l.contains("assertion")
         })
-        .unwrap_or(&g.title)
-        .trim();
-    // A code path's group: the allocator functions the failing op ran, or
-    // the one whose store broke a byte, or that computed a value it
-    // answered wrong (`shadow::writer`). Else the frames inside the
-    // harness and the allocator; stack.txt has all.
+        .unwrap_or(title)
+        .trim()
+}
+
+/// Where the group's bug is, from the replay's `log` of a slot of
+/// `engine`. A code path's group: the allocator functions the failing op
+/// ran, or the one whose store broke a byte, or that computed a value it
+/// answered wrong (`shadow::writer`). Else the frames inside the harness
+/// and the allocator; stack.txt has all.
+fn where_failed(g: &GroupRow, engine: &str, log: &str) -> String {
     let signature = g.signature();
-    let stack = match signature.as_ref().filter(|s| s.path) {
+    match signature.as_ref().filter(|s| s.path) {
         // Miri's report: its error, the span and the backtrace it printed.
-        _ if slot.engine == "miri" => miri_report(&log),
+        _ if engine == "miri" => miri_report(log),
         Some(s) => format!(
             "the allocator's functions the failing op ran, or for a byte it broke the one whose \
              store broke it, or for a value it answered wrong the one that computed it (its \
              path, which the group keys on):\n{}",
             s.frames.join("\n")
         ),
-        None => report::stack(&log)
+        None => report::stack(log)
             .iter()
             .filter(|f| !f.is_noise())
             .take(12)
             .map(|f| f.to_string())
             .collect::<Vec<_>>()
             .join("\n"),
-    };
-    let variants = variants_table(store, &g.id)?;
-    let program = read("program.txt");
-    let inputs = crate::foundation::state::count_files(&dir.join("inputs"))?;
-    let record = toml::from_str::<GroupFile>(&read("group.toml")).ok();
+    }
+}
+
+/// The rows `group.toml` adds to the table, each a line when it says so:
+/// how often a racing program reproduces, the history the crash needs,
+/// what minimizing did.
+fn recorded_rows(record: Option<&GroupFile>) -> String {
     let race = record
-        .as_ref()
         .and_then(|g| g.race_rate.as_ref())
         .map_or_else(String::new, |rate| {
             format!(
                 "| reproduces | {rate} (its program races threads: replay it several times; `ALLOCSOAK_SERIAL_RACES=1` before the command runs its sections one worker at a time) |\n"
             )
         });
-    let history = record.as_ref().map_or(0, |g| g.history);
+    let history = record.map_or(0, |g| g.history);
     let needs = if history > 0 {
         let shrunk = record
-            .as_ref()
             .and_then(|g| g.history_shrunk.as_ref())
             .map_or_else(String::new, |s| format!("; shrunk from {s}"));
         format!("| needs its history | the {history} input(s) in `history/`, replayed before it in one process (alone it does not crash){shrunk} |\n")
@@ -102,17 +204,25 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
         String::new()
     };
     let minimized = record
-        .as_ref()
         .and_then(|g| g.minimized_ops.as_ref())
         .map_or_else(String::new, |m| format!("| minimized | {m} |\n"));
-    // A violation the reference side of diff_mimalloc raised is the
-    // reference's bug, found on this slot.
-    let raised_by = report::key::reference_of(&g.signature).map_or_else(String::new, |r| {
+    format!("{race}{needs}{minimized}")
+}
+
+/// The `raised by` row, for a violation the reference side of
+/// diff_mimalloc raised: the reference's bug, found on this slot. Empty
+/// otherwise.
+fn raised_by(g: &GroupRow) -> String {
+    report::key::reference_of(&g.signature).map_or_else(String::new, |r| {
         format!("| raised by | the reference allocator `{r}`, not the allocator under test |\n")
-    });
-    // What `allocsoak bisect` found in the allocator's repository.
-    let bisected: String = store
-        .bisections(&g.id)?
+    })
+}
+
+/// A row per commit `allocsoak bisect` found in the allocator's
+/// repository for group `id`: the one that caused it, or fixed it.
+fn bisected_rows(store: &Store, id: &str) -> Result<String> {
+    Ok(store
+        .bisections(id)?
         .iter()
         .map(|b| {
             format!(
@@ -128,49 +238,17 @@ pub fn write_report(state: &StateDir, store: &Store, g: &GroupRow) -> Result<()>
                 b.skipped
             )
         })
-        .collect();
-    let text = format!(
-        "# {title}\n\n\
-         | | |\n| --- | --- |\n\
-         | kind | `{kind}` |\n\
-         | signature | `{sig}` |\n\
-         | group | `{id}` |\n\
-         | slot | {target} / {allocator} / {engine} |\n\
-         {raised_by}\
-         | first seen | {first} |\n\
-         | last seen | {last} |\n\
-         | count | {count} |\n\
-         | status | {status} |\n\
-         {bisected}{race}{needs}{minimized}\n\
-         ## Reproduce\n\n```sh\n{repro}\n```\n\n\
-         ## What\n\n```text\n{what}\n```\n\n\
-         ## Where\n\n```text\n{stack}\n```\n\n\
-         {variants}\
-         ## {which}\n\n```text\n{program}```\n\n\
-         ## Files\n\n\
-         - `original`: the input the fuzzer wrote; `minimized`: the minimized program as text (when a smaller program fails the same way)\n\
-         - `program.txt`, `stack.txt`, `replay.log` (the replay the above is read from; Miri's output for a Miri group), `engine.log`\n\
-         - `history/`: the inputs replayed before `original`, in order, in one process (only for a crash that needs them)\n\
-         - `inputs/`: {inputs} more raw inputs with this signature\n",
-        title = g.title,
-        kind = g.kind,
-        sig = g.signature.replace('\n', " · "),
-        id = g.id,
-        target = slot.target,
-        allocator = slot.allocator,
-        engine = slot.engine,
-        first = utc(g.first_seen),
-        last = utc(g.last_seen),
-        count = g.count,
-        status = g.status,
-        repro = g.repro,
-        which = match (history, g.minimized.is_some()) {
-            (0, true) => "Program (minimized)".to_string(),
-            (0, false) => "Program (original input)".to_string(),
-            (n, _) => format!("Programs ({n} from history/, then the crash input, in one process)"),
-        },
-    );
-    state::write_atomic(&dir.join("REPORT.md"), text.as_bytes())
+        .collect())
+}
+
+/// The program section's heading: a minimized program, the original
+/// input, or `history` inputs before the crash input.
+fn program_heading(history: usize, minimized: bool) -> String {
+    match (history, minimized) {
+        (0, true) => "Program (minimized)".to_string(),
+        (0, false) => "Program (original input)".to_string(),
+        (n, _) => format!("Programs ({n} from history/, then the crash input, in one process)"),
+    }
 }
 
 /// Miri's report in `log`: from its first `error:` line, at most 40 lines.

@@ -116,37 +116,7 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
         writeln!(text, "  {line}")?;
     }
     match &signature {
-        Some(sig) => {
-            writeln!(text, "\n{}: {}", sig.kind, sig.title())?;
-            let what = replay.log.lines().find(|l| {
-                l.contains("allocsoak violation:")
-                    || l.contains("ERROR: ")
-                    || l.contains("ssertion")
-            });
-            if let Some(line) = what {
-                writeln!(text, "  {}", line.trim())?;
-            }
-            let stack = report::stack(&replay.log);
-            if !stack.is_empty() {
-                writeln!(text, "\nstack:")?;
-                for (i, f) in stack.iter().enumerate().take(24) {
-                    writeln!(text, "  #{i} {f}")?;
-                }
-            }
-            if let Some(row) = &case.group {
-                let group = &row.id;
-                let same = row.shown_by(sig);
-                writeln!(
-                    text,
-                    "\ngroup {group}: {}",
-                    if same {
-                        "same signature"
-                    } else {
-                        "a different signature now"
-                    }
-                )?;
-            }
-        }
+        Some(sig) => write_finding(&mut text, sig, &replay.log, case)?,
         None => writeln!(text, "\ndoes not reproduce on this build")?,
     }
     let tolerate = case.tolerate.as_ref().map_or_else(String::new, |t| {
@@ -163,6 +133,33 @@ pub fn replay(case: &Case, binary: &Path, config: &Config) -> Result<Shown> {
         reproduced: replay.reproduced,
         signature,
     })
+}
+
+/// What a replay that reproduced showed: its signature, the line that
+/// says what broke, the stack, and whether it is still its group's bug.
+fn write_finding(text: &mut String, sig: &Signature, log: &str, case: &Case) -> Result<()> {
+    writeln!(text, "\n{}: {}", sig.kind, sig.title())?;
+    let what = log.lines().find(|l| {
+        l.contains("allocsoak violation:") || l.contains("ERROR: ") || l.contains("ssertion")
+    });
+    if let Some(line) = what {
+        writeln!(text, "  {}", line.trim())?;
+    }
+    let stack = report::stack(log);
+    if !stack.is_empty() {
+        writeln!(text, "\nstack:")?;
+        for (i, f) in stack.iter().enumerate().take(24) {
+            writeln!(text, "  #{i} {f}")?;
+        }
+    }
+    if let Some(row) = &case.group {
+        let same = match row.shown_by(sig) {
+            true => "same signature",
+            false => "a different signature now",
+        };
+        writeln!(text, "\ngroup {}: {same}", row.id)?;
+    }
+    Ok(())
 }
 
 /// Writes the case's programs as a standalone `#[test]` to `path`.

@@ -22,7 +22,7 @@ use anyhow::{Context, Result};
 use crate::engines::project::Project;
 use crate::foundation::config::{Config, Slot};
 use crate::foundation::state::StateDir;
-use crate::foundation::store::{SliceStats, SlotRow, Store};
+use crate::foundation::store::{GroupRow, SliceStats, SlotRow, Store};
 use crate::pipeline::groups::Group;
 use crate::running::daemon;
 
@@ -117,19 +117,7 @@ impl Outcome {
 pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<Outcome> {
     let started = Instant::now();
     let dir = run_dir(&options.out)?;
-    let known_before = {
-        let state = StateDir::open_for_soak(&dir)?;
-        let store = Store::open(&state.store())?;
-        if let Some(known) = &options.known {
-            let n = known::import(known, &state, &store)?;
-            println!("quick: {n} known groups from {}", known.display());
-        }
-        if let Some(c) = &options.corpus {
-            let n = corpus::take_in(c, &state, &options.slots)?;
-            println!("quick: {n} corpus inputs from {}", c.display());
-        }
-        store.groups()?
-    };
+    let known_before = take_in(&dir, &options)?;
     let cap = options.secs * options.slots.len() as u64 + 3600;
     let summary = daemon::run(
         project,
@@ -153,39 +141,8 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         (Some(c), true) => corpus::save_back(c, &state, &options.slots)?,
         _ => 0,
     };
-    let mut findings = Vec::new();
-    for group in store.groups()? {
-        let before = known_before.iter().find(|g| g.id == group.id);
-        let verdict = match before {
-            None => Verdict::New,
-            Some(_) if group.status == "regressed" => Verdict::Regressed,
-            Some(b) if group.status == "fixed" && b.status == "fixed" => Verdict::StillFixed,
-            Some(_) if group.status == "fixed" => Verdict::Fixed,
-            Some(b) => Verdict::Known {
-                seen: group.count > b.count
-                    || store.tolerated_in_run(&group.id, summary.run_id)? > 0,
-            },
-        };
-        findings.push(Finding {
-            group: Group::load(&state, &store, group)?,
-            verdict,
-        });
-    }
-    // New ones first, then regressed, known, fixed.
-    findings.sort_by_key(|f| match f.verdict {
-        Verdict::New => 0,
-        Verdict::Regressed => 1,
-        Verdict::Known { .. } => 2,
-        Verdict::Fixed => 3,
-        Verdict::StillFixed => 4,
-    });
-    let mut slots = Vec::new();
-    for slot in store.slots()? {
-        // The one slice this run gave it (none when the run was stopped).
-        if let Some(s) = store.run_slice(slot.id, summary.run_id)? {
-            slots.push(SlotRun { slot, stats: s });
-        }
-    }
+    let findings = findings(&state, &store, &known_before, summary.run_id)?;
+    let slots = slot_runs(&store, summary.run_id)?;
     Ok(Outcome {
         dir,
         secs_per_slot: options.secs,
@@ -196,6 +153,70 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         findings,
         saved_inputs,
     })
+}
+
+/// Takes the known groups and the persistent corpus `options` name into
+/// the run's state dir `dir`; returns its groups before the run.
+fn take_in(dir: &Path, options: &Options) -> Result<Vec<GroupRow>> {
+    let state = StateDir::open_for_soak(dir)?;
+    let store = Store::open(&state.store())?;
+    if let Some(known) = &options.known {
+        let n = known::import(known, &state, &store)?;
+        println!("quick: {n} known groups from {}", known.display());
+    }
+    if let Some(c) = &options.corpus {
+        let n = corpus::take_in(c, &state, &options.slots)?;
+        println!("quick: {n} corpus inputs from {}", c.display());
+    }
+    store.groups()
+}
+
+/// Every group of the state dir after run `run_id`, with what it means
+/// for the gate against `known_before`, its groups before the run: new
+/// ones first, then regressed, known, fixed.
+fn findings(
+    state: &StateDir,
+    store: &Store,
+    known_before: &[GroupRow],
+    run_id: i64,
+) -> Result<Vec<Finding>> {
+    let mut findings = Vec::new();
+    for group in store.groups()? {
+        let before = known_before.iter().find(|g| g.id == group.id);
+        let verdict = match before {
+            None => Verdict::New,
+            Some(_) if group.status == "regressed" => Verdict::Regressed,
+            Some(b) if group.status == "fixed" && b.status == "fixed" => Verdict::StillFixed,
+            Some(_) if group.status == "fixed" => Verdict::Fixed,
+            Some(b) => Verdict::Known {
+                seen: group.count > b.count || store.tolerated_in_run(&group.id, run_id)? > 0,
+            },
+        };
+        findings.push(Finding {
+            group: Group::load(state, store, group)?,
+            verdict,
+        });
+    }
+    findings.sort_by_key(|f| match f.verdict {
+        Verdict::New => 0,
+        Verdict::Regressed => 1,
+        Verdict::Known { .. } => 2,
+        Verdict::Fixed => 3,
+        Verdict::StillFixed => 4,
+    });
+    Ok(findings)
+}
+
+/// Each slot with the one slice run `run_id` gave it (none when the run
+/// was stopped).
+fn slot_runs(store: &Store, run_id: i64) -> Result<Vec<SlotRun>> {
+    let mut slots = Vec::new();
+    for slot in store.slots()? {
+        if let Some(s) = store.run_slice(slot.id, run_id)? {
+            slots.push(SlotRun { slot, stats: s });
+        }
+    }
+    Ok(slots)
 }
 
 /// A new run folder under `out`, and `out/latest` pointing to it.

@@ -12,6 +12,7 @@
 //! generation; [`Corpus::recover`] removes half-built ones.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -160,57 +161,11 @@ impl<'a> Corpus<'a> {
         }
         std::fs::create_dir_all(&next)
             .with_context(|| format!("failed to create {}", next.display()))?;
-        // An input that crashes the merge's inner process is left out of
-        // the corpus; libFuzzer writes it as `crash-<sha1>` under
-        // `-artifact_prefix`, by default the soak's working directory
-        // (seen: 80 files in one test's). Beside the control file, in the
-        // slice's scratch, it goes with it: the slice's engine ran the
-        // input before, and filed what it found then.
-        let scratch = control.parent().unwrap_or(Path::new("."));
-        let mut cmd = triage::replay::engine_command(how.binary);
-        cmd.envs(how.env.iter().map(|(k, v)| (k, v)))
-            .arg(mode)
-            .arg(format!("-timeout={}", how.timeout_secs))
-            .arg(format!("-rss_limit_mb={}", how.rss_limit_mb))
-            .arg(format!("-artifact_prefix={}/merge-", scratch.display()))
-            .arg(format!("-merge_control_file={}", control.display()))
-            .arg(&next)
-            .args(from);
-        let out = match triage::replay::output_within(&mut cmd, MERGE_LIMIT, &how.budget) {
-            Ok(out) => out,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => bail!(
-                "merge into {} stopped, as the soak is ending; the next start merges again",
-                self.path().display()
-            ),
-            Err(e) => return Err(crate::engines::libfuzzer::replay_error(e, how.binary)),
-        };
-        if !out.status.success() {
-            let log = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            bail!(
-                "merge into {} failed ({}): {}",
-                self.path().display(),
-                out.status,
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            );
-        }
+        let mut cmd = merge_command(how, mode, &next, from, control);
+        self.run_merge(how, &mut cmd)?;
         let _ = std::fs::remove_file(control);
         if keep_current {
-            // Inputs are named by their content's hash: a name both have is
-            // the same input.
-            for entry in std::fs::read_dir(self.path())? {
-                let entry = entry?;
-                let to = next.join(entry.file_name());
-                if !to.exists() {
-                    std::fs::hard_link(entry.path(), &to).with_context(|| {
-                        format!(
-                            "failed to link {} into {}",
-                            entry.path().display(),
-                            next.display()
-                        )
-                    })?;
-                }
-            }
+            self.link_current(&next)?;
         }
         sync_dir(&next);
         let after = count_files(&next)?;
@@ -230,6 +185,80 @@ impl<'a> Corpus<'a> {
             secs: start.elapsed().as_secs_f64(),
         })
     }
+
+    /// Runs the merge `cmd` (made by [`merge_command`]) within
+    /// [`MERGE_LIMIT`] and `how`'s budget; an error when it was stopped,
+    /// did not run or failed (with the last lines of its log).
+    fn run_merge(&self, how: &MergeRun, cmd: &mut Command) -> Result<()> {
+        let out = match triage::replay::output_within(cmd, MERGE_LIMIT, &how.budget) {
+            Ok(out) => out,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => bail!(
+                "merge into {} stopped, as the soak is ending; the next start merges again",
+                self.path().display()
+            ),
+            Err(e) => return Err(crate::engines::libfuzzer::replay_error(e, how.binary)),
+        };
+        if !out.status.success() {
+            let log = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            bail!(
+                "merge into {} failed ({}): {}",
+                self.path().display(),
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
+        }
+        Ok(())
+    }
+
+    /// Hard-links the current generation's inputs into `next`, but those
+    /// it already has. Inputs are named by their content's hash: a name
+    /// both have is the same input.
+    fn link_current(&self, next: &Path) -> Result<()> {
+        for entry in std::fs::read_dir(self.path())? {
+            let entry = entry?;
+            let to = next.join(entry.file_name());
+            if !to.exists() {
+                std::fs::hard_link(entry.path(), &to).with_context(|| {
+                    format!(
+                        "failed to link {} into {}",
+                        entry.path().display(),
+                        next.display()
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The libFuzzer command that merges `from` into the empty generation
+/// `next` in `mode` (`-merge=1`, `-set_cover_merge=1`), run as `how`
+/// says, with `control` as its merge control file.
+fn merge_command(
+    how: &MergeRun,
+    mode: &str,
+    next: &Path,
+    from: &[&Path],
+    control: &Path,
+) -> Command {
+    // An input that crashes the merge's inner process is left out of
+    // the corpus; libFuzzer writes it as `crash-<sha1>` under
+    // `-artifact_prefix`, by default the soak's working directory
+    // (seen: 80 files in one test's). Beside the control file, in the
+    // slice's scratch, it goes with it: the slice's engine ran the
+    // input before, and filed what it found then.
+    let scratch = control.parent().unwrap_or(Path::new("."));
+    let mut cmd = triage::replay::engine_command(how.binary);
+    cmd.envs(how.env.iter().map(|(k, v)| (k, v)))
+        .arg(mode)
+        .arg(format!("-timeout={}", how.timeout_secs))
+        .arg(format!("-rss_limit_mb={}", how.rss_limit_mb))
+        .arg(format!("-artifact_prefix={}/merge-", scratch.display()))
+        .arg(format!("-merge_control_file={}", control.display()))
+        .arg(next)
+        .args(from);
+    cmd
 }
 
 /// Makes renames in `dir` durable; best effort.

@@ -8,7 +8,7 @@
 //! crash groups on this build, then `jobs` workers
 //! each loop draw a slot → run a slice → merge and file → reweigh, until
 //! the deadline or SIGINT/SIGTERM. The main thread prints progress and
-//! talks to systemd.
+//! talks to systemd (`daemon_work.rs`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -34,6 +34,10 @@ use crate::running::scheduler::{self, Rng};
 use crate::running::soak::{filing_grace, Soak};
 use crate::running::unbuilt::Unbuilt;
 use crate::running::{build, pending, slice, status, verify};
+
+#[path = "daemon_work.rs"]
+mod daemon_work;
+use daemon_work::{work, Beside, Progress};
 
 /// What a soak is asked to do.
 pub struct Options {
@@ -282,6 +286,53 @@ pub struct Summary {
 pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<Summary> {
     keep_large_reads_mapped();
     let notifier = Notifier::from_env();
+    let booted = boot(&project, &options)?;
+    let (jobs, every) = (options.jobs, Duration::from_secs(options.progress_secs));
+    let (soak, beside) = start(project, options, stop, booted)?;
+    pending::recover(&soak.state)?;
+    finish_leftover_slices(&soak)?;
+    notifier.ready();
+
+    let progress = Progress {
+        notifier: &notifier,
+        every,
+        started: Instant::now(),
+    };
+    work(&soak, &beside, jobs, &progress);
+    notifier.stopping();
+    let store = soak.lock_store();
+    store.end_run(soak.run_id)?;
+    if let Ok(text) = status::render(
+        &soak.state,
+        &store,
+        Some((progress.started.elapsed(), Duration::ZERO)),
+        &soak.config.drift.trend(),
+    ) {
+        println!("{text}");
+    }
+    let new_groups = lock(&soak.new_groups).clone();
+    Ok(Summary {
+        new_groups,
+        run_id: soak.run_id,
+    })
+}
+
+/// What a soak's boot opened and found, for [`start`].
+struct Booted {
+    state: StateDir,
+    store: Store,
+    /// Each slot with its row's id.
+    slots: Vec<(Slot, i64)>,
+    unbuilt: Unbuilt,
+    beside: Beside,
+}
+
+/// Boots a soak before anything runs: opens the state dir and its store,
+/// registers the slots, builds what the workers need first (with
+/// `--build`), checks the binaries, finishes what a previous run left
+/// (corpus generations, claims, the intake) and verifies the known crash
+/// groups on this build.
+fn boot(project: &Project, options: &Options) -> Result<Booted> {
     let state = StateDir::open_for_soak(&options.state)?;
     let store = Store::open(&state.store())?;
     let mut slots = Vec::new();
@@ -291,11 +342,11 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     }
     let drift_series = options.config.drift_series(&options.slots)?;
     let later = match options.build {
-        true => build_first(&project, &state, &store, &options, &drift_series)?,
+        true => build_first(project, &state, &store, options, &drift_series)?,
         false => Vec::new(),
     };
     let unbuilt = Unbuilt::new(&later);
-    check_binaries(&project, &options.slots, &unbuilt)?;
+    check_binaries(project, &options.slots, &unbuilt)?;
     for target in Target::ALL {
         Corpus::new(&state, target).recover()?;
     }
@@ -307,7 +358,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     intake::refill_all(&state, &store)?;
     // Known groups first: a fix since the last soak is marked fixed (and
     // no longer tolerated), a fixed group that is back is regressed.
-    for v in verify::verify(&project, &state, &store, &options.config)? {
+    for v in verify::verify(project, &state, &store, &options.config)? {
         if v.before != v.after {
             println!("verify {}: {} -> {}", v.id, v.before, v.after);
         }
@@ -326,13 +377,42 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
     } else {
         options.config.drift.cpu_share
     };
+    let beside = Beside {
+        drift: drift_series,
+        drift_share,
+        later,
+    };
+    Ok(Booted {
+        state,
+        store,
+        slots,
+        unbuilt,
+        beside,
+    })
+}
+
+/// Starts what was `booted` as a new run of the store: the soak its
+/// workers share, and what the workers beside the fuzz workers are given.
+fn start(
+    project: Project,
+    options: Options,
+    stop: Arc<AtomicBool>,
+    booted: Booted,
+) -> Result<(Soak, Beside)> {
+    let Booted {
+        state,
+        store,
+        slots,
+        unbuilt,
+        beside,
+    } = booted;
     let slice_secs = options
         .slice_secs
         .unwrap_or_else(|| default_slice_secs(&options))
         .max(1);
     let run_id = store.start_run(
         options.jobs,
-        drift_share,
+        beside.drift_share,
         crate::foundation::store::now() + options.duration.as_secs() as i64,
     )?;
     let seed = crate::foundation::store::now() as u64 ^ (u64::from(std::process::id()) << 32);
@@ -363,102 +443,7 @@ pub fn run(project: Project, options: Options, stop: Arc<AtomicBool>) -> Result<
         slice_secs,
         unbuilt,
     };
-    pending::recover(&soak.state)?;
-    finish_leftover_slices(&soak)?;
-    notifier.ready();
-
-    let started = Instant::now();
-    let fuzzing_done = AtomicBool::new(false);
-    let workers_done = AtomicBool::new(false);
-    // The drift workers stop with the fuzz workers (at the deadline too).
-    let drift_stop = AtomicBool::new(false);
-    let watch = rss::Watch {
-        project: &soak.project,
-        state: &soak.state,
-        store: &soak.store,
-        config: &soak.config,
-        stop: &drift_stop,
-        run_id: Some(run_id),
-        // The replay binary takes a share of one core at most.
-        share: (drift_share / drift_series.len().max(1) as f64).min(1.0),
-        filed: &soak.new_groups,
-        filing: soak.budget(),
-    };
-    // The builder holds its core before any worker can take it.
-    let builder = match later.is_empty() {
-        true => None,
-        false => soak.cores.take(1, &soak.stop),
-    };
-    std::thread::scope(|s| {
-        if let Some(cores) = builder {
-            let (soak, later) = (&soak, &later);
-            s.spawn(move || build::beside(soak, later, cores));
-        }
-        for series in &drift_series {
-            let (watch, soak) = (&watch, &soak);
-            s.spawn(move || soak.drift_worker(watch, series));
-        }
-        s.spawn(|| crate::running::miri::worker(&soak, &fuzzing_done));
-        let handles: Vec<_> = (0..options.jobs.max(1))
-            .map(|_| s.spawn(|| soak.worker()))
-            .collect();
-        let intake = s.spawn(|| soak.intake_worker(&fuzzing_done));
-        s.spawn(|| {
-            for h in handles {
-                let _ = h.join();
-            }
-            fuzzing_done.store(true, Ordering::Relaxed);
-            let _ = intake.join();
-            workers_done.store(true, Ordering::Relaxed);
-        });
-        let mut last_print = Instant::now();
-        let mut last_ping = Instant::now();
-        let ping = notifier
-            .watchdog_interval()
-            .unwrap_or(Duration::from_secs(10));
-        while !workers_done.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(250));
-            if last_ping.elapsed() >= ping {
-                notifier.watchdog();
-                last_ping = Instant::now();
-            }
-            if last_print.elapsed() >= Duration::from_secs(options.progress_secs) {
-                last_print = Instant::now();
-                let store = soak.lock_store();
-                if let Ok(text) = status::render(
-                    &soak.state,
-                    &store,
-                    Some((started.elapsed(), soak.shown_remaining())),
-                    &soak.config.drift.trend(),
-                ) {
-                    println!("{text}");
-                    let left = soak.unbuilt.left();
-                    if !left.is_empty() && soak.unbuilt.building() {
-                        let left: Vec<String> = left.iter().map(Part::to_string).collect();
-                        println!("  building on one core: {}", left.join(", "));
-                    }
-                    notifier.status(text.lines().next().unwrap_or(""));
-                }
-            }
-        }
-        drift_stop.store(true, Ordering::Relaxed);
-    });
-    notifier.stopping();
-    let store = soak.lock_store();
-    store.end_run(soak.run_id)?;
-    if let Ok(text) = status::render(
-        &soak.state,
-        &store,
-        Some((started.elapsed(), Duration::ZERO)),
-        &soak.config.drift.trend(),
-    ) {
-        println!("{text}");
-    }
-    let new_groups = lock(&soak.new_groups).clone();
-    Ok(Summary {
-        new_groups,
-        run_id: soak.run_id,
-    })
+    Ok((soak, beside))
 }
 
 /// The config's slice length, shortened for a soak too short to give

@@ -276,94 +276,161 @@ pub fn file(soak: &Soak, id: i64) {
 }
 
 fn file_claimed(soak: &Soak, id: i64) -> Result<()> {
-    let dir = soak.state.pending_slice(id);
-    let record = SliceFile::read(&dir)?;
-    let binary = record.binary(soak)?;
-    let target = record.target()?;
-    let keys = std::fs::read_to_string(dir.join("tolerate")).unwrap_or_default();
-    let tolerate = (!keys.is_empty()).then(|| dir.join("tolerate"));
-    // The engine went on past every sound violation, filed or not, to
-    // its crashes: their replays do too.
-    let past_sound = dir.join("tolerate-crashes");
-    state::write_atomic(
-        &past_sound,
-        format!("{keys}{}", report::key::sound_patterns()).as_bytes(),
-    )?;
-    let history = Some(dir.join("history")).filter(|h| h.is_file());
-    let log = std::fs::read_to_string(soak.state.logs().join(format!("slice-{id}.log")))
-        .unwrap_or_default();
+    let folder = Folder::read(soak, id)?;
     let (mut new_groups, mut repeats) = (0, 0);
-    'kinds: for kind in KINDS {
-        let src = Source {
-            target,
-            allocator: &record.allocator,
-            engine: &record.engine,
-            slot_id: record.slot_id,
-            slice_id: Some(id),
-            binary: &binary,
-            tolerate: match kind {
-                "artifacts" => Some(past_sound.as_path()),
-                _ => tolerate.as_deref(),
-            },
-            history: history.as_deref(),
-            timeout_secs: soak.config.timeout_secs,
-            rss_limit_mb: soak.config.rss_limit_mb,
-            budget: soak.budget(),
-        };
-        let inputs = inputs(&dir.join(kind))?;
-        // Saved findings of sound violations are shown again in batches,
-        // one process each, rather than one replay apiece.
-        let shown = match kind {
-            "findings" => intake::show_saved(&soak.store, &src, &inputs, &dir.join("batch"))
-                .unwrap_or_else(|e| {
-                    if !soak.filing_closed() {
-                        eprintln!("allocsoak: replaying saved findings together: {e:#}; each is replayed alone");
-                    }
-                    Default::default()
-                }),
-            _ => Default::default(),
-        };
-        for input in inputs {
-            if soak.filing_closed() {
-                break 'kinds;
-            }
-            let artifact = intake::Artifact {
-                path: &input,
-                engine_log: &log,
-                shown: shown.get(&input),
-            };
-            let filed = intake::file(&soak.state, &soak.store, &src, &artifact);
-            if filed.is_ok() {
-                let _ = std::fs::remove_file(intake::record_path(&input));
-            }
-            match filed {
-                Ok(filed) if filed.new => {
-                    new_groups += 1;
-                    soak.filed(&filed);
-                }
-                // A crash into a known group cost the engine its run; a
-                // known sound violation cost it nothing.
-                Ok(_) => repeats += usize::from(kind == "artifacts"),
-                Err(e) => eprintln!(
-                    "allocsoak: filing {}: {e:#}; it stays pending",
-                    input.display()
-                ),
-            }
+    for kind in KINDS {
+        let filed = file_kind(soak, &folder, kind)?;
+        new_groups += filed.new_groups;
+        repeats += filed.repeats;
+        if filed.closed {
+            break;
         }
     }
     if new_groups + repeats > 0 {
         let store = soak.lock_store();
-        let slot = store.slot_by_id(record.slot_id)?;
+        let slot = store.slot_by_id(folder.record.slot_id)?;
         let factor = crate::running::scheduler::filing_factor(slot.weight, new_groups, repeats);
-        store.set_weight(record.slot_id, factor)?;
+        store.set_weight(folder.record.slot_id, factor)?;
     }
     // Under the parking lock: an input parked since the listing above
     // keeps the folder (it is filed at the next claim).
     let _parking = lock(&soak.parking);
-    if waiting(&dir)? == 0 {
-        state::remove_scratch(&dir)?;
+    if waiting(&folder.dir)? == 0 {
+        state::remove_scratch(&folder.dir)?;
     }
     Ok(())
+}
+
+/// A claimed pending folder, read for filing: its slice's record, the
+/// build its inputs replay on, and the files their replays run with.
+struct Folder {
+    id: i64,
+    dir: PathBuf,
+    record: SliceFile,
+    binary: PathBuf,
+    target: Target,
+    /// The slice's tolerate file, when it lists any key.
+    tolerate: Option<PathBuf>,
+    /// The tolerate file of the crashes' replays (`tolerate-crashes`).
+    past_sound: PathBuf,
+    history: Option<PathBuf>,
+    /// The slice's log, kept in `logs/` (empty when there is none).
+    log: String,
+}
+
+impl Folder {
+    /// Reads the pending folder of slice `id`, and writes its
+    /// `tolerate-crashes`: the slice's keys and every sound violation's.
+    fn read(soak: &Soak, id: i64) -> Result<Folder> {
+        let dir = soak.state.pending_slice(id);
+        let record = SliceFile::read(&dir)?;
+        let binary = record.binary(soak)?;
+        let target = record.target()?;
+        let keys = std::fs::read_to_string(dir.join("tolerate")).unwrap_or_default();
+        let tolerate = (!keys.is_empty()).then(|| dir.join("tolerate"));
+        // The engine went on past every sound violation, filed or not, to
+        // its crashes: their replays do too.
+        let past_sound = dir.join("tolerate-crashes");
+        state::write_atomic(
+            &past_sound,
+            format!("{keys}{}", report::key::sound_patterns()).as_bytes(),
+        )?;
+        let history = Some(dir.join("history")).filter(|h| h.is_file());
+        let log = std::fs::read_to_string(soak.state.logs().join(format!("slice-{id}.log")))
+            .unwrap_or_default();
+        Ok(Folder {
+            id,
+            dir,
+            record,
+            binary,
+            target,
+            tolerate,
+            past_sound,
+            history,
+            log,
+        })
+    }
+
+    /// Where the folder's inputs of `kind` (one of [`KINDS`]) come from,
+    /// for the intake.
+    fn source<'a>(&'a self, soak: &'a Soak, kind: &str) -> Source<'a> {
+        Source {
+            target: self.target,
+            allocator: &self.record.allocator,
+            engine: &self.record.engine,
+            slot_id: self.record.slot_id,
+            slice_id: Some(self.id),
+            binary: &self.binary,
+            tolerate: match kind {
+                "artifacts" => Some(self.past_sound.as_path()),
+                _ => self.tolerate.as_deref(),
+            },
+            history: self.history.as_deref(),
+            timeout_secs: soak.config.timeout_secs,
+            rss_limit_mb: soak.config.rss_limit_mb,
+            budget: soak.budget(),
+        }
+    }
+}
+
+/// What filing one kind of a folder's inputs did.
+#[derive(Default)]
+struct Filings {
+    /// Inputs that made a new group.
+    new_groups: usize,
+    /// Crashes into a known group.
+    repeats: usize,
+    /// Filing closed before every input was filed.
+    closed: bool,
+}
+
+/// Files the folder's inputs of `kind` (one of [`KINDS`]) until filing
+/// closes; an input whose filing fails is reported and stays.
+fn file_kind(soak: &Soak, folder: &Folder, kind: &str) -> Result<Filings> {
+    let src = folder.source(soak, kind);
+    let inputs = inputs(&folder.dir.join(kind))?;
+    // Saved findings of sound violations are shown again in batches,
+    // one process each, rather than one replay apiece.
+    let shown = match kind {
+        "findings" => intake::show_saved(&soak.store, &src, &inputs, &folder.dir.join("batch"))
+            .unwrap_or_else(|e| {
+                if !soak.filing_closed() {
+                    eprintln!("allocsoak: replaying saved findings together: {e:#}; each is replayed alone");
+                }
+                Default::default()
+            }),
+        _ => Default::default(),
+    };
+    let mut filings = Filings::default();
+    for input in inputs {
+        if soak.filing_closed() {
+            filings.closed = true;
+            break;
+        }
+        let artifact = intake::Artifact {
+            path: &input,
+            engine_log: &folder.log,
+            shown: shown.get(&input),
+        };
+        let filed = intake::file(&soak.state, &soak.store, &src, &artifact);
+        if filed.is_ok() {
+            let _ = std::fs::remove_file(intake::record_path(&input));
+        }
+        match filed {
+            Ok(filed) if filed.new => {
+                filings.new_groups += 1;
+                soak.filed(&filed);
+            }
+            // A crash into a known group cost the engine its run; a
+            // known sound violation cost it nothing.
+            Ok(_) => filings.repeats += usize::from(kind == "artifacts"),
+            Err(e) => eprintln!(
+                "allocsoak: filing {}: {e:#}; it stays pending",
+                input.display()
+            ),
+        }
+    }
+    Ok(filings)
 }
 
 #[cfg(test)]

@@ -73,6 +73,20 @@ pub fn render(
 ) -> Result<String> {
     let o = overview(state, store, clock, drift)?;
     let mut out = String::new();
+    write_header(&mut out, state, &o, clock)?;
+    write_slots(&mut out, &o)?;
+    Ok(out)
+}
+
+/// Writes the table's first line into `out`: whether a soak runs (and
+/// its clock), the crash groups, the duty cycle, and what waits for the
+/// next start. `clock` as for [`render`].
+fn write_header(
+    out: &mut String,
+    state: &StateDir,
+    o: &Overview,
+    clock: Option<(Duration, Duration)>,
+) -> std::fmt::Result {
     let hms_or = |secs: Option<u64>| hms(secs.unwrap_or(0));
     match o.state {
         "running" => match (clock, o.pid) {
@@ -116,7 +130,12 @@ pub fn render(
     if o.state != "running" && unmerged > 0 {
         write!(out, ", {unmerged} slices to merge at the next start")?;
     }
-    writeln!(out)?;
+    writeln!(out)
+}
+
+/// Writes the table's slot rows into `out`: a line of column names, a
+/// row per fuzz slot, and one per drift-only series.
+fn write_slots(out: &mut String, o: &Overview) -> std::fmt::Result {
     writeln!(
         out,
         "{:<34} {:>6} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8} {:>8}  {:<6} now",
@@ -149,7 +168,7 @@ pub fn render(
     for (label, verdict) in &o.drift_only {
         writeln!(out, "{label:<34} {:>68}  {verdict:<6} drift only", "")?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A slot as the table and the dashboard show it: `target/allocator`
@@ -171,14 +190,7 @@ pub fn overview(
     drift: &drift::TrendConfig,
 ) -> Result<Overview> {
     let conn = store.conn();
-    let run: Option<(i64, i64, i64, Option<i64>, i64)> = conn
-        .query_row(
-            "SELECT id, started, deadline, ended, pid FROM run ORDER BY id DESC LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-        )
-        .ok();
-    let now = crate::foundation::store::now();
+    let run = last_run(store);
     let mut o = Overview {
         state: "never",
         pid: None,
@@ -191,116 +203,201 @@ pub fn overview(
         slots: Vec::new(),
         drift_only: Vec::new(),
     };
+    set_clock(&mut o, clock, run.as_ref());
+    let running = o.state == "running";
+    if let Some(run) = &run {
+        o.duty_cycle = duty_cycle(store, run.id)?;
+    }
+    let mut drift = drift_verdicts(store, drift)?;
+    o.slots = slot_statuses(state, store, running, &mut drift)?;
+    o.drift_only = drift.into_iter().collect();
+    Ok(o)
+}
+
+/// The last run's row, as [`overview`] reads it.
+struct LastRun {
+    id: i64,
+    started: i64,
+    deadline: i64,
+    ended: Option<i64>,
+    pid: i64,
+}
+
+/// The store's last run, if any ran.
+fn last_run(store: &Store) -> Option<LastRun> {
+    store
+        .conn()
+        .query_row(
+            "SELECT id, started, deadline, ended, pid FROM run ORDER BY id DESC LIMIT 1",
+            [],
+            |r| {
+                Ok(LastRun {
+                    id: r.get(0)?,
+                    started: r.get(1)?,
+                    deadline: r.get(2)?,
+                    ended: r.get(3)?,
+                    pid: r.get(4)?,
+                })
+            },
+        )
+        .ok()
+}
+
+/// Sets `o`'s state and clock: `running`, by `clock` when the caller is
+/// the soak, or by the last `run` when its process is alive; `stopped`
+/// when a run is over; else `never`, as it is.
+fn set_clock(o: &mut Overview, clock: Option<(Duration, Duration)>, run: Option<&LastRun>) {
+    let now = crate::foundation::store::now();
     match (clock, run) {
         (Some((elapsed, remaining)), _) => {
             o.state = "running";
             o.elapsed_secs = Some(elapsed.as_secs());
             o.remaining_secs = Some(remaining.as_secs());
         }
-        (None, Some((_, started, deadline, None, pid))) if alive(pid) => {
+        (None, Some(run)) if run.ended.is_none() && alive(run.pid) => {
             o.state = "running";
-            o.pid = Some(pid);
-            o.elapsed_secs = Some((now - started).max(0) as u64);
-            o.remaining_secs = Some((deadline - now).max(0) as u64);
+            o.pid = Some(run.pid);
+            o.elapsed_secs = Some((now - run.started).max(0) as u64);
+            o.remaining_secs = Some((run.deadline - now).max(0) as u64);
         }
-        (None, Some((_, _, _, ended, _))) => {
+        (None, Some(run)) => {
             o.state = "stopped";
-            o.ended = ended;
+            o.ended = run.ended;
         }
         (None, None) => {}
     }
-    let running = o.state == "running";
-    if let Some((run_id, ..)) = run {
-        o.duty_cycle = duty_cycle(store, run_id)?;
-    }
-    let mut stmt = conn.prepare(
+}
+
+/// A fuzz slot's row in the store, with its counts.
+struct SlotCounts {
+    id: i64,
+    /// `target/allocator`.
+    label: String,
+    engine: String,
+    weight: f64,
+    /// Slices ended.
+    slices: i64,
+    groups: i64,
+    crashes: i64,
+}
+
+/// Every fuzz slot's row, by id; each takes its drift column from `drift`
+/// (what is left there has no fuzz slot). `running` as for [`slot_status`].
+fn slot_statuses(
+    state: &StateDir,
+    store: &Store,
+    running: bool,
+    drift: &mut std::collections::BTreeMap<String, String>,
+) -> Result<Vec<SlotStatus>> {
+    let mut stmt = store.conn().prepare(
         "SELECT s.id, s.target || '/' || s.allocator, s.engine, s.weight,
             (SELECT COUNT(*) FROM slice WHERE slot_id = s.id AND ended IS NOT NULL),
             (SELECT COUNT(*) FROM crash_group WHERE slot_id = s.id),
             (SELECT COUNT(*) FROM crash WHERE slot_id = s.id)
          FROM slot s WHERE s.engine != 'drift' ORDER BY s.id",
     )?;
-    let mut drift = drift_verdicts(store, drift)?;
     let slots = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, String>(2)?,
-            r.get::<_, f64>(3)?,
-            r.get::<_, i64>(4)?,
-            r.get::<_, i64>(5)?,
-            r.get::<_, i64>(6)?,
-        ))
+        Ok(SlotCounts {
+            id: r.get(0)?,
+            label: r.get(1)?,
+            engine: r.get(2)?,
+            weight: r.get(3)?,
+            slices: r.get(4)?,
+            groups: r.get(5)?,
+            crashes: r.get(6)?,
+        })
     })?;
+    let mut statuses = Vec::new();
     for slot in slots {
-        let (id, label, engine, weight, slices, groups, crashes) = slot?;
-        let last: Option<(f64, i64, i64, i64)> = conn
-            .query_row(
-                "SELECT execs_per_sec, cov, ft, corpus_size FROM slice
-                 WHERE slot_id = ?1 AND ended IS NOT NULL ORDER BY id DESC LIMIT 1",
-                params![id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )
-            .ok();
-        let races = conn.query_row(
-            "SELECT COALESCE(SUM(race_sections), 0), COALESCE(SUM(races_together), 0),
-                    COALESCE(MAX(most_inside), 0)
-             FROM slice WHERE slot_id = ?1 AND ended IS NOT NULL",
-            params![id],
-            |r| {
-                Ok(shadow::tally::Tally {
-                    sections: r.get::<_, i64>(0)? as u64,
-                    together: r.get::<_, i64>(1)? as u64,
-                    most_inside: r.get::<_, i64>(2)? as u64,
-                    ..Default::default() // the slot's execs say how many ran
-                })
-            },
-        )?;
-        let live_slice: Option<i64> = if running {
-            conn.query_row(
-                "SELECT id FROM slice WHERE slot_id = ?1 AND ended IS NULL ORDER BY id DESC LIMIT 1",
-                params![id],
-                |r| r.get(0),
-            )
-            .ok()
-        } else {
-            None
-        };
-        let live = live_slice.and_then(|s| {
-            crate::engines::Engine::parse(&engine)
-                .ok()?
-                .progress(&state.slice(s))
-        });
-        let (execs_per_sec, cov, ft, corpus) = match (live, last) {
-            (Some(p), _) => (
-                p.execs_per_sec as f64,
-                p.cov as i64,
-                p.ft as i64,
-                p.corpus as i64,
-            ),
-            (None, Some(l)) => l,
-            (None, None) => (0.0, 0, 0, 0),
-        };
-        o.slots.push(SlotStatus {
-            id,
-            drift: drift.remove(&label).unwrap_or_default(),
-            label,
-            engine,
-            weight,
-            slices,
-            execs_per_sec,
-            cov,
-            ft,
-            corpus,
-            groups,
-            crashes,
-            race_share: races.share(),
-            most_inside: races.most_inside as i64,
-            fuzzing: live_slice.is_some(),
-        });
+        let slot = slot?;
+        let drift = drift.remove(&slot.label).unwrap_or_default();
+        statuses.push(slot_status(state, store, running, slot, drift)?);
     }
-    o.drift_only = drift.into_iter().collect();
-    Ok(o)
+    Ok(statuses)
+}
+
+/// One fuzz slot's row: the numbers of its slice running now (read from
+/// its scratch, when `running`, the soak runs), else of its last ended
+/// one, its race sections over every ended slice, and `drift`, its drift
+/// column.
+fn slot_status(
+    state: &StateDir,
+    store: &Store,
+    running: bool,
+    slot: SlotCounts,
+    drift: String,
+) -> Result<SlotStatus> {
+    let conn = store.conn();
+    let last: Option<(f64, i64, i64, i64)> = conn
+        .query_row(
+            "SELECT execs_per_sec, cov, ft, corpus_size FROM slice
+             WHERE slot_id = ?1 AND ended IS NOT NULL ORDER BY id DESC LIMIT 1",
+            params![slot.id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .ok();
+    let races = race_tally(store, slot.id)?;
+    let live_slice: Option<i64> = if running {
+        conn.query_row(
+            "SELECT id FROM slice WHERE slot_id = ?1 AND ended IS NULL ORDER BY id DESC LIMIT 1",
+            params![slot.id],
+            |r| r.get(0),
+        )
+        .ok()
+    } else {
+        None
+    };
+    let live = live_slice.and_then(|s| {
+        crate::engines::Engine::parse(&slot.engine)
+            .ok()?
+            .progress(&state.slice(s))
+    });
+    let (execs_per_sec, cov, ft, corpus) = match (live, last) {
+        (Some(p), _) => (
+            p.execs_per_sec as f64,
+            p.cov as i64,
+            p.ft as i64,
+            p.corpus as i64,
+        ),
+        (None, Some(l)) => l,
+        (None, None) => (0.0, 0, 0, 0),
+    };
+    Ok(SlotStatus {
+        id: slot.id,
+        drift,
+        label: slot.label,
+        engine: slot.engine,
+        weight: slot.weight,
+        slices: slot.slices,
+        execs_per_sec,
+        cov,
+        ft,
+        corpus,
+        groups: slot.groups,
+        crashes: slot.crashes,
+        race_share: races.share(),
+        most_inside: races.most_inside as i64,
+        fuzzing: live_slice.is_some(),
+    })
+}
+
+/// The race sections of slot `slot_id`'s ended slices, summed, and the
+/// most workers inside at once.
+fn race_tally(store: &Store, slot_id: i64) -> Result<shadow::tally::Tally> {
+    Ok(store.conn().query_row(
+        "SELECT COALESCE(SUM(race_sections), 0), COALESCE(SUM(races_together), 0),
+                COALESCE(MAX(most_inside), 0)
+         FROM slice WHERE slot_id = ?1 AND ended IS NOT NULL",
+        params![slot_id],
+        |r| {
+            Ok(shadow::tally::Tally {
+                sections: r.get::<_, i64>(0)? as u64,
+                together: r.get::<_, i64>(1)? as u64,
+                most_inside: r.get::<_, i64>(2)? as u64,
+                ..Default::default() // the slot's execs say how many ran
+            })
+        },
+    )?)
 }
 
 /// Each drift series' verdict so far by `target/allocator`: `flat`,

@@ -106,76 +106,88 @@ pub fn run(
     let mut rows = Vec::new();
     for &target in targets {
         for allocator in allocators {
-            let dir = project.run_dir("bench", &[target.name(), allocator]);
-            let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier bench
-            let run_in = |corpus: &str, bare: bool, args: &[&str], out: &str| -> Result<Outcome> {
-                let run = Run {
-                    bare,
-                    secs,
-                    files: HarnessFiles {
-                        tally: Some(dir.join(out).join("tally")),
-                        ..Default::default()
-                    },
-                    args: args.iter().map(|a| a.to_string()).collect(),
-                    ..Run::new(project, target, allocator, dir.join(corpus), dir.join(out))
-                };
-                let outcome = run.run()?;
-                if let Some(kind) = &outcome.kind {
-                    anyhow::bail!(
-                        "bench run {target} {allocator} found `{kind}`; see {}",
-                        outcome.log.display()
-                    );
-                }
-                Ok(outcome)
-            };
-            let run = |bare: bool, args: &[&str], out: &str| run_in("corpus", bare, args, out);
-            let fuzzed = run(false, &[], "fuzz")?;
-            let busy = {
-                let _busy = BusyCores::start();
-                run_in("busy-corpus", false, &[], "busy")?
-            };
-            let (mut checked, mut bare, mut inputs) = (Vec::new(), Vec::new(), 0);
-            for _ in 0..REPLAYS {
-                let replay = run(false, &["-runs=0"], "checked")?;
-                inputs = replay.execs;
-                checked.push(replay.secs);
-                bare.push(run(true, &["-runs=0"], "bare")?.secs);
-            }
-            let row = Row {
-                target,
-                allocator: allocator.clone(),
-                execs_per_s: fuzzed.execs_per_sec(),
-                busy_execs_per_s: busy.execs_per_sec(),
-                races: Tally::read(&dir.join("fuzz/tally")),
-                busy_races: Tally::read(&dir.join("busy/tally")),
-                inputs,
-                checked_s: median(checked),
-                bare_s: median(bare),
-            };
-            println!(
-                "bench {} {} execs_per_s={:.0} busy_execs_per_s={:.0} busy_ratio={:.2} replay_inputs={} checked_s={:.2} bare_s={:.2} ratio={:.2}",
-                row.target,
-                row.allocator,
-                row.execs_per_s,
-                row.busy_execs_per_s,
-                row.busy_ratio(),
-                row.inputs,
-                row.checked_s,
-                row.bare_s,
-                row.ratio()
-            );
-            // Race sections with two or more workers inside the allocator
-            // at once, alone and beside busy cores; the most inside.
-            if let (Some(alone), Some(busy)) = (row.races.share(), row.busy_races.share()) {
-                println!(
-                    "bench {} {} race_share={alone:.2} most_inside={} busy_race_share={busy:.2} busy_most_inside={}",
-                    row.target, row.allocator, row.races.most_inside, row.busy_races.most_inside
-                );
-            }
+            let row = measure(project, target, allocator, secs)?;
+            print_row(&row);
             rows.push(row);
         }
     }
     Ok(rows)
+}
+
+/// Measures one pair: its fuzzing runs of `secs` seconds, alone and beside
+/// busy cores, then the checked and bare replays of what they kept.
+fn measure(project: &Project, target: Target, allocator: &str, secs: u64) -> Result<Row> {
+    let dir = project.run_dir("bench", &[target.name(), allocator]);
+    let _ = std::fs::remove_dir_all(&dir); // scratch from an earlier bench
+    let run_in = |corpus: &str, bare: bool, args: &[&str], out: &str| -> Result<Outcome> {
+        let run = Run {
+            bare,
+            secs,
+            files: HarnessFiles {
+                tally: Some(dir.join(out).join("tally")),
+                ..Default::default()
+            },
+            args: args.iter().map(|a| a.to_string()).collect(),
+            ..Run::new(project, target, allocator, dir.join(corpus), dir.join(out))
+        };
+        let outcome = run.run()?;
+        if let Some(kind) = &outcome.kind {
+            anyhow::bail!(
+                "bench run {target} {allocator} found `{kind}`; see {}",
+                outcome.log.display()
+            );
+        }
+        Ok(outcome)
+    };
+    let run = |bare: bool, args: &[&str], out: &str| run_in("corpus", bare, args, out);
+    let fuzzed = run(false, &[], "fuzz")?;
+    let busy = {
+        let _busy = BusyCores::start();
+        run_in("busy-corpus", false, &[], "busy")?
+    };
+    let (mut checked, mut bare, mut inputs) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..REPLAYS {
+        let replay = run(false, &["-runs=0"], "checked")?;
+        inputs = replay.execs;
+        checked.push(replay.secs);
+        bare.push(run(true, &["-runs=0"], "bare")?.secs);
+    }
+    Ok(Row {
+        target,
+        allocator: allocator.to_string(),
+        execs_per_s: fuzzed.execs_per_sec(),
+        busy_execs_per_s: busy.execs_per_sec(),
+        races: Tally::read(&dir.join("fuzz/tally")),
+        busy_races: Tally::read(&dir.join("busy/tally")),
+        inputs,
+        checked_s: median(checked),
+        bare_s: median(bare),
+    })
+}
+
+/// Prints a measured pair's line, and its race sections' line when both
+/// of its runs had some.
+fn print_row(row: &Row) {
+    println!(
+        "bench {} {} execs_per_s={:.0} busy_execs_per_s={:.0} busy_ratio={:.2} replay_inputs={} checked_s={:.2} bare_s={:.2} ratio={:.2}",
+        row.target,
+        row.allocator,
+        row.execs_per_s,
+        row.busy_execs_per_s,
+        row.busy_ratio(),
+        row.inputs,
+        row.checked_s,
+        row.bare_s,
+        row.ratio()
+    );
+    // Race sections with two or more workers inside the allocator
+    // at once, alone and beside busy cores; the most inside.
+    if let (Some(alone), Some(busy)) = (row.races.share(), row.busy_races.share()) {
+        println!(
+            "bench {} {} race_share={alone:.2} most_inside={} busy_race_share={busy:.2} busy_most_inside={}",
+            row.target, row.allocator, row.races.most_inside, row.busy_races.most_inside
+        );
+    }
 }
 
 fn median(mut secs: Vec<f64>) -> f64 {

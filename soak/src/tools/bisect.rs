@@ -87,47 +87,10 @@ pub fn bisect(
         .with_context(|| format!("no repository at {}", req.repo.display()))?;
     git(&repo, &["rev-parse", "--git-dir"])
         .with_context(|| format!("{} is not a git repository", repo.display()))?;
-    // In git's terms: `old` is where the search starts, `new` where the
-    // state it looks for holds.
-    let (old, new) = match req.fixed {
-        false => (
-            commit(&repo, req.good, "--good")?,
-            commit(&repo, req.bad, "--bad")?,
-        ),
-        true => (
-            commit(&repo, req.bad, "--bad")?,
-            commit(&repo, req.good, "--good")?,
-        ),
-    };
-    let range = format!("{old}..{new}");
-    let commits: Vec<String> = git(
-        &repo,
-        &[
-            "rev-list",
-            "--reverse",
-            "--first-parent",
-            "--ancestry-path",
-            &range,
-        ],
-    )?
-    .lines()
-    .map(String::from)
-    .collect();
-    if commits.is_empty() {
-        let (first, second) = if req.fixed {
-            ("--bad", "--good")
-        } else {
-            ("--good", "--bad")
-        };
-        bail!(
-            "{first} {} is not an ancestor of {second} {}; give the older revision as {first}",
-            &old[..12],
-            &new[..12]
-        );
-    }
+    let span = Span::between(&repo, req)?;
 
     let work = project.work_dir("bisect").join(&group.row.id);
-    let tree = Worktree::add(&repo, &work.join("tree"), &new)?;
+    let tree = Worktree::add(&repo, &work.join("tree"), &span.new)?;
     let bisect_config = remapped(config, &group.slot.allocator, &repo, &tree.dir, &work)?;
     let bisect_project = project.plain().with_config(&bisect_config);
     let case = Case::find(
@@ -137,61 +100,28 @@ pub fn bisect(
         &group.slot.allocator,
         config,
     )?;
-
-    // Indices into `commits`: `lo` is the last known old one (-1: `old`
-    // itself), `hi` the first known new one (`new` itself at first).
-    let (mut lo, mut hi) = (-1i64, commits.len() as i64 - 1);
-    let mut skipped: Vec<usize> = Vec::new();
-    let mut builds = 0;
-    loop {
-        let untested: Vec<usize> = ((lo + 1)..hi)
-            .map(|i| i as usize)
-            .filter(|i| !skipped.contains(i))
-            .collect();
-        let mid = (lo + hi) / 2;
-        let Some(&at) = untested.iter().min_by_key(|&&i| (i as i64 - mid).abs()) else {
-            break;
-        };
-        let sha = &commits[at];
-        tree.checkout(sha)?;
-        builds += 1;
-        let seen = test(&bisect_project, config, &case, &group, &work)?;
-        report(&Tested {
-            commit: sha.clone(),
-            subject: subject(&repo, sha)?,
-            seen: seen.clone(),
-        });
-        let new_state = match (seen, req.fixed) {
-            (Seen::Skipped(_), _) => {
-                skipped.push(at);
-                continue;
-            }
-            (Seen::Reproduces, fixed) => !fixed,
-            (Seen::Clean, fixed) => fixed,
-        };
-        match new_state {
-            true => hi = at as i64,
-            false => lo = at as i64,
-        }
-    }
-    let left: Vec<String> = skipped
-        .iter()
-        .filter(|&&i| (i as i64) > lo && (i as i64) < hi)
-        .map(|&i| commits[i].clone())
-        .collect();
-    if !left.is_empty() {
-        let mut one_of = left;
-        one_of.push(commits[hi as usize].clone());
+    let revisions = Revisions {
+        repo: &repo,
+        tree: &tree,
+        project: &bisect_project,
+        config,
+        case: &case,
+        group: &group,
+        work: &work,
+        fixed: req.fixed,
+    };
+    let searched = revisions.search(&span.commits, report)?;
+    if let Some(one_of) = searched.one_of(&span.commits) {
         return Ok(Outcome::OneOf(one_of));
     }
-    let found = &commits[hi as usize];
+    let found = &span.commits[searched.hi as usize];
     let row = BisectionRow {
         group_id: group.row.id.clone(),
         direction: if req.fixed { "fix" } else { "cause" }.into(),
         commit: found.clone(),
         subject: subject(&repo, found)?,
-        builds,
-        skipped: skipped.len() as i64,
+        builds: searched.builds,
+        skipped: searched.skipped.len() as i64,
         at: store::now(),
     };
     store.set_bisection(&row)?;
@@ -199,6 +129,155 @@ pub fn bisect(
         crate::pipeline::page::write_report(&state, &store, &g)?;
     }
     Ok(Outcome::Found(row))
+}
+
+/// The revisions the search walks: the first-parent history from `old`
+/// (where it starts) to `new` (where the state it looks for holds).
+struct Span {
+    /// The full id of `new`.
+    new: String,
+    /// The commits after `old` up to `new`, oldest first.
+    commits: Vec<String>,
+}
+
+impl Span {
+    /// The span of `req`'s revisions in `repo`, in git's terms: for a
+    /// cause, `--good` is `old` and `--bad` is `new`; for a fix, the other
+    /// way round. A one-line error when `old` is not an ancestor of `new`.
+    fn between(repo: &Path, req: &Request) -> Result<Span> {
+        let (old, new) = match req.fixed {
+            false => (
+                commit(repo, req.good, "--good")?,
+                commit(repo, req.bad, "--bad")?,
+            ),
+            true => (
+                commit(repo, req.bad, "--bad")?,
+                commit(repo, req.good, "--good")?,
+            ),
+        };
+        let range = format!("{old}..{new}");
+        let commits: Vec<String> = git(
+            repo,
+            &[
+                "rev-list",
+                "--reverse",
+                "--first-parent",
+                "--ancestry-path",
+                &range,
+            ],
+        )?
+        .lines()
+        .map(String::from)
+        .collect();
+        if commits.is_empty() {
+            let (first, second) = if req.fixed {
+                ("--bad", "--good")
+            } else {
+                ("--good", "--bad")
+            };
+            bail!(
+                "{first} {} is not an ancestor of {second} {}; give the older revision as {first}",
+                &old[..12],
+                &new[..12]
+            );
+        }
+        Ok(Span { new, commits })
+    }
+}
+
+/// What testing a revision takes: the repository and its worktree, the
+/// project and config that build the allocator from the worktree, the
+/// group's case and its scratch folder, and which way the search goes.
+struct Revisions<'a> {
+    repo: &'a Path,
+    tree: &'a Worktree,
+    project: &'a Project,
+    config: &'a Config,
+    case: &'a Case,
+    group: &'a Group,
+    work: &'a Path,
+    fixed: bool,
+}
+
+/// Where a search ended, as indices into its commits: `lo` the last known
+/// old one (-1: `old` itself), `hi` the first known new one; the skipped
+/// ones, and the revisions built.
+struct Searched {
+    lo: i64,
+    hi: i64,
+    skipped: Vec<usize>,
+    builds: i64,
+}
+
+impl Revisions<'_> {
+    /// Bisects `commits` (the last is `new`): tests the untested commit
+    /// nearest the middle of what is left until none is, and reports each.
+    fn search(&self, commits: &[String], report: &mut dyn FnMut(&Tested)) -> Result<Searched> {
+        // `new` itself is the first known new one at first.
+        let (mut lo, mut hi) = (-1i64, commits.len() as i64 - 1);
+        let mut skipped: Vec<usize> = Vec::new();
+        let mut builds = 0;
+        loop {
+            let untested: Vec<usize> = ((lo + 1)..hi)
+                .map(|i| i as usize)
+                .filter(|i| !skipped.contains(i))
+                .collect();
+            let mid = (lo + hi) / 2;
+            let Some(&at) = untested.iter().min_by_key(|&&i| (i as i64 - mid).abs()) else {
+                break;
+            };
+            builds += 1;
+            let new_state = match (self.test_revision(&commits[at], report)?, self.fixed) {
+                (Seen::Skipped(_), _) => {
+                    skipped.push(at);
+                    continue;
+                }
+                (Seen::Reproduces, fixed) => !fixed,
+                (Seen::Clean, fixed) => fixed,
+            };
+            match new_state {
+                true => hi = at as i64,
+                false => lo = at as i64,
+            }
+        }
+        Ok(Searched {
+            lo,
+            hi,
+            skipped,
+            builds,
+        })
+    }
+
+    /// Checks `sha` out in the worktree, builds and replays the group
+    /// there, and reports what it showed.
+    fn test_revision(&self, sha: &str, report: &mut dyn FnMut(&Tested)) -> Result<Seen> {
+        self.tree.checkout(sha)?;
+        let seen = test(self.project, self.config, self.case, self.group, self.work)?;
+        report(&Tested {
+            commit: sha.to_string(),
+            subject: subject(self.repo, sha)?,
+            seen: seen.clone(),
+        });
+        Ok(seen)
+    }
+}
+
+impl Searched {
+    /// The commits the answer is one of, when skipped ones between `lo`
+    /// and `hi` hide it: those, then `hi`'s.
+    fn one_of(&self, commits: &[String]) -> Option<Vec<String>> {
+        let mut left: Vec<String> = self
+            .skipped
+            .iter()
+            .filter(|&&i| (i as i64) > self.lo && (i as i64) < self.hi)
+            .map(|&i| commits[i].clone())
+            .collect();
+        if left.is_empty() {
+            return None;
+        }
+        left.push(commits[self.hi as usize].clone());
+        Some(left)
+    }
 }
 
 /// Builds the group's target at the worktree's revision and replays the

@@ -182,6 +182,94 @@ pub fn split_spec(spec: &str) -> (&str, &str) {
     }
 }
 
+/// Why the library at `path` did not load (`e`, dlopen's error), with a
+/// hint at what to do about it.
+fn load_error(path: &str, e: libloading::Error) -> String {
+    let e = e.to_string();
+    let undefined = e.split_once("undefined symbol: ").map(|(_, s)| s);
+    let sanitized = undefined.is_some_and(|s| {
+        ["__asan_", "__sancov_", "__sanitizer_"]
+            .iter()
+            .any(|p| s.starts_with(p))
+    });
+    // Initial-exec thread-locals (jemalloc's default) need room
+    // only a library linked at start-up has.
+    let static_tls = e.contains("static TLS block");
+    let hint = match (sanitized, undefined) {
+        _ if static_tls => "its thread-locals use the initial-exec TLS model, which a library loaded with dlopen has no room for: build it with -ftls-model=global-dynamic (jemalloc: configure --disable-initial-exec-tls)",
+        // Only binaries that export their sanitizer runtime can
+        // resolve it (the fuzz builds: fuzz_targets/build.rs).
+        (true, _) => "a library built with -fsanitize loads only in the fuzz binaries, which export the sanitizer runtime (`allocsoak build` rebuilds them); build it plain for anything else",
+        // A symbol its firmware or build would define (umm_malloc's
+        // `UMM_MALLOC_CFG_HEAP_SIZE`).
+        (false, Some(_)) => "it needs a symbol that nothing loaded defines: link the library with everything it uses (`-Wl,--no-undefined` lists what is missing)",
+        (false, None) => "give an absolute path to a .so",
+    };
+    format!("cannot load allocator library `{path}`: {e}; {hint}")
+}
+
+/// The malloc family and its extra calls as `lib` (the file `own`,
+/// loaded from `path`) itself defines them, each `prefix` + its name
+/// ([`own_symbol`]); an error when it has no `malloc` or `free`.
+fn own_functions(
+    lib: &Library,
+    own: &Path,
+    path: &str,
+    prefix: &str,
+) -> Result<CFunctions, String> {
+    let need = |name: &str| {
+        format!("`{path}` has no `{prefix}{name}`; pass the symbol prefix as dylib:{path}:<prefix>")
+    };
+    // A macro, not a closure: each symbol has its own type.
+    macro_rules! symbol {
+        ($name:literal) => {
+            // SAFETY: `T` is the field's `unsafe extern "C" fn` type, pointer-sized as
+            // `own_symbol` needs; assumes the symbol has that C signature (not checkable).
+            unsafe { own_symbol(lib, own, prefix, $name) }
+        };
+    }
+    Ok(CFunctions {
+        malloc: symbol!("malloc").ok_or_else(|| need("malloc"))?,
+        free: symbol!("free").ok_or_else(|| need("free"))?,
+        calloc: symbol!("calloc"),
+        realloc: symbol!("realloc"),
+        usable_size: symbol!("malloc_usable_size").or_else(|| symbol!("usable_size")),
+        posix_memalign: symbol!("posix_memalign"),
+        memalign: symbol!("memalign"),
+        aligned_alloc: symbol!("aligned_alloc"),
+        malloc_aligned: symbol!("malloc_aligned"),
+        more: CExtras {
+            realloc_aligned: symbol!("realloc_aligned"),
+            rezalloc: symbol!("rezalloc"),
+            rezalloc_aligned: symbol!("rezalloc_aligned"),
+            expand: symbol!("expand"),
+            free_size: symbol!("free_size"),
+            free_size_aligned: symbol!("free_size_aligned"),
+            good_size: symbol!("good_size"),
+            heap: CHeapApi {
+                new: symbol!("heap_new"),
+                delete: symbol!("heap_delete"),
+                destroy: symbol!("heap_destroy"),
+                malloc: symbol!("heap_malloc"),
+                zalloc: symbol!("heap_zalloc"),
+                malloc_aligned: symbol!("heap_malloc_aligned"),
+                zalloc_aligned: symbol!("heap_zalloc_aligned"),
+                realloc: symbol!("heap_realloc"),
+                realloc_aligned: symbol!("heap_realloc_aligned"),
+                collect: symbol!("heap_collect"),
+                contains: symbol!("heap_contains")
+                    .or_else(|| symbol!("heap_check_owned"))
+                    .or_else(|| symbol!("heap_contains_block")),
+                visit_blocks: symbol!("heap_visit_blocks"),
+                rezalloc: symbol!("heap_rezalloc"),
+                rezalloc_aligned: symbol!("heap_rezalloc_aligned"),
+            },
+            heap_check: symbol!("heap_check"),
+            in_use: symbol!("in_use"),
+        },
+    })
+}
+
 impl Dylib {
     /// Zeroes block `p` (of `size` bytes, aligned to `align`) up to its
     /// usable size, as a calloc would have, but never where ASan poisons
@@ -211,84 +299,10 @@ impl Dylib {
         let (path, prefix) = split_spec(spec);
         // SAFETY: assumes the library the user named is a well-behaved C allocator: loading runs
         // its initializers (and unloading its finalizers), which nothing here can check.
-        let lib = unsafe { Library::new(path) }.map_err(|e| {
-            let e = e.to_string();
-            let undefined = e.split_once("undefined symbol: ").map(|(_, s)| s);
-            let sanitized = undefined.is_some_and(|s| {
-                ["__asan_", "__sancov_", "__sanitizer_"]
-                    .iter()
-                    .any(|p| s.starts_with(p))
-            });
-            // Initial-exec thread-locals (jemalloc's default) need room
-            // only a library linked at start-up has.
-            let static_tls = e.contains("static TLS block");
-            let hint = match (sanitized, undefined) {
-                _ if static_tls => "its thread-locals use the initial-exec TLS model, which a library loaded with dlopen has no room for: build it with -ftls-model=global-dynamic (jemalloc: configure --disable-initial-exec-tls)",
-                // Only binaries that export their sanitizer runtime can
-                // resolve it (the fuzz builds: fuzz_targets/build.rs).
-                (true, _) => "a library built with -fsanitize loads only in the fuzz binaries, which export the sanitizer runtime (`allocsoak build` rebuilds them); build it plain for anything else",
-                // A symbol its firmware or build would define (umm_malloc's
-                // `UMM_MALLOC_CFG_HEAP_SIZE`).
-                (false, Some(_)) => "it needs a symbol that nothing loaded defines: link the library with everything it uses (`-Wl,--no-undefined` lists what is missing)",
-                (false, None) => "give an absolute path to a .so",
-            };
-            format!("cannot load allocator library `{path}`: {e}; {hint}")
-        })?;
+        let lib = unsafe { Library::new(path) }.map_err(|e| load_error(path, e))?;
         let own =
             std::fs::canonicalize(path).map_err(|e| format!("cannot resolve `{path}`: {e}"))?;
-        let need = |name: &str| {
-            format!(
-                "`{path}` has no `{prefix}{name}`; pass the symbol prefix as dylib:{path}:<prefix>"
-            )
-        };
-        // A macro, not a closure: each symbol has its own type.
-        macro_rules! symbol {
-            ($name:literal) => {
-                // SAFETY: `T` is the field's `unsafe extern "C" fn` type, pointer-sized as
-                // `own_symbol` needs; assumes the symbol has that C signature (not checkable).
-                unsafe { own_symbol(&lib, &own, prefix, $name) }
-            };
-        }
-        let fns = CFunctions {
-            malloc: symbol!("malloc").ok_or_else(|| need("malloc"))?,
-            free: symbol!("free").ok_or_else(|| need("free"))?,
-            calloc: symbol!("calloc"),
-            realloc: symbol!("realloc"),
-            usable_size: symbol!("malloc_usable_size").or_else(|| symbol!("usable_size")),
-            posix_memalign: symbol!("posix_memalign"),
-            memalign: symbol!("memalign"),
-            aligned_alloc: symbol!("aligned_alloc"),
-            malloc_aligned: symbol!("malloc_aligned"),
-            more: CExtras {
-                realloc_aligned: symbol!("realloc_aligned"),
-                rezalloc: symbol!("rezalloc"),
-                rezalloc_aligned: symbol!("rezalloc_aligned"),
-                expand: symbol!("expand"),
-                free_size: symbol!("free_size"),
-                free_size_aligned: symbol!("free_size_aligned"),
-                good_size: symbol!("good_size"),
-                heap: CHeapApi {
-                    new: symbol!("heap_new"),
-                    delete: symbol!("heap_delete"),
-                    destroy: symbol!("heap_destroy"),
-                    malloc: symbol!("heap_malloc"),
-                    zalloc: symbol!("heap_zalloc"),
-                    malloc_aligned: symbol!("heap_malloc_aligned"),
-                    zalloc_aligned: symbol!("heap_zalloc_aligned"),
-                    realloc: symbol!("heap_realloc"),
-                    realloc_aligned: symbol!("heap_realloc_aligned"),
-                    collect: symbol!("heap_collect"),
-                    contains: symbol!("heap_contains")
-                        .or_else(|| symbol!("heap_check_owned"))
-                        .or_else(|| symbol!("heap_contains_block")),
-                    visit_blocks: symbol!("heap_visit_blocks"),
-                    rezalloc: symbol!("heap_rezalloc"),
-                    rezalloc_aligned: symbol!("heap_rezalloc_aligned"),
-                },
-                heap_check: symbol!("heap_check"),
-                in_use: symbol!("in_use"),
-            },
-        };
+        let fns = own_functions(&lib, &own, path, prefix)?;
         Ok(Dylib {
             library: Some((lib, own)),
             ..Dylib::linked(name, fns)

@@ -15,17 +15,18 @@ use crate::engines::harness::HarnessFiles;
 use crate::engines::Engine;
 use crate::engines::{honggfuzz, libfuzzer};
 use crate::foundation::state::count_files;
-use crate::foundation::store::SliceStats;
 use crate::foundation::store::SlotRow;
-use crate::running::corpus::{Corpus, MergeRun};
+use crate::running::corpus::Corpus;
 use crate::running::pending::{self, Found, SliceFile};
-use crate::running::scheduler::{self, Yield};
 use crate::running::soak::Soak;
 
+mod finishing;
 mod log_tail;
 mod lost;
+use finishing::{
+    artifacts, by_group, keep_log, merge_new, record_slice, slice_stats, Counted, Merge,
+};
 use log_tail::LogTail;
-use lost::{lost_in_children, lost_input};
 
 /// Runs slot `slot_id` for `secs` on `cores` as slice `slice_id`, then
 /// finishes it.
@@ -37,23 +38,8 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
             .with_context(|| format!("failed to create {}", scratch.join(sub).display()))?;
     }
     let engine = Engine::parse(&slot.engine)?;
-    let (keys, saved_past, ending) = {
-        let store = soak.lock_store();
-        (
-            store.tolerated_keys(&slot.allocator)?,
-            store.unsound_path_kinds(&slot.allocator)?,
-            store.ending_groups(&slot.allocator)?,
-        )
-    };
-    // [`EngineRun::fork_past`]; a bug that breaks the heap and waits to
-    // be filed (it ended a slice, or a slice saved it) is got past from
-    // now on, as its group's is.
-    let unfiled = soak.unfiled(&slot.allocator);
-    let pending_keys = pending::saved_keys(&soak.state, &slot.allocator);
-    let fork_past = ending > 0
-        || keys.iter().any(|(_, k)| report::key::breaks_heap(k))
-        || unfiled.iter().any(|e| report::key::breaks_heap(&e.key))
-        || pending_keys.iter().any(|k| report::key::breaks_heap(k));
+    let known = Known::read(soak, &slot.allocator)?;
+    let fork_past = known.fork_past();
     let record = SliceFile {
         slot_id,
         target: slot.target.clone(),
@@ -65,62 +51,18 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         &scratch.join("slice.toml"),
         toml::to_string(&record)?.as_bytes(),
     )?;
-    let tolerate = scratch.join("tolerate");
-    // The known keys, and, for each kind of bug keyed by its code path,
-    // every other key of it saved as a finding (its replay tells a new way
-    // to a known bug from a new bug) rather than ending the process.
-    let mut text = String::new();
-    let mut saved_past: BTreeSet<String> = saved_past.into_iter().collect();
-    {
-        let mut listed = BTreeSet::new();
-        let mut list = |key: &str| {
-            if listed.insert(key.to_string()) {
-                text.push_str(&format!("{key}\n"));
-            }
-        };
-        keys.iter().for_each(|(_, k)| list(k));
-        // And what ended this allocator's slices, not filed yet: its key,
-        // and, for a violation of a call, its kind saved past from now on.
-        for ending in unfiled {
-            list(&ending.key);
-            saved_past.extend(ending.path_kind);
-        }
-        // And the keys of its saved findings still pending: one input each
-        // is enough.
-        pending_keys.iter().for_each(|k| list(k));
-    }
-    for kind in &saved_past {
-        text.push_str(&format!("{}{kind} in *\n", shadow::tolerance::SAVE));
-    }
-    crate::foundation::state::write_atomic(&tolerate, text.as_bytes())?;
-    let tolerate = (!text.is_empty()).then_some(tolerate);
-
     let run = EngineRun {
         slice_id,
         secs,
         cores,
-        tolerate,
+        tolerate: write_tolerate(&scratch, known)?,
         forked: record.forked,
         fork_past,
     };
-    let mut command = engine_command(soak, &slot, &scratch, run)?;
+    let command = engine_command(soak, &slot, &scratch, run)?;
     let log = std::fs::File::create(scratch.join("fuzz.log"))?;
     let start = Instant::now();
-    // Its own process group: a stop reaches libFuzzer's `-fork` children
-    // too, which their parent would otherwise wait for to the end of
-    // their jobs (minutes).
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .with_context(|| {
-            format!(
-                "failed to run {}; run `allocsoak build`",
-                command.get_program().to_string_lossy()
-            )
-        })?;
+    let child = spawn(command, log)?;
     let (stopped, parked, status, fuzzing) = wait(soak, child, secs, slice_id, &scratch, engine)?;
     // A harness that did not start fuzzed nothing: the slice is recorded
     // and its scratch goes as any other's, and the soak hears why.
@@ -143,6 +85,111 @@ pub fn run(soak: &Soak, slot_id: i64, slice_id: i64, secs: u64, cores: usize) ->
         Some(error) => bail!("{error}"),
         None => Ok(()),
     }
+}
+
+/// What is known of a slice's allocator as the slice starts: what it
+/// gets past, and whether it runs [`EngineRun::fork_past`].
+struct Known {
+    /// The tolerated keys of its groups, (group, key).
+    keys: Vec<(String, String)>,
+    /// The kinds of bug keyed by their code path.
+    saved_past: Vec<String>,
+    /// How many of its groups end the process when they recur.
+    ending: i64,
+    /// What ended its slices this soak, not filed yet.
+    unfiled: BTreeSet<report::Ending>,
+    /// The keys of its saved findings still pending.
+    pending_keys: Vec<String>,
+}
+
+impl Known {
+    /// What the store, the soak and `pending/` know of `allocator`.
+    fn read(soak: &Soak, allocator: &str) -> Result<Known> {
+        let (keys, saved_past, ending) = {
+            let store = soak.lock_store();
+            (
+                store.tolerated_keys(allocator)?,
+                store.unsound_path_kinds(allocator)?,
+                store.ending_groups(allocator)?,
+            )
+        };
+        Ok(Known {
+            keys,
+            saved_past,
+            ending,
+            unfiled: soak.unfiled(allocator),
+            pending_keys: pending::saved_keys(&soak.state, allocator),
+        })
+    }
+
+    /// [`EngineRun::fork_past`]; a bug that breaks the heap and waits to
+    /// be filed (it ended a slice, or a slice saved it) is got past from
+    /// now on, as its group's is.
+    fn fork_past(&self) -> bool {
+        self.ending > 0
+            || self.keys.iter().any(|(_, k)| report::key::breaks_heap(k))
+            || self
+                .unfiled
+                .iter()
+                .any(|e| report::key::breaks_heap(&e.key))
+            || self
+                .pending_keys
+                .iter()
+                .any(|k| report::key::breaks_heap(k))
+    }
+}
+
+/// Writes the slice's `tolerate` file into `scratch` from what is
+/// `known`; its path, or None when it lists nothing.
+fn write_tolerate(scratch: &Path, known: Known) -> Result<Option<PathBuf>> {
+    let tolerate = scratch.join("tolerate");
+    // The known keys, and, for each kind of bug keyed by its code path,
+    // every other key of it saved as a finding (its replay tells a new way
+    // to a known bug from a new bug) rather than ending the process.
+    let mut text = String::new();
+    let mut saved_past: BTreeSet<String> = known.saved_past.into_iter().collect();
+    {
+        let mut listed = BTreeSet::new();
+        let mut list = |key: &str| {
+            if listed.insert(key.to_string()) {
+                text.push_str(&format!("{key}\n"));
+            }
+        };
+        known.keys.iter().for_each(|(_, k)| list(k));
+        // And what ended this allocator's slices, not filed yet: its key,
+        // and, for a violation of a call, its kind saved past from now on.
+        for ending in known.unfiled {
+            list(&ending.key);
+            saved_past.extend(ending.path_kind);
+        }
+        // And the keys of its saved findings still pending: one input each
+        // is enough.
+        known.pending_keys.iter().for_each(|k| list(k));
+    }
+    for kind in &saved_past {
+        text.push_str(&format!("{}{kind} in *\n", shadow::tolerance::SAVE));
+    }
+    crate::foundation::state::write_atomic(&tolerate, text.as_bytes())?;
+    Ok((!text.is_empty()).then_some(tolerate))
+}
+
+/// Starts the engine `command` with its stderr into `log`, in its own
+/// process group: a stop reaches libFuzzer's `-fork` children too, which
+/// their parent would otherwise wait for to the end of their jobs
+/// (minutes).
+fn spawn(mut command: Command, log: std::fs::File) -> Result<Child> {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| {
+            format!(
+                "failed to run {}; run `allocsoak build`",
+                command.get_program().to_string_lossy()
+            )
+        })
 }
 
 /// What one slice's engine run is given besides its slot.
@@ -338,90 +385,24 @@ pub fn finish(
     let record = SliceFile::read(scratch)?;
     let target = record.target()?;
     let engine = Engine::parse(&record.engine)?;
-    let binary = record.binary(soak)?;
     let log = std::fs::read_to_string(scratch.join("fuzz.log")).unwrap_or_default();
-    let tolerate = scratch.join("tolerate");
-    let tolerate = (std::fs::metadata(&tolerate).map_or(0, |m| m.len()) > 0).then_some(tolerate);
-    // Merges go on past sound violations as the engine did (the corpus
-    // may hold inputs with one not filed yet); what they save is filed
-    // with the slice's findings.
-    let mut env = vec![
-        ("ALLOCSOAK_ALLOCATOR".to_string(), record.allocator.clone()),
-        (
-            "ALLOCSOAK_FINDINGS".to_string(),
-            scratch.join("findings").to_string_lossy().into_owned(),
-        ),
-    ];
-    if let Some(t) = &tolerate {
-        env.push((
-            "ALLOCSOAK_TOLERATE".into(),
-            t.to_string_lossy().into_owned(),
-        ));
-    }
-
     let new_units = count_files(&scratch.join("new"))? as u64;
-    let corpus = Corpus::new(&soak.state, target);
-    let how = MergeRun {
-        binary: &binary,
-        env: &env,
-        timeout_secs: soak.config.timeout_secs,
-        rss_limit_mb: soak.config.rss_limit_mb,
-        budget: soak.budget(),
-    };
-    let mut merged_units = 0;
-    // What went wrong here keeps the scratch for the next start to retry;
-    // the soak goes on (one bad merge must not end a night's run).
-    let mut problems: Vec<anyhow::Error> = Vec::new();
     // At a stop the user waits: the merge is left to the next start,
     // which finishes the slice again from its scratch.
     let merge_later = stopped && new_units > 0;
-    if !stopped {
-        let _merging = soak.merge_lock(target);
-        if new_units > 0 {
-            match corpus.merge(&how, &scratch.join("new"), &scratch.join("merge.ctl")) {
-                Ok(m) => {
-                    merged_units = (m.after - m.before) as u64;
-                    soak.lock_store().corpus_event(
-                        target.name(),
-                        "merge",
-                        m.before,
-                        m.after,
-                        m.secs,
-                    )?;
-                }
-                Err(e) => problems.push(e),
-            }
-        }
-        if problems.is_empty() && soak.prune_due(target)? {
-            match corpus.prune(&how, &scratch.join("prune.ctl")) {
-                Ok(m) => soak.lock_store().corpus_event(
-                    target.name(),
-                    "prune",
-                    m.before,
-                    m.after,
-                    m.secs,
-                )?,
-                // Nothing is lost: the corpus stays as it was.
-                Err(e) => eprintln!("allocsoak: prune of {target}'s corpus failed: {e:#}"),
-            }
-        }
-    }
-
-    let history = Some(scratch.join("history")).filter(|h| h.is_file());
-    let mut artifacts = engine.artifacts(&scratch.join("artifacts"))?;
-    if record.forked {
-        for lost in lost_in_children(scratch, &log)? {
-            if !artifacts.contains(&lost) {
-                artifacts.push(lost);
-            }
-        }
-    } else if artifacts.is_empty() && !stopped && engine == Engine::LibFuzzer {
-        artifacts.extend(lost_input(scratch, &log, history.as_deref())?);
-    }
+    // What went wrong here keeps the scratch for the next start to retry;
+    // the soak goes on (one bad merge must not end a night's run).
+    let Merge {
+        merged_units,
+        mut problems,
+    } = match stopped {
+        true => Merge::default(),
+        false => merge_new(soak, &record, scratch, new_units)?,
+    };
     // What it found waits for the intake worker, with the sound
     // violations the engine went on past: the next slice starts now.
     let found = Found {
-        artifacts,
+        artifacts: artifacts(&record, engine, scratch, &log, stopped)?,
         findings: crate::pipeline::intake::inputs(&scratch.join("findings"))?,
     };
     let crashes = found.artifacts.len() as u64;
@@ -433,57 +414,24 @@ pub fn finish(
     soak.add_unfiled(&record.allocator, endings);
     let tolerated = went_past(&scratch.join("findings"))?;
     let keys = soak.lock_store().tolerated_keys(&record.allocator)?;
-    let progress = engine.progress(scratch).unwrap_or_default();
-    // libFuzzer's final stats (none in a honggfuzz log: 0).
-    let final_execs = libfuzzer::final_stat(&log, "stat::number_of_executed_units");
-    let races = shadow::tally::Tally::read(&scratch.join("tally"));
-    let stats = SliceStats {
-        fuzz_secs: fuzz_secs.unwrap_or(0.0),
-        // libFuzzer's `-fork` parent counts no execution of a child that
-        // ended at a crash; the children's tallies do.
-        execs: final_execs.max(progress.execs).max(races.programs),
-        cov: progress.cov,
-        ft: progress.ft,
-        corpus_size: corpus.count()? as u64,
+    let counted = Counted {
+        fuzz_secs,
+        stopped,
+        corpus_size: Corpus::new(&soak.state, target).count()? as u64,
         new_units,
         merged_units,
-        peak_rss_mb: libfuzzer::final_stat(&log, "stat::peak_rss_mb").max(progress.rss_mb),
+        crashes,
         findings: found.len() as u64 + parked,
         tolerated: tolerated.values().sum(),
-        races,
-        outcome: if fuzz_secs.is_none() {
-            "killed".into()
-        } else if stopped {
-            "stop".into()
-        } else {
-            engine.outcome(&log, crashes)
-        },
     };
-    {
-        let store = soak.lock_store();
-        // A group is tolerated by each of its variants' keys.
-        let mut per_group: std::collections::BTreeMap<&str, u64> = Default::default();
-        for (key, count) in &tolerated {
-            if let Some((group, _)) = keys.iter().find(|(_, k)| k == key) {
-                *per_group.entry(group.as_str()).or_default() += count;
-            }
-        }
-        for (group, count) in per_group {
-            store.add_tolerated(slice_id, group, count)?;
-        }
-        store.end_slice(slice_id, &stats)?;
-        let slot = store.slot_by_id(record.slot_id)?;
-        // New groups and repeats reweigh it as the intake files them.
-        let factor = scheduler::next_factor(
-            slot.weight,
-            &Yield {
-                stats: &stats,
-                new_groups: 0,
-                repeats: 0,
-            },
-        );
-        store.set_weight(record.slot_id, factor)?;
-    }
+    let stats = slice_stats(engine, scratch, &log, counted);
+    record_slice(
+        soak,
+        slice_id,
+        record.slot_id,
+        by_group(&tolerated, &keys),
+        &stats,
+    )?;
     if !problems.is_empty() {
         for e in &problems {
             eprintln!(
@@ -493,15 +441,7 @@ pub fn finish(
         }
         return Ok(());
     }
-    let kept_log = soak.state.logs().join(format!("slice-{slice_id}.log"));
-    if scratch.join("fuzz.log").is_file() {
-        // Read once: a finish again (for the merge) must not take an
-        // input it reports, already parked, for a lost one.
-        std::fs::rename(scratch.join("fuzz.log"), &kept_log)?;
-        if let Err(e) = soak.state.prune_logs(soak.config.logs_mb << 20) {
-            eprintln!("allocsoak: pruning old logs: {e:#}");
-        }
-    }
+    keep_log(soak, slice_id, scratch)?;
     if !merge_later {
         crate::foundation::state::remove_scratch(scratch)?;
     }

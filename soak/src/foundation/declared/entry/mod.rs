@@ -358,6 +358,31 @@ impl Declared {
     /// made absolute from `base`.
     pub(super) fn registration(&self, base: &Path) -> String {
         let name = &self.name;
+        let properties = self.properties();
+        if let Some(lib) = &self.dylib {
+            return format!(
+                "    shadow::allocator::declare_library({name:?}, {:?}, |library| library{properties});\n",
+                lib.spec(base)
+            );
+        }
+        let make = match (&self.c, self.api, &self.static_item, &self.new) {
+            (Some(_), ..) => format!(
+                "Box::new(shadow::allocator::linked_c({name:?}, unsafe {{ allocsoak_c_{}() }}){properties})",
+                self.ident()
+            ),
+            (None, Api::AllocatorApi2, _, Some(new)) => {
+                format!("Box::new(shadow::allocator::Api2Adapter::new({name:?}, || {new}))")
+            }
+            (None, _, item, new) => {
+                self.global_alloc_adapter(item.as_deref(), new.as_deref(), properties)
+            }
+        };
+        format!("    shadow::allocator::declare({name:?}, || {make});\n")
+    }
+
+    /// The builder calls (`.with_size_classes(..)` and on) that every kind
+    /// of allocator takes, for the properties the entry declares.
+    fn properties(&self) -> String {
         let mut properties = match &self.size_classes {
             Some(c) => format!(".with_size_classes({c:?})"),
             None => String::new(),
@@ -405,44 +430,39 @@ impl Declared {
             properties
                 .push_str(".with_heap_check_returns(shadow::allocator::HeapCheckReturns::Bool)");
         }
-        if let Some(lib) = &self.dylib {
-            return format!(
-                "    shadow::allocator::declare_library({name:?}, {:?}, |library| library{properties});\n",
-                lib.spec(base)
-            );
-        }
-        let make = match (&self.c, self.api, &self.static_item, &self.new) {
-            (Some(_), ..) => format!(
-                "Box::new(shadow::allocator::linked_c({name:?}, unsafe {{ allocsoak_c_{}() }}){properties})",
-                self.ident()
-            ),
-            (None, Api::AllocatorApi2, _, Some(new)) => {
-                format!("Box::new(shadow::allocator::Api2Adapter::new({name:?}, || {new}))")
-            }
-            (None, _, item, new) => {
-                let adapter = match (item, new) {
-                    (Some(item), _) => format!("of_static({name:?}, &{item})"),
-                    (None, Some(new)) => format!("new({name:?}, {new})"),
-                    (None, None) => unreachable!("checked: a crate has new or static"),
-                };
-                if let Some(usable) = &self.usable_size {
-                    properties.push_str(&format!(
-                        ".with_usable_size(|heap, p: *mut u8| -> usize {{ {usable} }})"
-                    ));
-                }
-                if let Some(in_use) = &self.in_use {
-                    properties.push_str(&format!(".with_in_use(|heap| -> usize {{ {in_use} }})"));
-                }
-                let adapter = format!("shadow::allocator::GlobalAllocAdapter::{adapter}{properties}");
-                match &self.init {
-                    Some(init) => format!(
-                        "{{\n        let adapter = {adapter};\n        let heap = adapter.allocator();\n        {{ {init} }}\n        Box::new(adapter)\n    }}"
-                    ),
-                    None => format!("Box::new({adapter})"),
-                }
-            }
+        properties
+    }
+
+    /// The expression making a crate's `GlobalAlloc` (its `static` `item`,
+    /// else its `new`) with `properties` and the entry's `usable_size` and
+    /// `in_use`, run through `init` once placed when the entry has one.
+    fn global_alloc_adapter(
+        &self,
+        item: Option<&str>,
+        new: Option<&str>,
+        mut properties: String,
+    ) -> String {
+        let name = &self.name;
+        let adapter = match (item, new) {
+            (Some(item), _) => format!("of_static({name:?}, &{item})"),
+            (None, Some(new)) => format!("new({name:?}, {new})"),
+            (None, None) => unreachable!("checked: a crate has new or static"),
         };
-        format!("    shadow::allocator::declare({name:?}, || {make});\n")
+        if let Some(usable) = &self.usable_size {
+            properties.push_str(&format!(
+                ".with_usable_size(|heap, p: *mut u8| -> usize {{ {usable} }})"
+            ));
+        }
+        if let Some(in_use) = &self.in_use {
+            properties.push_str(&format!(".with_in_use(|heap| -> usize {{ {in_use} }})"));
+        }
+        let adapter = format!("shadow::allocator::GlobalAllocAdapter::{adapter}{properties}");
+        match &self.init {
+            Some(init) => format!(
+                "{{\n        let adapter = {adapter};\n        let heap = adapter.allocator();\n        {{ {init} }}\n        Box::new(adapter)\n    }}"
+            ),
+            None => format!("Box::new({adapter})"),
+        }
     }
 }
 
