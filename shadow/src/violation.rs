@@ -159,6 +159,15 @@ pub enum Violation {
     /// ([`crate::allocator::Allocator::bytes_in_use`]) is higher once a
     /// program has freed everything than when it started: a free it lost.
     KeptBytes { before: usize, after: usize },
+    /// The allocator's own walk of its blocks in use
+    /// ([`crate::allocator::Allocator::blocks_in_use`]) lists `blocks` it
+    /// did not when the program started, once the program has freed
+    /// everything, the first at `ptr`, `size` bytes: frees it kept.
+    KeptBlock {
+        ptr: usize,
+        size: usize,
+        blocks: usize,
+    },
     /// A forced purge with no delay left `bytes` of whole free pages
     /// resident, by the allocator's own count
     /// ([`crate::allocator::Extras::free_pages_kept`]): memory it was
@@ -242,6 +251,7 @@ impl Violation {
             Violation::Panic { .. } => "panic",
             Violation::CapacityLeak { .. } => "capacity-leak",
             Violation::KeptBytes { .. } => "kept-bytes",
+            Violation::KeptBlock { .. } => "kept-block",
             Violation::PurgeKept { .. } => "purge-kept",
             Violation::RemoteFreeLost { .. } => "remote-free-lost",
             Violation::Fork { .. } => "fork",

@@ -1,10 +1,12 @@
 //! Your allocator, out of tree: a config in a temp dir declares a local
 //! Rust crate (a Sync-only static `GlobalAlloc`, clean and with planted
-//! bugs, one in the usable size it reports; an `allocator_api2` allocator
+//! bugs, one in the usable size it reports, one a free only its walk of
+//! its blocks shows; an `allocator_api2` allocator
 //! whose slices are longer than asked, honest and overclaiming), a bump allocator from crates.io (`allocator_api2`), a fixed-arena
 //! allocator from crates.io (embedded-alloc's TLSF heap over 4 MiB,
 //! initialized in place, whose refusals are legitimate by its declared
-//! `arena`), two releases of one crate from crates.io side by side
+//! `arena`), an author's heap over rlsf from crates.io held to rlsf's
+//! walk of its blocks, two releases of one crate from crates.io side by side
 //! (dlmalloc 0.1 and 0.2, each under a name of its own) and a C allocator from source with a planted bug, under
 //! mimalloc's function names. `allocsoak --config` builds them into the
 //! fuzz targets, finds the four planted bugs with the right kind (the C one's
@@ -82,6 +84,8 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "planted-miscounted",
             "--allocator",
             "embedded-tlsf-used",
+            "--allocator",
+            "planted-walk-keeping",
             "--secs",
             "60",
         ],
@@ -98,12 +102,19 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             .find(|(_, allocator, _)| allocator == name)
             .map(|(_, _, kind)| kind.as_str())
     };
-    assert_eq!(found_bugs.len(), 7, "{text}");
+    assert_eq!(found_bugs.len(), 8, "{text}");
     assert_eq!(kind_of("planted-buggy"), Some("realloc-prefix"), "{text}");
     // A declared count of bytes in use: one that drifts (only the count
     // shows it), and embedded-alloc 0.7.0's `used()`, which panics.
     assert_eq!(kind_of("planted-miscounted"), Some("kept-bytes"), "{text}");
     assert_eq!(kind_of("embedded-tlsf-used"), Some("panic"), "{text}");
+    // A declared walk of the blocks in use: a free kept (only the walk
+    // shows it).
+    assert_eq!(
+        kind_of("planted-walk-keeping"),
+        Some("kept-block"),
+        "{text}"
+    );
     assert_eq!(kind_of("tlsf-claims-hardened"), Some("hardening"), "{text}");
     assert_eq!(kind_of("tinyc"), Some("zeroed"), "{text}");
     // The usable sizes the crate's `usable_size` and the slices claim:
@@ -179,7 +190,9 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     // The clean ones run clean on every target: mimalloc-rs, the `mimalloc`
     // crate, runs its own C mimalloc (tinyc's mi_calloc does not zero);
     // planted-clean with the usable sizes its crate reports; embedded-tlsf
-    // and planted-counted held to their counts of bytes in use.
+    // and planted-counted held to their counts of bytes in use;
+    // planted-walked and tlsf-pool (rlsf 0.2.3 from crates.io) to their
+    // walks of the blocks in use.
     let (out, text) = with_config(
         &config,
         &[
@@ -194,12 +207,16 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "mimalloc-rs",
             "--allocator",
             "planted-counted",
+            "--allocator",
+            "planted-walked",
+            "--allocator",
+            "tlsf-pool",
             "--secs",
             "6",
         ],
     );
     let clean = found(&text);
-    assert_eq!(clean.len(), 25, "5 targets x 5 allocators:\n{text}");
+    assert_eq!(clean.len(), 35, "5 targets x 7 allocators:\n{text}");
     assert!(
         out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
         "clean allocators had findings:\n{text}"

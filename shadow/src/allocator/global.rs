@@ -25,6 +25,8 @@ pub struct GlobalAllocAdapter<A: 'static> {
     usable: Option<fn(&'static A, *mut u8) -> usize>,
     /// The crate's own count of bytes in use ([`Self::with_in_use`]).
     in_use: Option<fn(&'static A) -> usize>,
+    /// The crate's own walk of the blocks in use ([`Self::with_walk`]).
+    walk: Option<Walk<A>>,
 }
 
 impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
@@ -47,6 +49,7 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
             stops: &[],
             usable: None,
             in_use: None,
+            walk: None,
         }
     }
 
@@ -63,6 +66,9 @@ impl<A: GlobalAlloc + Sync> GlobalAllocAdapter<A> {
         self
     }
 }
+
+/// A crate's walk of the blocks it holds in use, `(start, size)` each.
+pub type Walk<A> = fn(&'static A) -> Vec<(usize, usize)>;
 
 fn layout(size: usize, align: usize) -> Option<Layout> {
     Layout::from_size_align(size.max(1), align).ok()
@@ -140,6 +146,12 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
             threads: 0,
         })
     }
+
+    /// The crate's own walk, where it has one: of the program's blocks
+    /// alone, as the count.
+    fn blocks_in_use(&self) -> Option<Vec<(usize, usize)>> {
+        self.walk.map(|walk| walk(self.inner))
+    }
 }
 
 impl<A: 'static> GlobalAllocAdapter<A> {
@@ -194,6 +206,15 @@ impl<A: 'static> GlobalAllocAdapter<A> {
     /// allocator lost a free or its count drifted (`kept-bytes`).
     pub fn with_in_use(mut self, in_use: fn(&'static A) -> usize) -> Self {
         self.in_use = Some(in_use);
+        self
+    }
+
+    /// Declares the crate's own walk of the blocks it holds in use, as
+    /// `(start, size)` (rlsf's `iter_blocks` filtered to occupied ones): a
+    /// block a program freed that the walk still lists once the program
+    /// has freed everything is one the allocator kept (`kept-block`).
+    pub fn with_walk(mut self, walk: Walk<A>) -> Self {
+        self.walk = Some(walk);
         self
     }
 }

@@ -301,6 +301,17 @@ pub trait Allocator: Send + Sync {
         None
     }
 
+    /// The blocks the allocator's own walk of its heap lists in use, as
+    /// `(start, size)`; a start may precede the pointer the caller got (a
+    /// header). Blocks held for reuse (free lists, a thread's cache) are
+    /// not in use. Read when a program starts and once it has freed
+    /// everything: a block in use then that was not at the start is one
+    /// the program gave back and the allocator kept (`kept-block`).
+    /// Default: `None`, no walk.
+    fn blocks_in_use(&self) -> Option<Vec<(usize, usize)>> {
+        None
+    }
+
     /// Gives back to the OS what the allocator holds free, as a real
     /// process's purge timer would have by now. Called between programs
     /// when a fuzzing process has grown ([`crate::resident`]). Default:

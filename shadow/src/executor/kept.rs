@@ -10,6 +10,13 @@
 //! started or ended, or after which the allocator serves more or fewer
 //! threads: each thread's cache is counted too, and a thread's state
 //! comes and goes with it. So a loss at a thread's exit is not seen here.
+//!
+//! The allocator's own walk of the blocks it holds in use
+//! ([`Allocator::blocks_in_use`]) is held the same way, threads or not (a
+//! thread's cache is not in use): a block it lists once the program has
+//! freed everything that it did not list at the start is one the program
+//! gave back and the allocator kept (`kept-block`), a lost free on an
+//! allocator with no count.
 
 use super::calls::CallGuard;
 use crate::allocator::{Allocator, InUse};
@@ -20,28 +27,40 @@ pub(super) struct KeptProbe {
     /// The count when the program started (checked runs only), and the
     /// worker threads started by then.
     at_start: Option<(InUse, u64)>,
+    /// The blocks its walk listed in use when the program started (checked
+    /// runs only).
+    walked: Option<Vec<(usize, usize)>>,
 }
 
 impl KeptProbe {
     /// A probe of `alloc`, which reads it now when the program is `checked`.
     pub(super) fn new(alloc: &'static dyn Allocator, guard: &CallGuard, checked: bool) -> Self {
-        let at_start = match checked {
-            true => guard
+        if !checked {
+            return KeptProbe {
+                alloc,
+                at_start: None,
+                walked: None,
+            };
+        }
+        KeptProbe {
+            alloc,
+            at_start: guard
                 .asked(|| alloc.bytes_in_use())
                 .map(|n| (n, crate::workers::spawned())),
-            false => None,
-        };
-        KeptProbe { alloc, at_start }
+            walked: guard.asked(|| alloc.blocks_in_use()),
+        }
     }
 
     /// The program keeps a block it will never free: not checked.
     pub(super) fn keeps_unfreed(&mut self) {
         self.at_start = None;
+        self.walked = None;
     }
 
     /// At the end of a program that freed everything: bytes the allocator
     /// still counts in use past its start are a `kept-bytes`.
     pub(super) fn check(&self, guard: &CallGuard) {
+        self.check_walk(guard);
         let Some((start, spawned)) = self.at_start else {
             return;
         };
@@ -53,6 +72,25 @@ impl KeptProbe {
             guard.flag(Violation::KeptBytes {
                 before: start.bytes,
                 after: end.bytes,
+            });
+        }
+    }
+
+    /// At the end of a program that freed everything: a block the walk
+    /// lists in use that it did not list at the start is a `kept-block`.
+    fn check_walk(&self, guard: &CallGuard) {
+        let Some(before) = &self.walked else {
+            return;
+        };
+        let Some(after) = guard.asked(|| self.alloc.blocks_in_use()) else {
+            return;
+        };
+        let kept: Vec<&(usize, usize)> = after.iter().filter(|b| !before.contains(b)).collect();
+        if let Some(&&(ptr, size)) = kept.first() {
+            guard.flag(Violation::KeptBlock {
+                ptr,
+                size,
+                blocks: kept.len(),
             });
         }
     }

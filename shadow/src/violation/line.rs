@@ -43,6 +43,7 @@ impl fmt::Display for Violation {
             | Violation::Panic { .. } => check_line(self, f),
             Violation::CapacityLeak { .. }
             | Violation::KeptBytes { .. }
+            | Violation::KeptBlock { .. }
             | Violation::PurgeKept { .. }
             | Violation::RemoteFreeLost { .. }
             | Violation::Leak { .. } => kept_line(self, f),
@@ -200,6 +201,10 @@ fn kept_line(v: &Violation, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         Violation::KeptBytes { before, after } => write!(
             f,
             "the allocator counts {after} bytes in use after everything was freed, {before} when the program started"
+        ),
+        Violation::KeptBlock { ptr, size, blocks } => write!(
+            f,
+            "the allocator's walk lists {blocks} block(s) in use after everything was freed that it did not when the program started, the first at {ptr:#x} ({size} bytes)"
         ),
         Violation::PurgeKept { bytes } => write!(
             f,

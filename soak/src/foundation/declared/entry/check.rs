@@ -101,6 +101,9 @@ impl Declared {
         if c_code && self.in_use.is_some() {
             return Err("a C allocator's count of bytes in use is a function: give it as c.in_use or dylib.in_use".into());
         }
+        if c_code && self.walk.is_some() {
+            return Err("`walk` is a Rust expression over a crate's allocator; a C allocator's own check of its heap is `heap_check`".into());
+        }
         Ok(())
     }
 
@@ -142,6 +145,9 @@ impl Declared {
         }
         if self.in_use.is_some() && api2 {
             return Err("`in_use` is for a GlobalAlloc; an allocator-api2 allocator is made fresh for each program, so nothing it counts outlives one".into());
+        }
+        if self.walk.is_some() && api2 {
+            return Err("`walk` is for a GlobalAlloc; an allocator-api2 allocator is made fresh for each program, so nothing it holds outlives one".into());
         }
         Ok(())
     }

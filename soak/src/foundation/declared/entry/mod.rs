@@ -64,6 +64,14 @@ pub struct Declared {
     /// `GlobalAlloc` only; C code declares a function (`c.in_use`,
     /// `dylib.in_use`).
     pub in_use: Option<String>,
+    /// An expression for the blocks the allocator holds in use, by its own
+    /// walk of its heap: any `IntoIterator` of `(usize, usize)`, the start
+    /// (a header's, at or before the pointer handed out) and size of each,
+    /// with `heap` a `&'static` of the allocator (`heap.blocks()` over
+    /// rlsf's `iter_blocks`). A block a program gave back that the walk
+    /// still lists once the program has freed everything is a
+    /// `kept-block`. A `GlobalAlloc` only.
+    pub walk: Option<String>,
     /// The trait it implements: `global-alloc` (default) or `allocator-api2`.
     #[serde(default)]
     pub api: Api,
@@ -434,8 +442,8 @@ impl Declared {
     }
 
     /// The expression making a crate's `GlobalAlloc` (its `static` `item`,
-    /// else its `new`) with `properties` and the entry's `usable_size` and
-    /// `in_use`, run through `init` once placed when the entry has one.
+    /// else its `new`) with `properties` and the entry's `usable_size`,
+    /// `in_use` and `walk`, run through `init` once placed when the entry has one.
     fn global_alloc_adapter(
         &self,
         item: Option<&str>,
@@ -455,6 +463,11 @@ impl Declared {
         }
         if let Some(in_use) = &self.in_use {
             properties.push_str(&format!(".with_in_use(|heap| -> usize {{ {in_use} }})"));
+        }
+        if let Some(walk) = &self.walk {
+            properties.push_str(&format!(
+                ".with_walk(|heap| -> Vec<(usize, usize)> {{ ::std::iter::IntoIterator::into_iter({walk}).collect() }})"
+            ));
         }
         let adapter = format!("shadow::allocator::GlobalAllocAdapter::{adapter}{properties}");
         match &self.init {

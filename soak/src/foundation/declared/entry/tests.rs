@@ -130,6 +130,14 @@ fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
             "crate = \"b\"\nversion = \"1\"\napi = \"allocator-api2\"\nnew = \"b::B::new()\"\nin_use = \"heap.used()\"\n",
             "`in_use` is for a GlobalAlloc",
         ),
+        (
+            "walk = \"heap.blocks()\"\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n",
+            "a C allocator's own check of its heap is `heap_check`",
+        ),
+        (
+            "crate = \"b\"\nversion = \"1\"\napi = \"allocator-api2\"\nnew = \"b::B::new()\"\nwalk = \"heap.blocks()\"\n",
+            "`walk` is for a GlobalAlloc",
+        ),
     ] {
         let e = entry(extra).check().unwrap_err().to_string();
         assert!(e.contains("`mine`") && e.contains(says), "{e}");
@@ -169,6 +177,13 @@ fn a_declared_count_of_bytes_in_use_reaches_the_adapter() {
     let line = rust.registration(Path::new("/r"));
     assert!(
         line.contains(".with_in_use(|heap| -> usize { heap.used() })"),
+        "{line}"
+    );
+    let walked = entry("crate = \"tlsf-pool\"\npath = \"tlsf-pool\"\nnew = \"tlsf_pool::TlsfPool::new()\"\nwalk = \"heap.blocks()\"\n");
+    walked.check().unwrap();
+    let line = walked.registration(Path::new("/r"));
+    assert!(
+        line.contains(".with_walk(|heap| -> Vec<(usize, usize)> { ::std::iter::IntoIterator::into_iter(heap.blocks()).collect() })"),
         "{line}"
     );
     let lib = entry("[dylib]\npath = \"libumm.so\"\nin_use = \"umm_used\"\n");

@@ -13,14 +13,23 @@
 //! block of 4 KiB or more leaves the bytes it gave back counted: the
 //! memory is sound, and only the count, declared as `in_use`, shows it.
 //!
+//! [`Walked`] keeps a table of the blocks it handed out, and walks it for
+//! the blocks in use, as an allocator's heap walk does; `WALK_KEEPING`'s
+//! free of an over-aligned block (64 or more) of 2049 to 4096 bytes
+//! leaves it in the table and never frees it: reachable, so
+//! LeakSanitizer is silent, and counted nowhere: only the walk, declared
+//! as `walk`, shows it.
+//!
 //! [`Slack`] is an allocator-api2 allocator over the system allocator
 //! that rounds each block up to 16 bytes and says so in the slice it
 //! returns; `Slack::OVERLONG`'s slices claim 8 bytes more than it took:
 //! only a usable size read from the slice reaches that.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// The blocks `LEAKY` kept, each holding the address of the one before.
 static KEPT: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
@@ -159,6 +168,54 @@ unsafe impl GlobalAlloc for Counted {
             self.used.fetch_sub(old, Ordering::Relaxed);
         }
         q
+    }
+}
+
+/// A `GlobalAlloc` over the system allocator with a table of its blocks
+/// in use, start to size (the table itself lives in the process's
+/// allocator, not in this one).
+pub struct Walked {
+    keeps: bool,
+    table: Mutex<BTreeMap<usize, usize>>,
+}
+
+pub static WALKED: Walked = Walked {
+    keeps: false,
+    table: Mutex::new(BTreeMap::new()),
+};
+
+pub static WALK_KEEPING: Walked = Walked {
+    keeps: true,
+    table: Mutex::new(BTreeMap::new()),
+};
+
+impl Walked {
+    /// The blocks in use, `(start, size)`, as its walk finds them.
+    pub fn blocks(&self) -> Vec<(usize, usize)> {
+        self.table().iter().map(|(&p, &n)| (p, n)).collect()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, usize>> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+unsafe impl GlobalAlloc for Walked {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            self.table().insert(p as usize, layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        let kept = layout.align() >= 64 && (2049..=4096).contains(&layout.size());
+        if self.keeps && kept {
+            return;
+        }
+        self.table().remove(&(p as usize));
+        System.dealloc(p, layout)
     }
 }
 
