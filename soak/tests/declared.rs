@@ -187,10 +187,30 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         "the emitted test declares the allocator:\n{test}"
     );
 
+    // A count kept per thread that a thread's exit drops: held across
+    // threads' exits (an mt_ops program's).
+    let (out, text) = with_config(
+        &config,
+        &[
+            "fuzz",
+            "--target",
+            "mt_ops",
+            "--allocator",
+            "planted-thread-miscounted",
+            "--secs",
+            "60",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let found_bugs = found(&text);
+    assert_eq!(found_bugs.len(), 1, "{text}");
+    assert_eq!(found_bugs[0].2, "kept-bytes", "{text}");
+
     // The clean ones run clean on every target: mimalloc-rs, the `mimalloc`
     // crate, runs its own C mimalloc (tinyc's mi_calloc does not zero);
     // planted-clean with the usable sizes its crate reports; embedded-tlsf
-    // and planted-counted held to their counts of bytes in use;
+    // and planted-counted (and planted-thread-counted, across threads'
+    // exits) held to their counts of bytes in use;
     // planted-walked and tlsf-pool (rlsf 0.2.3 from crates.io) to their
     // walks of the blocks in use.
     let (out, text) = with_config(
@@ -211,12 +231,14 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "planted-walked",
             "--allocator",
             "tlsf-pool",
+            "--allocator",
+            "planted-thread-counted",
             "--secs",
             "6",
         ],
     );
     let clean = found(&text);
-    assert_eq!(clean.len(), 35, "5 targets x 7 allocators:\n{text}");
+    assert_eq!(clean.len(), 40, "5 targets x 8 allocators:\n{text}");
     assert!(
         out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
         "clean allocators had findings:\n{text}"

@@ -7,9 +7,11 @@
 //!
 //! A program that keeps a block it can never free (an impossible
 //! request's) is not checked, nor one during which a worker thread
-//! started or ended, or after which the allocator serves more or fewer
-//! threads: each thread's cache is counted too, and a thread's state
-//! comes and goes with it. So a loss at a thread's exit is not seen here.
+//! started, or after which the allocator serves more or fewer threads
+//! (jemalloc counts each thread's cache too, and a thread's state comes
+//! and goes with it). A worker's exit alone moves neither: where the
+//! allocator's thread count does not follow it (a declared count holds
+//! no thread's state), a loss at a thread's exit is seen here.
 //!
 //! The allocator's own walk of the blocks it holds in use
 //! ([`Allocator::blocks_in_use`]) is held the same way, threads or not (a

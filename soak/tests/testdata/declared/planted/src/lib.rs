@@ -13,6 +13,13 @@
 //! block of 4 KiB or more leaves the bytes it gave back counted: the
 //! memory is sound, and only the count, declared as `in_use`, shows it.
 //!
+//! [`ThreadCounted`] keeps its count of bytes in use per thread, as
+//! allocators' statistics are kept: each thread counts what it allocated
+//! and freed, and `used()` adds the live threads' counts to what exited
+//! threads left. `THREAD_MISCOUNTED` counts the first call of every
+//! thread but the first twice (where it makes the thread's count): only a
+//! count held across a thread's start shows it.
+//!
 //! [`Walked`] keeps a table of the blocks it handed out, and walks it for
 //! the blocks in use, as an allocator's heap walk does; `WALK_KEEPING`'s
 //! free of an over-aligned block (64 or more) of 2049 to 4096 bytes
@@ -26,10 +33,11 @@
 //! only a usable size read from the slice reaches that.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// The blocks `LEAKY` kept, each holding the address of the one before.
 static KEPT: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
@@ -166,6 +174,116 @@ unsafe impl GlobalAlloc for Counted {
         if !q.is_null() && !forgets {
             self.used.fetch_add(new_size, Ordering::Relaxed);
             self.used.fetch_sub(old, Ordering::Relaxed);
+        }
+        q
+    }
+}
+
+/// A `GlobalAlloc` over the system allocator that counts the bytes its
+/// live blocks were asked for, each thread its own count.
+pub struct ThreadCounted {
+    /// Whether a thread's count, made at its first call, takes that call's
+    /// bytes twice, the first thread's aside (the planted bug).
+    new_twice: bool,
+    /// Whether a thread's count was made yet.
+    made: AtomicBool,
+    /// What exited threads left, and what was counted after a thread's
+    /// own count was gone (its last frees, at its exit).
+    exited: AtomicIsize,
+    /// Each live thread's count.
+    live: Mutex<Vec<Arc<AtomicIsize>>>,
+}
+
+pub static THREAD_COUNTED: ThreadCounted = ThreadCounted {
+    new_twice: false,
+    made: AtomicBool::new(false),
+    exited: AtomicIsize::new(0),
+    live: Mutex::new(Vec::new()),
+};
+
+pub static THREAD_MISCOUNTED: ThreadCounted = ThreadCounted {
+    new_twice: true,
+    made: AtomicBool::new(false),
+    exited: AtomicIsize::new(0),
+    live: Mutex::new(Vec::new()),
+};
+
+/// A thread's count for one of the statics above.
+struct Local {
+    of: &'static ThreadCounted,
+    count: Arc<AtomicIsize>,
+}
+
+impl Drop for Local {
+    /// The thread exits: its count moves from the live ones into
+    /// `exited`.
+    fn drop(&mut self) {
+        let mut live = self.of.live.lock().unwrap_or_else(|e| e.into_inner());
+        live.retain(|c| !Arc::ptr_eq(c, &self.count));
+        let n = self.count.load(Ordering::Relaxed);
+        self.of.exited.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+thread_local! {
+    static LOCAL: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
+}
+
+impl ThreadCounted {
+    /// The bytes in blocks handed out and not had back: every live
+    /// thread's count and what exited ones left.
+    pub fn used(&self) -> usize {
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let threads: isize = live.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        (self.exited.load(Ordering::Relaxed) + threads).max(0) as usize
+    }
+
+    /// Adds `bytes` to this thread's count.
+    fn count(&'static self, bytes: isize) {
+        let counted = LOCAL.try_with(|local| {
+            let mut local = local.borrow_mut();
+            if let Some(l) = local.iter().find(|l| ptr::eq(l.of, self)) {
+                l.count.fetch_add(bytes, Ordering::Relaxed);
+                return;
+            }
+            let twice = self.new_twice && self.made.swap(true, Ordering::Relaxed);
+            let count = Arc::new(AtomicIsize::new(if twice { 2 * bytes } else { bytes }));
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            live.push(count.clone());
+            local.push(Local { of: self, count });
+        });
+        if counted.is_err() {
+            self.exited.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// `self` as the static it is.
+    fn this(&self) -> &'static ThreadCounted {
+        match self.new_twice {
+            false => &THREAD_COUNTED,
+            true => &THREAD_MISCOUNTED,
+        }
+    }
+}
+
+unsafe impl GlobalAlloc for ThreadCounted {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            self.this().count(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        self.this().count(-(layout.size() as isize));
+        System.dealloc(p, layout)
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let q = System.realloc(p, layout, new_size);
+        if !q.is_null() {
+            self.this().count(new_size as isize - layout.size() as isize);
         }
         q
     }
