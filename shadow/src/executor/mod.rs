@@ -3,7 +3,7 @@
 use crate::allocator::Allocator;
 use crate::guard;
 use crate::model::{Block, ShadowHeap};
-use crate::op::{Op, Program};
+use crate::op::{Family, Op, Program};
 use crate::tolerance;
 use crate::violation::{Site, Violation};
 
@@ -321,48 +321,13 @@ impl Executor {
     /// Runs `op` by its family: each family's function is a table of its
     /// ops.
     fn dispatch(&mut self, op: &Op) -> Outcome {
-        match op {
-            Op::Alloc { .. }
-            | Op::Free { .. }
-            | Op::Realloc { .. }
-            | Op::UsableSize { .. }
-            | Op::Calloc { .. }
-            | Op::BulkAlloc { .. }
-            | Op::BulkFree { .. }
-            | Op::ReallocZeroed { .. }
-            | Op::ResizeInPlace { .. }
-            | Op::FreeSized { .. }
-            | Op::ReallocPlain { .. }
-            | Op::ReallocNull { .. }
-            | Op::FreeNull
-            | Op::Attack { .. }
-            | Op::Purge { .. }
-            | Op::OsFail { .. }
-            | Op::HookFree { .. } => self.block_op(op),
-            Op::HeapNew
-            | Op::HeapDelete { .. }
-            | Op::HeapDestroy { .. }
-            | Op::HeapAlloc { .. }
-            | Op::HeapCollect { .. }
-            | Op::HeapVisit { .. } => self.heap_op(op),
-            Op::WorkerAlloc { .. }
-            | Op::WorkerFree { .. }
-            | Op::WorkerRealloc { .. }
-            | Op::WorkerCheck { .. }
-            | Op::ExitAlloc { .. }
-            | Op::ExitFree { .. }
-            | Op::ThreadExit { .. } => self.worker_op(op),
-            Op::RaceAlloc { .. }
-            | Op::RaceFree { .. }
-            | Op::RaceRealloc { .. }
-            | Op::RaceResize { .. }
-            | Op::RaceUsableSize { .. }
-            | Op::RaceRemoteFree { .. }
-            | Op::RaceExit { .. }
-            | Op::RaceChurn { .. }
-            | Op::RaceFork { .. } => self.race_op(op),
+        match op.family() {
+            Family::Block => self.block_op(op),
+            Family::Heap => self.heap_op(op),
+            Family::Worker => self.worker_op(op),
+            Family::Race => self.race_op(op),
             // The `workload` target's programs run on their own runner.
-            Op::Workload(_) => Outcome::Skipped,
+            Family::Workload => Outcome::Skipped,
         }
     }
 

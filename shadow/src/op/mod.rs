@@ -359,37 +359,79 @@ impl Op {
         )
     }
 
-    /// Whether the op is part of a race section.
     /// Whether the op runs allocator calls on another thread than the
     /// program's: skipped for a single-threaded allocator.
     pub fn uses_other_threads(&self) -> bool {
-        self.is_race()
-            || matches!(
-                self,
-                Op::WorkerAlloc { .. }
-                    | Op::WorkerFree { .. }
-                    | Op::WorkerRealloc { .. }
-                    | Op::WorkerCheck { .. }
-                    | Op::ThreadExit { .. }
-                    | Op::ExitAlloc { .. }
-                    | Op::ExitFree { .. }
-            )
+        matches!(self.family(), Family::Worker | Family::Race)
     }
 
+    /// Whether the op is part of a race section.
     pub fn is_race(&self) -> bool {
-        matches!(
-            self,
-            Op::RaceAlloc { .. }
-                | Op::RaceFree { .. }
-                | Op::RaceRealloc { .. }
-                | Op::RaceResize { .. }
-                | Op::RaceUsableSize { .. }
-                | Op::RaceRemoteFree { .. }
-                | Op::RaceExit { .. }
-                | Op::RaceChurn { .. }
-                | Op::RaceFork { .. }
-        )
+        self.family() == Family::Race
     }
+
+    /// The op's family: the one place that sorts every op into one, so
+    /// each family's text, parser and runner take their own ops alone.
+    pub fn family(&self) -> Family {
+        match self {
+            Op::Alloc { .. }
+            | Op::Free { .. }
+            | Op::Realloc { .. }
+            | Op::UsableSize { .. }
+            | Op::Calloc { .. }
+            | Op::BulkAlloc { .. }
+            | Op::BulkFree { .. }
+            | Op::ReallocZeroed { .. }
+            | Op::ResizeInPlace { .. }
+            | Op::FreeSized { .. }
+            | Op::ReallocPlain { .. }
+            | Op::ReallocNull { .. }
+            | Op::FreeNull
+            | Op::Attack { .. }
+            | Op::HookFree { .. }
+            | Op::OsFail { .. }
+            | Op::Purge { .. } => Family::Block,
+            Op::HeapNew
+            | Op::HeapDelete { .. }
+            | Op::HeapDestroy { .. }
+            | Op::HeapAlloc { .. }
+            | Op::HeapCollect { .. }
+            | Op::HeapVisit { .. } => Family::Heap,
+            Op::WorkerAlloc { .. }
+            | Op::WorkerFree { .. }
+            | Op::WorkerRealloc { .. }
+            | Op::WorkerCheck { .. }
+            | Op::ThreadExit { .. }
+            | Op::ExitAlloc { .. }
+            | Op::ExitFree { .. } => Family::Worker,
+            Op::RaceAlloc { .. }
+            | Op::RaceFree { .. }
+            | Op::RaceRealloc { .. }
+            | Op::RaceResize { .. }
+            | Op::RaceUsableSize { .. }
+            | Op::RaceRemoteFree { .. }
+            | Op::RaceExit { .. }
+            | Op::RaceChurn { .. }
+            | Op::RaceFork { .. } => Family::Race,
+            Op::Workload(_) => Family::Workload,
+        }
+    }
+}
+
+/// The families of ops ([`Op::family`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// A block's calls on the program's thread, and the ops on the
+    /// allocator as a whole (attacks, purges, OS failures, the hook).
+    Block,
+    /// A heap's calls.
+    Heap,
+    /// A worker thread's calls, and its exit.
+    Worker,
+    /// A race section's steps.
+    Race,
+    /// A `workload` program's one op.
+    Workload,
 }
 
 /// A decoded program: the target it was decoded for and its ops, in order.

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::op::{BulkOrder, NewSize, Op, PurgeDelay, NEWEST};
+use crate::op::{BulkOrder, Family, NewSize, Op, PurgeDelay, NEWEST};
 
 /// A slot as program text: a number, or `newest`.
 struct SlotText(usize);
@@ -50,47 +50,13 @@ fn fmt_delay(delay: PurgeDelay) -> String {
 /// `heap_text`, `worker_text`, `race_text`).
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Op::Alloc { .. }
-            | Op::Free { .. }
-            | Op::Realloc { .. }
-            | Op::UsableSize { .. }
-            | Op::Calloc { .. }
-            | Op::BulkAlloc { .. }
-            | Op::BulkFree { .. }
-            | Op::ReallocZeroed { .. }
-            | Op::ResizeInPlace { .. }
-            | Op::FreeSized { .. }
-            | Op::ReallocPlain { .. }
-            | Op::ReallocNull { .. }
-            | Op::FreeNull
-            | Op::Attack { .. }
-            | Op::HookFree { .. }
-            | Op::OsFail { .. }
-            | Op::Purge { .. } => block_text(self, f),
-            Op::HeapNew
-            | Op::HeapDelete { .. }
-            | Op::HeapDestroy { .. }
-            | Op::HeapAlloc { .. }
-            | Op::HeapCollect { .. }
-            | Op::HeapVisit { .. } => heap_text(self, f),
-            Op::WorkerAlloc { .. }
-            | Op::WorkerFree { .. }
-            | Op::WorkerRealloc { .. }
-            | Op::WorkerCheck { .. }
-            | Op::ThreadExit { .. }
-            | Op::ExitAlloc { .. }
-            | Op::ExitFree { .. } => worker_text(self, f),
-            Op::RaceAlloc { .. }
-            | Op::RaceFree { .. }
-            | Op::RaceRealloc { .. }
-            | Op::RaceResize { .. }
-            | Op::RaceUsableSize { .. }
-            | Op::RaceRemoteFree { .. }
-            | Op::RaceExit { .. }
-            | Op::RaceChurn { .. }
-            | Op::RaceFork { .. } => race_text(self, f),
-            Op::Workload(w) => write!(f, "{w}"),
+        match (self.family(), self) {
+            (Family::Block, _) => block_text(self, f),
+            (Family::Heap, _) => heap_text(self, f),
+            (Family::Worker, _) => worker_text(self, f),
+            (Family::Race, _) => race_text(self, f),
+            (Family::Workload, Op::Workload(w)) => write!(f, "{w}"),
+            (Family::Workload, _) => unreachable!("a workload op is Op::Workload"),
         }
     }
 }
