@@ -7,8 +7,12 @@
 //! from each other in no circle either; nor do the modules of the
 //! `shadow` crate. (How long a file or a function may be: `sizes.rs`.)
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+use common::rust_files;
 
 /// THE CONTRACT: the rooms of `soak/src`, bottom → top, with their floor.
 /// A room may import only rooms on a lower floor; rooms on one floor do
@@ -37,22 +41,6 @@ const FLOORS: &[(&str, u32)] = &[
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-/// Every `.rs` file under `dir`, sorted.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// The library's files the rooms hold: all but `lib.rs`, `main.rs` and

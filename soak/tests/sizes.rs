@@ -4,7 +4,11 @@
 //! one; a long function is stages that a reader holds in their head, and
 //! a long match is a table that wants its arms grouped.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::rust_files;
 
 /// The longest a `.rs` file of the project's crates may be.
 const MAX_LINES: usize = 600;
@@ -27,22 +31,6 @@ const CRATES: [&str; 8] = [
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Every `.rs` file under `dir`, sorted.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// The `.rs` files of every crate's folders named `folders`.

@@ -420,3 +420,19 @@ pub fn mimalloc_sources(sys_version: &str) -> (PathBuf, PathBuf) {
     };
     (c.join("src/static.c"), c.join("include"))
 }
+
+/// Every `.rs` file under `dir`, sorted.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
