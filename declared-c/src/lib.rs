@@ -25,7 +25,7 @@ use std::process::Command;
 /// order (its `more` last); `usable_size` is the first of two names the
 /// allocator defines. A declaration's `[allocator.c.functions]` maps one
 /// by its first name to a symbol of any name.
-pub const FUNCTIONS: [&[&str]; 32] = [
+pub const FUNCTIONS: [&[&str]; 33] = [
     &["malloc"],
     &["free"],
     &["calloc"],
@@ -58,6 +58,7 @@ pub const FUNCTIONS: [&[&str]; 32] = [
     &["heap_rezalloc_aligned"],
     &["heap_check"],
     &["in_use"],
+    &["walk"],
 ];
 
 /// Builds the allocator `ident` from `sources` with `base` (includes,

@@ -168,6 +168,15 @@ pub enum Violation {
         size: usize,
         blocks: usize,
     },
+    /// A live block, at `ptr` of `size` bytes, that no block of the
+    /// allocator's own walk of its blocks in use holds, after an op: it
+    /// counts free, or has lost, a block it handed out (the walk listed
+    /// `listed` blocks).
+    UnlistedBlock {
+        ptr: usize,
+        size: usize,
+        listed: usize,
+    },
     /// A forced purge with no delay left `bytes` of whole free pages
     /// resident, by the allocator's own count
     /// ([`crate::allocator::Extras::free_pages_kept`]): memory it was
@@ -252,6 +261,7 @@ impl Violation {
             Violation::CapacityLeak { .. } => "capacity-leak",
             Violation::KeptBytes { .. } => "kept-bytes",
             Violation::KeptBlock { .. } => "kept-block",
+            Violation::UnlistedBlock { .. } => "unlisted-block",
             Violation::PurgeKept { .. } => "purge-kept",
             Violation::RemoteFreeLost { .. } => "remote-free-lost",
             Violation::Fork { .. } => "fork",
@@ -282,8 +292,9 @@ impl Violation {
     /// Whether this violation is of what the op's own allocator calls
     /// returned or did (a block, a size, an error callback), so the code
     /// those calls ran is where the bug is: its key is that path
-    /// ([`Report::path`]), as are contents the op's calls broke and a
-    /// heap the allocator's own check finds broken right after them.
+    /// ([`Report::path`]), as are contents the op's calls broke, a heap
+    /// the allocator's own check finds broken right after them and a live
+    /// block its walk misses then.
     /// Contents broken since an earlier op, a heap walk, a validator, a
     /// comparison with the reference, a panic (its frame names it) and
     /// capacity lost over a whole program are not.
@@ -305,6 +316,7 @@ impl Violation {
                 | Violation::RemoteFreeLost { .. }
                 | Violation::Fork { .. }
                 | Violation::HeapCheck { .. }
+                | Violation::UnlistedBlock { .. }
                 | Violation::Contents { by_call: true, .. }
                 | Violation::ReleasedLive { by_call: true, .. }
                 | Violation::PurgeKept { .. }

@@ -1,7 +1,7 @@
 //! Your allocator, out of tree: a config in a temp dir declares a local
 //! Rust crate (a Sync-only static `GlobalAlloc`, clean and with planted
-//! bugs, one in the usable size it reports, one a free only its walk of
-//! its blocks shows; an `allocator_api2` allocator
+//! bugs, one in the usable size it reports, a free only its walk of
+//! its blocks shows, a live block its walk misses; an `allocator_api2` allocator
 //! whose slices are longer than asked, honest and overclaiming), a bump allocator from crates.io (`allocator_api2`), a fixed-arena
 //! allocator from crates.io (embedded-alloc's TLSF heap over 4 MiB,
 //! initialized in place, whose refusals are legitimate by its declared
@@ -9,7 +9,7 @@
 //! walk of its blocks, two releases of one crate from crates.io side by side
 //! (dlmalloc 0.1 and 0.2, each under a name of its own) and a C allocator from source with a planted bug, under
 //! mimalloc's function names. `allocsoak --config` builds them into the
-//! fuzz targets, finds the four planted bugs with the right kind (the C one's
+//! fuzz targets, finds each planted bug with the right kind (the C one's
 //! own code runs, not the bundled mimalloc's), runs the clean ones clean
 //! (`diff_mimalloc`'s reference is the bundled mimalloc, not the C one), counts coverage counters inside the declared
 //! crate and the C sources, replays a finding with `repro`, files a planted
@@ -86,6 +86,8 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "embedded-tlsf-used",
             "--allocator",
             "planted-walk-keeping",
+            "--allocator",
+            "planted-walk-unlisting",
             "--secs",
             "60",
         ],
@@ -102,17 +104,23 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             .find(|(_, allocator, _)| allocator == name)
             .map(|(_, _, kind)| kind.as_str())
     };
-    assert_eq!(found_bugs.len(), 8, "{text}");
+    assert_eq!(found_bugs.len(), 9, "{text}");
     assert_eq!(kind_of("planted-buggy"), Some("realloc-prefix"), "{text}");
     // A declared count of bytes in use: one that drifts (only the count
     // shows it), and embedded-alloc 0.7.0's `used()`, which panics.
     assert_eq!(kind_of("planted-miscounted"), Some("kept-bytes"), "{text}");
     assert_eq!(kind_of("embedded-tlsf-used"), Some("panic"), "{text}");
-    // A declared walk of the blocks in use: a free kept (only the walk
-    // shows it).
+    // A declared walk of the blocks in use: a free kept (only the walk at
+    // the program's end shows it), a live block missing from it (only the
+    // walk after an op shows it).
     assert_eq!(
         kind_of("planted-walk-keeping"),
         Some("kept-block"),
+        "{text}"
+    );
+    assert_eq!(
+        kind_of("planted-walk-unlisting"),
+        Some("unlisted-block"),
         "{text}"
     );
     assert_eq!(kind_of("tlsf-claims-hardened"), Some("hardening"), "{text}");

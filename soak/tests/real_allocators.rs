@@ -28,6 +28,8 @@
 //!   and each promise it never made once (alignment, no fixed region).
 
 mod common;
+#[path = "real_allocators/umm.rs"]
+mod umm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,6 +37,7 @@ use std::process::Command;
 use common::{found, mimalloc_sources, registry_crate, run_allocsoak, with_config};
 use shadow::Target;
 use soak::engines::project::{Build, Project};
+use umm::{Shim, Umm};
 
 #[test]
 fn mimalloc_releases_sources_link_beside_the_bundled_one_and_run_clean() {
@@ -327,14 +330,19 @@ fn a_jemalloc_release_built_by_its_own_makefile_runs_clean_as_a_library() {
 /// promise it never made once: 16-byte alignment (every block is off, so
 /// no call keys it), no fixed region (keyed by umm's function that chose
 /// the null, whichever entry point asked). Keyed by each entry's whole
-/// path, they were 4 `alignment` and 3 `null`.
+/// path, they were 4 `alignment` and 3 `null`. Its walk of the blocks in
+/// use (`uh_walk`, umm_info's walk) is found by name in each form and held
+/// after every op; a shim beside it that serves some zeroed requests from
+/// a side buffer its walk misses (`umm-side`) files that once, as an
+/// `unlisted-block`.
 #[test]
 fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
     let _one = common::ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let repo = tempfile::tempdir().unwrap();
-    let umm = Umm::fetch(repo.path(), false);
+    let umm = Umm::fetch(repo.path(), Shim::Plain);
+    let side = Umm::fetch(repo.path(), Shim::SidePool);
     let mut includes: Vec<String> = umm
         .include
         .iter()
@@ -349,9 +357,10 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
     std::fs::write(
         &config,
         format!(
-            "targets = [\"alloc_ops\"]\n\n{}\n\
+            "targets = [\"alloc_ops\"]\n\n{}\n{}\n\
              [[allocator]]\nname = \"umm-so\"\n{}[allocator.dylib]\npath = \"libumm.so\"\nprefix = \"uh_\"\n{}",
             umm.declared("umm"),
+            side.declared("umm-side"),
             Umm::LIMITS,
             Umm::HEAP_CHECK,
         ),
@@ -376,17 +385,19 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
         kinds
     };
     let calloc = ["calloc-overflow"];
+    let side_kinds = ["calloc-overflow", "unlisted-block"];
     let promises = ["alignment", "calloc-overflow", "null"];
     // At most 150 s: all were filed within 100 s here.
     let args = format!(
         "--config {} --duration 150 --jobs 2 --slice-secs 30 \
-         --allocator umm --allocator umm-so --allocator {bare}",
+         --allocator umm --allocator umm-so --allocator umm-side --allocator {bare}",
         config.display()
     );
     let args: Vec<&str> = args.split_whitespace().collect();
     common::soak_until(&state, &args, |s| {
         kinds_of(s, "umm") == calloc
             && kinds_of(s, "umm-so") == calloc
+            && kinds_of(s, "umm-side") == side_kinds
             && kinds_of(s, &bare) == promises
     });
     let groups = common::groups(&state);
@@ -414,80 +425,19 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
             && g.4.contains("all @ 4-aligned")),
         "{groups:?}"
     );
-    assert_eq!(groups.len(), 2 + bare.len(), "{groups:?}");
-}
-
-/// umm_malloc 2.x from umm-malloc-sys 0.3.2 behind a firmware-style init
-/// shim over a static 128 KiB arena (`uh_malloc`, `uh_free`, ...), its
-/// own integrity check compiled in, and its count of bytes in use
-/// (`uh_in_use`: the arena less the free bytes its walk counts), found by
-/// name.
-struct Umm {
-    sources: Vec<PathBuf>,
-    include: Vec<PathBuf>,
-}
-
-impl Umm {
-    /// Its blocks are 8 bytes with a 4-byte header; it has no locks of its
-    /// own (a critical section the firmware supplies).
-    const LIMITS: &'static str = "threads = 1\narena = 131072\nmax_align = 4\n";
-    /// umm's own check of its free list and block chain.
-    const HEAP_CHECK: &'static str =
-        "heap_check = \"umm_integrity_check\"\nheap_check_returns = \"bool\"\n";
-    /// Its integrity check, and its heap walk (`umm_info`), which the
-    /// shim's `uh_in_use` reads.
-    const DEFINES: [&'static str; 2] = ["UMM_INTEGRITY_CHECK", "UMM_INFO"];
-
-    /// The registry's sources and the shim, written into `dir`;
-    /// `umm_malloc.c` includes umm's other three files. A `planted` shim
-    /// tells umm when a plain free is of the last block of 77 to 96 bytes
-    /// it handed out (`planted_free`).
-    fn fetch(dir: &Path, planted: bool) -> Umm {
-        let umm = registry_crate("umm-malloc-sys", "0.3.2");
-        let src = umm.join("umm_malloc/src");
-        std::fs::write(
-            dir.join("shim.c"),
-            format!(
-                "#include <stddef.h>\n#include \"umm_malloc.h\"\n\
-                 static _Alignas(16) unsigned char arena[128 * 1024];\n\
-                 static int ready;\n\
-                 static void init(void) {{ if (!ready) {{ umm_init_heap(arena, sizeof arena); ready = 1; }} }}\n\
-                 void *uh_calloc(size_t n, size_t s) {{ init(); return umm_calloc(n, s); }}\n\
-                 size_t umm_free_heap_size(void);\n\
-                 size_t uh_in_use(void) {{ init(); return sizeof arena - umm_free_heap_size(); }}\n\
-                 void *UMM_MALLOC_CFG_HEAP_ADDR = arena;\n\
-                 unsigned UMM_MALLOC_CFG_HEAP_SIZE = sizeof arena;\n{}",
-                match planted {
-                    false => "void *uh_malloc(size_t n) { init(); return umm_malloc(n); }\n\
-                              void *uh_realloc(void *p, size_t n) { init(); return umm_realloc(p, n); }\n\
-                              void uh_free(void *p) { init(); umm_free(p); }\n",
-                    true => "static void *planted;\nint planted_free;\n\
-                             void *uh_malloc(size_t n) { init(); void *p = umm_malloc(n); if (n >= 77 && n <= 96) planted = p; return p; }\n\
-                             void *uh_realloc(void *p, size_t n) { init(); if (p == planted) planted = 0; return umm_realloc(p, n); }\n\
-                             void uh_free(void *p) { init(); planted_free = p && p == planted; if (planted_free) planted = 0; umm_free(p); planted_free = 0; }\n",
-                }
-            ),
-        )
-        .unwrap();
-        Umm {
-            sources: vec![dir.join("shim.c"), src.join("umm_malloc.c")],
-            include: vec![umm.join("src"), src, umm.join("umm_malloc/test/support")],
-        }
-    }
-
-    /// Its `[[allocator]]` entry from its sources, under `name`, with its
-    /// limits and its heap check.
-    fn declared(&self, name: &str) -> String {
-        format!(
-            "[[allocator]]\nname = \"{name}\"\n{}[allocator.c]\nsources = {:?}\n\
-             include = {:?}\ndefines = {:?}\nprefix = \"uh_\"\n{}",
-            Umm::LIMITS,
-            self.sources,
-            self.include,
-            Umm::DEFINES,
-            Umm::HEAP_CHECK,
-        )
-    }
+    // The side buffer's blocks, once, keyed by the shim's calloc.
+    let side: Vec<_> = groups
+        .iter()
+        .filter(|g| g.3.contains(&of("umm-side")))
+        .collect();
+    assert!(
+        side.len() == 2
+            && side
+                .iter()
+                .any(|g| g.1 == "unlisted-block" && g.4.contains("uh_calloc")),
+        "{groups:?}"
+    );
+    assert_eq!(groups.len(), 4 + bare.len(), "{groups:?}");
 }
 
 /// A bug that breaks a fixed heap's free list without a crash shows
@@ -504,8 +454,8 @@ fn a_declared_heap_check_files_a_bug_that_breaks_the_heap_at_its_call() {
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let repo = tempfile::tempdir().unwrap();
-    let mut umm = Umm::fetch(repo.path(), true);
-    let original = std::fs::read_to_string(&umm.sources[1]).unwrap();
+    let mut umm = Umm::fetch(repo.path(), Shim::PlantedFree);
+    let original = std::fs::read_to_string(&umm.umm_malloc).unwrap();
     let push = "        UMM_PFREE(UMM_NFREE(0)) = c;\n";
     assert_eq!(original.matches(push).count(), 1, "umm_free_core's push");
     let planted = original.replace(
@@ -519,10 +469,9 @@ fn a_declared_heap_check_files_a_bug_that_breaks_the_heap_at_its_call() {
     std::fs::create_dir(&own).unwrap();
     std::fs::write(own.join("umm_malloc.c"), planted).unwrap();
     for file in ["umm_info.c", "umm_integrity.c", "umm_poison.c"] {
-        let from = umm.sources[1].with_file_name(file);
+        let from = umm.umm_malloc.with_file_name(file);
         std::fs::copy(from, own.join(file)).unwrap();
     }
-    umm.sources[1] = own.join("umm_malloc.c");
     umm.include.insert(0, own);
     let config = repo.path().join("allocsoak.toml");
     std::fs::write(

@@ -211,6 +211,7 @@ impl<A: 'static> GlobalAllocAdapter<A> {
 
     /// Declares the crate's own walk of the blocks it holds in use, as
     /// `(start, size)` (rlsf's `iter_blocks` filtered to occupied ones): a
+    /// live block it misses after an op is an `unlisted-block`, and a
     /// block a program freed that the walk still lists once the program
     /// has freed everything is one the allocator kept (`kept-block`).
     pub fn with_walk(mut self, walk: Walk<A>) -> Self {

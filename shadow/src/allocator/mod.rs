@@ -304,10 +304,11 @@ pub trait Allocator: Send + Sync {
     /// The blocks the allocator's own walk of its heap lists in use, as
     /// `(start, size)`; a start may precede the pointer the caller got (a
     /// header). Blocks held for reuse (free lists, a thread's cache) are
-    /// not in use. Read when a program starts and once it has freed
-    /// everything: a block in use then that was not at the start is one
-    /// the program gave back and the allocator kept (`kept-block`).
-    /// Default: `None`, no walk.
+    /// not in use. Read after every op: a live block no listed block holds
+    /// is one it counts free or lost (`unlisted-block`); and once a
+    /// program has freed everything: a block in use then that was not at
+    /// the start is one the program gave back and the allocator kept
+    /// (`kept-block`). Default: `None`, no walk.
     fn blocks_in_use(&self) -> Option<Vec<(usize, usize)>> {
         None
     }

@@ -47,6 +47,7 @@ impl Executor {
         sanitizer::never_freed(p);
         self.arena.keeps_unfreed();
         self.kept.keeps_unfreed();
+        self.walk.keeps_unfreed();
     }
 
     pub(super) fn alloc_block(&mut self, r: Request, on: On) -> Outcome {

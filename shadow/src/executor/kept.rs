@@ -13,12 +13,7 @@
 //! allocator's thread count does not follow it (a declared count holds
 //! no thread's state), a loss at a thread's exit is seen here.
 //!
-//! The allocator's own walk of the blocks it holds in use
-//! ([`Allocator::blocks_in_use`]) is held the same way, threads or not (a
-//! thread's cache is not in use): a block it lists once the program has
-//! freed everything that it did not list at the start is one the program
-//! gave back and the allocator kept (`kept-block`), a lost free on an
-//! allocator with no count.
+//! An allocator's walk of its blocks is held in `walk.rs`.
 
 use super::calls::CallGuard;
 use crate::allocator::{Allocator, InUse};
@@ -29,9 +24,6 @@ pub(super) struct KeptProbe {
     /// The count when the program started (checked runs only), and the
     /// worker threads started by then.
     at_start: Option<(InUse, u64)>,
-    /// The blocks its walk listed in use when the program started (checked
-    /// runs only).
-    walked: Option<Vec<(usize, usize)>>,
 }
 
 impl KeptProbe {
@@ -41,7 +33,6 @@ impl KeptProbe {
             return KeptProbe {
                 alloc,
                 at_start: None,
-                walked: None,
             };
         }
         KeptProbe {
@@ -49,20 +40,17 @@ impl KeptProbe {
             at_start: guard
                 .asked(|| alloc.bytes_in_use())
                 .map(|n| (n, crate::workers::spawned())),
-            walked: guard.asked(|| alloc.blocks_in_use()),
         }
     }
 
     /// The program keeps a block it will never free: not checked.
     pub(super) fn keeps_unfreed(&mut self) {
         self.at_start = None;
-        self.walked = None;
     }
 
     /// At the end of a program that freed everything: bytes the allocator
     /// still counts in use past its start are a `kept-bytes`.
     pub(super) fn check(&self, guard: &CallGuard) {
-        self.check_walk(guard);
         let Some((start, spawned)) = self.at_start else {
             return;
         };
@@ -74,25 +62,6 @@ impl KeptProbe {
             guard.flag(Violation::KeptBytes {
                 before: start.bytes,
                 after: end.bytes,
-            });
-        }
-    }
-
-    /// At the end of a program that freed everything: a block the walk
-    /// lists in use that it did not list at the start is a `kept-block`.
-    fn check_walk(&self, guard: &CallGuard) {
-        let Some(before) = &self.walked else {
-            return;
-        };
-        let Some(after) = guard.asked(|| self.alloc.blocks_in_use()) else {
-            return;
-        };
-        let kept: Vec<&(usize, usize)> = after.iter().filter(|b| !before.contains(b)).collect();
-        if let Some(&&(ptr, size)) = kept.first() {
-            guard.flag(Violation::KeptBlock {
-                ptr,
-                size,
-                blocks: kept.len(),
             });
         }
     }

@@ -30,6 +30,7 @@ mod realloc;
 mod released;
 mod slack;
 mod untracked;
+mod walk;
 pub mod workload;
 
 use arena::ArenaProbe;
@@ -42,6 +43,7 @@ use os_fail::OsWindow;
 use race::Section;
 pub use race_run::serial_races;
 use untracked::Untracked;
+use walk::WalkProbe;
 
 /// Validators run after every this many ops, and at the end.
 const VALIDATE_EVERY: usize = 64;
@@ -119,6 +121,8 @@ pub struct Executor {
     /// started (checked runs only), held against its end.
     arena: ArenaProbe,
     kept: KeptProbe,
+    /// The allocator's walk of its blocks in use, where it has one.
+    walk: WalkProbe,
     /// An `os-fail`'s window.
     os: OsWindow,
     /// Huge requests made so far.
@@ -209,6 +213,7 @@ impl Executor {
         crate::coverage::begin_op();
         let arena = ArenaProbe::new(alloc, &guard, checked);
         let kept = KeptProbe::new(alloc, &guard, checked);
+        let walk = WalkProbe::new(alloc, &guard, checked);
         Executor {
             alloc,
             checked,
@@ -221,6 +226,7 @@ impl Executor {
             race: Section::default(),
             arena,
             kept,
+            walk,
             os: OsWindow::new(alloc),
             huge: HugeBudget::default(),
             forked: false,
@@ -291,6 +297,7 @@ impl Executor {
                 self.guard.fail(Violation::AllocatorError { detail });
             }
             self.guard.heap_check();
+            self.walk.check_listed(&self.guard, self.shadow.blocks());
             if index % VALIDATE_EVERY == VALIDATE_EVERY - 1 {
                 self.validate();
             }
@@ -480,6 +487,7 @@ impl Executor {
         self.guard.asked(|| self.alloc.reset());
         if self.checked {
             self.arena.check_capacity(&self.guard);
+            self.walk.check_kept(&self.guard);
             self.kept.check(&self.guard);
         }
         self.guard

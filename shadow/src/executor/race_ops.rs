@@ -229,6 +229,7 @@ impl Executor {
         if self.checked {
             self.validate();
             self.guard.heap_check();
+            self.walk.check_listed(&self.guard, self.shadow.blocks());
         }
     }
 

@@ -44,6 +44,7 @@ impl fmt::Display for Violation {
             Violation::CapacityLeak { .. }
             | Violation::KeptBytes { .. }
             | Violation::KeptBlock { .. }
+            | Violation::UnlistedBlock { .. }
             | Violation::PurgeKept { .. }
             | Violation::RemoteFreeLost { .. }
             | Violation::Leak { .. } => kept_line(self, f),
@@ -205,6 +206,10 @@ fn kept_line(v: &Violation, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         Violation::KeptBlock { ptr, size, blocks } => write!(
             f,
             "the allocator's walk lists {blocks} block(s) in use after everything was freed that it did not when the program started, the first at {ptr:#x} ({size} bytes)"
+        ),
+        Violation::UnlistedBlock { ptr, size, listed } => write!(
+            f,
+            "live block {ptr:#x} ({size} bytes) is in none of the {listed} block(s) the allocator's walk lists in use"
         ),
         Violation::PurgeKept { bytes } => write!(
             f,

@@ -1,6 +1,7 @@
 //! A C allocator's own checks of itself, each declared or found by name:
 //! its check of its whole heap (`heap_check`), and how its answer reads;
-//! its count of bytes in use (`in_use`).
+//! its count of bytes in use (`in_use`); its walk of the blocks it holds
+//! in use (`walk`).
 
 use super::{own_symbol, Dylib};
 
@@ -10,6 +11,15 @@ pub type HeapCheckFn = unsafe extern "C" fn() -> i32;
 /// `size_t in_use(void)`: the bytes in blocks the allocator handed out
 /// and has not had back, blocks in a thread's cache not counted.
 pub type InUseFn = unsafe extern "C" fn() -> usize;
+
+/// `void walk(void (*visit)(void *start, size_t size, void *arg), void
+/// *arg)`: calls `visit` once for each block the allocator holds in use
+/// (a start may be its header's), from any thread's heap.
+pub type WalkFn = unsafe extern "C" fn(visit: VisitFn, arg: *mut std::ffi::c_void);
+
+/// The visitor a [`WalkFn`] calls.
+pub type VisitFn =
+    unsafe extern "C" fn(start: *mut std::ffi::c_void, size: usize, arg: *mut std::ffi::c_void);
 
 /// What a C allocator's `heap_check()` returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +54,16 @@ impl Dylib {
         self
     }
 
+    /// Declares the library's walk of its blocks in use: its function
+    /// `symbol` (else `<prefix>walk` is, where the library has one).
+    pub fn with_walk(mut self, symbol: &str) -> Self {
+        // SAFETY: `WalkFn` is the C signature a walk is declared with.
+        if let Some(f) = unsafe { self.declared_symbol::<WalkFn>(symbol, "walk") } {
+            self.more.walk = Some(f);
+        }
+        self
+    }
+
     /// The library's own function `symbol`, which its declaration names as
     /// its `what`; one it lacks is what [`Dylib::declared`] reports
     /// missing. `None` for linked functions, which have no library.
@@ -74,6 +94,18 @@ impl Dylib {
         // allocator.
         let bytes = unsafe { f() };
         Some(crate::allocator::InUse { bytes, threads: 0 })
+    }
+
+    /// Its `walk()` (none: `None`): the blocks it lists, in the order it
+    /// lists them.
+    pub(super) fn walk_in_use(&self) -> Option<Vec<(usize, usize)>> {
+        let f = self.more.walk?;
+        let mut blocks: Vec<(usize, usize)> = Vec::new();
+        // SAFETY: the allocator's own walk, declared as `WalkFn`; called
+        // between ops, when no other thread is in the allocator. `visit`
+        // is given `arg`, the address of `blocks`, which outlives the call.
+        unsafe { f(visit, (&mut blocks as *mut Vec<(usize, usize)>).cast()) };
+        Some(blocks)
     }
 
     /// Declares what its heap check returns (default
@@ -118,4 +150,15 @@ impl Dylib {
             }
         }
     }
+}
+
+/// A [`WalkFn`]'s visitor: adds the block to the list at `arg`.
+///
+/// # Safety
+/// `arg` is the `Vec` [`Dylib::walk_in_use`] gave the walk, not otherwise
+/// borrowed during it.
+unsafe extern "C" fn visit(start: *mut std::ffi::c_void, size: usize, arg: *mut std::ffi::c_void) {
+    // SAFETY: as the caller promises, `arg` is `walk_in_use`'s list.
+    let blocks = unsafe { &mut *arg.cast::<Vec<(usize, usize)>>() };
+    blocks.push((start as usize, size));
 }

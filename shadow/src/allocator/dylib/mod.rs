@@ -18,7 +18,7 @@ mod glibc;
 mod heaps;
 mod os;
 
-pub use check::{HeapCheckFn, HeapCheckReturns, InUseFn};
+pub use check::{HeapCheckFn, HeapCheckReturns, InUseFn, WalkFn};
 pub use glibc::open as open_glibc;
 pub use heaps::CHeapApi;
 
@@ -145,6 +145,9 @@ pub struct CExtras {
     /// `in_use()`: its own count of bytes in blocks handed out and not
     /// had back ([`Allocator::bytes_in_use`]).
     pub in_use: Option<InUseFn>,
+    /// `walk(visit, arg)`: its own walk of the blocks it holds in use
+    /// ([`Allocator::blocks_in_use`]).
+    pub walk: Option<WalkFn>,
 }
 
 /// What a library without an aligned API can still serve.
@@ -266,6 +269,7 @@ fn own_functions(
             },
             heap_check: symbol!("heap_check"),
             in_use: symbol!("in_use"),
+            walk: symbol!("walk"),
         },
     })
 }
@@ -551,6 +555,11 @@ impl Allocator for Dylib {
     /// Its `in_use()`, where it has one.
     fn bytes_in_use(&self) -> Option<super::InUse> {
         self.count_in_use()
+    }
+
+    /// Its `walk()`, where it has one.
+    fn blocks_in_use(&self) -> Option<Vec<(usize, usize)>> {
+        self.walk_in_use()
     }
 
     /// Its own heap API when it has the whole of it ([`CHeapApi::whole`]).

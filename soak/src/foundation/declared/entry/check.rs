@@ -89,6 +89,11 @@ impl Declared {
                 "in_use = {symbol:?} is not a C symbol; name the function that counts the bytes in use"
             ));
         }
+        if let Some(symbol) = named(|c| &c.walk, |l| &l.walk).filter(|s| !c_symbol(s)) {
+            return Err(format!(
+                "walk = {symbol:?} is not a C symbol; name the function that walks the blocks in use"
+            ));
+        }
         let c_code = self.c.is_some() || self.dylib.is_some();
         if c_code
             && (self.new.is_some()
@@ -102,7 +107,7 @@ impl Declared {
             return Err("a C allocator's count of bytes in use is a function: give it as c.in_use or dylib.in_use".into());
         }
         if c_code && self.walk.is_some() {
-            return Err("`walk` is a Rust expression over a crate's allocator; a C allocator's own check of its heap is `heap_check`".into());
+            return Err("a C allocator's walk of its blocks in use is a function: give it as c.walk or dylib.walk".into());
         }
         Ok(())
     }
@@ -208,7 +213,11 @@ fn check_sources(c: &CSources) -> Result<(), Wrong> {
             ));
         }
     }
-    for (function, named) in [("heap_check", &c.heap_check), ("in_use", &c.in_use)] {
+    for (function, named) in [
+        ("heap_check", &c.heap_check),
+        ("in_use", &c.in_use),
+        ("walk", &c.walk),
+    ] {
         if named.is_some() && c.functions.contains_key(function) {
             return Err(format!(
                 "give {function} once: as c.{function}, or in [allocator.c.functions]"

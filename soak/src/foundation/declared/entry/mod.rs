@@ -68,8 +68,9 @@ pub struct Declared {
     /// walk of its heap: any `IntoIterator` of `(usize, usize)`, the start
     /// (a header's, at or before the pointer handed out) and size of each,
     /// with `heap` a `&'static` of the allocator (`heap.blocks()` over
-    /// rlsf's `iter_blocks`). A block a program gave back that the walk
-    /// still lists once the program has freed everything is a
+    /// rlsf's `iter_blocks`). A live block no listed block holds after an
+    /// op is an `unlisted-block`; a block a program gave back that the
+    /// walk still lists once the program has freed everything is a
     /// `kept-block`. A `GlobalAlloc` only.
     pub walk: Option<String>,
     /// The trait it implements: `global-alloc` (default) or `allocator-api2`.
@@ -174,6 +175,14 @@ pub struct CSources {
     /// program that freed everything must leave it where it started
     /// (`kept-bytes`). Default `<prefix>in_use` where it has one.
     pub in_use: Option<String>,
+    /// Its own walk of the blocks it holds in use, from every thread's
+    /// heap: `void f(void (*visit)(void *start, size_t size, void *arg),
+    /// void *arg)`, calling `visit` once a block (a start may be its
+    /// header's). A live block it misses after an op is an
+    /// `unlisted-block`; a freed one it still lists once a program has
+    /// freed everything, a `kept-block`. Default `<prefix>walk` where it
+    /// has one.
+    pub walk: Option<String>,
     /// Where its zeroed realloc (`rezalloc`, mimalloc's API) zeroes from.
     #[serde(default)]
     pub zeroed_realloc: ZeroedRealloc,
@@ -242,6 +251,8 @@ pub struct CLibrary {
     pub heap_check_returns: HeapCheckReturns,
     /// As for C sources ([`CSources::in_use`]).
     pub in_use: Option<String>,
+    /// As for C sources ([`CSources::walk`]).
+    pub walk: Option<String>,
     /// As for C sources ([`CSources::zeroed_realloc`]).
     #[serde(default)]
     pub zeroed_realloc: ZeroedRealloc,
@@ -249,15 +260,18 @@ pub struct CLibrary {
 
 impl CSources {
     /// The functions whose symbol does not follow the prefix, by the name
-    /// allocsoak knows them by: `functions`, the `heap_check` and `in_use`.
+    /// allocsoak knows them by: `functions`, the `heap_check`, `in_use`
+    /// and `walk`.
     pub fn mapped(&self) -> Vec<(&str, &str)> {
         let check = self.heap_check.as_deref().map(|s| ("heap_check", s));
         let in_use = self.in_use.as_deref().map(|s| ("in_use", s));
+        let walk = self.walk.as_deref().map(|s| ("walk", s));
         self.functions
             .iter()
             .map(|(f, s)| (f.as_str(), s.as_str()))
             .chain(check)
             .chain(in_use)
+            .chain(walk)
             .collect()
     }
 }
@@ -433,6 +447,9 @@ impl Declared {
         }
         if let Some(symbol) = self.dylib.as_ref().and_then(|l| l.in_use.as_ref()) {
             properties.push_str(&format!(".with_in_use({symbol:?})"));
+        }
+        if let Some(symbol) = self.dylib.as_ref().and_then(|l| l.walk.as_ref()) {
+            properties.push_str(&format!(".with_walk({symbol:?})"));
         }
         if returns == HeapCheckReturns::Bool {
             properties

@@ -68,6 +68,14 @@ fn a_c_allocator_declares_where_its_zeroed_realloc_zeroes_from() {
 }
 
 #[test]
+fn a_librarys_declared_walk_is_registered_by_its_symbol() {
+    let walked = entry("[dylib]\npath = \"a.so\"\nwalk = \"umm_walk\"\n");
+    walked.check().unwrap();
+    let line = walked.registration(Path::new("/r"));
+    assert!(line.contains(".with_walk(\"umm_walk\")"), "{line}");
+}
+
+#[test]
 fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
     let d = entry("arena = 131072\nmax_align = 4\nthreads = 1\n[dylib]\npath = \"lib/libumm.so\"\nprefix = \"umm_\"\n");
     d.check().unwrap();
@@ -96,6 +104,10 @@ fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
             .contains("stops: unknown attack `use-after-free`; expected one of double-free, foreign-free, freed-write, interior-free, overflow"),
         "{e}"
     );
+}
+
+#[test]
+fn a_c_allocators_wrong_declaration_is_one_line() {
     for (extra, says) in [
         (
             "[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n[dylib]\npath = \"a.so\"\n",
@@ -132,7 +144,15 @@ fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
         ),
         (
             "walk = \"heap.blocks()\"\n[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\n",
-            "a C allocator's own check of its heap is `heap_check`",
+            "is a function: give it as c.walk or dylib.walk",
+        ),
+        (
+            "[dylib]\npath = \"a.so\"\nwalk = \"heap.blocks()\"\n",
+            "walk = \"heap.blocks()\" is not a C symbol",
+        ),
+        (
+            "[c]\nsources = [\"a.c\"]\nprefix = \"m_\"\nwalk = \"a\"\nfunctions = { walk = \"b\" }\n",
+            "give walk once",
         ),
         (
             "crate = \"b\"\nversion = \"1\"\napi = \"allocator-api2\"\nnew = \"b::B::new()\"\nwalk = \"heap.blocks()\"\n",
