@@ -7,11 +7,16 @@
 //! export, so a library of the same names binds to its own. They are
 //! build-script link args rather than RUSTFLAGS so that only the binaries
 //! relink when they change, and a bare `cargo fuzz build` gets them too.
+//!
+//! `--wrap` sends the binary's own references to `mmap`, `mmap64` and
+//! `sbrk` (jemalloc's, a declared crate's) to shadow's `__wrap_*`, which
+//! refuse them in an `os-fail` window (`shadow/src/allocator/os.rs`).
 
 fn main() {
     let map = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("exports.map");
     println!("cargo:rerun-if-changed={}", map.display());
     println!("cargo:rustc-link-arg-bins=-rdynamic");
+    println!("cargo:rustc-link-arg-bins=-Wl,--wrap=mmap,--wrap=mmap64,--wrap=sbrk");
     println!(
         "cargo:rustc-link-arg-bins=-Wl,--version-script={}",
         map.display()

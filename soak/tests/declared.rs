@@ -1,7 +1,8 @@
 //! Your allocator, out of tree: a config in a temp dir declares a local
 //! Rust crate (a Sync-only static `GlobalAlloc`, clean and with planted
 //! bugs, one in the usable size it reports, a free only its walk of
-//! its blocks shows, a live block its walk misses; an `allocator_api2` allocator
+//! its blocks shows, a live block its walk misses, a count a failed mmap
+//! leaves high; an `allocator_api2` allocator
 //! whose slices are longer than asked, honest and overclaiming), a bump allocator from crates.io (`allocator_api2`), a fixed-arena
 //! allocator from crates.io (embedded-alloc's TLSF heap over 4 MiB,
 //! initialized in place, whose refusals are legitimate by its declared
@@ -63,35 +64,22 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
         );
     }
 
-    // Both planted bugs, each with its kind.
-    let (out, text) = with_config(
-        &config,
-        &[
-            "fuzz",
-            "--target",
-            "alloc_ops",
-            "--allocator",
-            "planted-buggy",
-            "--allocator",
-            "tinyc",
-            "--allocator",
-            "planted-oversize",
-            "--allocator",
-            "planted-overlong",
-            "--allocator",
-            "tlsf-claims-hardened",
-            "--allocator",
-            "planted-miscounted",
-            "--allocator",
-            "embedded-tlsf-used",
-            "--allocator",
-            "planted-walk-keeping",
-            "--allocator",
-            "planted-walk-unlisting",
-            "--secs",
-            "60",
-        ],
-    );
+    // Each planted bug, with its kind.
+    let planted = [
+        "planted-buggy",
+        "tinyc",
+        "planted-oversize",
+        "planted-overlong",
+        "tlsf-claims-hardened",
+        "planted-miscounted",
+        "embedded-tlsf-used",
+        "planted-walk-keeping",
+        "planted-walk-unlisting",
+        "planted-mapped-leaky",
+    ];
+    let mut args = vec!["fuzz", "--target", "alloc_ops", "--secs", "60"];
+    args.extend(planted.iter().flat_map(|a| ["--allocator", a]));
+    let (out, text) = with_config(&config, &args);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -104,7 +92,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             .find(|(_, allocator, _)| allocator == name)
             .map(|(_, _, kind)| kind.as_str())
     };
-    assert_eq!(found_bugs.len(), 9, "{text}");
+    assert_eq!(found_bugs.len(), planted.len(), "{text}");
     assert_eq!(kind_of("planted-buggy"), Some("realloc-prefix"), "{text}");
     // A declared count of bytes in use: one that drifts (only the count
     // shows it), and embedded-alloc 0.7.0's `used()`, which panics.
@@ -121,6 +109,13 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     assert_eq!(
         kind_of("planted-walk-unlisting"),
         Some("unlisted-block"),
+        "{text}"
+    );
+    // A failure path only a refusing OS reaches (`os-fail`: the crate's
+    // own mmap, wrapped in the fuzz binaries).
+    assert_eq!(
+        kind_of("planted-mapped-leaky"),
+        Some("kept-bytes"),
         "{text}"
     );
     assert_eq!(kind_of("tlsf-claims-hardened"), Some("hardening"), "{text}");
@@ -220,7 +215,7 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
     // and planted-counted (and planted-thread-counted, across threads'
     // exits) held to their counts of bytes in use;
     // planted-walked and tlsf-pool (rlsf 0.2.3 from crates.io) to their
-    // walks of the blocks in use.
+    // walks of the blocks in use; planted-mapped through os-fail windows.
     let (out, text) = with_config(
         &config,
         &[
@@ -241,12 +236,14 @@ fn declared_allocators_are_built_fuzzed_and_found_without_touching_the_checkout(
             "tlsf-pool",
             "--allocator",
             "planted-thread-counted",
+            "--allocator",
+            "planted-mapped",
             "--secs",
             "6",
         ],
     );
     let clean = found(&text);
-    assert_eq!(clean.len(), 40, "5 targets x 8 allocators:\n{text}");
+    assert_eq!(clean.len(), 45, "5 targets x 9 allocators:\n{text}");
     assert!(
         out.status.success() && clean.iter().all(|(_, _, f)| f == "none"),
         "clean allocators had findings:\n{text}"

@@ -127,6 +127,13 @@ impl<A: GlobalAlloc + Sync> Allocator for GlobalAllocAdapter<A> {
         self.fork_safe
     }
 
+    /// Its OS calls refused on demand, where it makes its own (a crate
+    /// that maps its memory, as dlmalloc's `System` does) and the fuzz
+    /// binary wraps them.
+    fn extras(&self) -> Option<&dyn super::Extras> {
+        Some(self)
+    }
+
     fn stops(&self) -> &'static [super::Attack] {
         self.stops
     }
@@ -217,5 +224,18 @@ impl<A: 'static> GlobalAllocAdapter<A> {
     pub fn with_walk(mut self, walk: Walk<A>) -> Self {
         self.walk = Some(walk);
         self
+    }
+}
+
+/// A `GlobalAlloc` has no calls beyond the four; its OS layer, where it
+/// maps its own memory, refuses on demand.
+impl<A: GlobalAlloc + Sync> super::Extras for GlobalAllocAdapter<A> {
+    /// Its `mmap`s and `sbrk`s refused on the program's thread, where the
+    /// fuzz binary wraps them (`allocator/os.rs`); a crate over a fixed
+    /// region or the system allocator asks the OS nothing, so a window
+    /// changes nothing there.
+    fn fail_os(&self, refuse: bool) -> bool {
+        super::os::refuse(refuse);
+        super::os::wrapped()
     }
 }

@@ -4,7 +4,8 @@
 
 use std::ptr;
 
-use super::{malloc_serves, os, Dylib};
+use super::{malloc_serves, Dylib};
+use crate::allocator::os;
 use crate::allocator::{Extras, GoodSize, InPlace, Resize, ZeroedFrom};
 
 /// C's realloc edge cases, where the library has `realloc`.

@@ -16,7 +16,6 @@ mod check;
 mod extras;
 mod glibc;
 mod heaps;
-mod os;
 
 pub use check::{HeapCheckFn, HeapCheckReturns, InUseFn, WalkFn};
 pub use glibc::open as open_glibc;

@@ -132,4 +132,11 @@ impl Extras for Jemalloc {
         let pages = ctl::all_arenas::<usize>("pdirty")? + ctl::all_arenas::<usize>("pmuzzy")?;
         Some(pages * ctl::read::<usize>("arenas.page")?)
     }
+
+    /// Its `mmap`s refused on the program's thread, where the fuzz binary
+    /// wraps them (`allocator/os.rs`): what it holds serves, nothing new.
+    fn fail_os(&self, refuse: bool) -> bool {
+        crate::allocator::os::refuse(refuse);
+        crate::allocator::os::wrapped()
+    }
 }

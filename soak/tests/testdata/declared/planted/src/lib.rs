@@ -36,6 +36,9 @@
 //! returns; `Slack::OVERLONG`'s slices claim 8 bytes more than it took:
 //! only a usable size read from the slice reaches that.
 
+mod mapped;
+pub use mapped::{Mapped, MAPPED, MAPPED_LEAKY};
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
