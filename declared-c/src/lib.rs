@@ -348,7 +348,8 @@ mod tests {
                 "NULL,",
                 "NULL,",
                 "NULL,",
-                // The heap's own check, and its count of bytes in use.
+                // The heap's own check, its count of bytes in use, its walk.
+                "NULL,",
                 "NULL,",
                 "NULL,",
             ]
