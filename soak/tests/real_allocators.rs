@@ -385,7 +385,6 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
         kinds
     };
     let calloc = ["calloc-overflow"];
-    let side_kinds = ["calloc-overflow", "unlisted-block"];
     let promises = ["alignment", "calloc-overflow", "null"];
     // At most 150 s: all were filed within 100 s here.
     let args = format!(
@@ -397,7 +396,7 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
     common::soak_until(&state, &args, |s| {
         kinds_of(s, "umm") == calloc
             && kinds_of(s, "umm-so") == calloc
-            && kinds_of(s, "umm-side") == side_kinds
+            && kinds_of(s, "umm-side").contains(&"unlisted-block".to_string())
             && kinds_of(s, &bare) == promises
     });
     let groups = common::groups(&state);
@@ -425,19 +424,22 @@ fn a_fixed_heap_c_allocator_files_its_one_real_bug_once() {
             && g.4.contains("all @ 4-aligned")),
         "{groups:?}"
     );
-    // The side buffer's blocks, once, keyed by the shim's calloc.
+    // The side buffer's blocks, once, keyed by the shim's calloc; beside
+    // it at most umm's calloc bug, which umm-side has too (the soak does
+    // not wait for it there).
     let side: Vec<_> = groups
         .iter()
         .filter(|g| g.3.contains(&of("umm-side")))
         .collect();
+    let unlisted: Vec<_> = side.iter().filter(|g| g.1 == "unlisted-block").collect();
     assert!(
-        side.len() == 2
-            && side
-                .iter()
-                .any(|g| g.1 == "unlisted-block" && g.4.contains("uh_calloc")),
+        unlisted.len() == 1
+            && unlisted[0].4.contains("uh_calloc")
+            && side.len() - 1 == side.iter().filter(|g| g.1 == "calloc-overflow").count()
+            && side.len() <= 2,
         "{groups:?}"
     );
-    assert_eq!(groups.len(), 4 + bare.len(), "{groups:?}");
+    assert_eq!(groups.len(), 2 + side.len() + bare.len(), "{groups:?}");
 }
 
 /// A bug that breaks a fixed heap's free list without a crash shows
