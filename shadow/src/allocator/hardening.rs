@@ -38,15 +38,20 @@ pub enum Attack {
     /// The allocator may go on, but must never hand out a block that
     /// overlaps a live one (ArcHeap's overlapping chunks).
     Overflow,
+    /// A live block's own header overwritten: the two words before it
+    /// grown as a chunk's size is, then the block freed (the free trusts
+    /// a size it did not check). Held as [`Attack::Overflow`] is.
+    HeaderWrite,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 5] = [
+    pub const ALL: [Attack; 6] = [
         Attack::DoubleFree,
         Attack::ForeignFree,
         Attack::FreedWrite,
         Attack::InteriorFree,
         Attack::Overflow,
+        Attack::HeaderWrite,
     ];
 
     /// The name programs and configs use.
@@ -57,6 +62,7 @@ impl Attack {
             Attack::FreedWrite => "freed-write",
             Attack::InteriorFree => "interior-free",
             Attack::Overflow => "overflow",
+            Attack::HeaderWrite => "header-write",
         }
     }
 }

@@ -63,7 +63,12 @@ impl Executor {
         self.forked = true;
         self.guard.set_site(Site::bare("attack"));
         let how = match attacked(self.alloc, attack, size) {
-            ForkEnd::Clean if !matches!(attack, Attack::FreedWrite | Attack::Overflow) => {
+            ForkEnd::Clean
+                if matches!(
+                    attack,
+                    Attack::DoubleFree | Attack::ForeignFree | Attack::InteriorFree
+                ) =>
+            {
                 "not stopped: the allocator returned from it"
             }
             ForkEnd::Failed {
@@ -195,38 +200,46 @@ unsafe fn make(alloc: &dyn Allocator, attack: Attack, size: usize) -> i32 {
                 std::ptr::write_bytes(a, 0, size);
                 alloc.free(a.add(2 * WORD), size, ALIGN);
             }
-            Attack::Overflow => {
+            Attack::Overflow | Attack::HeaderWrite => {
                 // The block after `b`, held: a grown `b` reaches over it.
                 live.add(alloc_one(alloc, size), size);
-                return overflow(alloc, size, a, b, &mut live);
+                return overflow(alloc, attack, size, a, b, &mut live);
             }
         }
     }
     RETURNED
 }
 
-/// The overflow: the two words past `a`'s usable size grown as a chunk
-/// size is (doubled, the low four bits kept), the block after `a` freed,
-/// then requests from three times `size` down to `size`, so one of them
-/// is the grown chunk's class where the allocator keeps exact classes.
-/// `OVERLAPPED` when one of the blocks it hands out overlaps a live one.
+/// The overflow and the header write: the two words past `a`'s usable
+/// size (`Overflow`) or before `b` (`HeaderWrite`: its own header, where
+/// the allocator keeps one) grown as a chunk size is (doubled, the low
+/// four bits kept); then `b`, the block after `a`, freed, then requests
+/// from three times `size` down to `size`, so one of them is the grown
+/// chunk's class where the allocator keeps exact classes. `OVERLAPPED` when one of the blocks it
+/// hands out overlaps a live one.
 ///
 /// # Safety
 /// Only in the attack's child (as `make`); `a`, `b` and the blocks in
 /// `live` are blocks of `size` the child took, `b` right after `a`.
 unsafe fn overflow(
     alloc: &dyn Allocator,
+    attack: Attack,
     size: usize,
     a: *mut u8,
     b: *mut u8,
     live: &mut Live,
 ) -> i32 {
-    // SAFETY: the overflow itself, the attack (this fn's contract): it
-    // writes where the allocator keeps what follows `a`. A read there
-    // that faults (a guard page) ends the child by a signal: stopped.
+    // SAFETY: the corruption itself, the attack (this fn's contract): it
+    // writes where the allocator keeps what follows `a` or precedes `b`.
+    // A read there that faults (a guard page) ends the child by a
+    // signal: stopped.
     unsafe {
         let end = a as usize + alloc.usable_size(a, size, ALIGN);
-        for at in [end, end + WORD] {
+        let grown = match attack {
+            Attack::HeaderWrite => [b as usize - 2 * WORD, b as usize - WORD],
+            _ => [end, end + WORD],
+        };
+        for at in grown {
             let word = at as *mut usize;
             let was = word.read_unaligned();
             word.write_unaligned(was.wrapping_add(was & !0xf));

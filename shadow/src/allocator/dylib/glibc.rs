@@ -25,9 +25,10 @@ static MALLINFO2: OnceLock<Mallinfo2> = OnceLock::new();
 /// on, turns the written pointer into another, often misaligned one,
 /// `malloc(): unaligned tcache chunk detected`), and a free of a pointer
 /// inside a block whose bytes before it read zero (`free(): invalid
-/// pointer`). Not an overflow into the next chunk's size: its tcache
-/// takes the grown chunk unchecked and hands it out over the next block,
-/// as the overlapping-chunks technique does.
+/// pointer`). Not an overflow into the next chunk's size, nor a write of
+/// a chunk's own size: its tcache takes the grown chunk unchecked and
+/// hands it out over the next block, as the overlapping-chunks technique
+/// does.
 const STOPS: [Attack; 4] = [
     Attack::DoubleFree,
     Attack::ForeignFree,

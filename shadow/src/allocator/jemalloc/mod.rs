@@ -74,12 +74,14 @@ impl Allocator for Jemalloc {
     /// What its layout stops: it keeps nothing in or beside its blocks
     /// (slabs' bitmaps and extents' records live elsewhere, thread caches
     /// are arrays), so neither a write into a freed block nor an overflow
-    /// past one reaches its metadata. Without `opt.safety_checks` (not in
+    /// past one nor into the header a block does not have reaches its
+    /// metadata. Without `opt.safety_checks` (not in
     /// this build) it takes a double, foreign or interior free.
     fn stops(&self) -> &'static [crate::allocator::Attack] {
         &[
             crate::allocator::Attack::FreedWrite,
             crate::allocator::Attack::Overflow,
+            crate::allocator::Attack::HeaderWrite,
         ]
     }
 

@@ -101,7 +101,7 @@ fn a_library_is_loaded_from_beside_the_config_with_its_declared_properties() {
         toml::from_str::<Declared>("name = \"mine\"\nstops = [\"use-after-free\"]\n").unwrap_err();
     assert!(
         e.message()
-            .contains("stops: unknown attack `use-after-free`; expected one of double-free, foreign-free, freed-write, interior-free, overflow"),
+            .contains("stops: unknown attack `use-after-free`; expected one of double-free, foreign-free, freed-write, interior-free, overflow, header-write"),
         "{e}"
     );
 }
