@@ -215,8 +215,8 @@ unsafe fn make(alloc: &dyn Allocator, attack: Attack, size: usize) -> i32 {
 /// the allocator keeps one) grown as a chunk size is (doubled, the low
 /// four bits kept); then `b`, the block after `a`, freed, then requests
 /// from three times `size` down to `size`, so one of them is the grown
-/// chunk's class where the allocator keeps exact classes. `OVERLAPPED` when one of the blocks it
-/// hands out overlaps a live one.
+/// chunk's class where the allocator keeps exact classes. `OVERLAPPED`
+/// when one of the blocks it hands out overlaps a live one.
 ///
 /// # Safety
 /// Only in the attack's child (as `make`); `a`, `b` and the blocks in

@@ -108,8 +108,7 @@ pub struct Declared {
     /// abort, a panic, a signal) or by never handing out what they aim
     /// at, by their `attack` names (`double-free`, `foreign-free`,
     /// `freed-write`, `interior-free`, `overflow`, `header-write`): the
-    /// `attack` op holds
-    /// it to each (docs/invariants.md). Default: none.
+    /// `attack` op holds it to each (docs/invariants.md). Default: none.
     #[serde(default, deserialize_with = "attacks")]
     pub stops: Vec<Attack>,
 }
