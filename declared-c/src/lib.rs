@@ -151,9 +151,10 @@ fn undefined_symbols(object: &Path) -> Vec<String> {
 }
 
 /// The OS calls that get memory, which the allocator makes through
-/// `allocsoak_os_<name>` instead (defined in `shadow`'s C allocator
-/// adapter, which fails them in an `os-fail` window and otherwise calls
-/// the C library): its OS layer, made to refuse on demand.
+/// `__wrap_<name>` instead (defined in `shadow`'s `allocator/os.rs`, which
+/// fails them in an `os-fail` window and otherwise calls the C library,
+/// as for the rest of a fuzz binary linked with `--wrap`): its OS layer,
+/// made to refuse on demand.
 pub const OS_CALLS: [&str; 3] = ["mmap", "mmap64", "sbrk"];
 
 /// `objcopy --redefine-syms` lines sending the [`OS_CALLS`] among
@@ -162,7 +163,7 @@ fn os_calls(undefined: &[String]) -> String {
     OS_CALLS
         .iter()
         .filter(|call| undefined.iter().any(|u| u == *call))
-        .map(|call| format!("{call} allocsoak_os_{call}\n"))
+        .map(|call| format!("{call} __wrap_{call}\n"))
         .collect()
 }
 
@@ -295,10 +296,7 @@ mod tests {
     #[test]
     fn the_os_calls_it_makes_go_through_allocsoak() {
         let undefined = ["memcpy", "mmap", "sbrk", "munmap"].map(String::from);
-        assert_eq!(
-            os_calls(&undefined),
-            "mmap allocsoak_os_mmap\nsbrk allocsoak_os_sbrk\n"
-        );
+        assert_eq!(os_calls(&undefined), "mmap __wrap_mmap\nsbrk __wrap_sbrk\n");
     }
 
     #[test]

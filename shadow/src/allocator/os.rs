@@ -1,16 +1,16 @@
 //! The OS calls that get an allocator memory, made to refuse on demand
 //! ([`Extras::fail_os`]): they fail with `ENOMEM` while [`refuse`] says so
 //! on the calling thread (an anonymous mapping, a break that grows) and
-//! otherwise make the call. Two ways lead here:
+//! otherwise make the call, as `__wrap_<name>`. Two ways lead here:
 //!
 //! - a C allocator built from its sources (`[allocator.c]`): the build
 //!   (`allocsoak-declared-c`'s `OS_CALLS`) renames the object's
-//!   references to `mmap`, `mmap64` and `sbrk` to `allocsoak_os_<name>`;
+//!   references to `mmap`, `mmap64` and `sbrk` to these, in every build;
 //! - everything else linked into the fuzz binaries (jemalloc, a declared
 //!   crate that maps its own memory, dlmalloc's `System`): they link with
 //!   `--wrap=mmap,--wrap=mmap64,--wrap=sbrk` (`fuzz_targets/build.rs`),
-//!   which sends those references to `__wrap_<name>`. Whether this binary
-//!   was linked so is [`wrapped`].
+//!   which sends those references here. Whether this binary was linked so
+//!   is [`wrapped`].
 //!
 //! A `dylib:` calls the C library as ever; so does the harness's own
 //! memory (ASan's allocator maps by system call), and a thread other than
@@ -112,12 +112,12 @@ fn refused(gets_memory: bool) -> bool {
     refused
 }
 
-/// `mmap` as the C allocator calls it.
+/// `mmap`, as the allocator calls it.
 ///
 /// # Safety
 /// As `mmap(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn allocsoak_os_mmap(
+pub unsafe extern "C" fn __wrap_mmap(
     addr: *mut c_void,
     len: usize,
     prot: libc::c_int,
@@ -138,53 +138,6 @@ pub unsafe extern "C" fn allocsoak_os_mmap(
 /// # Safety
 /// As `mmap(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn allocsoak_os_mmap64(
-    addr: *mut c_void,
-    len: usize,
-    prot: libc::c_int,
-    flags: libc::c_int,
-    fd: libc::c_int,
-    offset: libc::off64_t,
-) -> *mut c_void {
-    // SAFETY: the same call, `off64_t` being `off_t` here (this fn's contract).
-    unsafe { allocsoak_os_mmap(addr, len, prot, flags, fd, offset) }
-}
-
-/// `sbrk` as the C allocator calls it.
-///
-/// # Safety
-/// As `sbrk(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn allocsoak_os_sbrk(increment: libc::intptr_t) -> *mut c_void {
-    match refused(increment > 0) {
-        true => usize::MAX as *mut c_void,
-        // SAFETY: the caller's argument, passed on as it came (this fn's contract).
-        false => unsafe { (real().sbrk)(increment) },
-    }
-}
-
-/// `mmap` as the rest of a binary linked with `--wrap=mmap` calls it.
-///
-/// # Safety
-/// As `mmap(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn __wrap_mmap(
-    addr: *mut c_void,
-    len: usize,
-    prot: libc::c_int,
-    flags: libc::c_int,
-    fd: libc::c_int,
-    offset: libc::off_t,
-) -> *mut c_void {
-    // SAFETY: the same call (this fn's contract).
-    unsafe { allocsoak_os_mmap(addr, len, prot, flags, fd, offset) }
-}
-
-/// `mmap64`, as [`__wrap_mmap`].
-///
-/// # Safety
-/// As `mmap(2)`.
-#[no_mangle]
 pub unsafe extern "C" fn __wrap_mmap64(
     addr: *mut c_void,
     len: usize,
@@ -193,18 +146,21 @@ pub unsafe extern "C" fn __wrap_mmap64(
     fd: libc::c_int,
     offset: libc::off64_t,
 ) -> *mut c_void {
-    // SAFETY: the same call (this fn's contract).
-    unsafe { allocsoak_os_mmap(addr, len, prot, flags, fd, offset) }
+    // SAFETY: the same call, `off64_t` being `off_t` here (this fn's contract).
+    unsafe { __wrap_mmap(addr, len, prot, flags, fd, offset) }
 }
 
-/// `sbrk`, as [`__wrap_mmap`].
+/// `sbrk`, as the allocator calls it.
 ///
 /// # Safety
 /// As `sbrk(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn __wrap_sbrk(increment: libc::intptr_t) -> *mut c_void {
-    // SAFETY: the same call (this fn's contract).
-    unsafe { allocsoak_os_sbrk(increment) }
+    match refused(increment > 0) {
+        true => usize::MAX as *mut c_void,
+        // SAFETY: the caller's argument, passed on as it came (this fn's contract).
+        false => unsafe { (real().sbrk)(increment) },
+    }
 }
 
 #[cfg(test)]
@@ -218,7 +174,7 @@ mod tests {
         let null = std::ptr::null_mut();
         refuse(true);
         // SAFETY: a fresh anonymous mapping, refused.
-        let p = unsafe { allocsoak_os_mmap(null, 4096, rw, anon, -1, 0) };
+        let p = unsafe { __wrap_mmap(null, 4096, rw, anon, -1, 0) };
         assert_eq!(p, libc::MAP_FAILED);
         assert_eq!(
             std::io::Error::last_os_error().raw_os_error(),
@@ -226,7 +182,7 @@ mod tests {
         );
         refuse(false);
         // SAFETY: a fresh anonymous mapping, unmapped at once.
-        let p = unsafe { allocsoak_os_mmap(null, 4096, rw, anon, -1, 0) };
+        let p = unsafe { __wrap_mmap(null, 4096, rw, anon, -1, 0) };
         assert_ne!(p, libc::MAP_FAILED);
         // SAFETY: `p` is the mapping just made, 4096 bytes.
         unsafe { libc::munmap(p, 4096) };
