@@ -159,6 +159,17 @@ pub enum Violation {
     /// ([`crate::allocator::Allocator::bytes_in_use`]) is higher once a
     /// program has freed everything than when it started: a free it lost.
     KeptBytes { before: usize, after: usize },
+    /// `diff_mimalloc`'s fuzzing process, past a third of its RSS limit
+    /// (`limit`), grew by `with` bytes resident over `programs` programs
+    /// with the reference beside the allocator under test, and by
+    /// `without` over as many without it: the reference keeps memory
+    /// (`diff/grown.rs`).
+    Grown {
+        programs: u32,
+        with: u64,
+        without: i64,
+        limit: u64,
+    },
     /// The allocator's own walk of its blocks in use
     /// ([`crate::allocator::Allocator::blocks_in_use`]) lists `blocks` it
     /// did not when the program started, once the program has freed
@@ -260,6 +271,7 @@ impl Violation {
             Violation::Panic { .. } => "panic",
             Violation::CapacityLeak { .. } => "capacity-leak",
             Violation::KeptBytes { .. } => "kept-bytes",
+            Violation::Grown { .. } => "grown",
             Violation::KeptBlock { .. } => "kept-block",
             Violation::UnlistedBlock { .. } => "unlisted-block",
             Violation::PurgeKept { .. } => "purge-kept",

@@ -43,6 +43,7 @@ impl fmt::Display for Violation {
             | Violation::Panic { .. } => check_line(self, f),
             Violation::CapacityLeak { .. }
             | Violation::KeptBytes { .. }
+            | Violation::Grown { .. }
             | Violation::KeptBlock { .. }
             | Violation::UnlistedBlock { .. }
             | Violation::PurgeKept { .. }
@@ -202,6 +203,15 @@ fn kept_line(v: &Violation, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         Violation::KeptBytes { before, after } => write!(
             f,
             "the allocator counts {after} bytes in use after everything was freed, {before} when the program started"
+        ),
+        Violation::Grown {
+            programs,
+            with,
+            without,
+            limit,
+        } => write!(
+            f,
+            "past a third of its RSS limit of {limit} bytes, the process grew {with} bytes resident over {programs} programs with the reference beside the allocator under test, and {without} over as many without it"
         ),
         Violation::KeptBlock { ptr, size, blocks } => write!(
             f,
