@@ -160,14 +160,13 @@ pub enum Violation {
     /// program has freed everything than when it started: a free it lost.
     KeptBytes { before: usize, after: usize },
     /// `diff_mimalloc`'s fuzzing process, past a third of its RSS limit
-    /// (`limit`), grew by `with` bytes resident over `programs` programs
-    /// with the reference beside the allocator under test, and by
-    /// `without` over as many without it: the reference keeps memory
-    /// (`diff/grown.rs`).
+    /// (`limit`), grew by `grew[0]` bytes resident over `programs`
+    /// programs with the reference beside the allocator under test, by
+    /// `grew[1]` over as many without it and by `grew[2]` over as many
+    /// with it again: the reference keeps memory (`diff/grown.rs`).
     Grown {
         programs: u32,
-        with: u64,
-        without: i64,
+        grew: [i64; 3],
         limit: u64,
     },
     /// The allocator's own walk of its blocks in use

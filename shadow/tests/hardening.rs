@@ -99,6 +99,7 @@ fn each_zoo_cache_breaks_one_promise_alone() {
             &[Overflow, HeaderWrite],
             20_000,
         ),
+        ("cache-guards-header", 2000, &[HeaderWrite], 20_000),
     ] {
         for attack in Attack::ALL {
             for at in [size, outside] {

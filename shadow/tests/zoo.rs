@@ -52,6 +52,7 @@ fn reaching(bug: Bug) -> String {
         Bug::CacheRawLinks => "target alloc_ops\nalloc size=180 align=8\nattack kind=freed-write size=180\nfree slot=0\n",
         Bug::CacheTrustsSpan => "target alloc_ops\nalloc size=300 align=8\nattack kind=interior-free size=300\nfree slot=0\n",
         Bug::CacheTrustsHeader => "target alloc_ops\nalloc size=2000 align=8\nattack kind=overflow size=2000\nfree slot=0\n",
+        Bug::CacheGuardsHeader => "target alloc_ops\nalloc size=2000 align=8\nattack kind=header-write size=2000\nfree slot=0\n",
         Bug::MisalignedReallocShort => "target alloc_ops\nalloc size=8 align=16\nrealloc slot=0 to=64\n",
         Bug::PanicClass => "target alloc_ops\nalloc size=2500 align=8\n",
         Bug::WildWrite => "target alloc_ops\nalloc size=3700 align=8\n",

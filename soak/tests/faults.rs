@@ -368,7 +368,7 @@ fn killing_its_workers_never_ends_a_soak() {
         "[drift]\ntargets = [\"alloc_ops\"]\ncpu_share = 0.5\ninterval_secs = 1\n",
     )
     .unwrap();
-    let secs = 60;
+    let secs = 45;
     let child = Command::new(env!("CARGO_BIN_EXE_allocsoak"))
         .arg("soak")
         .arg("--state")

@@ -164,9 +164,9 @@ impl Zoo {
             // SAFETY: the cache's blocks come from `self.base`.
             return Some(unsafe { cache.alloc(self.base, zeroed) });
         }
-        if self.header_cached(size, align) {
+        if let Some(cache) = self.header_cache(size, align) {
             // SAFETY: the cache's blocks come from `self.base`.
-            return Some(unsafe { self.front.trusts_header.alloc(self.base, size, zeroed) });
+            return Some(unsafe { cache.alloc(self.base, size, zeroed) });
         }
         None
     }

@@ -278,6 +278,10 @@ pub enum Bug {
     /// in a header that a free trusts: an overflow that grows it makes
     /// the block handed out over its neighbour.
     CacheTrustsHeader,
+    /// As `CacheTrustsHeader`, with a guard word before each header that
+    /// a free checks: an overflow from the block before is stopped, a
+    /// write to the header alone (`header-write`) is not.
+    CacheGuardsHeader,
     /// Blocks planted in `arena` are handed out through a reference to
     /// their first byte: the same address, but under Rust's aliasing
     /// rules a pointer that may touch that byte only. Natively nothing
@@ -286,7 +290,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 65] = [
+    pub const ALL: [Bug; 66] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -351,6 +355,7 @@ impl Bug {
         Bug::CacheRawLinks,
         Bug::CacheTrustsSpan,
         Bug::CacheTrustsHeader,
+        Bug::CacheGuardsHeader,
         Bug::NarrowProvenance,
     ];
 
@@ -416,6 +421,7 @@ impl Bug {
             Bug::CacheRawLinks => "cache-raw-links",
             Bug::CacheTrustsSpan => "cache-trusts-span",
             Bug::CacheTrustsHeader => "cache-trusts-header",
+            Bug::CacheGuardsHeader => "cache-guards-header",
             Bug::NarrowProvenance => "narrow-provenance",
             Bug::LargeInteriorSpan => "large-interior-span",
             Bug::SlackFooter => "slack-footer",
@@ -444,7 +450,8 @@ impl Bug {
             | Bug::LateRemoteLeak
             | Bug::PurgeIgnoresDelay
             | Bug::OsFailLeaks
-            | Bug::CacheTrustsHeader => "jemalloc",
+            | Bug::CacheTrustsHeader
+            | Bug::CacheGuardsHeader => "jemalloc",
             Bug::SplitNeverMerged => "mimalloc",
             Bug::CacheMissesDoubleFree | Bug::CacheRawLinks | Bug::CacheTrustsSpan => "glibc",
             _ => "system",
@@ -541,7 +548,8 @@ impl Bug {
             Bug::CacheMissesDoubleFree
             | Bug::CacheRawLinks
             | Bug::CacheTrustsSpan
-            | Bug::CacheTrustsHeader => &["hardening"],
+            | Bug::CacheTrustsHeader
+            | Bug::CacheGuardsHeader => &["hardening"],
             Bug::DroppedRemoteFree | Bug::OsFailLeaks => &["kept-bytes"],
             Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged => &["rss-drift"],
             Bug::HoardedFrees => &["grown", "oom", "rss-drift"],

@@ -206,12 +206,13 @@ impl FrontCache {
     }
 }
 
-/// The four bugs' caches.
+/// The five bugs' caches.
 pub(super) struct FrontCaches {
     misses_double_free: FrontCache,
     raw_links: FrontCache,
     trusts_span: FrontCache,
     pub(super) trusts_header: HeaderCache,
+    pub(super) guards_header: HeaderCache,
 }
 
 impl FrontCaches {
@@ -220,7 +221,8 @@ impl FrontCaches {
             misses_double_free: FrontCache::new(MISSES_DOUBLE_FREE, Flaw::MissesDoubleFree),
             raw_links: FrontCache::new(RAW_LINKS, Flaw::RawLinks),
             trusts_span: FrontCache::new(TRUSTS_SPAN, Flaw::TrustsSpan),
-            trusts_header: HeaderCache::default(),
+            trusts_header: HeaderCache::new(false),
+            guards_header: HeaderCache::new(true),
         }
     }
 }
@@ -251,6 +253,7 @@ impl Zoo {
             self.front.raw_links.drain(self.base);
             self.front.trusts_span.drain(self.base);
             self.front.trusts_header.drain(self.base);
+            self.front.guards_header.drain(self.base);
         }
     }
 }

@@ -6,6 +6,11 @@
 //! an overflow from the block before it, which grows the length, makes the
 //! block handed out over its neighbour (ArcHeap's overlapping chunks).
 //! Links are protected (a write into a freed block is stopped).
+//!
+//! `CacheGuardsHeader`'s cache is the same with a guard word before each
+//! header, where an overflow from the block before lands first, checked
+//! when the block is freed (the overflow is stopped); the length after it
+//! is still trusted, so a write to the header alone is not.
 
 use std::ops::RangeInclusive;
 use std::sync::{Mutex, MutexGuard};
@@ -17,17 +22,21 @@ use super::{Bug, Zoo};
 /// The class, requests of 1 KiB + 1 to 8 KiB: the base's slabs lay its
 /// blocks side by side.
 pub(super) const TRUSTS_HEADER: RangeInclusive<usize> = 1025..=8192;
-/// Bytes before each block; its first word is the block's length.
+/// Bytes of the header before each block (its first word is the block's
+/// length), and before it in a guarded cache, of the guard (its first
+/// word), 16 so a block stays 16-aligned.
 const HEADER: usize = 16;
+const GUARD: usize = 16;
 /// Blocks the cache holds; a free past it goes to the base.
 const CAP: usize = 64;
 /// What a link is mixed with.
 const SECRET: usize = 0x3c3c_8765_4321_c3c3;
 
-/// The cache: the newest cached block (0: none) and how many are cached.
-#[derive(Default)]
+/// The cache: the newest cached block (0: none) and how many are cached;
+/// whether a guard word precedes each header.
 pub(super) struct HeaderCache {
     list: Mutex<(usize, usize)>,
+    guarded: bool,
 }
 
 /// The length a block's header says.
@@ -43,7 +52,24 @@ fn link(at: usize, next: usize) -> usize {
     next ^ (at >> 12) ^ SECRET
 }
 
+/// The guard word of the block at `p`.
+fn guard(p: usize) -> usize {
+    p.rotate_left(17) ^ SECRET
+}
+
 impl HeaderCache {
+    pub(super) fn new(guarded: bool) -> HeaderCache {
+        HeaderCache {
+            list: Mutex::new((0, 0)),
+            guarded,
+        }
+    }
+
+    /// Bytes the cache keeps before each block of the base's.
+    fn before(&self) -> usize {
+        HEADER + if self.guarded { GUARD } else { 0 }
+    }
+
     fn lock(&self) -> MutexGuard<'_, (usize, usize)> {
         self.list.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -83,16 +109,22 @@ impl HeaderCache {
             (before, at) = (at, next);
         }
         drop(list);
+        let before = self.before();
         // SAFETY: align 16 is a power of two within every allocator's max_align.
-        let block = unsafe { base.alloc(size + HEADER, 16, zeroed) };
+        let block = unsafe { base.alloc(size + before, 16, zeroed) };
         if block.is_null() {
             return block;
         }
-        // SAFETY: `block` is the base's, of `size + HEADER` bytes at least.
+        // SAFETY: `block` is the base's, of `size + before` bytes at least:
+        // the guard (if any) and the header are its first words.
         unsafe {
-            let room = base.usable_size(block, size + HEADER, 16);
-            *(block as *mut usize) = room - HEADER;
-            block.add(HEADER)
+            let room = base.usable_size(block, size + before, 16);
+            let p = block.add(before);
+            *(p.sub(HEADER) as *mut usize) = room - before;
+            if self.guarded {
+                *(block as *mut usize) = guard(p as usize);
+            }
+            p
         }
     }
 
@@ -106,17 +138,26 @@ impl HeaderCache {
     }
 
     /// Caches `p` under the length its header says (the bug: unchecked),
-    /// or gives it to `base` when the cache is full.
+    /// or gives it to `base` when the cache is full. A guarded cache ends
+    /// the process first when `p`'s guard word was overwritten.
     ///
     /// # Safety
     /// `base` is the allocator the cache's blocks came from; `p` is a
     /// block the cache handed out, freed once.
     pub(super) unsafe fn free(&self, base: &dyn Allocator, p: *mut u8) {
+        if self.guarded {
+            // SAFETY: a guarded cache's blocks have their guard word `HEADER + GUARD` bytes
+            // before them, in the base's block (this fn's contract).
+            let word = unsafe { *((p as usize - HEADER - GUARD) as *const usize) };
+            if word != guard(p as usize) {
+                std::process::abort();
+            }
+        }
         let mut list = self.lock();
         if list.1 == CAP {
             drop(list);
-            // SAFETY: `p` sits `HEADER` bytes into a block of the base (this fn's contract).
-            return unsafe { give_back(base, p as usize) };
+            // SAFETY: `p` sits `before` bytes into a block of the base (this fn's contract).
+            return unsafe { self.give_back(base, p as usize) };
         }
         // SAFETY: `p` is a block of more than a word no one holds now.
         unsafe { *(p as *mut usize) = link(p as usize, list.0) };
@@ -136,26 +177,40 @@ impl HeaderCache {
             // given back once.
             unsafe {
                 let next = link(at, *(at as *const usize));
-                give_back(base, at);
+                self.give_back(base, at);
                 at = next;
             }
         }
     }
 }
 
-/// Frees the base's block under `p`.
-///
-/// # Safety
-/// `p` sits `HEADER` bytes into a block of `base` the cache took.
-unsafe fn give_back(base: &dyn Allocator, p: usize) {
-    // SAFETY: this fn's contract; the header holds the base's usable
-    // size less `HEADER`, a size within the block's class.
-    unsafe { base.free((p - HEADER) as *mut u8, length(p) + HEADER, 16) }
+impl HeaderCache {
+    /// Frees the base's block under `p`.
+    ///
+    /// # Safety
+    /// `p` sits `before` bytes into a block of `base` the cache took.
+    unsafe fn give_back(&self, base: &dyn Allocator, p: usize) {
+        let before = self.before();
+        // SAFETY: this fn's contract; the header holds the base's usable
+        // size less `before`, a size within the block's class.
+        unsafe { base.free((p - before) as *mut u8, length(p) + before, 16) }
+    }
 }
 
 impl Zoo {
-    /// Whether `CacheTrustsHeader`'s cache serves `size` and `align`.
-    pub(super) fn header_cached(&self, size: usize, align: usize) -> bool {
-        self.has(Bug::CacheTrustsHeader) && HeaderCache::serves(size, align)
+    /// `CacheTrustsHeader`'s or `CacheGuardsHeader`'s cache, when it
+    /// serves `size` and `align`.
+    pub(super) fn header_cache(&self, size: usize, align: usize) -> Option<&HeaderCache> {
+        if !HeaderCache::serves(size, align) {
+            return None;
+        }
+        let front = &self.front;
+        [
+            (Bug::CacheTrustsHeader, &front.trusts_header),
+            (Bug::CacheGuardsHeader, &front.guards_header),
+        ]
+        .into_iter()
+        .find(|(bug, _)| self.has(*bug))
+        .map(|(_, cache)| cache)
     }
 }

@@ -145,7 +145,7 @@ pub struct Zoo {
     home: u64,
     hook: ZooHook,
     /// The caches of `CacheMissesDoubleFree`, `CacheRawLinks`,
-    /// `CacheTrustsSpan` and `CacheTrustsHeader`.
+    /// `CacheTrustsSpan`, `CacheTrustsHeader` and `CacheGuardsHeader`.
     front: FrontCaches,
 }
 
@@ -229,7 +229,7 @@ impl Zoo {
             || self.is_shifted(p)
             || self.splinters.holds(p)
             || self.front(size, align).is_some()
-            || self.header_cached(size, align)
+            || self.header_cache(size, align).is_some()
     }
 
     fn is_shifted(&self, p: *mut u8) -> bool {
@@ -400,9 +400,9 @@ impl Allocator for Zoo {
         if self.has(Bug::LargeReuseDirty) && size >= LARGE_REUSE_MIN && self.keep_large(p, size) {
             return;
         }
-        if self.header_cached(size, align) {
+        if let Some(cache) = self.header_cache(size, align) {
             // SAFETY: `p` is a block of the class (this fn's contract), which the cache gave.
-            return unsafe { self.front.trusts_header.free(self.base, p) };
+            return unsafe { cache.free(self.base, p) };
         }
         if let Some(cache) = self.front(size, align) {
             // SAFETY: `p` is a block of the class (this fn's contract), which `alloc` took
@@ -453,9 +453,9 @@ impl Allocator for Zoo {
     }
 
     unsafe fn usable_size(&self, p: *mut u8, size: usize, align: usize) -> usize {
-        if self.header_cached(size, align) {
+        if let Some(cache) = self.header_cache(size, align) {
             // SAFETY: `p` is a live block of the class (this fn's contract), which the cache gave.
-            return unsafe { self.front.trusts_header.usable(p) };
+            return unsafe { cache.usable(p) };
         }
         if self.is_own(p, size, align) {
             return size;

@@ -11,10 +11,12 @@
 //! once a fuzzing process is past a third of its limit (libFuzzer's limit
 //! is on its peak, which a huge block adds hundreds of MiB to)
 //! ([`crate::resident::rss_limit`]), up to [`PROGRAMS`] programs run as
-//! usual, then as many on the allocator under test alone, both sides
-//! asked at each end to give back what they hold free. When the process
-//! grew by a sixty-fourth of its limit with the reference beside and by
-//! less than a quarter of that without it, the growth is the
+//! usual, then as many on the allocator under test alone, then up to as
+//! many as usual again, both sides asked at each end to give back what
+//! they hold free. When the process grew by a sixty-fourth of its limit with the
+//! reference beside, by less than a quarter of that without it, and by a
+//! sixty-fourth again with it (a reference that only reached a new
+//! high-water mark once does not grow twice), the growth is the
 //! reference's: a `grown` finding whose line ends `[reference allocator
 //! <name>]`, filed once, and the reference is retired: the process runs
 //! the allocator under test alone from then on, so it never reaches the
@@ -26,7 +28,7 @@
 //! The figure is the process's resident size after a program (everything
 //! freed), so it needs nothing of either allocator.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::allocator::Allocator;
 use crate::resident::{bounded, resident_bytes, rss_limit};
@@ -34,28 +36,31 @@ use crate::violation::{By, Report, Site, Violation};
 
 /// Programs between two looks at the resident size while no experiment runs.
 const EVERY: u32 = 64;
-/// Programs an experiment's half runs at most: seconds of `diff_mimalloc`
+/// Programs an experiment's first part runs at most: seconds of `diff_mimalloc`
 /// under ASan (600–1,000 exec/s once the process is large).
 pub const PROGRAMS: u32 = 8192;
 
 /// Where the experiment is: [`IDLE`], [`WITH`] (both sides run, since
 /// `FROM`), [`WITHOUT`] (the allocator under test alone, since `FROM`,
-/// for as many programs as the first half ran, having grown `WITH_GREW`)
-/// or [`RETIRED`].
+/// for as many programs as the first part ran, having grown `WITH_GREW`),
+/// [`AGAIN`] (both, up to [`PROGRAMS`] again, `WITHOUT_GREW` after the
+/// second part) or [`RETIRED`].
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
 const IDLE: u8 = 0;
 const WITH: u8 = 1;
 const WITHOUT: u8 = 2;
-const RETIRED: u8 = 3;
+const AGAIN: u8 = 3;
+const RETIRED: u8 = 4;
 static RAN: AtomicU32 = AtomicU32::new(0);
 static FIRST_HALF: AtomicU32 = AtomicU32::new(0);
 static FROM: AtomicU64 = AtomicU64::new(0);
 static WITH_GREW: AtomicU64 = AtomicU64::new(0);
+static WITHOUT_GREW: AtomicI64 = AtomicI64::new(0);
 /// The resident size the next experiment waits for (0: a third of the limit).
 static NEXT_AT: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the next program runs on the allocator under test alone: the
-/// experiment's second half, or a retired reference.
+/// experiment's second part, or a retired reference.
 pub(super) fn alone() -> bool {
     matches!(STATE.load(Ordering::Relaxed), WITHOUT | RETIRED)
 }
@@ -78,7 +83,8 @@ pub(super) fn after_program(under_test: &dyn Allocator, reference: &dyn Allocato
     let due = match state {
         IDLE => now >= NEXT_AT.load(Ordering::Relaxed).max(limit / 3),
         WITH => ran >= PROGRAMS || now.saturating_sub(from) >= limit / 16,
-        _ => ran >= FIRST_HALF.load(Ordering::Relaxed),
+        WITHOUT => ran >= FIRST_HALF.load(Ordering::Relaxed),
+        _ => ran >= PROGRAMS || now.saturating_sub(from) >= limit / 64,
     };
     if !due {
         return;
@@ -90,21 +96,26 @@ pub(super) fn after_program(under_test: &dyn Allocator, reference: &dyn Allocato
     }
     let now = resident_bytes().unwrap_or(now);
     let grew = now as i64 - from as i64;
+    let enough = (limit / 64) as i64;
+    let with = WITH_GREW.load(Ordering::Relaxed) as i64;
     match state {
         IDLE => start(WITH, now),
-        WITH if grew < (limit / 64) as i64 => give_up(now, limit),
+        WITH if grew < enough => give_up(now, limit),
         WITH => {
             FIRST_HALF.store(ran, Ordering::Relaxed);
             WITH_GREW.store(grew as u64, Ordering::Relaxed);
             start(WITHOUT, now);
         }
+        WITHOUT if grew >= with / 4 => give_up(now, limit),
+        WITHOUT => {
+            WITHOUT_GREW.store(grew, Ordering::Relaxed);
+            start(AGAIN, now);
+        }
+        _ if grew < enough => give_up(now, limit),
         _ => {
-            let with = WITH_GREW.load(Ordering::Relaxed);
-            if grew >= (with / 4) as i64 {
-                return give_up(now, limit);
-            }
             STATE.store(RETIRED, Ordering::Relaxed);
-            report(reference, ran, with, grew, limit);
+            let without = WITHOUT_GREW.load(Ordering::Relaxed);
+            report(reference, ran, [with, without, grew], limit);
         }
     }
 }
@@ -123,8 +134,9 @@ fn give_up(now: u64, limit: u64) {
     start(IDLE, now);
 }
 
-/// Files the reference's `grown` finding.
-fn report(reference: &dyn Allocator, programs: u32, with: u64, without: i64, limit: u64) {
+/// Files the reference's `grown` finding: what the process grew by with
+/// the reference, without it and with it again.
+fn report(reference: &dyn Allocator, programs: u32, grew: [i64; 3], limit: u64) {
     crate::ending::record(Report {
         op_index: 0,
         op: "end of program".into(),
@@ -132,8 +144,7 @@ fn report(reference: &dyn Allocator, programs: u32, with: u64, without: i64, lim
         path: Vec::new(),
         violation: Violation::Grown {
             programs,
-            with,
-            without,
+            grew,
             limit,
         },
         by: By::Reference(reference.name().to_string()),

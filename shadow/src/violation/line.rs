@@ -206,12 +206,13 @@ fn kept_line(v: &Violation, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         ),
         Violation::Grown {
             programs,
-            with,
-            without,
+            grew: [with, without, again],
             limit,
         } => write!(
             f,
-            "past a third of its RSS limit of {limit} bytes, the process grew {with} bytes resident over {programs} programs with the reference beside the allocator under test, and {without} over as many without it"
+            // What it shrank by without is no part of the key: 0.
+            "past a third of its RSS limit of {limit} bytes, the process grew {with} bytes resident over {programs} programs with the reference beside the allocator under test, {} over as many without it and {again} with it again",
+            (*without).max(0)
         ),
         Violation::KeptBlock { ptr, size, blocks } => write!(
             f,
