@@ -82,7 +82,7 @@ test: setup-test
     # large-reuse-dirty takes 2 to 5 minutes to find, crowded-reissue (a
     # workload's) 17 s to 3 minutes, hook-reentry-reissue 10 s to a minute,
     # cache-trusts-span, cache-trusts-header and cache-guards-header (an
-    # attack of one kind in one class) 16 s to 2.5 minutes (BENCHMARKS.md); their programs are
+    # attack of one kind in one class) 16 s to 5 minutes (BENCHMARKS.md); their programs are
     # checked in shadow/tests/zoo.rs and shadow/tests/hardening.rs.
     {{allocsoak}} zoo --secs 6 --minimize-secs 3 --skip large-reuse-dirty --skip crowded-reissue --skip hook-reentry-reissue --skip cache-trusts-span --skip cache-trusts-header --skip cache-guards-header
 

@@ -38,7 +38,7 @@ use crate::violation::{By, Report, Site, Violation};
 const EVERY: u32 = 64;
 /// Programs an experiment's first part runs at most: seconds of `diff_mimalloc`
 /// under ASan (600–1,000 exec/s once the process is large).
-pub const PROGRAMS: u32 = 8192;
+const PROGRAMS: u32 = 8192;
 
 /// Where the experiment is: [`IDLE`], [`WITH`] (both sides run, since
 /// `FROM`), [`WITHOUT`] (the allocator under test alone, since `FROM`,
@@ -52,7 +52,7 @@ const WITHOUT: u8 = 2;
 const AGAIN: u8 = 3;
 const RETIRED: u8 = 4;
 static RAN: AtomicU32 = AtomicU32::new(0);
-static FIRST_HALF: AtomicU32 = AtomicU32::new(0);
+static FIRST_PART: AtomicU32 = AtomicU32::new(0);
 static FROM: AtomicU64 = AtomicU64::new(0);
 static WITH_GREW: AtomicU64 = AtomicU64::new(0);
 static WITHOUT_GREW: AtomicI64 = AtomicI64::new(0);
@@ -83,7 +83,7 @@ pub(super) fn after_program(under_test: &dyn Allocator, reference: &dyn Allocato
     let due = match state {
         IDLE => now >= NEXT_AT.load(Ordering::Relaxed).max(limit / 3),
         WITH => ran >= PROGRAMS || now.saturating_sub(from) >= limit / 16,
-        WITHOUT => ran >= FIRST_HALF.load(Ordering::Relaxed),
+        WITHOUT => ran >= FIRST_PART.load(Ordering::Relaxed),
         _ => ran >= PROGRAMS || now.saturating_sub(from) >= limit / 64,
     };
     if !due {
@@ -102,7 +102,7 @@ pub(super) fn after_program(under_test: &dyn Allocator, reference: &dyn Allocato
         IDLE => start(WITH, now),
         WITH if grew < enough => give_up(now, limit),
         WITH => {
-            FIRST_HALF.store(ran, Ordering::Relaxed);
+            FIRST_PART.store(ran, Ordering::Relaxed);
             WITH_GREW.store(grew as u64, Ordering::Relaxed);
             start(WITHOUT, now);
         }
@@ -114,8 +114,11 @@ pub(super) fn after_program(under_test: &dyn Allocator, reference: &dyn Allocato
         _ if grew < enough => give_up(now, limit),
         _ => {
             STATE.store(RETIRED, Ordering::Relaxed);
-            let without = WITHOUT_GREW.load(Ordering::Relaxed);
-            report(reference, ran, [with, without, grew], limit);
+            let (first, without) = (
+                FIRST_PART.load(Ordering::Relaxed),
+                WITHOUT_GREW.load(Ordering::Relaxed),
+            );
+            report(reference, first, [with, without, grew], limit);
         }
     }
 }
