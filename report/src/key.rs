@@ -28,7 +28,7 @@ pub const REFERENCE: &str = " [reference allocator ";
 /// not stop, in a child): a fuzz process goes on past them, filed or not,
 /// so a replay of what it found after one must go on past them too
 /// ([`sound_patterns`]).
-pub const SOUND_KINDS: [&str; 15] = [
+pub const SOUND_KINDS: [&str; 14] = [
     "alignment",
     "usable-size",
     "good-size",
@@ -39,7 +39,6 @@ pub const SOUND_KINDS: [&str; 15] = [
     "capacity-leak",
     "remote-free-lost",
     "kept-bytes",
-    "grown",
     "kept-block",
     "purge-kept",
     "fork",

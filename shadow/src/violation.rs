@@ -159,16 +159,6 @@ pub enum Violation {
     /// ([`crate::allocator::Allocator::bytes_in_use`]) is higher once a
     /// program has freed everything than when it started: a free it lost.
     KeptBytes { before: usize, after: usize },
-    /// `diff_mimalloc`'s fuzzing process, past a third of its RSS limit
-    /// (`limit`), grew by `grew[0]` bytes resident over `programs`
-    /// programs with the reference beside the allocator under test, by
-    /// `grew[1]` over as many without it and by `grew[2]` over as many
-    /// with it again: the reference keeps memory (`diff/grown.rs`).
-    Grown {
-        programs: u32,
-        grew: [i64; 3],
-        limit: u64,
-    },
     /// The allocator's own walk of its blocks in use
     /// ([`crate::allocator::Allocator::blocks_in_use`]) lists `blocks` it
     /// did not when the program started, once the program has freed
@@ -270,7 +260,6 @@ impl Violation {
             Violation::Panic { .. } => "panic",
             Violation::CapacityLeak { .. } => "capacity-leak",
             Violation::KeptBytes { .. } => "kept-bytes",
-            Violation::Grown { .. } => "grown",
             Violation::KeptBlock { .. } => "kept-block",
             Violation::UnlistedBlock { .. } => "unlisted-block",
             Violation::PurgeKept { .. } => "purge-kept",

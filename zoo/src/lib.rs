@@ -52,7 +52,7 @@ use heaps::ZooHeaps;
 use hook::ZooHook;
 use racy_list::RacyList;
 use remote_free::RemoteFrees;
-use slow_leak::{Hoard, SlowLeak, HOARDED};
+use slow_leak::SlowLeak;
 use splinters::Splinters;
 use stale_cache::StaleCaches;
 
@@ -136,7 +136,6 @@ pub struct Zoo {
     latent: AtomicU8,
     /// `SlowLeak`'s counter and the blocks it keeps (`LateRemoteLeak`'s).
     slow_leak: SlowLeak,
-    hoard: Hoard,
     /// `LateRemoteLeak`: frees made on another thread than the block's.
     remote_frees: AtomicU64,
     /// `SplitNeverMerged`'s region.
@@ -171,7 +170,6 @@ impl Zoo {
             stale: Arc::new(StaleCaches::new(base)),
             latent: AtomicU8::new(CLEAN),
             slow_leak: SlowLeak::new(),
-            hoard: Hoard::new(),
             remote_frees: AtomicU64::new(0),
             splinters: Splinters::new(),
             home: thread_slot::token(),
@@ -372,9 +370,6 @@ impl Allocator for Zoo {
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
-        if self.has(Bug::HoardedFrees) && HOARDED.contains(&size) {
-            self.hoard.keep(size);
-        }
         // SAFETY: `p` is a live block of the zoo with `size` and `align` (this fn's contract).
         if unsafe { self.watch_free(p, size, align) } {
             return;

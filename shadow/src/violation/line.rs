@@ -43,7 +43,6 @@ impl fmt::Display for Violation {
             | Violation::Panic { .. } => check_line(self, f),
             Violation::CapacityLeak { .. }
             | Violation::KeptBytes { .. }
-            | Violation::Grown { .. }
             | Violation::KeptBlock { .. }
             | Violation::UnlistedBlock { .. }
             | Violation::PurgeKept { .. }
@@ -203,16 +202,6 @@ fn kept_line(v: &Violation, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         Violation::KeptBytes { before, after } => write!(
             f,
             "the allocator counts {after} bytes in use after everything was freed, {before} when the program started"
-        ),
-        Violation::Grown {
-            programs,
-            grew: [with, without, again],
-            limit,
-        } => write!(
-            f,
-            // What it shrank by without is no part of the key: 0.
-            "past a third of its RSS limit of {limit} bytes, the process grew {with} bytes resident over {programs} programs with the reference beside the allocator under test, {} over as many without it and {again} with it again",
-            (*without).max(0)
         ),
         Violation::KeptBlock { ptr, size, blocks } => write!(
             f,

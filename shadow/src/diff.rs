@@ -27,12 +27,6 @@
 //! A violation either side's executor raises names that side: the
 //! reference's end `[reference allocator <name>]`. A disagreement is the
 //! allocator under test's: `[allocator <name>, reference <name>]`.
-//!
-//! A reference that grows the fuzzing process toward its RSS limit is
-//! found by an experiment, reported as the reference's and then left out
-//! (`grown.rs`).
-
-mod grown;
 
 use crate::allocator::{malloc_serves, Allocator};
 use crate::executor::{Executor, Mode, Outcome, Stats};
@@ -55,11 +49,6 @@ pub fn run(
 ) -> Stats {
     // One seed base: both sides fill a block with the same pattern.
     let seed_base = crate::executor::seed_base_for(program);
-    if grown::alone() {
-        let stats = Executor::with_seed_base(under_test, mode, seed_base).run(program);
-        grown::after_program(under_test, reference);
-        return stats;
-    }
     let mut a = Executor::with_seed_base(under_test, mode, seed_base);
     let mut b = Executor::with_seed_base(reference, mode, seed_base).as_reference();
     let same_classes = under_test.size_classes().is_some()
@@ -97,7 +86,6 @@ pub fn run(
     }
     a.finish(program.ops.len());
     on_reference_side(reference.name(), || b.finish(program.ops.len()));
-    grown::after_program(under_test, reference);
     stats
 }
 
