@@ -150,12 +150,13 @@ fn undefined_symbols(object: &Path) -> Vec<String> {
     parse_nm(&text)
 }
 
-/// The OS calls that get memory, which the allocator makes through
-/// `__wrap_<name>` instead (defined in `shadow`'s `allocator/os.rs`, which
-/// fails them in an `os-fail` window and otherwise calls the C library,
-/// as for the rest of a fuzz binary linked with `--wrap`): its OS layer,
-/// made to refuse on demand.
-pub const OS_CALLS: [&str; 3] = ["mmap", "mmap64", "sbrk"];
+/// The OS calls that get or give back memory, which the allocator makes
+/// through `__wrap_<name>` instead (defined in `shadow`'s
+/// `allocator/os/`, which fails those that get memory in an `os-fail`
+/// window, keeps the ledger of what `diff_mimalloc`'s reference mapped,
+/// and otherwise calls the C library, as for the rest of a fuzz binary
+/// linked with `--wrap`): its OS layer, made to refuse on demand.
+pub const OS_CALLS: [&str; 4] = ["mmap", "mmap64", "munmap", "sbrk"];
 
 /// `objcopy --redefine-syms` lines sending the [`OS_CALLS`] among
 /// `undefined` to allocsoak's.
@@ -296,7 +297,10 @@ mod tests {
     #[test]
     fn the_os_calls_it_makes_go_through_allocsoak() {
         let undefined = ["memcpy", "mmap", "sbrk", "munmap"].map(String::from);
-        assert_eq!(os_calls(&undefined), "mmap __wrap_mmap\nsbrk __wrap_sbrk\n");
+        assert_eq!(
+            os_calls(&undefined),
+            "mmap __wrap_mmap\nmunmap __wrap_munmap\nsbrk __wrap_sbrk\n"
+        );
     }
 
     #[test]

@@ -23,12 +23,12 @@ pub const REFERENCE: &str = " [reference allocator ";
 /// a request that had to fail and did not, capacity lost at a program's
 /// end, a remote free that never came back, bytes the allocator still
 /// counts in use, or blocks its walk still lists, once everything was
-/// freed: every block stays where it was, a lost one is only leaked; a
-/// forked child's failure, or a heap corruption a hardened allocator did
+/// freed, memory `diff_mimalloc`'s reference holds: every block stays
+/// where it was, a lost one is only leaked; a forked child's failure, or a heap corruption a hardened allocator did
 /// not stop, in a child): a fuzz process goes on past them, filed or not,
 /// so a replay of what it found after one must go on past them too
 /// ([`sound_patterns`]).
-pub const SOUND_KINDS: [&str; 14] = [
+pub const SOUND_KINDS: [&str; 15] = [
     "alignment",
     "usable-size",
     "good-size",
@@ -39,6 +39,7 @@ pub const SOUND_KINDS: [&str; 14] = [
     "capacity-leak",
     "remote-free-lost",
     "kept-bytes",
+    "held",
     "kept-block",
     "purge-kept",
     "fork",

@@ -41,6 +41,22 @@ pub fn bound_this_process() {
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
 }
 
+/// Whether this process bounds its resident size: a fuzzing process.
+pub fn bounded() -> bool {
+    BOUNDED.load(Ordering::Relaxed)
+}
+
+/// The resident size past which libFuzzer ends this process: its
+/// `-rss_limit_mb=N` argument, 2048 MiB when none is given (its default,
+/// and the soak's); `None` for `-rss_limit_mb=0`, no limit.
+pub fn rss_limit() -> Option<u64> {
+    let mb = std::env::args()
+        .rev()
+        .find_map(|a| a.strip_prefix("-rss_limit_mb=")?.parse::<u64>().ok())
+        .unwrap_or(2048);
+    (mb > 0).then_some(mb << 20)
+}
+
 /// Called after each program, once it has freed everything: every
 /// [`EVERY`]th program, trims when the process has grown [`GROWTH`] past
 /// what the last trim left.
@@ -58,11 +74,17 @@ pub fn after_program(alloc: &dyn Allocator) {
     let left = LEFT.load(Ordering::Relaxed);
     if left == 0 || now >= left + GROWTH {
         if left != 0 {
-            alloc.trim();
-            poison::release_zero_shadow();
+            trim(alloc);
         }
         LEFT.store(resident_bytes().unwrap_or(now), Ordering::Relaxed);
     }
+}
+
+/// Gives back what `alloc` holds free ([`Allocator::trim`]) and ASan's
+/// all-zero shadow pages.
+pub fn trim(alloc: &dyn Allocator) {
+    alloc.trim();
+    poison::release_zero_shadow();
 }
 
 /// The process's resident size, from `/proc/self/statm` (its second

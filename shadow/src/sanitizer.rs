@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::LocalKey;
 
+use crate::allocator::os::ledger;
 use crate::op::Target;
 use crate::poison::{RegionIsPoisoned, ShadowMapping};
 use crate::tolerance;
@@ -247,15 +248,18 @@ static ON_REFERENCE: Mutex<Option<&'static str>> = Mutex::new(None);
 
 /// Runs `f`, an op of the reference allocator `name`: a sanitizer report
 /// raised meanwhile says so ([`report::ON_REFERENCE`]), and is the
-/// reference's bug, not the allocator under test's.
+/// reference's bug, not the allocator under test's; what it maps meanwhile
+/// is the reference's ([`ledger`]).
 pub fn on_reference_side<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
     struct Off;
     impl Drop for Off {
         fn drop(&mut self) {
+            ledger::reference_side(false);
             *ON_REFERENCE.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
     *ON_REFERENCE.lock().unwrap_or_else(|e| e.into_inner()) = Some(name);
+    ledger::reference_side(true);
     let _off = Off;
     f()
 }

@@ -159,6 +159,13 @@ pub enum Violation {
     /// ([`crate::allocator::Allocator::bytes_in_use`]) is higher once a
     /// program has freed everything than when it started: a free it lost.
     KeptBytes { before: usize, after: usize },
+    /// Between programs of a fuzzing `diff_mimalloc` process, after both
+    /// sides gave back what they hold free, the reference holds `held`
+    /// bytes resident of what it mapped, a quarter or more of the
+    /// process's RSS limit (`limit`): memory it keeps, which would end
+    /// the process as an `oom` of the allocator under test
+    /// (`diff/held.rs`).
+    Held { held: u64, limit: u64 },
     /// The allocator's own walk of its blocks in use
     /// ([`crate::allocator::Allocator::blocks_in_use`]) lists `blocks` it
     /// did not when the program started, once the program has freed
@@ -260,6 +267,7 @@ impl Violation {
             Violation::Panic { .. } => "panic",
             Violation::CapacityLeak { .. } => "capacity-leak",
             Violation::KeptBytes { .. } => "kept-bytes",
+            Violation::Held { .. } => "held",
             Violation::KeptBlock { .. } => "kept-block",
             Violation::UnlistedBlock { .. } => "unlisted-block",
             Violation::PurgeKept { .. } => "purge-kept",

@@ -85,6 +85,7 @@ fn reaching(bug: Bug) -> String {
         Bug::OsFailLeaks => "target alloc_ops\nos-fail ops=1\nalloc size=300000 align=8\n",
         Bug::CapacityLeak => "target alloc_ops\nalloc size=3000 align=8\nrealloc slot=0 to=100\n",
         Bug::SlowLeak => "target alloc_ops\nalloc size=64 align=8\nfree slot=0\n",
+        Bug::HoardedFrees => "target diff_mimalloc\nalloc size=8192 align=8\nfree slot=0\n",
         Bug::LateRemoteLeak => "target workload\nworkload kind=xmalloc threads=4 ops=20000 slots=1000 sizes=8..1024 seed=1\n",
         Bug::ForkHeldLock => "target mt_ops\nrace-fork worker=0 size=18000 align=8\n",
         // Worker 0's first call fills its cache; its exit hands the cache to
@@ -156,6 +157,13 @@ fn check(bug: Bug) -> Check {
             Some((
                 "shadow/tests/zoo.rs",
                 "slow_leak_keeps_a_block_per_thousand_calls",
+            )),
+        ),
+        Bug::HoardedFrees => elsewhere(
+            "memory the reference holds over a fuzzing process's programs",
+            Some((
+                "soak/tests/past_first_bug.rs",
+                "a_reference_that_holds_memory_is_one_group_of_the_reference",
             )),
         ),
         Bug::LateRemoteLeak => elsewhere(

@@ -291,6 +291,40 @@ fn a_reference_bug_met_by_two_slots_is_one_group_of_the_reference() {
     );
 }
 
+/// A reference that keeps memory (`hoarded-frees`: each free of a
+/// 1–256 KiB block keeps as many bytes for good) would grow every
+/// `diff_mimalloc` process to its RSS limit, an `oom` of each slot's
+/// allocator. The harness counts what the reference mapped (`diff/held.rs`)
+/// and files it once, as the reference's `held`, then retires it for the
+/// process: one group over both slots, no `oom`. Without the count, each
+/// slot filed an `oom` of its own allocator (two groups, 361 s at 2 GiB).
+#[test]
+fn a_reference_that_holds_memory_is_one_group_of_the_reference() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let config = dir.path().join("soak.toml");
+    let slots = "targets = [\"diff_mimalloc\"]\nallocators = [\"system\", \"jemalloc\"]\n\
+                 rss_limit_mb = 1024\n";
+    std::fs::write(&config, slots).unwrap();
+    let both = |s: &Path| count(s, "SELECT COUNT(DISTINCT slot_id) FROM crash") >= 2;
+    let config = config.to_str().unwrap();
+    let args = ["--config", config, "--drift-share", "0", "--jobs", "2"];
+    let args = [&args[..], &["--duration", "400"]].concat();
+    let env = [("ALLOCSOAK_REFERENCE", "zoo:hoarded-frees")];
+    let out = common::soak_until_env(&state, &args, &env, both);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let filed = groups(&state);
+    assert!(both(&state), "{filed:?}\n{stdout}");
+    assert_eq!(filed.len(), 1, "{filed:?}\n{stdout}");
+    let (_, kind, _, _, title) = &filed[0];
+    assert_eq!(kind, "held", "{filed:?}\n{stdout}");
+    assert!(
+        title.contains("[reference allocator zoo:hoarded-frees]"),
+        "{title}"
+    );
+}
+
 /// Two pairs of bugs of one kind in one allocator, each pair two groups:
 /// two realloc copies in two functions, and a misalignment on the alloc
 /// path (`small-underalign`) beside one only a plain realloc meets

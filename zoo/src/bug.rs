@@ -49,6 +49,11 @@ pub enum Bug {
     /// memory it owns (LeakSanitizer does not look there) that grows with
     /// ops, which only the RSS drift workers see.
     SlowLeak,
+    /// A free of a 1025..=262144-byte block keeps as many bytes more for
+    /// good in a slab the allocator maps (a cache of freed spans with no
+    /// bound, never given back): the process grows with every such free.
+    /// As `diff_mimalloc`'s reference, what it holds is the reference's.
+    HoardedFrees,
     /// Past a million frees of 1..=1024-byte blocks made on another thread
     /// than the one that allocated them, every 8th such free keeps 64
     /// bytes more for good in a slab the allocator maps (a remote-free
@@ -285,7 +290,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 65] = [
+    pub const ALL: [Bug; 66] = [
         Bug::SmallUnderalign,
         Bug::SizeEqAlign,
         Bug::DoubleIssue,
@@ -334,6 +339,7 @@ impl Bug {
         Bug::OsFailLeaks,
         Bug::CapacityLeak,
         Bug::SlowLeak,
+        Bug::HoardedFrees,
         Bug::LateRemoteLeak,
         Bug::SplitNeverMerged,
         Bug::ForkHeldLock,
@@ -403,6 +409,7 @@ impl Bug {
             Bug::OsFailLeaks => "os-fail-leaks",
             Bug::CapacityLeak => "capacity-leak",
             Bug::SlowLeak => "slow-leak",
+            Bug::HoardedFrees => "hoarded-frees",
             Bug::LateRemoteLeak => "late-remote-leak",
             Bug::SplitNeverMerged => "split-never-merged",
             Bug::ForkHeldLock => "fork-held-lock",
@@ -545,6 +552,7 @@ impl Bug {
             | Bug::CacheGuardsHeader => &["hardening"],
             Bug::DroppedRemoteFree | Bug::OsFailLeaks => &["kept-bytes"],
             Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged => &["rss-drift"],
+            Bug::HoardedFrees => &["held", "oom", "rss-drift"],
             Bug::NarrowProvenance => &["miri-ub"],
             Bug::PanicClass | Bug::LatentCorruption | Bug::SlackFooter => &["panic"],
             Bug::WildWrite => &["SEGV"],
@@ -555,7 +563,11 @@ impl Bug {
     pub fn must_crash(self) -> bool {
         !matches!(
             self,
-            Bug::LeakOnShrink | Bug::SlowLeak | Bug::LateRemoteLeak | Bug::SplitNeverMerged
+            Bug::LeakOnShrink
+                | Bug::SlowLeak
+                | Bug::HoardedFrees
+                | Bug::LateRemoteLeak
+                | Bug::SplitNeverMerged
         )
     }
 
@@ -572,5 +584,12 @@ impl Bug {
     /// zoo leaves it out too.
     pub fn miri_only(self) -> bool {
         self == Bug::NarrowProvenance
+    }
+
+    /// Whether the bug is planted in `diff_mimalloc`'s reference, not in
+    /// an allocator under test (soak/tests/past_first_bug.rs): the fuzzing
+    /// zoo leaves it out too.
+    pub fn reference_only(self) -> bool {
+        self == Bug::HoardedFrees
     }
 }

@@ -52,7 +52,7 @@ use heaps::ZooHeaps;
 use hook::ZooHook;
 use racy_list::RacyList;
 use remote_free::RemoteFrees;
-use slow_leak::SlowLeak;
+use slow_leak::{Hoard, SlowLeak, HOARDED};
 use splinters::Splinters;
 use stale_cache::StaleCaches;
 
@@ -136,6 +136,8 @@ pub struct Zoo {
     latent: AtomicU8,
     /// `SlowLeak`'s counter and the blocks it keeps (`LateRemoteLeak`'s).
     slow_leak: SlowLeak,
+    /// `HoardedFrees`' bytes.
+    hoard: Hoard,
     /// `LateRemoteLeak`: frees made on another thread than the block's.
     remote_frees: AtomicU64,
     /// `SplitNeverMerged`'s region.
@@ -170,6 +172,7 @@ impl Zoo {
             stale: Arc::new(StaleCaches::new(base)),
             latent: AtomicU8::new(CLEAN),
             slow_leak: SlowLeak::new(),
+            hoard: Hoard::new(),
             remote_frees: AtomicU64::new(0),
             splinters: Splinters::new(),
             home: thread_slot::token(),
@@ -370,6 +373,9 @@ impl Allocator for Zoo {
     }
 
     unsafe fn free(&self, p: *mut u8, size: usize, align: usize) {
+        if self.has(Bug::HoardedFrees) && HOARDED.contains(&size) {
+            self.hoard.keep(size);
+        }
         // SAFETY: `p` is a live block of the zoo with `size` and `align` (this fn's contract).
         if unsafe { self.watch_free(p, size, align) } {
             return;

@@ -1,5 +1,6 @@
 //! `SlowLeak`'s memory: 64 bytes kept for good every 32,000 calls (and
-//! `LateRemoteLeak`'s, kept as it says).
+//! `LateRemoteLeak`'s, kept as it says); `HoardedFrees`' bytes, kept for
+//! good at each free of its class.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -52,6 +53,38 @@ impl SlowLeak {
     /// Blocks kept so far.
     pub(super) fn kept(&self) -> usize {
         self.kept.load(Ordering::Relaxed) as usize
+    }
+}
+
+/// The class whose frees `HoardedFrees` hoards.
+pub(super) const HOARDED: std::ops::RangeInclusive<usize> = 1025..=262_144;
+/// The slab `HoardedFrees` keeps its bytes in (its pages are touched as
+/// they are kept): past it, frees are no longer hoarded.
+const HOARD: usize = 16 << 30;
+
+/// `HoardedFrees`: bytes kept for good, as many as each hoarded free's.
+pub(super) struct Hoard {
+    slab: OnceLock<usize>,
+    kept: AtomicU64,
+}
+
+impl Hoard {
+    pub(super) const fn new() -> Hoard {
+        Hoard {
+            slab: OnceLock::new(),
+            kept: AtomicU64::new(0),
+        }
+    }
+
+    /// Keeps `bytes` more, for good, written so they are resident.
+    pub(super) fn keep(&self, bytes: usize) {
+        let slab = *self.slab.get_or_init(|| reserve(HOARD));
+        let at = self.kept.fetch_add(bytes as u64, Ordering::Relaxed) as usize;
+        if slab != 0 && at + bytes <= HOARD {
+            // SAFETY: inside the slab this mapped, which nothing else uses; each range is
+            // handed out once by the `fetch_add` above.
+            unsafe { std::ptr::write_bytes((slab + at) as *mut u8, 0x5a, bytes) };
+        }
     }
 }
 

@@ -231,7 +231,7 @@ impl<A: 'static> GlobalAllocAdapter<A> {
 /// maps its own memory, refuses on demand.
 impl<A: GlobalAlloc + Sync> super::Extras for GlobalAllocAdapter<A> {
     /// Its `mmap`s and `sbrk`s refused on the program's thread, where the
-    /// fuzz binary wraps them (`allocator/os.rs`); a crate over a fixed
+    /// fuzz binary wraps them (`allocator/os/`); a crate over a fixed
     /// region or the system allocator asks the OS nothing, so a window
     /// changes nothing there.
     fn fail_os(&self, refuse: bool) -> bool {

@@ -19,7 +19,7 @@ mod jemalloc;
 #[cfg(feature = "mimalloc-c")]
 mod mimalloc;
 mod names;
-mod os;
+pub(crate) mod os;
 mod system;
 
 pub use api2::Api2Adapter;

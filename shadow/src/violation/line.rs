@@ -43,6 +43,7 @@ impl fmt::Display for Violation {
             | Violation::Panic { .. } => check_line(self, f),
             Violation::CapacityLeak { .. }
             | Violation::KeptBytes { .. }
+            | Violation::Held { .. }
             | Violation::KeptBlock { .. }
             | Violation::UnlistedBlock { .. }
             | Violation::PurgeKept { .. }
@@ -202,6 +203,10 @@ fn kept_line(v: &Violation, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         Violation::KeptBytes { before, after } => write!(
             f,
             "the allocator counts {after} bytes in use after everything was freed, {before} when the program started"
+        ),
+        Violation::Held { held, limit } => write!(
+            f,
+            "between programs, after giving back what it holds free, the reference holds {held} bytes resident of what it mapped, past a quarter of the process's RSS limit of {limit} bytes"
         ),
         Violation::KeptBlock { ptr, size, blocks } => write!(
             f,

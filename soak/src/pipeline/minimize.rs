@@ -54,8 +54,9 @@ pub struct Failing<'a> {
 
 /// Minimizes `crash`'s program into `work/minimized`. `None` when nothing
 /// smaller fails the same way, and for timeouts and OOMs (each replay
-/// would take the whole limit) and race programs (whether one fails is up
-/// to the machine).
+/// would take the whole limit), a reference's `held` (a whole process's
+/// memory, no program's) and race programs (whether one fails is up to
+/// the machine).
 pub fn minimize(
     replayer: &Replayer,
     crash: &Failing,
@@ -70,7 +71,7 @@ pub fn minimize(
         sig,
         log,
     } = *crash;
-    if matches!(sig.kind.as_str(), "timeout" | "oom") {
+    if matches!(sig.kind.as_str(), "timeout" | "oom" | "held") {
         return Ok(None);
     }
     let program = crate::pipeline::program::read_program(target, input)?;

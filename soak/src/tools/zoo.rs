@@ -36,11 +36,11 @@ pub struct Case {
 
 impl Case {
     pub fn all() -> Vec<Case> {
-        // A bug only the RSS drift workers see has no fuzz case (see
-        // soak/tests/drift.rs and BENCHMARKS.md).
+        // A bug only the RSS drift workers or Miri see has no fuzz case
+        // (see soak/tests/drift.rs and BENCHMARKS.md), nor the reference's.
         let fuzzable = Bug::ALL
             .into_iter()
-            .filter(|b| !b.drift_only() && !b.miri_only());
+            .filter(|b| !b.drift_only() && !b.miri_only() && !b.reference_only());
         let bugs = fuzzable.map(|bug| match bug.behind() {
             None => Case {
                 target: bug.target(),

@@ -134,7 +134,7 @@ impl Extras for Jemalloc {
     }
 
     /// Its `mmap`s refused on the program's thread, where the fuzz binary
-    /// wraps them (`allocator/os.rs`): what it holds serves, nothing new.
+    /// wraps them (`allocator/os/`): what it holds serves, nothing new.
     fn fail_os(&self, refuse: bool) -> bool {
         crate::allocator::os::refuse(refuse);
         crate::allocator::os::wrapped()

@@ -5,10 +5,12 @@
 //!
 //! - a C allocator built from its sources (`[allocator.c]`): the build
 //!   (`allocsoak-declared-c`'s `OS_CALLS`) renames the object's
-//!   references to `mmap`, `mmap64` and `sbrk` to these, in every build;
+//!   references to `mmap`, `mmap64`, `munmap` and `sbrk` to these, in
+//!   every build;
 //! - everything else linked into the fuzz binaries (jemalloc, a declared
 //!   crate that maps its own memory, dlmalloc's `System`): they link with
-//!   `--wrap=mmap,--wrap=mmap64,--wrap=sbrk` (`fuzz_targets/build.rs`),
+//!   `--wrap=mmap,--wrap=mmap64,--wrap=munmap,--wrap=sbrk`
+//!   (`fuzz_targets/build.rs`),
 //!   which sends those references here. Whether this binary was linked so
 //!   is [`wrapped`].
 //!
@@ -16,7 +18,12 @@
 //! memory (ASan's allocator maps by system call), and a thread other than
 //! the program's.
 //!
+//! The same wrappers, and `__wrap_munmap`, keep the [`ledger`] of what
+//! `diff_mimalloc`'s reference mapped.
+//!
 //! [`Extras::fail_os`]: crate::allocator::Extras::fail_os
+
+pub mod ledger;
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -63,11 +70,12 @@ pub(super) fn wrapped() -> bool {
     })
 }
 
-/// The C library's `mmap` and `sbrk` (or the sanitizer's interceptor of
-/// them), by name at run time: in a binary linked with `--wrap`, the
-/// names in this crate's code are the wrappers'.
+/// The C library's `mmap`, `munmap` and `sbrk` (or the sanitizer's
+/// interceptor of them), by name at run time: in a binary linked with
+/// `--wrap`, the names in this crate's code are the wrappers'.
 struct Real {
     mmap: MmapFn,
+    munmap: MunmapFn,
     sbrk: SbrkFn,
 }
 
@@ -79,6 +87,7 @@ type MmapFn = unsafe extern "C" fn(
     libc::c_int,
     libc::off_t,
 ) -> *mut c_void;
+type MunmapFn = unsafe extern "C" fn(*mut c_void, usize) -> libc::c_int;
 type SbrkFn = unsafe extern "C" fn(libc::intptr_t) -> *mut c_void;
 
 fn real() -> &'static Real {
@@ -90,12 +99,13 @@ fn real() -> &'static Real {
             assert!(!f.is_null(), "the C library has no {name:?}");
             f
         };
-        let (mmap, sbrk) = (find(c"mmap"), find(c"sbrk"));
+        let (mmap, munmap, sbrk) = (find(c"mmap"), find(c"munmap"), find(c"sbrk"));
         // SAFETY: the C library's functions of these names, with these
-        // C signatures (`mmap(2)`, `sbrk(2)`), pointer-sized.
+        // C signatures (`mmap(2)`, `munmap(2)`, `sbrk(2)`), pointer-sized.
         unsafe {
             Real {
                 mmap: std::mem::transmute::<*mut c_void, MmapFn>(mmap),
+                munmap: std::mem::transmute::<*mut c_void, MunmapFn>(munmap),
                 sbrk: std::mem::transmute::<*mut c_void, SbrkFn>(sbrk),
             }
         }
@@ -125,11 +135,15 @@ pub unsafe extern "C" fn __wrap_mmap(
     fd: libc::c_int,
     offset: libc::off_t,
 ) -> *mut c_void {
-    match refused(flags & libc::MAP_ANONYMOUS != 0) {
-        true => libc::MAP_FAILED,
-        // SAFETY: the caller's arguments, passed on as they came (this fn's contract).
-        false => unsafe { (real().mmap)(addr, len, prot, flags, fd, offset) },
+    if refused(flags & libc::MAP_ANONYMOUS != 0) {
+        return libc::MAP_FAILED;
     }
+    // SAFETY: the caller's arguments, passed on as they came (this fn's contract).
+    let p = unsafe { (real().mmap)(addr, len, prot, flags, fd, offset) };
+    if p != libc::MAP_FAILED {
+        ledger::mapped(p as usize, len);
+    }
+    p
 }
 
 /// `mmap64`, glibc's name for `mmap` under `_FILE_OFFSET_BITS=64`: the
@@ -156,11 +170,33 @@ pub unsafe extern "C" fn __wrap_mmap64(
 /// As `sbrk(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn __wrap_sbrk(increment: libc::intptr_t) -> *mut c_void {
-    match refused(increment > 0) {
-        true => usize::MAX as *mut c_void,
-        // SAFETY: the caller's argument, passed on as it came (this fn's contract).
-        false => unsafe { (real().sbrk)(increment) },
+    if refused(increment > 0) {
+        return usize::MAX as *mut c_void;
     }
+    // SAFETY: the caller's argument, passed on as it came (this fn's contract).
+    let old = unsafe { (real().sbrk)(increment) };
+    if old as usize != usize::MAX {
+        let (old, by) = (old as usize, increment.unsigned_abs());
+        match increment > 0 {
+            true => ledger::mapped(old, by),
+            false => ledger::unmapped(old.wrapping_sub(by), by),
+        }
+    }
+    old
+}
+
+/// `munmap`, as the allocator calls it.
+///
+/// # Safety
+/// As `munmap(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_munmap(addr: *mut c_void, len: usize) -> libc::c_int {
+    // SAFETY: the caller's arguments, passed on as they came (this fn's contract).
+    let done = unsafe { (real().munmap)(addr, len) };
+    if done == 0 {
+        ledger::unmapped(addr as usize, len);
+    }
+    done
 }
 
 #[cfg(test)]
