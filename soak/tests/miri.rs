@@ -6,7 +6,8 @@
 //! (`zoo:narrow-provenance`, a block handed out through a pointer made
 //! from a reference to its first byte) as one group, leave the bundled
 //! `arena` (today's rlsf) clean, and mark the group fixed once the
-//! allocator no longer has it.
+//! allocator no longer has it. A finding's program is minimized under
+//! Miri.
 
 mod common;
 
@@ -63,6 +64,38 @@ fn real_rlsf_0_2_1s_aliasing_bug_is_one_finding_in_the_function_at_fault() {
         tree.contains("is forbidden in rlsf::tlsf::Tlsf") && tree.contains("insert_free_block_ptr"),
         "{tree}"
     );
+}
+
+/// A finding's program is minimized under Miri, a process for each
+/// candidate: five ops to the one the planted bug needs (any block the
+/// arena hands out, freed at the program's end).
+#[test]
+fn a_miri_findings_program_is_minimized_under_miri() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("five-ops");
+    std::fs::write(
+        &input,
+        "target alloc_ops\nalloc size=64 align=8\nusable-size slot=0\nalloc size=300 align=16\n\
+         free slot=0\nrealloc slot=newest to=double\n",
+    )
+    .unwrap();
+    let input = input.to_string_lossy().into_owned();
+    let (out, text) = run_allocsoak(
+        allocsoak(),
+        &["miri", "--allocator", "zoo:narrow-provenance", &input],
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("1 findings"), "{text}");
+    assert!(text.contains("minimized 5 ops to 1 in"), "{text}");
+    let folder = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('/'))
+        .unwrap()
+        .trim();
+    let minimized = std::fs::read_to_string(Path::new(folder).join("minimized")).unwrap();
+    assert_eq!(minimized.lines().count(), 2, "{minimized}");
+    let log = std::fs::read_to_string(Path::new(folder).join("minimized.log")).unwrap();
+    assert!(log.contains("Undefined Behavior"), "{log}");
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! which sees what native runs cannot (a pointer used past the provenance
 //! it was made with, aliasing, an uninitialized read). Each finding is
 //! signed as a crash is, one per signature, and kept with its input and
-//! Miri's log under `target/allocsoak/miri/<target>-<allocator>/<id>/`.
+//! Miri's log under `target/allocsoak/miri/<target>-<allocator>/<id>/`,
+//! and its program minimized under Miri beside them (`minimized`, its log
+//! `minimized.log`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,6 +16,7 @@ use soak::engines::miri::{self, Outcome};
 use soak::engines::project::Project;
 use soak::foundation::config::Config;
 use soak::foundation::state::write_atomic;
+use soak::pipeline::minimize::under_miri;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -62,12 +65,8 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         target: args.target,
         borrows: args.borrows.unwrap_or(config.miri.borrows),
     };
-    let outcomes = miri::run(
-        &project,
-        replay,
-        &inputs,
-        &triage::budget::Budget::default(), // no end
-    )?;
+    let budget = triage::budget::Budget::default(); // no end
+    let outcomes = miri::run(&project, replay, &inputs, &budget)?;
     let out = project.run_dir("miri", &[args.target.name(), &args.allocator]);
     let mut found = BTreeMap::new();
     let mut unsupported = 0;
@@ -85,11 +84,21 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
             }
             Miri::Finding(sig) => {
                 let dir = out.join(sig.id());
-                if found.insert(sig.id(), sig.title()).is_none() {
-                    std::fs::create_dir_all(&dir)?;
-                    write_atomic(&dir.join("input"), &std::fs::read(input)?)?;
-                    write_atomic(&dir.join("miri.log"), log.as_bytes())?;
+                if found.contains_key(&sig.id()) {
+                    continue;
                 }
+                std::fs::create_dir_all(&dir)?;
+                write_atomic(&dir.join("input"), &std::fs::read(input)?)?;
+                write_atomic(&dir.join("miri.log"), log.as_bytes())?;
+                let minimized = under_miri(&project, replay, input, (sig, log), &dir, &budget)?;
+                let shown = match minimized {
+                    Some(m) => {
+                        write_atomic(&dir.join("minimized.log"), m.log.as_bytes())?;
+                        format!("minimized {}", m.summary)
+                    }
+                    None => "not minimized: nothing smaller stops Miri so".into(),
+                };
+                found.insert(sig.id(), (sig.title(), shown));
             }
         }
     }
@@ -105,8 +114,11 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         outcomes.len(),
         found.len()
     );
-    for (id, title) in &found {
-        println!("  {id} {title}\n    {}", out.join(id).display());
+    for (id, (title, shown)) in &found {
+        println!(
+            "  {id} {title}\n    {}\n    {shown}",
+            out.join(id).display()
+        );
     }
     Ok(found.is_empty())
 }

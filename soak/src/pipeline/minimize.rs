@@ -1,22 +1,31 @@
 //! A new group's crash input minimized as a program
 //! ([`triage::minimize`]): each candidate program is written as text and
 //! replayed on the fuzz binary (after the history inputs the crash needs),
-//! and kept when the replay's signature is the group's.
+//! and kept when the replay's signature is the group's. A Miri finding's
+//! candidates run under Miri instead ([`under_miri`]), each in a process
+//! of its own.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use report::miri::Miri;
 use report::Signature;
 use shadow::{Program, Target};
+use triage::budget::Budget;
 use triage::render;
 use triage::replay::{Replay, Replayer};
 
-use triage::budget::Budget;
+use crate::engines::miri::{self, Outcome};
+use crate::engines::project::Project;
+use crate::foundation::state::write_atomic;
 
 /// Seconds minimizing one new group's program may take; past it the
 /// program is kept as far as it got.
 const MINIMIZE_SECS: u64 = 10;
+/// The same for a Miri finding, whose candidates take a Miri process
+/// each (a second or two for a small program).
+const MIRI_MINIMIZE_SECS: u64 = 300;
 
 /// What minimizing kept, and what it took.
 pub struct Minimized {
@@ -33,11 +42,20 @@ pub struct Minimized {
 impl Minimized {
     /// `384 ops to 3 in 4.1 s (57 replays)`.
     pub fn summary(&self) -> String {
-        format!(
-            "{} ops to {} in {:.1} s ({} replays)",
-            self.ops_before, self.ops_after, self.secs, self.replays
-        )
+        summary(self.ops_before, self.ops_after, self.secs, self.replays)
     }
+}
+
+fn summary(ops_before: usize, ops_after: usize, secs: f64, replays: usize) -> String {
+    format!("{ops_before} ops to {ops_after} in {secs:.1} s ({replays} replays)")
+}
+
+/// A Miri finding's program minimized: its text file, Miri's log of it
+/// (from the input's start), and [`Minimized::summary`]'s line.
+pub struct MiriMinimized {
+    pub path: PathBuf,
+    pub log: String,
+    pub summary: String,
 }
 
 /// A crash to minimize: `input`'s program, replayed on `slot` of
@@ -80,39 +98,25 @@ pub fn minimize(
         return Ok(None);
     }
     let start = Instant::now();
-    let deadline = start + Duration::from_secs(MINIMIZE_SECS);
     let inputs = |path: &Path| -> Vec<PathBuf> {
         before.iter().cloned().chain([path.to_path_buf()]).collect()
     };
-    let candidate = work.join("minimize-candidate");
-    let fails = |program: &Program| -> Result<bool> {
-        crate::foundation::state::write_atomic(&candidate, program.to_string().as_bytes())?;
-        let inputs = inputs(&candidate);
+    let search = Search {
+        work,
+        deadline: start + Duration::from_secs(MINIMIZE_SECS),
+        budget,
+    };
+    let found = search.run(&program, render::failing_op(log), |candidate| {
+        let inputs = inputs(candidate);
         let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
         Ok(replayer.fails_as(&inputs, sig, slot)?)
-    };
-    let mut error = None;
-    let m = triage::minimize::minimize(&program, render::failing_op(log), |p| {
-        if error.is_some() || Instant::now() > deadline || budget.over() {
-            return false;
-        }
-        fails(p).unwrap_or_else(|e| {
-            error = Some(e);
-            false
-        })
-    });
-    if candidate.exists() {
-        std::fs::remove_file(&candidate)?;
-    }
-    if let Some(e) = error {
-        return Err(e);
-    }
-    if m.program == program {
+    })?;
+    let Some((smaller, tests)) = found else {
         return Ok(None);
-    }
+    };
     // The replay shown in REPORT.md, with its stack.
     let path = work.join("minimized");
-    crate::foundation::state::write_atomic(&path, m.program.to_string().as_bytes())?;
+    write_atomic(&path, smaller.to_string().as_bytes())?;
     let all = inputs(&path);
     let replay = replayer.replay(&all.iter().map(PathBuf::as_path).collect::<Vec<_>>(), true)?;
     if replay.signature(slot).is_none_or(|s| !s.same_bug(sig)) {
@@ -125,8 +129,109 @@ pub fn minimize(
         path,
         replay,
         ops_before: program.ops.len(),
-        ops_after: m.program.ops.len(),
-        replays: m.tests + 1,
+        ops_after: smaller.ops.len(),
+        replays: tests + 1,
         secs: start.elapsed().as_secs_f64(),
     }))
+}
+
+/// Minimizes `input`'s program, which stopped Miri with `sig` under
+/// `replay` (`log`: Miri's log of it), into `work/minimized`: each
+/// candidate runs under Miri and is kept when Miri stops at the same bug.
+/// `None` when nothing smaller does, or the smaller one no longer stops
+/// Miri when run again.
+pub fn under_miri(
+    project: &Project,
+    replay: miri::Replay,
+    input: &Path,
+    (sig, log): (&Signature, &str),
+    work: &Path,
+    budget: &Budget,
+) -> Result<Option<MiriMinimized>> {
+    let program = crate::pipeline::program::read_program(replay.target, input)?;
+    if program.ops.is_empty() {
+        return Ok(None);
+    }
+    let start = Instant::now();
+    // Miri's log of `candidate` when it stops at the same bug.
+    let stops = |candidate: &Path| -> Result<Option<String>> {
+        // Absolute: the replay runs in the fuzz package's folder.
+        let candidate = std::path::absolute(candidate)?;
+        let outcomes = miri::run(project, replay, &[candidate], budget)?;
+        Ok(match outcomes.into_iter().next() {
+            Some((
+                _,
+                Outcome::Stopped {
+                    miri: Miri::Finding(s),
+                    log,
+                },
+            )) if s.same_bug(sig) => Some(log),
+            _ => None,
+        })
+    };
+    let search = Search {
+        work,
+        deadline: start + Duration::from_secs(MIRI_MINIMIZE_SECS),
+        budget,
+    };
+    let found = search.run(&program, render::failing_op(log), |c| {
+        Ok(stops(c)?.is_some())
+    })?;
+    let Some((smaller, tests)) = found else {
+        return Ok(None);
+    };
+    let path = work.join("minimized");
+    write_atomic(&path, smaller.to_string().as_bytes())?;
+    let Some(log) = stops(&path)? else {
+        std::fs::remove_file(&path)?;
+        return Ok(None);
+    };
+    let secs = start.elapsed().as_secs_f64();
+    Ok(Some(MiriMinimized {
+        path,
+        log,
+        summary: summary(program.ops.len(), smaller.ops.len(), secs, tests + 1),
+    }))
+}
+
+/// One search for a smaller program that still fails, up to `deadline`
+/// or the end of `budget`; candidates are written to `work`.
+struct Search<'a> {
+    work: &'a Path,
+    deadline: Instant,
+    budget: &'a Budget<'a>,
+}
+
+impl Search<'_> {
+    /// [`triage::minimize`] over `program`, each candidate written as a
+    /// program file and asked to `fails`; the smaller program and how
+    /// many candidates were tried, `None` when nothing smaller fails.
+    fn run(
+        &self,
+        program: &Program,
+        failing_op: Option<usize>,
+        mut fails: impl FnMut(&Path) -> Result<bool>,
+    ) -> Result<Option<(Program, usize)>> {
+        let candidate = self.work.join("minimize-candidate");
+        let mut error = None;
+        let m = triage::minimize::minimize(program, failing_op, |p| {
+            if error.is_some() || Instant::now() > self.deadline || self.budget.over() {
+                return false;
+            }
+            let written = write_atomic(&candidate, p.to_string().as_bytes());
+            written
+                .and_then(|()| fails(&candidate))
+                .unwrap_or_else(|e| {
+                    error = Some(e);
+                    false
+                })
+        });
+        if candidate.exists() {
+            std::fs::remove_file(&candidate)?;
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        Ok((m.program != *program).then_some((m.program, m.tests)))
+    }
 }

@@ -164,7 +164,7 @@ fn slot_pass(soak: &Soak, target: Target, allocator: &str, budget: &Budget) -> R
         budget,
     )
     .and_then(|outcomes| {
-        let counts = file_all(soak, target, allocator, &outcomes)?;
+        let counts = file_all(soak, target, allocator, &outcomes, budget)?;
         Ok((outcomes, counts))
     });
     let (ran, found) = match &result {
@@ -195,13 +195,15 @@ fn slot_pass(soak: &Soak, target: Target, allocator: &str, budget: &Budget) -> R
     Ok(())
 }
 
-/// Files each finding of `outcomes`; how many there were, and how many
-/// programs stopped where Miri cannot follow.
+/// Files each finding of `outcomes` (a new group's program minimized
+/// within `budget`); how many there were, and how many programs stopped
+/// where Miri cannot follow.
 fn file_all(
     soak: &Soak,
     target: Target,
     allocator: &str,
     outcomes: &[(PathBuf, Outcome)],
+    budget: &Budget,
 ) -> Result<(usize, usize)> {
     let (mut findings, mut past) = (0, 0);
     for (input, outcome) in outcomes {
@@ -225,7 +227,7 @@ fn file_all(
                     config: &soak.config.path,
                     borrows: soak.config.miri.borrows,
                 };
-                let filed = file(&soak.state, &soak.store, &finding)?;
+                let filed = file(&soak.state, &soak.store, &finding, (&soak.project, budget))?;
                 if filed.new {
                     lock(&soak.new_groups).push(filed.group_id);
                 }

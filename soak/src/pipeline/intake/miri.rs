@@ -1,9 +1,10 @@
 //! A Miri pass's finding filed as a crash group (engine `miri`): Miri ran
-//! the program already and its log says what broke (`report::miri`), so
-//! nothing is replayed or minimized here (a pass runs the smallest
-//! programs first). The input stays in the corpus: the group gets a copy,
-//! `original`, and Miri's log as `replay.log`. A finding of a group the
-//! store knows (`known_group`) is a repeat.
+//! the program already and its log says what broke (`report::miri`). A
+//! new group's program is minimized under Miri
+//! ([`crate::pipeline::minimize::under_miri`]). The input stays in the
+//! corpus: the group gets a copy, `original`, the smaller program as
+//! `minimized`, and Miri's log of what it shows as `replay.log`. A
+//! finding of a group the store knows (`known_group`) is a repeat.
 
 use std::path::Path;
 
@@ -13,6 +14,8 @@ use shadow::Target;
 
 use super::groups::known_group;
 use super::{refill, Filed};
+use crate::engines::miri::Replay;
+use crate::engines::project::Project;
 use crate::foundation::lock::lock;
 use crate::foundation::state::{self, StateDir};
 use crate::foundation::store::{self, Store};
@@ -32,9 +35,15 @@ pub struct Finding<'a> {
     pub borrows: crate::engines::miri::Borrows,
 }
 
-/// Files `finding`: a new group's folder built aside and renamed into
-/// place, or one more crash of the group it repeats.
-pub fn file(state: &StateDir, store: &std::sync::Mutex<Store>, f: &Finding) -> Result<Filed> {
+/// Files `finding`: a new group's folder built aside (its program
+/// minimized under Miri, within `budget`) and renamed into place, or one
+/// more crash of the group it repeats.
+pub fn file(
+    state: &StateDir,
+    store: &std::sync::Mutex<Store>,
+    f: &Finding,
+    (project, budget): (&Project, &triage::budget::Budget),
+) -> Result<Filed> {
     let known = known_group(&lock(store), f.sig, None)?;
     let id = known.unwrap_or_else(|| f.sig.id());
     let dir = state.crash_group(&id);
@@ -48,8 +57,31 @@ pub fn file(state: &StateDir, store: &std::sync::Mutex<Store>, f: &Finding) -> R
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
     state::copy_atomic(f.input, &work.join("original"))?;
-    let programs = crate::pipeline::program::read_programs(f.target, &[f.input.to_path_buf()])?;
-    let program = triage::render::sequence_text(&programs, f.log);
+    let replay = Replay {
+        allocator: f.allocator,
+        target: f.target,
+        borrows: f.borrows,
+    };
+    let shown = (f.sig, f.log);
+    let minimized =
+        crate::pipeline::minimize::under_miri(project, replay, f.input, shown, &work, budget)
+            .unwrap_or_else(|e| {
+                eprintln!(
+                    "allocsoak: miri: minimizing {} failed: {e:#}; filed as found",
+                    f.input.display()
+                );
+                None
+            });
+    let (shown, log) = match &minimized {
+        Some(m) => (m.path.clone(), m.log.as_str()),
+        None => (f.input.to_path_buf(), f.log),
+    };
+    let programs = crate::pipeline::program::read_programs(f.target, &[shown])?;
+    let program = triage::render::sequence_text(&programs, log);
+    let kept = match minimized {
+        Some(_) => "minimized",
+        None => "original",
+    };
     let group_file = GroupFile {
         signature: f.sig.key(),
         kind: f.sig.kind.clone(),
@@ -59,19 +91,20 @@ pub fn file(state: &StateDir, store: &std::sync::Mutex<Store>, f: &Finding) -> R
         allocator: f.allocator.to_string(),
         engine: "miri".into(),
         first_seen: store::now(),
-        minimized: None,
+        minimized: (minimized.as_ref())
+            .map(|_| dir.join("minimized").to_string_lossy().into_owned()),
         repro: format!(
             "allocsoak --config {} miri --allocator '{}' --target {} --borrows {} {}",
             f.config.display(),
             f.allocator,
             f.target,
             f.borrows.name(),
-            std::path::absolute(dir.join("original"))?.display()
+            std::path::absolute(dir.join(kept))?.display()
         ),
         race_rate: None,
         history: 0,
         history_shrunk: None,
-        minimized_ops: None,
+        minimized_ops: minimized.as_ref().map(|m| m.summary.clone()),
         path: f.sig.path,
         alt_titles: f.sig.alt.clone(),
     };
@@ -79,7 +112,7 @@ pub fn file(state: &StateDir, store: &std::sync::Mutex<Store>, f: &Finding) -> R
         &work.join("group.toml"),
         toml::to_string(&group_file)?.as_bytes(),
     )?;
-    state::write_atomic(&work.join("replay.log"), f.log.as_bytes())?;
+    state::write_atomic(&work.join("replay.log"), log.as_bytes())?;
     state::write_atomic(&work.join("program.txt"), program.as_bytes())?;
     std::fs::rename(&work, &dir)
         .with_context(|| format!("failed to rename {} to {}", work.display(), dir.display()))?;
