@@ -197,6 +197,14 @@ impl Allocator for Jemalloc {
         })
     }
 
+    /// Flushes this thread's cache and purges every arena's unused dirty
+    /// and muzzy pages (`arena.<all>.purge`): what a decay would give
+    /// back by now.
+    fn trim(&self) {
+        ctl::run("thread.tcache.flush");
+        ctl::arena_verb(ctl::ARENAS_ALL, "purge");
+    }
+
     /// jemalloc's `stats.*` after an `epoch` refresh: `jemalloc_allocated`,
     /// `_active`, `_resident`, `_retained` and `_mapped`. jemalloc counts
     /// tcache-held blocks as allocated and purges dirty pages only after a
