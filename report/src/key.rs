@@ -46,6 +46,12 @@ pub const SOUND_KINDS: [&str; 15] = [
     "hardening",
 ];
 
+/// The violation kinds a fuzzing process shows as a whole, not any one
+/// program of it (memory `diff_mimalloc`'s reference holds): no replay
+/// shows them again, so the pipeline files them from their record, with
+/// no history replayed and nothing minimized.
+pub const PROCESS_KINDS: [&str; 1] = ["held"];
+
 /// How a sanitizer report's tolerance key starts (`asan: <title>`,
 /// [`crate::Signature::tolerance_key`]).
 pub const SANITIZER: &str = "asan: ";

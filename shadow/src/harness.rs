@@ -65,12 +65,17 @@ pub fn load() {
 /// `ALLOCSOAK_REFERENCE` names, loaded once per process; `Err` is a
 /// one-line message for a bad name.
 /// The process says which once ([`report::REFERENCE_NAMED`]): a timeout
-/// or a leak in the reference's calls is then the reference's.
+/// or a leak in the reference's calls is then the reference's. What it
+/// maps as it loads is in its ledger ([`crate::allocator::os::ledger`]).
 pub fn reference() -> Result<&'static dyn Allocator, String> {
     static REFERENCE: OnceLock<Result<&'static dyn Allocator, String>> = OnceLock::new();
     REFERENCE
         .get_or_init(|| {
+            // What it maps as it loads (mimalloc reserves its arena for
+            // the block it keeps) is its own too.
+            crate::allocator::os::ledger::reference_side(true);
             let reference = reference_named(settings::get().reference.as_deref());
+            crate::allocator::os::ledger::reference_side(false);
             if let Ok(r) = reference {
                 eprintln!("{}{}", report::REFERENCE_NAMED, r.name());
             }

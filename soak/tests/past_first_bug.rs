@@ -309,8 +309,9 @@ fn a_reference_that_holds_memory_is_one_group_of_the_reference() {
     std::fs::write(&config, slots).unwrap();
     let both = |s: &Path| count(s, "SELECT COUNT(DISTINCT slot_id) FROM crash") >= 2;
     let config = config.to_str().unwrap();
+    // Short slices: a slot's findings are filed as its slice ends.
     let args = ["--config", config, "--drift-share", "0", "--jobs", "2"];
-    let args = [&args[..], &["--duration", "400"]].concat();
+    let args = [&args[..], &["--duration", "400", "--slice-secs", "30"]].concat();
     let env = [("ALLOCSOAK_REFERENCE", "zoo:hoarded-frees")];
     let out = common::soak_until_env(&state, &args, &env, both);
     let stdout = String::from_utf8_lossy(&out.stdout);

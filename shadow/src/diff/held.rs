@@ -6,8 +6,9 @@
 //! keeps memory it should give back (a cache with no bound) would be filed
 //! against every allocator compared with it. What the reference holds is
 //! read instead of guessed: the OS wrappers keep the ranges it mapped
-//! while its side ran ([`ledger`]), and the pages of them resident are
-//! its share of the process.
+//! as it loaded and while its side ran ([`ledger`]: mimalloc's arena,
+//! reserved for the block it keeps from its start), and the pages of them
+//! resident are its share of the process.
 //!
 //! Every [`EVERY`]th program of a fuzzing process, once its resident size
 //! is a quarter of its RSS limit ([`crate::resident::rss_limit`]): when

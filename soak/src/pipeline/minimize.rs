@@ -89,7 +89,8 @@ pub fn minimize(
         sig,
         log,
     } = *crash;
-    if matches!(sig.kind.as_str(), "timeout" | "oom" | "held") {
+    let process_wide = report::key::PROCESS_KINDS.contains(&sig.kind.as_str());
+    if matches!(sig.kind.as_str(), "timeout" | "oom") || process_wide {
         return Ok(None);
     }
     let program = crate::pipeline::program::read_program(target, input)?;

@@ -38,8 +38,12 @@ impl Found {
         saved: Option<Record>,
     ) -> Result<Found> {
         let mut reproduction = reproduce(src, artifact.path, first)?;
+        // What a whole process showed no history shows again.
+        let process_wide = saved
+            .as_ref()
+            .is_some_and(|r| report::key::PROCESS_KINDS.contains(&r.kind.as_str()));
         let history = match src.history {
-            Some(ring) if !reproduction.reproduced() => {
+            Some(ring) if !reproduction.reproduced() && !process_wide => {
                 with_history(src, ring, artifact.path, &mut reproduction)?
             }
             _ => None,
