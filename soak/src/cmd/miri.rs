@@ -6,8 +6,9 @@
 //! and its program minimized under Miri beside them (`minimized`, its log
 //! `minimized.log`).
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use report::miri::Miri;
@@ -83,22 +84,11 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
                 );
             }
             Miri::Finding(sig) => {
-                let dir = out.join(sig.id());
-                if found.contains_key(&sig.id()) {
-                    continue;
+                if let Entry::Vacant(entry) = found.entry(sig.id()) {
+                    let dir = out.join(sig.id());
+                    let shown = keep(&project, replay, (input, sig, log), &dir, &budget)?;
+                    entry.insert((sig.title(), shown));
                 }
-                std::fs::create_dir_all(&dir)?;
-                write_atomic(&dir.join("input"), &std::fs::read(input)?)?;
-                write_atomic(&dir.join("miri.log"), log.as_bytes())?;
-                let minimized = under_miri(&project, replay, input, (sig, log), &dir, &budget)?;
-                let shown = match minimized {
-                    Some(m) => {
-                        write_atomic(&dir.join("minimized.log"), m.log.as_bytes())?;
-                        format!("minimized {}", m.summary)
-                    }
-                    None => "not minimized: nothing smaller stops Miri so".into(),
-                };
-                found.insert(sig.id(), (sig.title(), shown));
             }
         }
     }
@@ -121,4 +111,27 @@ pub fn run(args: Args, project: Project, config: Config) -> Result<bool> {
         );
     }
     Ok(found.is_empty())
+}
+
+/// Keeps a finding in `dir`: its input, Miri's log, and its program
+/// minimized under Miri with that log; what minimizing did, as shown.
+fn keep(
+    project: &Project,
+    replay: miri::Replay,
+    (input, sig, log): (&Path, &report::Signature, &str),
+    dir: &Path,
+    budget: &triage::budget::Budget,
+) -> Result<String> {
+    std::fs::create_dir_all(dir)?;
+    write_atomic(&dir.join("input"), &std::fs::read(input)?)?;
+    write_atomic(&dir.join("miri.log"), log.as_bytes())?;
+    Ok(
+        match under_miri(project, replay, input, (sig, log), dir, budget)? {
+            Some(m) => {
+                write_atomic(&dir.join("minimized.log"), m.log.as_bytes())?;
+                format!("minimized {}", m.summary)
+            }
+            None => "not minimized: nothing smaller stops Miri so".into(),
+        },
+    )
 }

@@ -19,6 +19,7 @@ use crate::engines::project::Project;
 use crate::foundation::lock::lock;
 use crate::foundation::state::{self, StateDir};
 use crate::foundation::store::{self, Store};
+use crate::pipeline::minimize::{under_miri, MiriMinimized};
 use crate::pipeline::record::GroupFile;
 
 /// What a Miri pass found: `input` of `target` on `allocator` stopped
@@ -57,21 +58,7 @@ pub fn file(
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create {}", work.display()))?;
     state::copy_atomic(f.input, &work.join("original"))?;
-    let replay = Replay {
-        allocator: f.allocator,
-        target: f.target,
-        borrows: f.borrows,
-    };
-    let shown = (f.sig, f.log);
-    let minimized =
-        crate::pipeline::minimize::under_miri(project, replay, f.input, shown, &work, budget)
-            .unwrap_or_else(|e| {
-                eprintln!(
-                    "allocsoak: miri: minimizing {} failed: {e:#}; filed as found",
-                    f.input.display()
-                );
-                None
-            });
+    let minimized = minimized(f, &work, (project, budget));
     let (shown, log) = match &minimized {
         Some(m) => (m.path.clone(), m.log.as_str()),
         None => (f.input.to_path_buf(), f.log),
@@ -127,6 +114,27 @@ pub fn file(
     Ok(Filed {
         group_id: id,
         new: true,
+    })
+}
+
+/// `f`'s program minimized under Miri into `work`, or `None` (nothing
+/// smaller, or minimizing failed: the finding is filed as found).
+fn minimized(
+    f: &Finding,
+    work: &Path,
+    (project, budget): (&Project, &triage::budget::Budget),
+) -> Option<MiriMinimized> {
+    let replay = Replay {
+        allocator: f.allocator,
+        target: f.target,
+        borrows: f.borrows,
+    };
+    under_miri(project, replay, f.input, (f.sig, f.log), work, budget).unwrap_or_else(|e| {
+        eprintln!(
+            "allocsoak: miri: minimizing {} failed: {e:#}; filed as found",
+            f.input.display()
+        );
+        None
     })
 }
 
