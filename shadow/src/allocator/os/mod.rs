@@ -10,9 +10,8 @@
 //! - everything else linked into the fuzz binaries (jemalloc, a declared
 //!   crate that maps its own memory, dlmalloc's `System`): they link with
 //!   `--wrap=mmap,--wrap=mmap64,--wrap=munmap,--wrap=sbrk`
-//!   (`fuzz_targets/build.rs`),
-//!   which sends those references here. Whether this binary was linked so
-//!   is [`wrapped`].
+//!   (`fuzz_targets/build.rs`), which sends those references here.
+//!   Whether this binary was linked so is [`wrapped`].
 //!
 //! A `dylib:` calls the C library as ever; so does the harness's own
 //! memory (ASan's allocator maps by system call), and a thread other than
