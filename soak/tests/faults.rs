@@ -359,15 +359,23 @@ fn killing_its_workers_never_ends_a_soak() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    // Fuzz slices, merges, filings (replays, minimizing) and a drift
-    // replay all run as processes of their own; every few seconds one of
-    // them, whichever, is killed.
+    // Fuzz slices, merges, filings (replays, minimizing), a drift replay
+    // and Miri passes all run as processes of their own; every few
+    // seconds one of them, whichever, is killed, a Miri interpreter first
+    // when one runs.
     let config = dir.path().join("soak.toml");
     std::fs::write(
         &config,
-        "[drift]\ntargets = [\"alloc_ops\"]\ncpu_share = 0.5\ninterval_secs = 1\n",
+        "[drift]\ntargets = [\"alloc_ops\"]\ncpu_share = 0.5\ninterval_secs = 1\n\
+         [miri]\nevery_hours = 0.0003\nmost = 2\n",
     )
     .unwrap();
+    // The Miri binary built first (a build the kills would cut short).
+    let built = Command::new(env!("CARGO_BIN_EXE_allocsoak"))
+        .args(["miri", "--allocator", "arena", "--most", "1"])
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{built:?}");
     let secs = 45;
     let child = Command::new(env!("CARGO_BIN_EXE_allocsoak"))
         .arg("soak")
@@ -376,6 +384,7 @@ fn killing_its_workers_never_ends_a_soak() {
         .arg("--config")
         .arg(&config)
         .args(["--target", "alloc_ops", "--allocator", BUGS])
+        .args(["--allocator", "arena"])
         .args([
             "--jobs",
             "2",
@@ -384,22 +393,31 @@ fn killing_its_workers_never_ends_a_soak() {
             "--duration",
             &secs.to_string(),
         ])
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let start = Instant::now();
     let mut killed = BTreeSet::new();
+    let mut names = Vec::new();
     while start.elapsed() < Duration::from_secs(secs - 5) {
         std::thread::sleep(Duration::from_secs(3));
-        let below = descendants(child.id());
-        if let Some(victim) = below.iter().rev().find(|p| !killed.contains(*p)) {
-            let name = std::fs::read_to_string(format!("/proc/{victim}/comm")).unwrap_or_default();
+        let below: Vec<(u32, String)> = descendants(child.id())
+            .into_iter()
+            .filter(|p| !killed.contains(p))
+            .map(|p| {
+                let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+                (p, comm.trim().to_string())
+            })
+            .collect();
+        let miri = below.iter().find(|(_, name)| name == "miri");
+        if let Some((victim, name)) = miri.or(below.last()) {
             // SAFETY: `kill` has no memory preconditions. `victim` is a descendant just read from
             // /proc, not our child: if it exited and was reaped since, the pid could be another's.
             unsafe { libc::kill(*victim as i32, libc::SIGKILL) };
             killed.insert(*victim);
-            eprintln!("killed {victim} ({})", name.trim());
+            names.push(name.clone());
+            eprintln!("killed {victim} ({name})");
         }
     }
     let out = child.wait_with_output().unwrap();
@@ -407,6 +425,10 @@ fn killing_its_workers_never_ends_a_soak() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{}\n{stderr}", out.status);
     assert!(killed.len() >= 10, "only {} kills", killed.len());
+    assert!(
+        names.iter().any(|n| n == "miri"),
+        "no Miri process killed: {names:?}"
+    );
     assert!(
         took < Duration::from_secs(secs + 60),
         "ended {took:?} after its start\n{stderr}"
@@ -416,6 +438,27 @@ fn killing_its_workers_never_ends_a_soak() {
         .query_row("SELECT COUNT(*) FROM slice", [], |r| r.get(0))
         .unwrap();
     assert!(slices >= 4, "{slices} slices\n{stderr}");
+    // A program whose Miri process was killed waits for the next pass:
+    // it is not counted past what Miri runs (the arena's all run), nor
+    // filed.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let passes: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("miri alloc_ops/arena: "))
+        .collect();
+    assert!(!passes.is_empty(), "{stdout}");
+    assert!(
+        passes.iter().all(|l| l.ends_with(" 0 past what Miri runs")),
+        "{passes:#?}"
+    );
+    let groups: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM crash_group g JOIN slot s ON g.slot_id = s.id WHERE s.engine = 'miri'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(groups, 0, "{stderr}");
 }
 
 #[test]

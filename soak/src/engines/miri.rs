@@ -5,6 +5,7 @@
 //! process, until every input has run; what each error was is read by
 //! `report::miri`.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -48,9 +49,9 @@ pub enum Outcome {
 const LIMIT: Duration = Duration::from_secs(3 * 3600);
 
 /// Runs `inputs` (program files of the replay's target) under Miri: each
-/// input with its outcome, in order. Once `budget` is over, the process
-/// running is killed and the inputs it had not finished are left out of
-/// the answer.
+/// input with its outcome, in order. Once `budget` is over, or when a
+/// Miri process is killed from outside (`SIGKILL`), the inputs it had not
+/// finished are left out of the answer.
 pub fn run(
     project: &Project,
     replay: Replay,
@@ -72,6 +73,12 @@ pub fn run(
         let clean = started.iter().filter(|(_, clean)| *clean).count();
         outcomes.extend(rest[..clean].iter().map(|p| (p.clone(), Outcome::Clean)));
         if out.status.success() {
+            break;
+        }
+        // Killed from outside (the OOM killer, an operator): the program
+        // it was running is no finding, and waits with the rest for the
+        // next run, as when the budget ends.
+        if killed(out.status, &log) {
             break;
         }
         // The input that was running when Miri stopped, or none: then the
@@ -102,6 +109,15 @@ pub fn run(
     }
     Ok(outcomes)
 }
+
+/// Whether the Miri process ended by a `SIGKILL`: its own status, or, as
+/// `cargo run` reports its child's, the interpreter's.
+fn killed(status: std::process::ExitStatus, log: &str) -> bool {
+    status.signal() == Some(libc::SIGKILL) || log.contains(CARGO_SAYS_KILLED)
+}
+
+/// How `cargo run` ends its error when the program it ran was killed.
+const CARGO_SAYS_KILLED: &str = "(signal: 9, SIGKILL: kill)";
 
 /// Where each input's line starts in `log`, and whether it ran clean.
 fn started(log: &str) -> Vec<(usize, bool)> {
