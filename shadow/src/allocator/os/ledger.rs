@@ -1,8 +1,7 @@
 //! The memory `diff_mimalloc`'s reference got from the OS: each range its
 //! `mmap` and `sbrk` calls made as it loaded and while its side ran
-//! ([`reference_side`]),
-//! less what `munmap`, a later mapping over it or a shrinking break took
-//! back. [`reference_resident`] counts the pages of those ranges that are
+//! ([`reference_side`]), less what `munmap`, a later mapping over it or a
+//! shrinking break took back. [`reference_resident`] counts the pages of those ranges that are
 //! resident now (`mincore(2)`), which is what the reference holds of the
 //! process's resident size, whatever the other side does.
 //!
