@@ -5,9 +5,10 @@
 
 use std::sync::OnceLock;
 
+use crate::allocator::PurgeDelay;
 use crate::allocator::{self, Allocator};
 use crate::executor::{Executor, Mode, Stats};
-use crate::op::{Program, Target};
+use crate::op::{Op, Program, Target};
 use crate::settings::{self, AllocatorFrom};
 
 /// The allocator under test, loaded once per process from the name the
@@ -111,9 +112,20 @@ pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode)
     if mode == Mode::Checked && crate::findings::recording() {
         crate::writer::fork_for(program);
     }
+    // What a forced purge must give back is counted after it
+    // (`purge-kept`): a program that makes one starts with what earlier
+    // programs left free given back, so the count is its own, and the
+    // program alone shows it again.
+    let checks_purge = mode == Mode::Checked && program.ops.iter().any(purges_all);
+    if checks_purge {
+        alloc.trim();
+    }
     let stats = match program.target {
         Target::DiffMimalloc => {
             let reference = reference().unwrap_or_else(|e| panic!("{e}"));
+            if checks_purge {
+                crate::sanitizer::on_reference_side(reference.name(), || reference.trim());
+            }
             crate::diff::run(program, alloc, reference, mode)
         }
         Target::Workload => crate::executor::workload::run(program, alloc, mode),
@@ -123,6 +135,17 @@ pub fn run_program(program: &Program, alloc: &'static dyn Allocator, mode: Mode)
     crate::writer::end_in_child();
     crate::writer::drop_child();
     stats
+}
+
+/// A purge at once of everything freed: the one `purge-kept` counts after.
+fn purges_all(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Purge {
+            delay: PurgeDelay::Immediate,
+            force: true
+        }
+    )
 }
 
 /// A `workload` input that is a recorded trace (a drift series' finding,

@@ -94,3 +94,25 @@ pub fn resident_bytes() -> Option<u64> {
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * page_size() as u64)
 }
+
+/// Bytes of `[start, end)` resident now (`mincore(2)`), read 64 MiB at a
+/// time; a part that is not mapped counts none.
+pub fn resident_in(start: usize, end: usize) -> u64 {
+    let page = page_size();
+    let (start, end) = (start / page * page, end.div_ceil(page) * page);
+    let mut pages = 0u64;
+    let mut vec = Vec::new();
+    let mut at = start;
+    while at < end {
+        let len = (end - at).min(64 << 20);
+        vec.resize(len / page, 0u8);
+        // SAFETY: `at` is page-aligned and `vec` holds one byte per page of `len`;
+        // mincore only reads the page tables, and fails (ENOMEM) on a hole.
+        let ok = unsafe { libc::mincore(at as *mut libc::c_void, len, vec.as_mut_ptr()) } == 0;
+        if ok {
+            pages += vec.iter().filter(|&&b| b & 1 != 0).count() as u64;
+        }
+        at += len;
+    }
+    pages * page as u64
+}

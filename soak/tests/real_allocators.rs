@@ -548,3 +548,25 @@ fn a_declared_heap_check_files_a_bug_that_breaks_the_heap_at_its_call() {
         "{text}"
     );
 }
+
+/// mimalloc 2.3.2's forced purge at delay 0 purges nothing marked under
+/// an earlier delay (corpus/findings): a huge block's segment, freed under
+/// the fuzz binary's hour-long delay, stays resident in its arena block.
+/// The bundled mimalloc purges first under a delay of 1 ms and runs the
+/// finding's program clean; the zoo's purge that keeps the usual delay,
+/// planted in it, leaves that block resident: `purge-kept`.
+#[test]
+fn a_free_arena_block_left_resident_by_a_forced_purge_is_purge_kept() {
+    let project = project();
+    let binary = project.binary(Build::Asan, Target::AllocOps);
+    let program = project
+        .root()
+        .join("corpus/findings/mimalloc-2.3.2-purge-delay-zero-strands.txt");
+    let (clean, log) = common::run_text(&binary, "mimalloc", &program, &[]);
+    assert!(clean && !log.contains("allocsoak violation"), "{log}");
+    let (clean, log) = common::run_text(&binary, "zoo:purge-ignores-delay@mimalloc", &program, &[]);
+    assert!(
+        !clean && log.contains("allocsoak violation: purge-kept: op #2 `purge delay=now force`"),
+        "{log}"
+    );
+}

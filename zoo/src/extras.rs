@@ -176,8 +176,8 @@ impl Extras for Zoo {
         self.base.extras().is_none_or(|e| e.purge(delay, force))
     }
 
-    fn free_pages_kept(&self) -> Option<usize> {
-        self.base.extras()?.free_pages_kept()
+    fn free_pages_kept(&self, live: &[(usize, usize)]) -> Option<usize> {
+        self.base.extras()?.free_pages_kept(live)
     }
 
     /// Emulated: every allocation calls the hook first (`hook.rs`).

@@ -516,6 +516,11 @@ impl Allocator for Zoo {
         self.base.take_error()
     }
 
+    /// The base gives back what it holds free; the zoo's own holdings stay.
+    fn trim(&self) {
+        self.base.trim()
+    }
+
     fn reset(&self) {
         // The deferred flush runs, and writes past the class table.
         let _ = self.latent.compare_exchange(

@@ -173,11 +173,13 @@ pub trait Extras: Send + Sync {
         false
     }
 
-    /// The bytes of whole free pages the allocator still holds resident,
-    /// by its own count, right after a forced purge with no delay
-    /// (`purge(Immediate, true)`), which must release every one of them:
-    /// jemalloc's dirty and muzzy pages. `None`: no such count.
-    fn free_pages_kept(&self) -> Option<usize> {
+    /// The bytes of whole free pages the allocator still holds resident
+    /// right after a forced purge with no delay (`purge(Immediate, true)`),
+    /// which must release every one of them: jemalloc's dirty and muzzy
+    /// pages by its own count; mimalloc's arena blocks that hold none of
+    /// `live` (the blocks the program holds, `(start, len)`) nor a page of
+    /// its own. `None`: no such count.
+    fn free_pages_kept(&self, _live: &[(usize, usize)]) -> Option<usize> {
         None
     }
 

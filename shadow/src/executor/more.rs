@@ -331,7 +331,13 @@ impl Executor {
     /// After a forced purge with no delay: the whole free pages the
     /// allocator counts resident must be none ([`Violation::PurgeKept`]).
     fn check_purged(&self, extras: &dyn Extras) {
-        let kept = self.guard.guarded(|| extras.free_pages_kept());
+        let live: Vec<(usize, usize)> = self
+            .shadow
+            .blocks()
+            .iter()
+            .map(|b| (b.ptr, b.size))
+            .collect();
+        let kept = self.guard.guarded(|| extras.free_pages_kept(&live));
         if let Some(bytes) = kept.filter(|&b| b > 0) {
             self.guard.flag(Violation::PurgeKept { bytes });
         }

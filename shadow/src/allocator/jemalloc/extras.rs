@@ -127,7 +127,7 @@ impl Extras for Jemalloc {
     /// Every arena's dirty and muzzy pages (`stats.arenas.<all>.pdirty`,
     /// `.pmuzzy`, after an `epoch` refresh): freed pages not yet given
     /// back, which `arena.<all>.purge` purges ("all unused dirty pages").
-    fn free_pages_kept(&self) -> Option<usize> {
+    fn free_pages_kept(&self, _live: &[(usize, usize)]) -> Option<usize> {
         ctl::refresh_stats();
         let pages = ctl::all_arenas::<usize>("pdirty")? + ctl::all_arenas::<usize>("pmuzzy")?;
         Some(pages * ctl::read::<usize>("arenas.page")?)

@@ -17,6 +17,8 @@ use super::{
 };
 
 mod extras;
+#[cfg(not(feature = "mimalloc-v3"))]
+mod kept;
 
 #[cfg(all(feature = "mimalloc", feature = "mimalloc-v3"))]
 compile_error!("`mimalloc` links mimalloc's v2 line, so `mimalloc-v3` builds without it: `--no-default-features --features jemalloc,mimalloc-v3`");

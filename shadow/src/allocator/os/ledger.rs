@@ -102,31 +102,16 @@ impl Table {
 
 /// Bytes of the reference's ranges resident now.
 pub fn reference_resident() -> u64 {
-    let page = crate::edges::page_size();
     let ranges: Vec<(usize, usize)> = {
         let table = table();
         table.ranges[..table.len].to_vec()
     };
-    let mut pages = 0u64;
-    let mut vec = Vec::new();
-    for (start, end) in ranges {
-        // Page-aligned: a mapping starts on a page, a break may not.
-        let (start, end) = (start / page * page, end.div_ceil(page) * page);
-        let mut at = start;
-        while at < end {
-            // At most 64 MiB a call, so the vector stays small.
-            let len = (end - at).min(64 << 20);
-            vec.resize(len / page, 0u8);
-            // SAFETY: `at` is page-aligned and `vec` holds one byte per page of `len`;
-            // mincore only reads the page tables, and fails (ENOMEM) on a hole.
-            let ok = unsafe { libc::mincore(at as *mut libc::c_void, len, vec.as_mut_ptr()) } == 0;
-            if ok {
-                pages += vec.iter().filter(|&&b| b & 1 != 0).count() as u64;
-            }
-            at += len;
-        }
-    }
-    pages * page as u64
+    // A mapping starts on a page, a break may not: `resident_in` widens
+    // each range to whole pages.
+    ranges
+        .into_iter()
+        .map(|(start, end)| crate::resident::resident_in(start, end))
+        .sum()
 }
 
 #[cfg(test)]
