@@ -62,7 +62,9 @@ impl Executor {
         }
         self.forked = true;
         self.guard.set_site(Site::bare("attack"));
-        let how = match attacked(self.alloc, attack, size) {
+        let end = attacked(self.alloc, attack, size);
+        super::attack_seen::count(attack, size, end);
+        let how = match end {
             ForkEnd::Clean
                 if matches!(
                     attack,

@@ -9,6 +9,7 @@ use crate::violation::{Site, Violation};
 
 mod arena;
 mod attack;
+mod attack_seen;
 mod blocks;
 mod calls;
 mod checks;
