@@ -69,6 +69,19 @@ enum ArbMoreOp {
 /// program, where the allocator promises to stop it.
 const ATTACK_BELOW: u8 = 4;
 
+/// An attack's size: the one drawn where an attack can be made at it
+/// (16 B to 1 MiB), else one of the four sizes a power of two in that
+/// range it picks: a third of the draws are 0 or 1 (bytes run out) and a
+/// fifth past 1 MiB, each an attack skipped.
+fn attack_size(drawn: usize) -> usize {
+    if (16..=1 << 20).contains(&drawn) {
+        return drawn;
+    }
+    let class = drawn % (4 * 17);
+    let base = 16usize << (class / 4);
+    base + base / 4 * (class % 4)
+}
+
 /// Extra bytes an in-place resize asks for on top.
 const EXTRAS: [usize; 5] = [0, 1, 16, 4096, 64 << 10];
 /// Purge delays: at once, soon, later, never.
@@ -227,7 +240,7 @@ impl ArbMoreOp {
             },
             ArbMoreOp::FreeNull(gate, attack, size) if gate < ATTACK_BELOW => Op::Attack {
                 attack: Attack::ALL[usize::from(attack) % Attack::ALL.len()],
-                size: size.resolve(h),
+                size: attack_size(size.resolve(h)),
             },
             ArbMoreOp::FreeNull(..) => Op::FreeNull,
             ArbMoreOp::HookFree(slot) => Op::HookFree {
