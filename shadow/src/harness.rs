@@ -5,8 +5,7 @@
 
 use std::sync::OnceLock;
 
-use crate::allocator::PurgeDelay;
-use crate::allocator::{self, Allocator};
+use crate::allocator::{self, Allocator, PurgeDelay};
 use crate::executor::{Executor, Mode, Stats};
 use crate::op::{Op, Program, Target};
 use crate::settings::{self, AllocatorFrom};

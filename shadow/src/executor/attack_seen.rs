@@ -4,9 +4,11 @@
 //! counters (the `__libfuzzer_extra_counters` section, which it reads as
 //! coverage beside the allocator's). An input that makes an attack at a
 //! size or with an end not seen before is kept, and mutating it reaches
-//! the neighbouring kinds and classes: one kind in one class of an
-//! allocator that lets only that by was found in 279 s without them.
-//! Other engines and builds leave the section unread.
+//! the neighbouring kinds and classes. `zoo:cache-guards-header` (one
+//! kind in one class let by): not found in 300 s without them, nor with
+//! them alone; with them and the decoder's attack sizes kept in range,
+//! in 88 and 110 s (docs/benchmarks/2026-12-07-stop-86.md). Other engines
+//! and builds leave the section unread.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -21,8 +23,8 @@ const ENDS: usize = 4 + 8;
 const COUNTERS: usize = Attack::ALL.len() * CLASSES * ENDS;
 
 /// libFuzzer reads this section's bytes as counters after each input and
-/// clears them before the next; a plain mutable static's bytes are what
-/// its start and stop symbols bound.
+/// clears them before the next (its `__start_`/`__stop_` symbols bound
+/// it); atomics, so no `static mut` is needed to count.
 #[used]
 #[cfg_attr(not(miri), link_section = "__libfuzzer_extra_counters")]
 static SEEN: [AtomicU8; COUNTERS] = [const { AtomicU8::new(0) }; COUNTERS];
