@@ -44,6 +44,31 @@ pub enum Attack {
     HeaderWrite,
 }
 
+/// The sizes an attack is made at (`executor/attack.rs`: 16 B, two words,
+/// to 1 MiB), in classes of four a power of two: the decoder picks one
+/// when the size it drew is outside them, and the fuzzer counts each
+/// attack by its class (`executor/attack_seen.rs`).
+pub mod sizes {
+    /// The classes: four for each power of two from 16 B up to 1 MiB,
+    /// and 1 MiB itself.
+    pub const CLASSES: usize = 4 * (20 - 4) + 1;
+
+    /// The class of `size` (sizes outside the range are counted at its ends).
+    pub fn class_of(size: usize) -> usize {
+        let size = size.clamp(16, 1 << 20);
+        let log = size.ilog2() as usize;
+        let quarter = (size >> (log - 2)) & 3;
+        ((log - 4) * 4 + quarter).min(CLASSES - 1)
+    }
+
+    /// The smallest size of class `class` (mod [`CLASSES`]).
+    pub fn first_of(class: usize) -> usize {
+        let class = class % CLASSES;
+        let base = 16usize << (class / 4);
+        base + base / 4 * (class % 4)
+    }
+}
+
 impl Attack {
     pub const ALL: [Attack; 6] = [
         Attack::DoubleFree,

@@ -27,6 +27,7 @@ pub use arena::FixedArena;
 pub use dylib::{split_spec as split_dylib_spec, CFunctions, CHeapApi, Dylib, HeapCheckReturns};
 pub use extras::{Extras, GoodSize, Hook, HookCell, InPlace, PurgeDelay, ZeroedFrom};
 pub use global::GlobalAllocAdapter;
+pub(crate) use hardening::sizes as attack_sizes;
 pub use hardening::Attack;
 pub use heaps::EmulatedHeaps;
 pub use names::{

@@ -13,10 +13,9 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::child::ForkEnd;
+use crate::allocator::attack_sizes::{class_of, CLASSES};
 use crate::allocator::Attack;
 
-/// Size classes counted: four a power of two, from 16 B to 1 MiB.
-const CLASSES: usize = 4 * (20 - 4 + 1);
 /// Ways the child ended ([`end`]): clean, refused, hung, a signal, and
 /// its exit code (mod 8: the attack's own codes are 10 to 13).
 const ENDS: usize = 4 + 8;
@@ -37,15 +36,7 @@ pub(super) fn count(attack: Attack, size: usize, end: ForkEnd) {
 
 fn index(attack: Attack, size: usize, end: ForkEnd) -> usize {
     let kind = Attack::ALL.iter().position(|&a| a == attack).unwrap_or(0);
-    (kind * CLASSES + class(size)) * ENDS + self::end(end)
-}
-
-/// The size's power of two and the quarter of it past that, from 16 B.
-fn class(size: usize) -> usize {
-    let size = size.clamp(16, 1 << 20);
-    let log = size.ilog2() as usize;
-    let quarter = (size >> (log - 2)) & 3;
-    ((log - 4) * 4 + quarter).min(CLASSES - 1)
+    (kind * CLASSES + class_of(size)) * ENDS + self::end(end)
 }
 
 fn end(end: ForkEnd) -> usize {
@@ -54,11 +45,9 @@ fn end(end: ForkEnd) -> usize {
         ForkEnd::Refused => 1,
         ForkEnd::Hung => 2,
         ForkEnd::Failed {
-            signal: Some(_), ..
-        } => 3,
-        ForkEnd::Failed {
             code: Some(code), ..
         } => 4 + code.unsigned_abs() as usize % 8,
+        // A signal.
         ForkEnd::Failed { .. } => 3,
     }
 }
@@ -66,6 +55,7 @@ fn end(end: ForkEnd) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::allocator::attack_sizes as sizes;
 
     #[test]
     fn each_kind_class_and_end_has_a_counter_of_its_own() {
@@ -90,8 +80,14 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&i| i < COUNTERS));
-        assert_eq!(class(16), 0);
-        assert_eq!(class(1 << 20), CLASSES - 4);
-        assert_eq!(class(usize::MAX), CLASSES - 4);
+        assert_eq!(class_of(16), 0);
+        assert_eq!(class_of(1 << 20), CLASSES - 1);
+        assert_eq!(class_of(usize::MAX), CLASSES - 1);
+        // The sizes the decoder picks are each in the class it picked,
+        // and within what an attack is made at.
+        for c in 0..CLASSES {
+            assert_eq!(class_of(sizes::first_of(c)), c, "class {c}");
+            assert!(sizes::first_of(c) <= 1 << 20, "class {c}");
+        }
     }
 }

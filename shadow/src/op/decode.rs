@@ -8,6 +8,7 @@
 use arbitrary::{Arbitrary, Unstructured};
 
 use super::{Attack, BulkOrder, Op, PurgeDelay, Target, NEWEST};
+use crate::allocator::attack_sizes;
 use crate::edges::{bulk_count, size_align, ArbAlign, ArbCount, ArbNewSize, ArbSize, History};
 
 /// The next op of a `target` program, lowered; an error when the bytes
@@ -70,16 +71,14 @@ enum ArbMoreOp {
 const ATTACK_BELOW: u8 = 4;
 
 /// An attack's size: the one drawn where an attack can be made at it
-/// (16 B to 1 MiB), else one of the four sizes a power of two in that
-/// range it picks: a third of the draws are 0 or 1 (bytes run out) and a
-/// fifth past 1 MiB, each an attack skipped.
+/// (16 B to 1 MiB), else the first size of the class it picks: a third of
+/// the draws are 0 or 1 (bytes run out) and a fifth past 1 MiB, each an
+/// attack skipped.
 fn attack_size(drawn: usize) -> usize {
-    if (16..=1 << 20).contains(&drawn) {
-        return drawn;
+    match (16..=1 << 20).contains(&drawn) {
+        true => drawn,
+        false => attack_sizes::first_of(drawn),
     }
-    let class = drawn % (4 * 17);
-    let base = 16usize << (class / 4);
-    base + base / 4 * (class % 4)
 }
 
 /// Extra bytes an in-place resize asks for on top.
